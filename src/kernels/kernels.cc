@@ -1,0 +1,143 @@
+#include "kernels/kernels.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/fp16.h"
+#include "base/thread_pool.h"
+#include "kernels/kernels_internal.h"
+
+namespace inflight::kernels {
+namespace {
+
+std::atomic<int> g_active_level{-1};
+
+}  // namespace
+
+const char* SimdLevelName(SimdLevel level) {
+  return level == SimdLevel::kAvx512 ? "avx512" : "scalar";
+}
+
+bool CpuSupports(SimdLevel level) {
+  if (level == SimdLevel::kScalar) return true;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+SimdLevel BestSimdLevel() {
+  if (const char* env = std::getenv("INFLIGHT_SIMD"); env && std::strcmp(env, "scalar") == 0) {
+    return SimdLevel::kScalar;
+  }
+  return CpuSupports(SimdLevel::kAvx512) ? SimdLevel::kAvx512 : SimdLevel::kScalar;
+}
+
+const KernelTable& GetKernels(SimdLevel level) {
+  INFLIGHT_CHECK(CpuSupports(level));
+  if (level == SimdLevel::kAvx512) return Avx512KernelTable();
+  return ScalarKernelTable();
+}
+
+const KernelTable& ActiveKernels() {
+  int level = g_active_level.load(std::memory_order_relaxed);
+  if (level < 0) {
+    level = static_cast<int>(BestSimdLevel());
+    g_active_level.store(level, std::memory_order_relaxed);
+  }
+  return GetKernels(static_cast<SimdLevel>(level));
+}
+
+bool SetActiveSimdLevel(SimdLevel level) {
+  if (!CpuSupports(level)) return false;
+  g_active_level.store(static_cast<int>(level));
+  return true;
+}
+
+MatMulScratch::~MatMulScratch() {
+  std::free(qs_);
+  std::free(qu_);
+  std::free(d_);
+  std::free(sum_);
+}
+
+void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
+  const int64_t need = num_tokens * cols;
+  if (need <= capacity_elems_) return;
+  std::free(qs_);
+  std::free(qu_);
+  std::free(d_);
+  std::free(sum_);
+  const size_t bytes = static_cast<size_t>((need + 63) / 64 * 64);
+  qs_ = static_cast<int8_t*>(std::aligned_alloc(64, bytes));
+  qu_ = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  const size_t nblocks = static_cast<size_t>(need / kQBlock + 16);
+  d_ = static_cast<float*>(std::aligned_alloc(64, (nblocks * 4 + 63) / 64 * 64));
+  sum_ = static_cast<int32_t*>(std::aligned_alloc(64, (nblocks * 4 + 63) / 64 * 64));
+  INFLIGHT_CHECK(qs_ && qu_ && d_ && sum_);
+  capacity_elems_ = need;
+}
+
+QuantizedRows* MatMulScratch::Quantize(const KernelTable& k, const float* x, int64_t num_tokens,
+                                       int64_t cols) {
+  Reserve(num_tokens, cols);
+  rows_ = QuantizedRows{qs_, qu_, d_, sum_, cols};
+  k.quantize_rows_q8(x, num_tokens, cols, &rows_);
+  return &rows_;
+}
+
+void MatMul(const TensorView& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool,
+            MatMulScratch& scratch) {
+  const KernelTable& k = ActiveKernels();
+  const QuantizedRows* xq = nullptr;
+  if (UsesQuantizedActivations(w.dtype)) xq = scratch.Quantize(k, x, num_tokens, w.cols);
+  // Rows are split in multiples of 16 so each thread streams whole cache lines of output.
+  pool.ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
+    k.matmul_rows(w, begin, end, x, xq, num_tokens, y, w.rows);
+  });
+}
+
+void DequantizeRow(const TensorView& w, int64_t row, float* out) {
+  const uint8_t* p = w.row(row);
+  switch (w.dtype) {
+    case DType::kF32: std::memcpy(out, p, w.cols * 4); break;
+    case DType::kF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(p);
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = Fp16ToFp32(h[i]);
+      break;
+    }
+    case DType::kBF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(p);
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = Bf16ToFp32(h[i]);
+      break;
+    }
+    case DType::kQ8_0: {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(p);
+      for (int64_t i = 0; i < w.cols / kQBlock; ++i) {
+        const float d = Fp16ToFp32(b[i].d);
+        for (int j = 0; j < kQBlock; ++j) out[i * kQBlock + j] = d * b[i].qs[j];
+      }
+      break;
+    }
+    case DType::kQ4_0: {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(p);
+      for (int64_t i = 0; i < w.cols / kQBlock; ++i) {
+        const float d = Fp16ToFp32(b[i].d);
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          out[i * kQBlock + j] = d * ((b[i].qs[j] & 15) - 8);
+          out[i * kQBlock + j + 16] = d * ((b[i].qs[j] >> 4) - 8);
+        }
+      }
+      break;
+    }
+    default: INFLIGHT_CHECK(false);
+  }
+}
+
+}  // namespace inflight::kernels

@@ -1,0 +1,90 @@
+// Compute kernels behind one dispatch table. Each SIMD level implements the same table; the
+// scalar table is the reference twin every other level is tested against. The level is
+// picked once at start (BestSimdLevel) and can be forced for tests.
+//
+// Batch invariance: every kernel computes each output row of each token with the same
+// sequence of floating-point operations whatever the number of tokens in the call and
+// whichever other tokens share it (token groups only share weight loads, never
+// accumulators), so a request's result does not depend on its batch.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor_view.h"
+
+namespace inflight {
+class ThreadPool;
+}
+
+namespace inflight::kernels {
+
+enum class SimdLevel { kScalar = 0, kAvx512 = 1 };
+const char* SimdLevelName(SimdLevel level);
+// The best level this CPU runs (AVX-512 F/BW/VL/VNNI + F16C + FMA), or kScalar.
+SimdLevel BestSimdLevel();
+bool CpuSupports(SimdLevel level);
+
+// Activations quantized to Q8_0 blocks the way llama.cpp does it (d = amax / 127 rounded to
+// F16, q = round(x / d)), one row per token. [num_tokens, cols] for qs/qu and
+// [num_tokens, cols / 32] for d/sum.
+struct QuantizedRows {
+  int8_t* qs = nullptr;    // q
+  uint8_t* qu = nullptr;   // q + 128, for the unsigned operand of VNNI
+  float* d = nullptr;      // block scale (already rounded through F16)
+  int32_t* sum = nullptr;  // sum of q in the block
+  int64_t cols = 0;
+};
+
+struct KernelTable {
+  SimdLevel level;
+  // x: [num_tokens, cols] -> out (buffers sized by the caller, cols % 32 == 0).
+  void (*quantize_rows_q8)(const float* x, int64_t num_tokens, int64_t cols, QuantizedRows* out);
+  // y[t, r] = dot(W[r, :], x[t, :]) for r in [row_begin, row_end); y row stride y_stride.
+  // For F32/F16/BF16 weights x_f32 is used, for Q8_0/Q4_0 x_q8.
+  void (*matmul_rows)(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x_f32,
+                      const QuantizedRows* x_q8, int64_t num_tokens, float* y, int64_t y_stride);
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  float (*dot_f32_f16)(const float* a, const uint16_t* b, int64_t n);
+  // y += a * x
+  void (*axpy_f32)(float* y, float a, const float* x, int64_t n);
+  void (*axpy_f16)(float* y, float a, const uint16_t* x, int64_t n);
+};
+
+const KernelTable& GetKernels(SimdLevel level);
+// The table of the active level (BestSimdLevel unless SetActiveSimdLevel was called).
+const KernelTable& ActiveKernels();
+// For tests and benchmarks; returns false if the CPU cannot run `level`.
+bool SetActiveSimdLevel(SimdLevel level);
+
+// Whether a weight of this type takes quantized activations.
+inline bool UsesQuantizedActivations(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+// Scratch for MatMul: the quantized copy of the activations. Sized on first use and reused.
+class MatMulScratch {
+ public:
+  QuantizedRows* Quantize(const KernelTable& k, const float* x, int64_t num_tokens, int64_t cols);
+
+ private:
+  void Reserve(int64_t num_tokens, int64_t cols);
+  int64_t capacity_elems_ = 0;
+  int8_t* qs_ = nullptr;
+  uint8_t* qu_ = nullptr;
+  float* d_ = nullptr;
+  int32_t* sum_ = nullptr;
+  QuantizedRows rows_;
+
+ public:
+  MatMulScratch() = default;
+  ~MatMulScratch();
+  MatMulScratch(const MatMulScratch&) = delete;
+  MatMulScratch& operator=(const MatMulScratch&) = delete;
+};
+
+// y[num_tokens, w.rows] = x[num_tokens, w.cols] @ W^T, split over rows on the pool.
+void MatMul(const TensorView& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool,
+            MatMulScratch& scratch);
+
+// Dequantize one row of any weight type to F32 (embedding lookup, tests).
+void DequantizeRow(const TensorView& w, int64_t row, float* out);
+
+}  // namespace inflight::kernels

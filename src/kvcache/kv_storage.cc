@@ -1,0 +1,26 @@
+#include "kvcache/kv_storage.h"
+
+namespace inflight {
+
+int64_t KvStorage::BytesPerBlock(const KvStorageConfig& c) {
+  return int64_t{2} * c.num_layers * c.tokens_per_block * c.kv_dim * DTypeBlockBytes(c.dtype);
+}
+
+KvStorage::KvStorage(const KvStorageConfig& config) : config_(config) {
+  const size_t layer_bytes = static_cast<size_t>(config.num_blocks) * config.tokens_per_block *
+                             config.kv_dim * DTypeBlockBytes(config.dtype);
+  for (int32_t l = 0; l < config.num_layers; ++l) {
+    k_.emplace_back(layer_bytes);
+    v_.emplace_back(layer_bytes);
+  }
+}
+
+std::vector<kernels::KvLayerView> KvStorage::LayerViews() {
+  std::vector<kernels::KvLayerView> views;
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    views.push_back({k_[l].data(), v_[l].data(), config_.dtype, config_.tokens_per_block, config_.kv_dim});
+  }
+  return views;
+}
+
+}  // namespace inflight

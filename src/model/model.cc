@@ -1,0 +1,258 @@
+#include "model/model.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "base/thread_pool.h"
+#include "kernels/ops.h"
+
+namespace inflight {
+
+int64_t BatchPlan::num_tokens() const {
+  int64_t n = 0;
+  for (const auto& c : chunks) n += c.num_tokens;
+  return n;
+}
+
+int64_t BatchPlan::num_logit_rows() const {
+  int64_t n = 0;
+  for (const auto& c : chunks) n += c.all_logits ? c.num_tokens : 1;
+  return n;
+}
+
+void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int64_t positions,
+                             int num_threads) {
+  if (num_tokens <= capacity_tokens_ && positions <= capacity_positions_ &&
+      num_threads <= capacity_threads_) {
+    return;
+  }
+  num_tokens = std::max(num_tokens, capacity_tokens_);
+  positions = std::max(positions, capacity_positions_);
+  num_threads = std::max(num_threads, capacity_threads_);
+  const int64_t wide = std::max<int64_t>(c.hidden_size, c.q_dim());
+  const int64_t sizes[] = {num_tokens * c.hidden_size,
+                           num_tokens * wide,
+                           num_tokens * (c.q_dim() + 2 * c.kv_dim()),
+                           num_tokens * c.kv_dim(),
+                           num_tokens * c.kv_dim(),
+                           num_tokens * c.q_dim(),
+                           num_tokens * c.ffn_size,
+                           num_tokens * c.ffn_size,
+                           num_tokens * c.hidden_size,
+                           num_threads * positions,
+                           c.head_dim};
+  int64_t total = 0;
+  for (int64_t s : sizes) total += (s + 15) / 16 * 16;
+  buffer_.Resize(total * sizeof(float));
+  float* p = buffer_.as<float>();
+  float** slots[] = {&x, &h, &q, &k, &v, &attn, &gate, &up, &out, &scores, &rope_inv_freq};
+  for (int i = 0; i < 11; ++i) {
+    *slots[i] = p;
+    p += (sizes[i] + 15) / 16 * 16;
+  }
+  max_positions = positions;
+  capacity_tokens_ = num_tokens;
+  capacity_positions_ = positions;
+  capacity_threads_ = num_threads;
+}
+
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return NotFoundError("model path '" + path + "' does not exist");
+  if (S_ISDIR(st.st_mode)) return LoadHuggingFaceModel(path);
+  auto ends_with = [&](const char* suffix) {
+    const size_t n = std::strlen(suffix);
+    return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
+  };
+  if (ends_with(".bin")) return LoadLlama2cModel(path);
+  return LoadGgufModel(path);
+}
+
+void FinishModel(Model* model) {
+  const ModelConfig& c = model->config_;
+  if (c.learned_positions) return;
+  model->rope_inv_freq_.resize(c.rope_dim / 2);
+  kernels::RopeInvFreq(c.rope_base, c.rope_dim,
+                       c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(),
+                       c.rope_linear_scale, model->rope_inv_freq_.data());
+}
+
+std::string Model::Describe() const {
+  std::ostringstream os;
+  const ModelConfig& c = config_;
+  os << ArchitectureName(c.arch) << ": " << c.num_layers << " layers, hidden " << c.hidden_size
+     << ", heads " << c.num_heads << "/" << c.num_kv_heads << " x " << c.head_dim << ", ffn "
+     << c.ffn_size << ", vocab " << c.vocab_size << ", context " << c.context_length
+     << ", weights " << DTypeName(weights_.layers.empty() ? DType::kF32 : weights_.layers[0].w_down.dtype);
+  return os.str();
+}
+
+int64_t Model::DecodeWeightBytes() const {
+  int64_t bytes = weights_.output.num_bytes() + weights_.token_embedding.row_bytes();
+  for (const auto& l : weights_.layers) {
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (!t->empty()) bytes += t->num_bytes();
+    }
+  }
+  return bytes;
+}
+
+Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
+  if (static_cast<int>(kv.layers.size()) != config_.num_layers) {
+    return InvalidArgumentError("KV cache has " + std::to_string(kv.layers.size()) + " layers, model has " + std::to_string(config_.num_layers));
+  }
+  for (const SequenceChunk& c : plan.chunks) {
+    if (c.num_tokens <= 0) return InvalidArgumentError("a sequence chunk has no tokens");
+    if (c.start_pos < 0 || static_cast<int64_t>(c.start_pos) + c.num_tokens > config_.context_length) {
+      return InvalidArgumentError("positions " + std::to_string(c.start_pos) + ".." + std::to_string(c.start_pos + c.num_tokens - 1) +
+                                  " exceed the context length " + std::to_string(config_.context_length));
+    }
+    for (int32_t i = 0; i < c.num_tokens; ++i) {
+      if (c.token_ids[i] < 0 || c.token_ids[i] >= config_.vocab_size) {
+        return InvalidArgumentError("token id " + std::to_string(c.token_ids[i]) + " is outside the vocabulary of " + std::to_string(config_.vocab_size));
+      }
+    }
+    const int32_t tpb = kv.layers[0].tokens_per_block;
+    const int64_t need = (static_cast<int64_t>(c.start_pos) + c.num_tokens + tpb - 1) / tpb;
+    if (c.num_blocks < need) return InvalidArgumentError("block table too short for the chunk's positions");
+    for (int64_t b = 0; b < need; ++b) {
+      if (c.block_table[b] < 0 || c.block_table[b] >= kv.num_blocks) return InvalidArgumentError("block id out of range");
+    }
+  }
+  return OkStatus();
+}
+
+void Model::Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* out,
+                 int64_t num_tokens) const {
+  if (config_.layer_norm) {
+    kernels::LayerNorm(x, w.data(), b.empty() ? nullptr : b.data(), num_tokens, config_.hidden_size,
+                       config_.norm_eps, out);
+  } else {
+    kernels::RmsNorm(x, w.data(), num_tokens, config_.hidden_size, config_.norm_eps, out);
+  }
+}
+
+void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
+                      ThreadPool& pool, int64_t T) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& lw = weights_.layers[layer];
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  float* q = s.q;
+  float* k = s.k;
+  float* v = s.v;
+  if (!lw.wqkv.empty()) {
+    // Fused projection: [T, qd + 2 kvd], split into q (in place, compacted) / k / v.
+    const int64_t fused = qd + 2 * kvd;
+    kernels::MatMul(lw.wqkv, s.h, T, s.q, pool, s.matmul);
+    if (!lw.bqkv.empty()) kernels::AddBias(s.q, lw.bqkv.data(), T, fused);
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(k + t * kvd, s.q + t * fused + qd, kvd * sizeof(float));
+      std::memcpy(v + t * kvd, s.q + t * fused + qd + kvd, kvd * sizeof(float));
+      std::memmove(q + t * qd, s.q + t * fused, qd * sizeof(float));
+    }
+  } else {
+    kernels::MatMul(lw.wq, s.h, T, q, pool, s.matmul);
+    kernels::MatMul(lw.wk, s.h, T, k, pool, s.matmul);
+    kernels::MatMul(lw.wv, s.h, T, v, pool, s.matmul);
+    if (!lw.bq.empty()) kernels::AddBias(q, lw.bq.data(), T, qd);
+    if (!lw.bk.empty()) kernels::AddBias(k, lw.bk.data(), T, kvd);
+    if (!lw.bv.empty()) kernels::AddBias(v, lw.bv.data(), T, kvd);
+  }
+  if (!lw.q_norm.empty()) {
+    kernels::RmsNorm(q, lw.q_norm.data(), T * c.num_heads, c.head_dim, c.norm_eps, q);
+    kernels::RmsNorm(k, lw.k_norm.data(), T * c.num_kv_heads, c.head_dim, c.norm_eps, k);
+  }
+  std::vector<kernels::AttentionSeq> seqs;
+  seqs.reserve(plan.chunks.size());
+  int64_t row = 0;
+  for (const SequenceChunk& ch : plan.chunks) {
+    if (!c.learned_positions) {
+      for (int32_t i = 0; i < ch.num_tokens; ++i) {
+        kernels::ApplyRope(q + (row + i) * qd, c.num_heads, c.head_dim, c.rope_dim, c.rope_style,
+                           rope_inv_freq_.data(), ch.start_pos + i);
+        kernels::ApplyRope(k + (row + i) * kvd, c.num_kv_heads, c.head_dim, c.rope_dim, c.rope_style,
+                           rope_inv_freq_.data(), ch.start_pos + i);
+      }
+    }
+    kernels::AttentionSeq seq{ch.block_table, ch.start_pos, ch.num_tokens, row};
+    kernels::WriteKv(kv.layers[layer], seq, k + row * kvd, v + row * kvd);
+    seqs.push_back(seq);
+    row += ch.num_tokens;
+  }
+  const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
+                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  kernels::PagedAttention(kv.layers[layer], shape, seqs.data(), static_cast<int>(seqs.size()), q,
+                          s.attn, pool, s.scores, s.max_positions);
+  kernels::MatMul(lw.wo, s.attn, T, s.out, pool, s.matmul);
+  if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, c.hidden_size);
+  kernels::AddInPlace(s.x, s.out, T * c.hidden_size);
+}
+
+void Model::FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& pool, int64_t T) const {
+  const ModelConfig& c = config_;
+  if (c.gelu_ffn) {
+    kernels::MatMul(lw.w_up, s.h, T, s.up, pool, s.matmul);
+    if (!lw.b_up.empty()) kernels::AddBias(s.up, lw.b_up.data(), T, c.ffn_size);
+    kernels::GeluTanh(s.up, T * c.ffn_size);
+    kernels::MatMul(lw.w_down, s.up, T, s.out, pool, s.matmul);
+  } else {
+    kernels::MatMul(lw.w_gate, s.h, T, s.gate, pool, s.matmul);
+    kernels::MatMul(lw.w_up, s.h, T, s.up, pool, s.matmul);
+    kernels::SiluMul(s.gate, s.up, T * c.ffn_size);
+    kernels::MatMul(lw.w_down, s.gate, T, s.out, pool, s.matmul);
+  }
+  if (!lw.b_down.empty()) kernels::AddBias(s.out, lw.b_down.data(), T, c.hidden_size);
+  kernels::AddInPlace(s.x, s.out, T * c.hidden_size);
+}
+
+Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
+                      ThreadPool& pool, float* logits) const {
+  RETURN_IF_ERROR(ValidatePlan(plan, kv));
+  const ModelConfig& c = config_;
+  const int64_t T = plan.num_tokens();
+  if (T == 0) return OkStatus();
+  int64_t max_pos = 0;
+  for (const auto& ch : plan.chunks) max_pos = std::max<int64_t>(max_pos, ch.start_pos + ch.num_tokens);
+  s.Reserve(c, T, std::max<int64_t>(max_pos, 64), pool.num_threads());
+
+  // Embeddings (+ learned positions).
+  int64_t row = 0;
+  std::vector<float> pos_row(c.learned_positions ? c.hidden_size : 0);
+  for (const SequenceChunk& ch : plan.chunks) {
+    for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
+      float* xr = s.x + row * c.hidden_size;
+      kernels::DequantizeRow(weights_.token_embedding, ch.token_ids[i], xr);
+      if (c.learned_positions) {
+        kernels::DequantizeRow(weights_.position_embedding, ch.start_pos + i, pos_row.data());
+        kernels::AddInPlace(xr, pos_row.data(), c.hidden_size);
+      }
+    }
+  }
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const LayerWeights& lw = weights_.layers[layer];
+    Norm(lw.attn_norm, lw.attn_norm_bias, s.x, s.h, T);
+    Attention(layer, plan, kv, s, pool, T);
+    Norm(lw.ffn_norm, lw.ffn_norm_bias, s.x, s.h, T);
+    FeedForward(lw, s, pool, T);
+  }
+  // Gather the rows that need logits, normalise, project.
+  int64_t out_rows = 0;
+  row = 0;
+  for (const SequenceChunk& ch : plan.chunks) {
+    const int32_t first = ch.all_logits ? 0 : ch.num_tokens - 1;
+    for (int32_t i = first; i < ch.num_tokens; ++i) {
+      std::memmove(s.h + out_rows * c.hidden_size, s.x + (row + i) * c.hidden_size, c.hidden_size * sizeof(float));
+      ++out_rows;
+    }
+    row += ch.num_tokens;
+  }
+  Norm(weights_.output_norm, weights_.output_norm_bias, s.h, s.h, out_rows);
+  kernels::MatMul(weights_.output, s.h, out_rows, logits, pool, s.matmul);
+  return OkStatus();
+}
+
+}  // namespace inflight

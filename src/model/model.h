@@ -1,0 +1,138 @@
+// A loaded model: config, weights (views into the mapped file, or owned converted copies),
+// tokenizer, and the forward pass over a ragged batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/mapped_file.h"
+#include "base/status.h"
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "model/model_config.h"
+#include "tensor/tensor_view.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inflight {
+
+class ThreadPool;
+
+struct LayerWeights {
+  std::vector<float> attn_norm, attn_norm_bias;  // [hidden]
+  TensorView wq, wk, wv, wo;                     // [q_dim|kv_dim|hidden, in]
+  TensorView wqkv;                               // GPT-2 fused [q_dim + 2 kv_dim, hidden]
+  std::vector<float> bq, bk, bv, bo, bqkv;       // biases (empty when absent)
+  std::vector<float> q_norm, k_norm;             // Qwen3: [head_dim]
+  std::vector<float> ffn_norm, ffn_norm_bias;    // [hidden]
+  TensorView w_gate, w_up, w_down;               // [ffn, hidden], [ffn, hidden], [hidden, ffn]
+  std::vector<float> b_up, b_down;
+};
+
+struct ModelWeights {
+  TensorView token_embedding;     // [vocab, hidden]
+  TensorView position_embedding;  // GPT-2 [context, hidden]
+  std::vector<LayerWeights> layers;
+  std::vector<float> output_norm, output_norm_bias;
+  TensorView output;              // [vocab, hidden] (== token_embedding when tied)
+};
+
+// The new tokens of one sequence in a step.
+struct SequenceChunk {
+  const int32_t* token_ids = nullptr;
+  int32_t num_tokens = 0;
+  int32_t start_pos = 0;                // position of token_ids[0] (tokens already in the cache)
+  const int32_t* block_table = nullptr;  // KV blocks of this sequence, covering every position
+  int32_t num_blocks = 0;
+  bool all_logits = false;              // logits for every new token, else the last only
+};
+
+// One forward pass: a ragged batch, no padding.
+struct BatchPlan {
+  std::vector<SequenceChunk> chunks;
+  int64_t num_tokens() const;
+  int64_t num_logit_rows() const;
+};
+
+// What the model sees of the KV cache: one pool view per layer.
+struct KvCacheView {
+  std::vector<kernels::KvLayerView> layers;
+  int32_t num_blocks = 0;
+};
+
+// Activation buffers for up to max_tokens tokens per step; grown on demand, never per step
+// once warmed up. Engine-thread only.
+class ForwardScratch {
+ public:
+  void Reserve(const ModelConfig& c, int64_t num_tokens, int64_t max_positions, int num_threads);
+  float* x = nullptr;       // [T, hidden] residual stream
+  float* h = nullptr;       // [T, max(hidden, q_dim)] normed input / attention output
+  float* q = nullptr;       // [T, q_dim + 2 * kv_dim] (q | k | v, fused for GPT-2)
+  float* k = nullptr;       // [T, kv_dim]
+  float* v = nullptr;       // [T, kv_dim]
+  float* attn = nullptr;    // [T, q_dim]
+  float* gate = nullptr;    // [T, ffn]
+  float* up = nullptr;      // [T, ffn]
+  float* out = nullptr;     // [T, hidden]
+  float* scores = nullptr;  // [num_threads, max_positions]
+  float* rope_inv_freq = nullptr;
+  int64_t max_positions = 0;
+  kernels::MatMulScratch matmul;
+
+ private:
+  AlignedBuffer buffer_;
+  int64_t capacity_tokens_ = 0;
+  int64_t capacity_positions_ = 0;
+  int capacity_threads_ = 0;
+};
+
+class Model {
+ public:
+  // Loads a .gguf file, a llama2.c .bin, or a Hugging Face folder (config.json +
+  // *.safetensors). Every failure names the file and what is wrong.
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  // Null when the file carries no tokenizer (llama2.c).
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const std::string& path() const { return path_; }
+  std::string Describe() const;
+  // Bytes of weights one decode step reads (all matrices but the embedding table).
+  int64_t DecodeWeightBytes() const;
+
+  // Runs the plan and writes logits [plan.num_logit_rows(), vocab] (rows in chunk order;
+  // per chunk all its tokens or the last). K/V of the new tokens are written to the cache.
+  // INVALID_ARGUMENT for an out-of-range token id or position, or a short block table.
+  Status Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& scratch,
+                 ThreadPool& pool, float* logits) const;
+
+  // Internal: used by the loaders.
+  Model() = default;
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::shared_ptr<MappedFile>> files_;  // keep mapped weights alive
+  std::vector<AlignedBuffer> owned_;               // converted weights
+  std::string path_;
+  std::vector<float> rope_inv_freq_;
+
+ private:
+  Status ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const;
+  void Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
+                 ThreadPool& pool, int64_t num_tokens) const;
+  void FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens) const;
+  void Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* out,
+            int64_t num_tokens) const;
+};
+
+// Loaders (model_loader_*.cc).
+StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path);
+StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path);
+StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir);
+// Fills rope_inv_freq_ from the config; call after the config is final.
+void FinishModel(Model* model);
+
+}  // namespace inflight

@@ -1,0 +1,126 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace inflight {
+
+Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return InvalidArgumentError("temperature must be >= 0");
+  if (top_k < 0) return InvalidArgumentError("top_k must be >= 0");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return InvalidArgumentError("top_p must be in (0, 1]");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return InvalidArgumentError("min_p must be in [0, 1]");
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) return InvalidArgumentError("repetition_penalty must be > 0");
+  if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty)) return InvalidArgumentError("penalties must be finite");
+  if (num_top_logprobs < 0 || num_top_logprobs > 100) return InvalidArgumentError("number of top log-probs must be in [0, 100]");
+  return OkStatus();
+}
+
+int32_t ArgMax(const float* x, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+void Sampler::AddPromptTokens(const int32_t* ids, int64_t n) {
+  if (params_.repetition_penalty == 1.0f) return;
+  for (int64_t i = 0; i < n; ++i) prompt_counts_[ids[i]]++;
+}
+
+void Sampler::ApplyPenalties(float* logits, int32_t vocab) const {
+  if (params_.repetition_penalty != 1.0f) {
+    auto penalise = [&](int32_t id) {
+      if (id < 0 || id >= vocab) return;
+      logits[id] = logits[id] > 0 ? logits[id] / params_.repetition_penalty : logits[id] * params_.repetition_penalty;
+    };
+    for (const auto& [id, count] : prompt_counts_) penalise(id);
+    for (const auto& [id, count] : output_counts_) {
+      if (!prompt_counts_.count(id)) penalise(id);
+    }
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    for (const auto& [id, count] : output_counts_) {
+      if (id < 0 || id >= vocab) continue;
+      logits[id] -= params_.presence_penalty + params_.frequency_penalty * count;
+    }
+  }
+}
+
+SampledToken Sampler::Sample(float* logits, int32_t vocab) {
+  ApplyPenalties(logits, vocab);
+  SampledToken out;
+  out.id = params_.greedy() ? ArgMax(logits, vocab) : Draw(logits, vocab);
+  // Log-probabilities of the penalised distribution (one extra pass over the vocabulary).
+  float mx = logits[ArgMax(logits, vocab)];
+  double sum = 0;
+  for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const float log_z = mx + static_cast<float>(std::log(sum));
+  out.logprob = logits[out.id] - log_z;
+  if (params_.num_top_logprobs > 0) {
+    const int32_t n = std::min(params_.num_top_logprobs, vocab);
+    candidates_.clear();
+    for (int32_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i], i);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + n, candidates_.end(),
+                      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    for (int32_t i = 0; i < n; ++i) out.top_logprobs.emplace_back(candidates_[i].second, candidates_[i].first - log_z);
+  }
+  output_counts_[out.id]++;
+  return out;
+}
+
+int32_t Sampler::Draw(const float* logits, int32_t vocab) {
+  const float inv_t = 1.0f / params_.temperature;
+  candidates_.clear();
+  candidates_.reserve(vocab);
+  for (int32_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] * inv_t, i);
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t n = candidates_.size();
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
+    n = params_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + n, candidates_.end(), by_logit);
+  } else if (params_.top_p < 1.0f || params_.min_p > 0.0f) {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  } else {
+    std::nth_element(candidates_.begin(), candidates_.begin(), candidates_.end(), by_logit);  // max first
+  }
+  candidates_.resize(n);
+  const float mx = candidates_[0].first;
+  double total = 0;
+  for (auto& c : candidates_) {
+    c.first = std::exp(c.first - mx);
+    total += c.first;
+  }
+  if (params_.min_p > 0.0f) {
+    // candidates_[0] holds the largest probability (sorted above).
+    const double floor = params_.min_p * candidates_[0].first;
+    size_t keep = 1;
+    while (keep < candidates_.size() && candidates_[keep].first >= floor) ++keep;
+    candidates_.resize(keep);
+    total = 0;
+    for (auto& c : candidates_) total += c.first;
+  }
+  if (params_.top_p < 1.0f) {
+    double cum = 0;
+    size_t keep = 0;
+    while (keep < candidates_.size()) {
+      cum += candidates_[keep].first;
+      ++keep;
+      if (cum >= params_.top_p * total) break;
+    }
+    candidates_.resize(keep);
+    total = cum;
+  }
+  std::uniform_real_distribution<double> uniform(0.0, total);
+  double r = uniform(rng_);
+  for (const auto& c : candidates_) {
+    r -= c.first;
+    if (r <= 0) return c.second;
+  }
+  return candidates_.back().second;
+}
+
+}  // namespace inflight

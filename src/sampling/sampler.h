@@ -1,0 +1,59 @@
+// Per-request token sampling: penalties, temperature, top-k, top-p, min-p, a seeded RNG,
+// and log-probabilities. Engine-thread only (one Sampler per sequence).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace inflight {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  int32_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  float repetition_penalty = 1.0f;  // over prompt and output; 1 = off
+  float presence_penalty = 0.0f;    // over output
+  float frequency_penalty = 0.0f;   // over output
+  uint64_t seed = 0;
+  int32_t num_top_logprobs = 0;     // top-N log-probs returned per token
+
+  bool greedy() const { return temperature <= 0.0f || top_k == 1; }
+  // INVALID_ARGUMENT naming the field for out-of-range values.
+  Status Validate() const;
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  float logprob = 0.0f;  // log-softmax of the penalised logits, before temperature
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // Tokens the repetition penalty sees besides the output.
+  void AddPromptTokens(const int32_t* ids, int64_t n);
+  // Picks a token from logits[vocab] (modified in place) and records it as output.
+  SampledToken Sample(float* logits, int32_t vocab);
+
+ private:
+  void ApplyPenalties(float* logits, int32_t vocab) const;
+  int32_t Draw(const float* logits, int32_t vocab);
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int32_t> prompt_counts_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // reused
+};
+
+// Index of the largest value (lowest index on ties).
+int32_t ArgMax(const float* x, int32_t n);
+
+}  // namespace inflight

@@ -1,0 +1,50 @@
+// Small UTF-8 helpers shared by the tokenizers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace inflight {
+
+// Bytes of the character starting with lead byte c (1 for invalid leads).
+inline size_t Utf8CharLength(uint8_t c) {
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) return 2;
+  if ((c & 0xF0) == 0xE0) return 3;
+  if ((c & 0xF8) == 0xF0) return 4;
+  return 1;
+}
+
+inline std::string EncodeUtf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// Code point of one encoded character (no validation beyond the lead byte).
+inline uint32_t DecodeUtf8(std::string_view s) {
+  if (s.empty()) return 0;
+  const auto c0 = static_cast<uint8_t>(s[0]);
+  const size_t len = Utf8CharLength(c0);
+  if (len == 1 || s.size() < len) return c0;
+  uint32_t cp = c0 & (0xFF >> (len + 1));
+  for (size_t i = 1; i < len; ++i) cp = (cp << 6) | (static_cast<uint8_t>(s[i]) & 0x3F);
+  return cp;
+}
+
+}  // namespace inflight
