@@ -67,6 +67,8 @@ class Tokenizer {
   static StatusOr<TokenizerSpec> SpecFromHuggingFaceJson(const std::string& tokenizer_json,
                                                         const std::string& config_json);
   static StatusOr<TokenizerSpec> SpecFromGguf(const GgufFile& gguf);
+  // From a SentencePiece tokenizer.model (Llama 2).
+  static StatusOr<TokenizerSpec> SpecFromSentencePieceModel(const std::string& path);
 
   // Text -> ids. add_special adds BOS/EOS by the model's rules; parse_special matches added
   // and control tokens written in the text.

@@ -188,6 +188,7 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
 
   // Byte-level or SentencePiece-style, from the pre-tokenizer / decoder.
   bool byte_level = false;
+  bool metaspace_prefix = false;
   const json empty = json::object();
   const json& pre = tj.contains("pre_tokenizer") && tj["pre_tokenizer"].is_object() ? tj["pre_tokenizer"] : empty;
   ForEachComponent(pre, "pretokenizers", [&](const json& c) {
@@ -200,7 +201,7 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
       spec->pre_regexes.push_back(c["pattern"]["Regex"].get<std::string>());
     } else if (t == "Metaspace") {
       const std::string scheme = c.value("prepend_scheme", c.value("add_prefix_space", true) ? "always" : "never");
-      spec->add_space_prefix = scheme != "never";
+      metaspace_prefix = scheme != "never";
     }
   });
   if (tj.contains("decoder") && tj["decoder"].is_object() && tj["decoder"].value("type", "") == "ByteLevel") byte_level = true;
@@ -211,7 +212,7 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
     ForEachComponent(norm, "normalizers", [&](const json& c) {
       if (c.value("type", "") == "Prepend") prepend = true;
     });
-    if (!pre.is_object() || pre.empty() || prepend) spec->add_space_prefix = prepend;
+    spec->add_space_prefix = prepend || metaspace_prefix;
     spec->pre_regexes.clear();
   } else {
     spec->add_space_prefix = false;

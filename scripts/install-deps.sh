@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what inflight needs to build and test on Debian 12: Debian -dev packages and the
+# npm packages of the tokenizer oracle (tools/oracle). Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
+  libsentencepiece-dev python3-sentencepiece libcli11-dev nodejs npm)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node and npm may come from elsewhere than Debian (they do on the project's machines).
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -d tools/oracle/node_modules/@lenml/tokenizers ]; then
+  echo "install-deps: installing the tokenizer oracle (npm)"
+  (cd tools/oracle && npm ci --no-audit --no-fund --loglevel=error)
+fi

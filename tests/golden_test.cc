@@ -1,0 +1,108 @@
+// The engine against llama.cpp's outputs on the golden GGUF models in ../shared/golden:
+// prompt tokenization, teacher-forced argmax and top-5 probabilities, free-running greedy ids.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/thread_pool.h"
+#include "engine/generate.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+struct GoldenCase {
+  const char* json;
+  const char* gguf;  // qwen2-f32.json is checked on the F16 file computed in F32 (exact upcast)
+  DType kv_dtype;
+  double margin_gate;
+  double prob_tol;
+  bool free_running;
+};
+
+const GoldenCase kCases[] = {
+    {"llama-gqa-f32", "llama-gqa-f32", DType::kF32, 0.1, 2e-3, true},
+    {"llama-gqa-f16", "llama-gqa-f16", DType::kF16, 0.1, 5e-2, true},
+    {"llama-gqa-q8_0", "llama-gqa-q8_0", DType::kF16, 1.0, 0.3, false},
+    {"llama-gqa-q4_0", "llama-gqa-q4_0", DType::kF16, 1.0, 0.3, false},
+    {"qwen2-f16", "qwen2-f16", DType::kF16, 0.1, 5e-2, true},
+    {"qwen2-f32", "qwen2-f16", DType::kF32, 0.1, 2e-3, true},
+    {"gpt2-f32", "gpt2-f32", DType::kF32, 0.1, 2e-3, true},
+    {"gpt2-f16", "gpt2-f16", DType::kF16, 0.1, 5e-2, true},
+};
+
+class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(GoldenTest, MatchesReference) {
+  const GoldenCase& gc = GetParam();
+  const std::string dir = testing::SharedDir() + "/golden/";
+  REQUIRE_SHARED_FILE(dir + gc.json + ".json");
+  REQUIRE_SHARED_FILE(dir + gc.gguf + ".gguf");
+  std::ifstream in(dir + gc.json + ".json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  auto model_or = Model::Load(dir + gc.gguf + ".gguf");
+  ASSERT_TRUE(model_or.ok()) << model_or.status().ToString();
+  const Model& model = **model_or;
+  ASSERT_NE(model.tokenizer(), nullptr);
+  ThreadPool pool(2);
+  const int32_t vocab = model.config().vocab_size;
+  int checked_argmax = 0;
+  for (const auto& p : golden["prompts"]) {
+    SCOPED_TRACE(p["name"].get<std::string>());
+    const std::vector<int32_t> prompt = p["prompt_ids"];
+    const std::vector<int32_t> ref = p["generated_ids"];
+    const std::vector<double> margin = p["top1_top2_margin_logprob"];
+    // 1. Tokenization.
+    EXPECT_EQ(model.tokenizer()->Encode(p["text"].get<std::string>()), prompt);
+    // 2. Teacher forced over prompt + reference ids.
+    std::vector<int32_t> ids = prompt;
+    ids.insert(ids.end(), ref.begin(), ref.end() - 1);
+    auto logits = AllLogits(model, ids, gc.kv_dtype, pool);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    for (size_t k = 0; k < ref.size(); ++k) {
+      const float* row = logits->data() + (prompt.size() - 1 + k) * vocab;
+      int32_t best = 0;
+      float mx = row[0];
+      for (int32_t i = 1; i < vocab; ++i) {
+        if (row[i] > mx) mx = row[i], best = i;
+      }
+      if (margin[k] > gc.margin_gate) {
+        EXPECT_EQ(best, ref[k]) << "step " << k << " margin " << margin[k];
+        ++checked_argmax;
+      }
+      double sum = 0;
+      for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+      for (const auto& e : p["top5"][k]) {
+        const double prob = std::exp(static_cast<double>(row[e[0].get<int32_t>()] - mx)) / sum;
+        EXPECT_NEAR(prob, e[1].get<double>(), gc.prob_tol) << "step " << k << " token " << e[0];
+      }
+    }
+    // 3. Free-running greedy up to the first near-tie.
+    if (gc.free_running) {
+      GenerateParams gp;
+      gp.max_new_tokens = static_cast<int32_t>(ref.size());
+      gp.sampling.temperature = 0;
+      gp.stop_at_eos = false;
+      gp.kv_dtype = gc.kv_dtype;
+      auto gen = Generate(model, prompt, gp, pool, nullptr);
+      ASSERT_TRUE(gen.ok()) << gen.status().ToString();
+      for (size_t k = 0; k < ref.size() && margin[k] > 0.1; ++k) {
+        ASSERT_EQ(gen->generated_ids[k], ref[k]) << "free-running step " << k;
+      }
+    }
+  }
+  EXPECT_GT(checked_argmax, 50);  // the gate must leave real checks
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest, ::testing::ValuesIn(kCases),
+                         [](const auto& info) {
+                           std::string n = info.param.json;
+                           for (char& c : n) if (c == '-') c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace inflight

@@ -1,0 +1,162 @@
+// Every SIMD kernel against its scalar twin, over shapes with odd tails and every weight type.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "base/fp16.h"
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/quantize.h"
+
+namespace inflight::kernels {
+namespace {
+
+std::vector<SimdLevel> Levels() {
+  std::vector<SimdLevel> out;
+  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx512}) {
+    if (CpuSupports(l)) out.push_back(l);
+  }
+  return out;
+}
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+Weights MakeWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> f(rows * cols);
+  for (float& x : f) x = nd(rng);
+  Weights w;
+  w.bytes.resize(DTypeRowBytes(dtype, cols) * rows);
+  for (int64_t r = 0; r < rows; ++r) QuantizeRow(dtype, f.data() + r * cols, cols, w.bytes.data() + r * DTypeRowBytes(dtype, cols));
+  w.view = TensorView{w.bytes.data(), dtype, rows, cols};
+  return w;
+}
+
+class MatMulTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
+  const DType dtype = GetParam();
+  const bool quant = UsesQuantizedActivations(dtype);
+  std::mt19937 rng(7);
+  const std::vector<int64_t> col_sizes = quant ? std::vector<int64_t>{32, 64, 96, 160, 224, 544}
+                                               : std::vector<int64_t>{1, 7, 15, 16, 17, 33, 100, 257};
+  for (int64_t cols : col_sizes) {
+    for (int64_t rows : {1, 5, 19}) {
+      for (int64_t tokens : {1, 2, 3, 4, 5, 7}) {
+        Weights w = MakeWeights(dtype, rows, cols, rng);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> x(tokens * cols);
+        for (float& v : x) v = nd(rng);
+        const KernelTable& ref = GetKernels(SimdLevel::kScalar);
+        MatMulScratch ref_scratch;
+        const QuantizedRows* ref_q = quant ? ref_scratch.Quantize(ref, x.data(), tokens, cols) : nullptr;
+        std::vector<float> y_ref(tokens * rows);
+        ref.matmul_rows(w.view, 0, rows, x.data(), ref_q, tokens, y_ref.data(), rows);
+        for (SimdLevel level : Levels()) {
+          const KernelTable& k = GetKernels(level);
+          MatMulScratch scratch;
+          const QuantizedRows* q = quant ? scratch.Quantize(k, x.data(), tokens, cols) : nullptr;
+          std::vector<float> y(tokens * rows);
+          k.matmul_rows(w.view, 0, rows, x.data(), q, tokens, y.data(), rows);
+          for (int64_t i = 0; i < tokens * rows; ++i) {
+            // Sum of |terms| bounds the rounding error of any summation order.
+            const double tol = 1e-4 * std::sqrt(static_cast<double>(cols)) * (1 + std::fabs(y_ref[i])) + (quant ? 2e-2 * std::sqrt((double)cols) : 0);
+            ASSERT_NEAR(y[i], y_ref[i], tol) << DTypeName(dtype) << " " << SimdLevelName(level) << " rows=" << rows
+                                             << " cols=" << cols << " tokens=" << tokens << " i=" << i;
+          }
+          // Batch invariance: each token alone gives bit-identical results.
+          for (int64_t t = 0; t < tokens; ++t) {
+            MatMulScratch s1;
+            const QuantizedRows* q1 = quant ? s1.Quantize(k, x.data() + t * cols, 1, cols) : nullptr;
+            std::vector<float> y1(rows);
+            k.matmul_rows(w.view, 0, rows, x.data() + t * cols, q1, 1, y1.data(), rows);
+            for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(y1[r], y[t * rows + r]) << "token " << t << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+TEST(QuantizeActivations, MatchesScalarTwin) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int64_t cols = 256, tokens = 3;
+  std::vector<float> x(tokens * cols);
+  for (float& v : x) v = nd(rng);
+  MatMulScratch a, b;
+  const QuantizedRows* qa = a.Quantize(GetKernels(SimdLevel::kScalar), x.data(), tokens, cols);
+  for (SimdLevel level : Levels()) {
+    const QuantizedRows* qb = b.Quantize(GetKernels(level), x.data(), tokens, cols);
+    for (int64_t i = 0; i < tokens * cols; ++i) {
+      ASSERT_LE(std::abs(qa->qs[i] - qb->qs[i]), 1) << i;  // round-half ties may differ by one
+      ASSERT_EQ(static_cast<uint8_t>(qb->qs[i] + 128), qb->qu[i]);
+    }
+    for (int64_t i = 0; i < tokens * cols / 32; ++i) ASSERT_FLOAT_EQ(qa->d[i], qb->d[i]);
+  }
+}
+
+TEST(VectorKernels, DotAndAxpyMatchScalar) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t n : {1, 3, 16, 17, 31, 64, 100, 128}) {
+    std::vector<float> a(n), b(n), y0(n), y1(n);
+    std::vector<uint16_t> h(n);
+    for (int64_t i = 0; i < n; ++i) {
+      a[i] = nd(rng);
+      b[i] = nd(rng);
+      h[i] = Fp32ToFp16(nd(rng));
+      y0[i] = y1[i] = nd(rng);
+    }
+    const KernelTable& ref = GetKernels(SimdLevel::kScalar);
+    for (SimdLevel level : Levels()) {
+      const KernelTable& k = GetKernels(level);
+      EXPECT_NEAR(k.dot_f32(a.data(), b.data(), n), ref.dot_f32(a.data(), b.data(), n), 1e-4 * n);
+      EXPECT_NEAR(k.dot_f32_f16(a.data(), h.data(), n), ref.dot_f32_f16(a.data(), h.data(), n), 1e-4 * n);
+      std::vector<float> ya = y0, yb = y0;
+      k.axpy_f16(ya.data(), 0.7f, h.data(), n);
+      ref.axpy_f16(yb.data(), 0.7f, h.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(ya[i], yb[i], 1e-5);
+      ya = y0, yb = y0;
+      k.axpy_f32(ya.data(), -1.3f, a.data(), n);
+      ref.axpy_f32(yb.data(), -1.3f, a.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(ya[i], yb[i], 1e-5);
+    }
+  }
+}
+
+TEST(MatMul, ThreadedEqualsSingleThreaded) {
+  std::mt19937 rng(11);
+  Weights w = MakeWeights(DType::kQ8_0, 77, 128, rng);
+  std::vector<float> x(5 * 128);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : x) v = nd(rng);
+  ThreadPool one(1), two(2);
+  MatMulScratch s1, s2;
+  std::vector<float> y1(5 * 77), y2(5 * 77);
+  MatMul(w.view, x.data(), 5, y1.data(), one, s1);
+  MatMul(w.view, x.data(), 5, y2.data(), two, s2);
+  EXPECT_EQ(y1, y2);
+}
+
+TEST(Fp16, RoundTripAndRounding) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = Fp16ToFp32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(Fp32ToFp16(f), h) << h;
+  }
+  EXPECT_EQ(Fp32ToFp16(65520.0f), 0x7c00);  // rounds up to infinity
+  EXPECT_EQ(Fp32ToBf16(1.0f), 0x3f80);
+}
+
+}  // namespace
+}  // namespace inflight::kernels
