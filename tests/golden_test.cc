@@ -34,6 +34,8 @@ const GoldenCase kCases[] = {
     {"gpt2-f16", "gpt2-f16", DType::kF16, 0.1, 5e-2, true},
 };
 
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.json; }
+
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenTest, MatchesReference) {

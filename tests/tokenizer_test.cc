@@ -114,6 +114,8 @@ struct OracleCase {
   bool lossless;
 };
 
+void PrintTo(const OracleCase& c, std::ostream* os) { *os << c.name; }
+
 class HfOracleTest : public ::testing::TestWithParam<OracleCase> {};
 
 TEST_P(HfOracleTest, MatchesJsTokenizers) {

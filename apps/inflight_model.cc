@@ -1,0 +1,84 @@
+// inflight-model: inspect model files and write random-weight models of real architectures.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "format/gguf.h"
+#include "model/model.h"
+#include "model/random_model.h"
+
+using namespace inflight;
+
+namespace {
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "inflight-model: %s\n", s.message().c_str());
+  return 1;
+}
+
+int Info(const std::string& path) {
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
+    auto f = GgufFile::Open(path);
+    if (!f.ok()) return Fail(f.status());
+    std::printf("GGUF v%u, %zu metadata keys, %zu tensors, alignment %lu\n", (*f)->version(),
+                (*f)->metadata().size(), (*f)->tensors().size(), (unsigned long)(*f)->alignment());
+    for (const auto& [key, value] : (*f)->metadata()) std::printf("  %s = %s\n", key.c_str(), value.DebugString().c_str());
+    for (const auto& t : (*f)->tensors()) {
+      std::string dims;
+      for (int64_t d : t.dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+      std::printf("  tensor %-32s %-6s [%s]\n", t.name.c_str(), GgmlTypeName(t.ggml_type).c_str(), dims.c_str());
+    }
+  }
+  auto m = Model::Load(path);
+  if (!m.ok()) return Fail(m.status());
+  std::printf("model: %s\n", (*m)->Describe().c_str());
+  std::printf("decode weight bytes per token: %lld\n", (long long)(*m)->DecodeWeightBytes());
+  if (const Tokenizer* t = (*m)->tokenizer()) {
+    std::printf("tokenizer: %s, %d tokens, bos %d, eos %d, add_bos %d\n",
+                t->spec().model == TokenizerModel::kSentencePiece ? "sentencepiece-bpe" : "byte-level-bpe",
+                t->vocab_size(), t->bos_id(), t->eos_id(), t->spec().add_bos);
+  } else {
+    std::printf("tokenizer: none\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Inspect and make inflight models"};
+  app.require_subcommand(1);
+  std::string info_path;
+  auto* info = app.add_subcommand("info", "Print architecture, tensors and tokenizer of a model");
+  info->add_option("file", info_path)->required();
+
+  std::string arch_name = "llama", preset = "tiny", dtype_name = "f16", tokenizer_path, out;
+  uint64_t seed = 1;
+  bool untied = false;
+  auto* mk = app.add_subcommand("make-random", "Write a GGUF with random weights and a real tokenizer");
+  mk->add_option("--arch", arch_name, "llama, qwen2, qwen3, gpt2");
+  mk->add_option("--preset", preset, "tiny, small, tinyllama-1.1b");
+  mk->add_option("--dtype", dtype_name, "f32, f16, bf16, q8_0, q4_0");
+  mk->add_option("--tokenizer", tokenizer_path, "tokenizer.model or tokenizer.json")->required();
+  mk->add_option("--seed", seed);
+  mk->add_flag("--untied", untied, "Separate output matrix");
+  mk->add_option("--out,-o", out)->required();
+  CLI11_PARSE(app, argc, argv);
+
+  if (*info) return Info(info_path);
+  auto arch = ArchitectureFromName(arch_name);
+  if (!arch.ok()) return Fail(arch.status());
+  auto config = PresetConfig(*arch, preset);
+  if (!config.ok()) return Fail(config.status());
+  auto dtype = DTypeFromName(dtype_name);
+  if (!dtype) return Fail(InvalidArgumentError("unknown --dtype " + dtype_name));
+  auto spec = LoadTokenizerSpecFile(tokenizer_path);
+  if (!spec.ok()) return Fail(spec.status());
+  RandomModelParams params;
+  params.config = *config;
+  params.dtype = *dtype;
+  params.seed = seed;
+  params.tied_embeddings = !untied;
+  if (Status s = WriteRandomGguf(params, *spec, out); !s.ok()) return Fail(s);
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}

@@ -1,0 +1,168 @@
+#include "model/random_model.h"
+
+#include <cmath>
+#include <random>
+
+#include "format/gguf.h"
+#include "kernels/quantize.h"
+
+namespace inflight {
+namespace {
+
+void WriteTokenizer(const TokenizerSpec& t, GgufWriter& w) {
+  const bool spm = t.model == TokenizerModel::kSentencePiece;
+  w.SetString("tokenizer.ggml.model", spm && !t.scores.empty() ? "llama" : "gpt2");
+  w.SetStringArray("tokenizer.ggml.tokens", t.tokens);
+  if (!t.scores.empty()) w.SetF32Array("tokenizer.ggml.scores", t.scores);
+  std::vector<int32_t> types;
+  for (int32_t id = 0; id < static_cast<int32_t>(t.tokens.size()); ++id) {
+    TokenType type = t.types.empty() ? TokenType::kNormal : t.types[id];
+    for (const AddedToken& a : t.added) {
+      if (a.id == id) type = a.special ? TokenType::kControl : TokenType::kUserDefined;
+    }
+    types.push_back(static_cast<int32_t>(type));
+  }
+  w.SetI32Array("tokenizer.ggml.token_type", types);
+  if (!t.merges.empty()) w.SetStringArray("tokenizer.ggml.merges", t.merges);
+  if (!spm || t.scores.empty()) {
+    // The pre-tokenizer by its regex (the three this engine knows).
+    std::string pre = "gpt-2";
+    if (!t.pre_regexes.empty() && t.pre_regexes[0].find("\\p{N}{1,3}") != std::string::npos) pre = "llama-bpe";
+    else if (!t.pre_regexes.empty() && t.pre_regexes[0].find("(?i:'s") != std::string::npos) pre = "qwen2";
+    w.SetString("tokenizer.ggml.pre", pre);
+  }
+  if (t.bos_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", t.bos_id);
+  if (t.eos_id >= 0) w.SetU32("tokenizer.ggml.eos_token_id", t.eos_id);
+  if (t.unk_id >= 0) w.SetU32("tokenizer.ggml.unknown_token_id", t.unk_id);
+  if (t.pad_id >= 0) w.SetU32("tokenizer.ggml.padding_token_id", t.pad_id);
+  w.SetBool("tokenizer.ggml.add_bos_token", t.add_bos);
+  w.SetBool("tokenizer.ggml.add_eos_token", t.add_eos);
+  if (spm) w.SetBool("tokenizer.ggml.add_space_prefix", t.add_space_prefix);
+}
+
+}  // namespace
+
+StatusOr<Architecture> ArchitectureFromName(const std::string& name) {
+  if (name == "llama") return Architecture::kLlama;
+  if (name == "qwen2") return Architecture::kQwen2;
+  if (name == "qwen3") return Architecture::kQwen3;
+  if (name == "gpt2") return Architecture::kGpt2;
+  return InvalidArgumentError("unknown architecture '" + name + "' (llama, qwen2, qwen3, gpt2)");
+}
+
+StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset) {
+  ModelConfig c;
+  c.arch = arch;
+  if (preset == "tiny") {
+    c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.ffn_size = 192;
+    c.context_length = 1024;
+  } else if (preset == "small") {
+    c.hidden_size = 512, c.num_layers = 8, c.num_heads = 8, c.num_kv_heads = 4, c.ffn_size = 1408;
+    c.context_length = 2048;
+  } else if (preset == "tinyllama-1.1b") {
+    c.hidden_size = 2048, c.num_layers = 22, c.num_heads = 32, c.num_kv_heads = 4, c.ffn_size = 5632;
+    c.context_length = 2048;
+  } else {
+    return InvalidArgumentError("unknown preset '" + preset + "' (tiny, small, tinyllama-1.1b)");
+  }
+  c.head_dim = c.hidden_size / c.num_heads;
+  c.rope_dim = c.head_dim;
+  if (arch == Architecture::kGpt2) {
+    c.num_kv_heads = c.num_heads;
+    c.layer_norm = c.gelu_ffn = c.learned_positions = true;
+    c.ffn_size = 4 * c.hidden_size;
+    c.context_length = std::min(c.context_length, 1024);
+  } else {
+    c.rope_style = arch == Architecture::kLlama ? kernels::RopeStyle::kAdjacentPairs : kernels::RopeStyle::kHalves;
+    c.rope_base = arch == Architecture::kLlama ? 10000.0f : 1000000.0f;
+    c.norm_eps = arch == Architecture::kLlama ? 1e-5f : 1e-6f;
+  }
+  return c;
+}
+
+StatusOr<TokenizerSpec> LoadTokenizerSpecFile(const std::string& path) {
+  if (path.size() >= 6 && path.compare(path.size() - 6, 6, ".model") == 0) return Tokenizer::SpecFromSentencePieceModel(path);
+  auto tok = Tokenizer::FromHuggingFaceFile(path);
+  if (!tok.ok()) return tok.status();
+  return (*tok)->spec();
+}
+
+Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tokenizer, const std::string& path) {
+  ModelConfig c = params.config;
+  if (c.vocab_size == 0) c.vocab_size = static_cast<int32_t>(tokenizer.tokens.size());
+  RETURN_IF_ERROR(c.Validate());
+  const std::string a = ArchitectureName(c.arch);
+  GgufWriter w;
+  w.SetString("general.architecture", a);
+  w.SetString("general.name", "inflight random " + a);
+  w.SetU32(a + ".context_length", c.context_length);
+  w.SetU32(a + ".embedding_length", c.hidden_size);
+  w.SetU32(a + ".block_count", c.num_layers);
+  w.SetU32(a + ".feed_forward_length", c.ffn_size);
+  w.SetU32(a + ".attention.head_count", c.num_heads);
+  w.SetU32(a + ".attention.head_count_kv", c.num_kv_heads);
+  if (c.head_dim != c.hidden_size / c.num_heads) w.SetU32(a + ".attention.key_length", c.head_dim);
+  if (c.layer_norm) {
+    w.SetF32(a + ".attention.layer_norm_epsilon", c.norm_eps);
+  } else {
+    w.SetF32(a + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+    w.SetF32(a + ".rope.freq_base", c.rope_base);
+    w.SetU32(a + ".rope.dimension_count", c.rope_dim);
+  }
+  WriteTokenizer(tokenizer, w);
+
+  std::mt19937_64 rng(params.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto add = [&](const std::string& name, std::vector<int64_t> dims, float stddev, float mean, bool matrix) -> Status {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::vector<float> f(n);
+    for (float& x : f) x = mean + stddev * normal(rng);
+    const DType dt = matrix ? params.dtype : DType::kF32;
+    if (matrix && dims[0] % DTypeBlockSize(dt) != 0) return InvalidArgumentError(name + ": row length not a multiple of the block size");
+    std::vector<uint8_t> bytes(DTypeRowBytes(dt, dims[0]) * (n / dims[0]));
+    for (int64_t r = 0; r < n / dims[0]; ++r) kernels::QuantizeRow(dt, f.data() + r * dims[0], dims[0], bytes.data() + r * DTypeRowBytes(dt, dims[0]));
+    return w.AddTensor(name, dt, dims, std::move(bytes));
+  };
+  const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size;
+  auto proj_std = [](int64_t fan_in) { return 2.0f / std::sqrt(static_cast<float>(fan_in)); };
+  RETURN_IF_ERROR(add("token_embd.weight", {H, c.vocab_size}, params.embedding_std, 0, true));
+  if (c.learned_positions) RETURN_IF_ERROR(add("position_embd.weight", {H, c.context_length}, 0.1f, 0, false));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    RETURN_IF_ERROR(add(p + "attn_norm.weight", {H}, 0, 1, false));
+    if (c.layer_norm) RETURN_IF_ERROR(add(p + "attn_norm.bias", {H}, 0.02f, 0, false));
+    if (c.arch == Architecture::kGpt2) {
+      RETURN_IF_ERROR(add(p + "attn_qkv.weight", {H, Q + 2 * KV}, proj_std(H), 0, true));
+      RETURN_IF_ERROR(add(p + "attn_qkv.bias", {Q + 2 * KV}, 0.02f, 0, false));
+    } else {
+      RETURN_IF_ERROR(add(p + "attn_q.weight", {H, Q}, proj_std(H), 0, true));
+      RETURN_IF_ERROR(add(p + "attn_k.weight", {H, KV}, proj_std(H), 0, true));
+      RETURN_IF_ERROR(add(p + "attn_v.weight", {H, KV}, proj_std(H), 0, true));
+      if (c.arch == Architecture::kQwen2) {
+        RETURN_IF_ERROR(add(p + "attn_q.bias", {Q}, 0.02f, 0, false));
+        RETURN_IF_ERROR(add(p + "attn_k.bias", {KV}, 0.02f, 0, false));
+        RETURN_IF_ERROR(add(p + "attn_v.bias", {KV}, 0.02f, 0, false));
+      }
+      if (c.arch == Architecture::kQwen3) {
+        RETURN_IF_ERROR(add(p + "attn_q_norm.weight", {c.head_dim}, 0.1f, 1, false));
+        RETURN_IF_ERROR(add(p + "attn_k_norm.weight", {c.head_dim}, 0.1f, 1, false));
+      }
+    }
+    RETURN_IF_ERROR(add(p + "attn_output.weight", {Q, H}, proj_std(Q), 0, true));
+    if (c.layer_norm) RETURN_IF_ERROR(add(p + "attn_output.bias", {H}, 0.02f, 0, false));
+    RETURN_IF_ERROR(add(p + "ffn_norm.weight", {H}, 0, 1, false));
+    if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_norm.bias", {H}, 0.02f, 0, false));
+    if (!c.gelu_ffn) RETURN_IF_ERROR(add(p + "ffn_gate.weight", {H, F}, proj_std(H), 0, true));
+    RETURN_IF_ERROR(add(p + "ffn_up.weight", {H, F}, proj_std(H), 0, true));
+    if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_up.bias", {F}, 0.02f, 0, false));
+    RETURN_IF_ERROR(add(p + "ffn_down.weight", {F, H}, proj_std(F), 0, true));
+    if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_down.bias", {H}, 0.02f, 0, false));
+  }
+  RETURN_IF_ERROR(add("output_norm.weight", {H}, 0, 1, false));
+  if (c.layer_norm) RETURN_IF_ERROR(add("output_norm.bias", {H}, 0.02f, 0, false));
+  if (!params.tied_embeddings) RETURN_IF_ERROR(add("output.weight", {H, c.vocab_size}, params.embedding_std, 0, true));
+  return w.WriteFile(path);
+}
+
+}  // namespace inflight
