@@ -127,19 +127,17 @@ int main(int argc, char** argv) {
     j["decode_seconds"] = result->decode_seconds;
     j["threads"] = threads;
     j["simd"] = kernels::SimdLevelName(kernels::ActiveKernels().level);
-    if (sp.num_top_logprobs > 0 || true) {
-      nlohmann::json lp = nlohmann::json::array();
-      for (const auto& t : result->tokens) {
-        nlohmann::json e{{"id", t.id}, {"logprob", t.logprob}};
-        if (!t.top_logprobs.empty()) {
-          nlohmann::json top = nlohmann::json::array();
-          for (auto& [id, l] : t.top_logprobs) top.push_back({id, l});
-          e["top"] = top;
-        }
-        lp.push_back(e);
+    nlohmann::json lp = nlohmann::json::array();
+    for (const auto& t : result->tokens) {
+      nlohmann::json e{{"id", t.id}, {"logprob", t.logprob}};
+      if (!t.top_logprobs.empty()) {
+        nlohmann::json top = nlohmann::json::array();
+        for (auto& [id, l] : t.top_logprobs) top.push_back({id, l});
+        e["top"] = top;
       }
-      j["logprobs"] = lp;
+      lp.push_back(e);
     }
+    j["logprobs"] = lp;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
     std::printf("\n\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s (%d threads, %s)\n",

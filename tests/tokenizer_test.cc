@@ -153,7 +153,9 @@ TEST_P(HfOracleTest, MatchesJsTokenizers) {
       ADD_FAILURE() << c.name << " '" << corpus[i] << "'\n got:  " << nlohmann::json(got).dump() << "\n want: " << nlohmann::json(want).dump();
       if (mismatches > 5) break;
     }
-    if (c.lossless && c.specials.empty()) EXPECT_EQ((*tok)->Decode(got), corpus[i]);
+    if (c.lossless && c.specials.empty()) {
+      EXPECT_EQ((*tok)->Decode(got), corpus[i]);
+    }
   }
 }
 

@@ -65,18 +65,18 @@ bool ValidType(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64); 
 Status ReadScalar(Cursor& c, GgufType type, GgufValue* v, const std::string& key) {
   const char* what = "metadata value";
   switch (type) {
-    case GgufType::kU8: { uint8_t x; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kI8: { int8_t x; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kU16: { uint16_t x; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kI16: { int16_t x; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kU32: { uint32_t x; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kI32: { int32_t x; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kU64: { uint64_t x; RETURN_IF_ERROR(c.Read(&x, what)); v->i = (int64_t)x; break; }
-    case GgufType::kI64: { int64_t x; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kF32: { float x; RETURN_IF_ERROR(c.Read(&x, what)); v->f = x; break; }
-    case GgufType::kF64: { double x; RETURN_IF_ERROR(c.Read(&x, what)); v->f = x; break; }
+    case GgufType::kU8: { uint8_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
+    case GgufType::kI8: { int8_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
+    case GgufType::kU16: { uint16_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
+    case GgufType::kI16: { int16_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
+    case GgufType::kU32: { uint32_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
+    case GgufType::kI32: { int32_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
+    case GgufType::kU64: { uint64_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = (int64_t)x; break; }
+    case GgufType::kI64: { int64_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
+    case GgufType::kF32: { float x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->f = x; break; }
+    case GgufType::kF64: { double x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->f = x; break; }
     case GgufType::kBool: {
-      uint8_t x;
+      uint8_t x = 0;
       RETURN_IF_ERROR(c.Read(&x, what));
       if (x > 1) return DataLossError("metadata '" + key + "': bool value " + std::to_string(x));
       v->i = x;

@@ -85,6 +85,9 @@ Status Tokenizer::Build() {
   }
   std::stable_sort(specials_.begin(), specials_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  for (size_t i = 0; i < specials_.size(); ++i) {
+    specials_by_first_byte_[static_cast<uint8_t>(specials_[i].content[0])].push_back(static_cast<int32_t>(i));
+  }
 
   for (int b = 0; b < 256; ++b) {
     char name[8];
@@ -142,7 +145,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special, 
   };
   while (parse_special && i < text.size()) {
     const AddedToken* hit = nullptr;
-    for (const AddedToken& s : specials_) {
+    for (int32_t index : specials_by_first_byte_[static_cast<uint8_t>(text[i])]) {
+      const AddedToken& s = specials_[index];
       if (text.compare(i, s.content.size(), s.content) == 0) {
         hit = &s;
         break;  // longest first

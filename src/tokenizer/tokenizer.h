@@ -107,6 +107,7 @@ class Tokenizer {
   std::unordered_map<std::string, int32_t> token_to_id_;
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
   std::vector<AddedToken> specials_;  // matched in text, longest first
+  std::vector<int32_t> specials_by_first_byte_[256];  // indices into specials_, longest first
   std::vector<void*> regexes_;        // pcre2_code*, owned
   int32_t byte_token_[256];           // <0xXX> ids, or -1
   std::string byte_to_unicode_[256];  // byte-level mapping
