@@ -4,6 +4,7 @@
 
 #include "format/gguf.h"
 #include "model/model.h"
+#include "model/gguf_export.h"
 #include "model/random_model.h"
 
 using namespace inflight;
@@ -62,9 +63,23 @@ int main(int argc, char** argv) {
   mk->add_option("--seed", seed);
   mk->add_flag("--untied", untied, "Separate output matrix");
   mk->add_option("--out,-o", out)->required();
+  std::string convert_in, convert_out, convert_dtype = "f16";
+  auto* cv = app.add_subcommand("convert", "Write a Hugging Face folder (or any loadable model) as GGUF");
+  cv->add_option("input", convert_in, "HF folder with config.json + *.safetensors, or a .gguf / llama2.c .bin")->required();
+  cv->add_option("--dtype", convert_dtype, "f32, f16, bf16, q8_0, q4_0");
+  cv->add_option("--out,-o", convert_out)->required();
   CLI11_PARSE(app, argc, argv);
 
   if (*info) return Info(info_path);
+  if (*cv) {
+    auto dtype = DTypeFromName(convert_dtype);
+    if (!dtype) return Fail(InvalidArgumentError("unknown --dtype " + convert_dtype + " (f32, f16, bf16, q8_0, q4_0)"));
+    auto model = Model::Load(convert_in);
+    if (!model.ok()) return Fail(model.status());
+    if (Status s = ExportGguf(**model, *dtype, convert_out); !s.ok()) return Fail(s);
+    std::printf("wrote %s (%s)\n", convert_out.c_str(), DTypeName(*dtype));
+    return 0;
+  }
   auto arch = ArchitectureFromName(arch_name);
   if (!arch.ok()) return Fail(arch.status());
   auto config = PresetConfig(*arch, preset);

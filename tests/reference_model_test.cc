@@ -15,11 +15,19 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "base/fp16.h"
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "format/gguf.h"
+#include "model/gguf_export.h"
 #include "model/model.h"
 #include "model/random_model.h"
+#include "test_util.h"
 
 namespace inflight {
 namespace {
@@ -372,6 +380,178 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt2", DType::kF32}, Case{"gpt2", DType::kF16},
                       Case{"gpt2", DType::kQ8_0}, Case{"gpt2", DType::kQ4_0}),
     CaseName);
+
+// ---- Hugging Face folders: config.json + safetensors (sharded or not), F32/BF16/F16 ----
+// The engine runs the folder directly (rotate-half RoPE, Conv1D transposes, HF names); the
+// naive reference runs the GGUF that `inflight-model convert` writes from it (interleaved
+// RoPE for llama). Agreement checks the HF loader and the converter against each other and
+// against the reference.
+
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // row-major
+  std::vector<float> values;
+};
+
+void WriteSafetensors(const std::string& path, const std::vector<HfTensor>& tensors, const std::string& dtype) {
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const HfTensor& t : tensors) {
+    const size_t begin = data.size();
+    for (float f : t.values) {
+      if (dtype == "F32") data.append(reinterpret_cast<const char*>(&f), 4);
+      else {
+        const uint16_t h = dtype == "BF16" ? Fp32ToBf16(f) : Fp32ToFp16(f);
+        data.append(reinterpret_cast<const char*>(&h), 2);
+      }
+    }
+    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  const std::string h = header.dump();
+  const uint64_t n = h.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << h << data;
+}
+
+struct HfCase {
+  const char* arch;
+  const char* dtype;
+  bool sharded;
+  bool tied;
+};
+
+class HuggingFaceFolderTest : public ::testing::TestWithParam<HfCase> {};
+
+TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
+  const HfCase hc = GetParam();
+  const bool gpt2 = std::string(hc.arch) == "gpt2";
+  const std::string tokenizer = testing::SharedDir() + (gpt2 ? "/models/tokenizers/gpt2-hf/tokenizer.json"
+                                                             : "/models/tokenizers/llama2-sentencepiece/tokenizer.model");
+  REQUIRE_SHARED_FILE(tokenizer);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("inflight_hf_" + std::string(hc.arch));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(tokenizer, dir / std::filesystem::path(tokenizer).filename());
+
+  const int64_t H = 64, L = 2, NH = 4, NKV = gpt2 ? 4 : 2, D = H / NH, F = gpt2 ? 256 : 192;
+  const int64_t V = gpt2 ? 50257 : 32000;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<HfTensor> ts;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float stddev, float mean = 0) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    HfTensor t{name, shape, std::vector<float>(n)};
+    for (float& v : t.values) v = mean + stddev * normal(rng);
+    ts.push_back(std::move(t));
+  };
+  nlohmann::json config;
+  if (gpt2) {
+    config = {{"model_type", "gpt2"}, {"n_embd", H}, {"n_layer", L}, {"n_head", NH}, {"n_positions", 128},
+              {"vocab_size", V}, {"layer_norm_epsilon", 1e-5}};
+    add("wte.weight", {V, H}, 0.5f);
+    add("wpe.weight", {128, H}, 0.1f);
+    for (int l = 0; l < L; ++l) {
+      const std::string p = "h." + std::to_string(l) + ".";
+      add(p + "ln_1.weight", {H}, 0.1f, 1), add(p + "ln_1.bias", {H}, 0.02f);
+      add(p + "attn.c_attn.weight", {H, 3 * H}, 0.25f), add(p + "attn.c_attn.bias", {3 * H}, 0.02f);  // Conv1D [in, out]
+      add(p + "attn.c_proj.weight", {H, H}, 0.25f), add(p + "attn.c_proj.bias", {H}, 0.02f);
+      add(p + "ln_2.weight", {H}, 0.1f, 1), add(p + "ln_2.bias", {H}, 0.02f);
+      add(p + "mlp.c_fc.weight", {H, F}, 0.25f), add(p + "mlp.c_fc.bias", {F}, 0.02f);
+      add(p + "mlp.c_proj.weight", {F, H}, 0.12f), add(p + "mlp.c_proj.bias", {H}, 0.02f);
+    }
+    add("ln_f.weight", {H}, 0.1f, 1), add("ln_f.bias", {H}, 0.02f);
+  } else {
+    const bool qwen = std::string(hc.arch) == "qwen2";
+    config = {{"model_type", hc.arch}, {"hidden_size", H}, {"num_hidden_layers", L}, {"num_attention_heads", NH},
+              {"num_key_value_heads", NKV}, {"intermediate_size", F}, {"vocab_size", V}, {"rms_norm_eps", 1e-5},
+              {"rope_theta", qwen ? 1000000.0 : 10000.0}, {"max_position_embeddings", 256},
+              {"tie_word_embeddings", hc.tied}};
+    add("model.embed_tokens.weight", {V, H}, 0.5f);
+    for (int l = 0; l < L; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      add(p + "input_layernorm.weight", {H}, 0.1f, 1);
+      add(p + "self_attn.q_proj.weight", {NH * D, H}, 0.25f);
+      add(p + "self_attn.k_proj.weight", {NKV * D, H}, 0.25f);
+      add(p + "self_attn.v_proj.weight", {NKV * D, H}, 0.25f);
+      if (qwen) {
+        add(p + "self_attn.q_proj.bias", {NH * D}, 0.1f);
+        add(p + "self_attn.k_proj.bias", {NKV * D}, 0.1f);
+        add(p + "self_attn.v_proj.bias", {NKV * D}, 0.1f);
+      }
+      add(p + "self_attn.o_proj.weight", {H, NH * D}, 0.25f);
+      add(p + "post_attention_layernorm.weight", {H}, 0.1f, 1);
+      add(p + "mlp.gate_proj.weight", {F, H}, 0.25f);
+      add(p + "mlp.up_proj.weight", {F, H}, 0.25f);
+      add(p + "mlp.down_proj.weight", {H, F}, 0.14f);
+    }
+    add("model.norm.weight", {H}, 0.1f, 1);
+    if (!hc.tied) add("lm_head.weight", {V, H}, 0.5f);
+  }
+  std::ofstream(dir / "config.json") << config.dump(2);
+  if (hc.sharded) {
+    const size_t half = ts.size() / 2;
+    WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(), {ts.begin(), ts.begin() + half}, hc.dtype);
+    WriteSafetensors((dir / "model-00002-of-00002.safetensors").string(), {ts.begin() + half, ts.end()}, hc.dtype);
+    nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+    for (size_t i = 0; i < ts.size(); ++i)
+      index["weight_map"][ts[i].name] = i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    std::ofstream(dir / "model.safetensors.index.json") << index.dump(2);
+  } else {
+    WriteSafetensors((dir / "model.safetensors").string(), ts, hc.dtype);
+  }
+
+  auto hf = Model::Load(dir.string());
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  ASSERT_NE((*hf)->tokenizer(), nullptr);
+  const std::string gguf_path = (dir / "converted.gguf").string();
+  ASSERT_TRUE(ExportGguf(**hf, DType::kF32, gguf_path).ok());
+  auto converted = Model::Load(gguf_path);
+  ASSERT_TRUE(converted.ok()) << converted.status().ToString();
+  EXPECT_EQ((*converted)->tokenizer()->Encode("Hello world"), (*hf)->tokenizer()->Encode("Hello world"));
+  auto gguf = GgufFile::Open(gguf_path);
+  ASSERT_TRUE(gguf.ok());
+  const ModelConfig& mc = (*hf)->config();
+  RefModel ref{gguf->get(), hc.arch, mc.hidden_size, mc.num_layers, mc.num_heads, mc.num_kv_heads,
+               mc.head_dim, mc.ffn_size, mc.vocab_size, mc.norm_eps, mc.rope_base};
+
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back((i * 7919 + 13) % mc.vocab_size);
+  ThreadPool pool(2);
+  auto got = AllLogits(**hf, ids, DType::kF32, pool);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  auto got_converted = AllLogits(**converted, ids, DType::kF32, pool);
+  ASSERT_TRUE(got_converted.ok());
+  const std::vector<double> want = ReferenceLogits(ref, ids);
+  double max_abs = 0, max_diff = 0, max_diff_converted = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(want[i]));
+    max_diff = std::max(max_diff, std::abs(want[i] - (*got)[i]));
+    max_diff_converted = std::max(max_diff_converted, std::abs(want[i] - (*got_converted)[i]));
+  }
+  ASSERT_GT(max_abs, 1.0);
+  EXPECT_LT(max_diff / max_abs, 1e-3) << "HF folder vs reference";
+  EXPECT_LT(max_diff_converted / max_abs, 1e-3) << "converted GGUF vs reference";
+
+  // Quantized conversion stays within Q8_0's error of the F32 one.
+  const std::string q8_path = (dir / "converted-q8_0.gguf").string();
+  ASSERT_TRUE(ExportGguf(**hf, DType::kQ8_0, q8_path).ok());
+  auto q8 = Model::Load(q8_path);
+  ASSERT_TRUE(q8.ok());
+  EXPECT_EQ((*q8)->weights().layers[0].w_up.dtype, DType::kQ8_0);
+  auto got_q8 = AllLogits(**q8, ids, DType::kF32, pool);
+  ASSERT_TRUE(got_q8.ok());
+  double max_diff_q8 = 0;
+  for (size_t i = 0; i < want.size(); ++i) max_diff_q8 = std::max(max_diff_q8, std::abs(want[i] - (*got_q8)[i]));
+  EXPECT_LT(max_diff_q8 / max_abs, 0.1);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, HuggingFaceFolderTest,
+                         ::testing::Values(HfCase{"llama", "F32", true, false}, HfCase{"qwen2", "BF16", false, true},
+                                           HfCase{"gpt2", "F16", false, true}),
+                         [](const ::testing::TestParamInfo<HfCase>& info) { return std::string(info.param.arch); });
 
 }  // namespace
 }  // namespace inflight

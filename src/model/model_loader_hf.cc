@@ -208,10 +208,17 @@ StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir) {
   if (auto e = src.Get("token_embd.weight"); e.ok() && e->dims.size() == 2) model->config_.vocab_size = static_cast<int32_t>(e->dims[1]);
   st = LoadStandardWeights(src, model.get());
   if (!st.ok()) return fail(st);
+  // tokenizer.json, else a SentencePiece tokenizer.model (older Llama/Mistral checkpoints).
   if (auto tok = Tokenizer::FromHuggingFaceFile(dir + "/tokenizer.json"); tok.ok()) {
     model->tokenizer_ = std::move(tok).value();
   } else if (tok.status().code() != StatusCode::kNotFound) {
     return fail(tok.status());
+  } else if (std::ifstream(dir + "/tokenizer.model").good()) {
+    auto spec = Tokenizer::SpecFromSentencePieceModel(dir + "/tokenizer.model");
+    if (!spec.ok()) return fail(spec.status());
+    auto sp = Tokenizer::Create(std::move(spec).value());
+    if (!sp.ok()) return fail(sp.status());
+    model->tokenizer_ = std::move(sp).value();
   }
   FinishModel(model.get());
   return model;

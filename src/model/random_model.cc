@@ -4,43 +4,10 @@
 #include <random>
 
 #include "format/gguf.h"
+#include "model/gguf_export.h"
 #include "kernels/quantize.h"
 
 namespace inflight {
-namespace {
-
-void WriteTokenizer(const TokenizerSpec& t, GgufWriter& w) {
-  const bool spm = t.model == TokenizerModel::kSentencePiece;
-  w.SetString("tokenizer.ggml.model", spm && !t.scores.empty() ? "llama" : "gpt2");
-  w.SetStringArray("tokenizer.ggml.tokens", t.tokens);
-  if (!t.scores.empty()) w.SetF32Array("tokenizer.ggml.scores", t.scores);
-  std::vector<int32_t> types;
-  for (int32_t id = 0; id < static_cast<int32_t>(t.tokens.size()); ++id) {
-    TokenType type = t.types.empty() ? TokenType::kNormal : t.types[id];
-    for (const AddedToken& a : t.added) {
-      if (a.id == id) type = a.special ? TokenType::kControl : TokenType::kUserDefined;
-    }
-    types.push_back(static_cast<int32_t>(type));
-  }
-  w.SetI32Array("tokenizer.ggml.token_type", types);
-  if (!t.merges.empty()) w.SetStringArray("tokenizer.ggml.merges", t.merges);
-  if (!spm || t.scores.empty()) {
-    // The pre-tokenizer by its regex (the three this engine knows).
-    std::string pre = "gpt-2";
-    if (!t.pre_regexes.empty() && t.pre_regexes[0].find("\\p{N}{1,3}") != std::string::npos) pre = "llama-bpe";
-    else if (!t.pre_regexes.empty() && t.pre_regexes[0].find("(?i:'s") != std::string::npos) pre = "qwen2";
-    w.SetString("tokenizer.ggml.pre", pre);
-  }
-  if (t.bos_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", t.bos_id);
-  if (t.eos_id >= 0) w.SetU32("tokenizer.ggml.eos_token_id", t.eos_id);
-  if (t.unk_id >= 0) w.SetU32("tokenizer.ggml.unknown_token_id", t.unk_id);
-  if (t.pad_id >= 0) w.SetU32("tokenizer.ggml.padding_token_id", t.pad_id);
-  w.SetBool("tokenizer.ggml.add_bos_token", t.add_bos);
-  w.SetBool("tokenizer.ggml.add_eos_token", t.add_eos);
-  if (spm) w.SetBool("tokenizer.ggml.add_space_prefix", t.add_space_prefix);
-}
-
-}  // namespace
 
 StatusOr<Architecture> ArchitectureFromName(const std::string& name) {
   if (name == "llama") return Architecture::kLlama;
@@ -91,25 +58,9 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
   ModelConfig c = params.config;
   if (c.vocab_size == 0) c.vocab_size = static_cast<int32_t>(tokenizer.tokens.size());
   RETURN_IF_ERROR(c.Validate());
-  const std::string a = ArchitectureName(c.arch);
   GgufWriter w;
-  w.SetString("general.architecture", a);
-  w.SetString("general.name", "inflight random " + a);
-  w.SetU32(a + ".context_length", c.context_length);
-  w.SetU32(a + ".embedding_length", c.hidden_size);
-  w.SetU32(a + ".block_count", c.num_layers);
-  w.SetU32(a + ".feed_forward_length", c.ffn_size);
-  w.SetU32(a + ".attention.head_count", c.num_heads);
-  w.SetU32(a + ".attention.head_count_kv", c.num_kv_heads);
-  if (c.head_dim != c.hidden_size / c.num_heads) w.SetU32(a + ".attention.key_length", c.head_dim);
-  if (c.layer_norm) {
-    w.SetF32(a + ".attention.layer_norm_epsilon", c.norm_eps);
-  } else {
-    w.SetF32(a + ".attention.layer_norm_rms_epsilon", c.norm_eps);
-    w.SetF32(a + ".rope.freq_base", c.rope_base);
-    w.SetU32(a + ".rope.dimension_count", c.rope_dim);
-  }
-  WriteTokenizer(tokenizer, w);
+  WriteModelMetadata(c, std::string("inflight random ") + ArchitectureName(c.arch), w);
+  WriteTokenizerMetadata(tokenizer, w);
 
   std::mt19937_64 rng(params.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
