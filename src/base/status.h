@@ -56,6 +56,10 @@ inline Status DataLossError(std::string m) { return Status(StatusCode::kDataLoss
 inline Status ResourceExhaustedError(std::string m) {
   return Status(StatusCode::kResourceExhausted, std::move(m));
 }
+inline Status UnavailableError(std::string m) {
+  return Status(StatusCode::kUnavailable, std::move(m));
+}
+inline Status CancelledError(std::string m) { return Status(StatusCode::kCancelled, std::move(m)); }
 inline Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 inline Status FailedPreconditionError(std::string m) {
   return Status(StatusCode::kFailedPrecondition, std::move(m));

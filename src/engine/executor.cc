@@ -1,0 +1,517 @@
+#include "engine/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/check.h"
+
+namespace inflight {
+namespace {
+
+constexpr size_t kMaxStatsKept = 1000;
+constexpr int32_t kMaxReturnSequences = 64;
+
+Status ValidateWords(const std::vector<std::vector<int32_t>>& words, int32_t vocab, const char* what) {
+  for (const auto& w : words) {
+    if (w.empty()) return InvalidArgumentError(std::string(what) + " contain an empty word");
+    for (int32_t id : w) {
+      if (id < 0 || id >= vocab) return InvalidArgumentError(std::string(what) + " contain token id " + std::to_string(id) + " outside the vocabulary");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config)
+    : config_(config),
+      runner_(std::move(runner)),
+      vocab_size_(runner_->vocab_size()),
+      context_length_(runner_->context_length()),
+      num_kv_blocks_(runner_->num_kv_blocks()),
+      blocks_({num_kv_blocks_, config.tokens_per_block, config.enable_kv_cache_reuse}),
+      scheduler_(config, blocks_) {
+  sample_row_.resize(vocab_size_);
+  block_counts_ = blocks_.counts();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model, const ExecutorConfig& config) {
+  RETURN_IF_ERROR(config.Validate());
+  return std::make_unique<Executor>(std::make_unique<LocalModelRunner>(model, config), config);
+}
+
+Executor::~Executor() { Shutdown(); }
+
+Status Executor::Validate(const Request& r) const {
+  const int64_t prompt = static_cast<int64_t>(r.prompt_ids.size());
+  if (prompt == 0) return InvalidArgumentError("the prompt is empty");
+  for (int32_t id : r.prompt_ids) {
+    if (id < 0 || id >= vocab_size_) return InvalidArgumentError("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(vocab_size_) + ")");
+  }
+  if (r.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
+  if (prompt + r.max_tokens > context_length_) {
+    return InvalidArgumentError("prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
+                                ") exceeds the model's context length " + std::to_string(context_length_));
+  }
+  RETURN_IF_ERROR(r.sampling.Validate());
+  if (r.num_return_sequences < 1 || r.num_return_sequences > kMaxReturnSequences) {
+    return InvalidArgumentError("num_return_sequences must be in [1, " + std::to_string(kMaxReturnSequences) + "]");
+  }
+  if (r.min_tokens < 0) return InvalidArgumentError("min_tokens must be >= 0");
+  if (!(r.priority >= 0 && r.priority <= 1)) return InvalidArgumentError("priority must be in [0, 1]");
+  if (r.timeout_ms < 0) return InvalidArgumentError("timeout must be >= 0");
+  if (r.kv_retention_priority < 0 || r.kv_retention_priority > 100) return InvalidArgumentError("kv retention priority must be in [0, 100]");
+  if (r.end_id >= vocab_size_ || r.end_id < -1) return InvalidArgumentError("end_id " + std::to_string(r.end_id) + " is outside the vocabulary");
+  RETURN_IF_ERROR(ValidateWords(r.stop_words, vocab_size_, "stop words"));
+  RETURN_IF_ERROR(ValidateWords(r.bad_words, vocab_size_, "bad words"));
+  if (!config_.enable_chunked_context && prompt > config_.max_num_tokens) {
+    return InvalidArgumentError("prompt of " + std::to_string(prompt) + " tokens exceeds max_num_tokens " +
+                                std::to_string(config_.max_num_tokens) + " (enable chunked context to split it)");
+  }
+  // Blocks the request needs at once: the whole request under guaranteed_no_evict, one
+  // sequence under max_utilization (its siblings can wait or be paused).
+  const int64_t tpb = config_.tokens_per_block;
+  const int64_t lifetime = (prompt + r.max_tokens + tpb - 1) / tpb;
+  int64_t need = lifetime;
+  if (config_.policy == CapacityPolicy::kGuaranteedNoEvict) need += (r.num_return_sequences - 1) * (lifetime - prompt / tpb);
+  if (need > num_kv_blocks_) {
+    return InvalidArgumentError("the request needs " + std::to_string(need) + " KV cache blocks of " + std::to_string(tpb) +
+                                " tokens but the whole cache has " + std::to_string(num_kv_blocks_));
+  }
+  return OkStatus();
+}
+
+StatusOr<RequestId> Executor::Enqueue(Request request) {
+  RETURN_IF_ERROR(Validate(request));
+  if (request.arrival_time == Clock::time_point{}) request.arrival_time = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return UnavailableError("the executor is shut down");
+  if (config_.max_queue_size > 0 && num_queued_.load() >= config_.max_queue_size) {
+    return ResourceExhaustedError("Maximum queue size of " + std::to_string(config_.max_queue_size) +
+                                  " has been reached, please try again later");
+  }
+  const RequestId id = next_id_++;
+  if (!request.on_result) channels_[id] = std::make_shared<Channel>();
+  submissions_.emplace_back(id, std::move(request));
+  ++num_queued_;
+  ++num_unfinished_;
+  wake_.notify_one();
+  return id;
+}
+
+std::vector<Result> Executor::AwaitResponses(RequestId id, std::chrono::milliseconds timeout) {
+  std::shared_ptr<Channel> ch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = channels_.find(id);
+    if (it == channels_.end()) return {};
+    ch = it->second;
+  }
+  std::vector<Result> out;
+  bool final = false;
+  {
+    std::unique_lock<std::mutex> lock(ch->mu);
+    ch->cv.wait_for(lock, timeout, [&] { return !ch->results.empty(); });
+    while (!ch->results.empty()) {
+      final = final || ch->results.front().is_final;
+      out.push_back(std::move(ch->results.front()));
+      ch->results.pop_front();
+    }
+  }
+  if (final) {
+    std::lock_guard<std::mutex> lock(mu_);
+    channels_.erase(id);
+  }
+  return out;
+}
+
+void Executor::Cancel(RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(id);
+  wake_.notify_one();
+}
+
+void Executor::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<IterationStats> Executor::GetLatestIterationStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<IterationStats> out(stats_.begin(), stats_.end());
+  stats_.clear();
+  return out;
+}
+
+IterationStats Executor::LastIterationStats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_stats_;
+}
+
+BlockCounts Executor::KvBlockCounts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return block_counts_;
+}
+
+void Executor::Loop() {
+  std::vector<std::pair<RequestId, Request>> submissions;
+  std::vector<RequestId> cancels;
+  while (true) {
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || !submissions_.empty() || !cancels_.empty() || !requests_.empty(); });
+      stopping = stop_;
+      submissions.swap(submissions_);
+      cancels.swap(cancels_);
+    }
+    Admit(submissions);
+    submissions.clear();
+    if (stopping) {
+      for (auto& [id, rs] : requests_) cancels.push_back(id);
+    }
+    HandleCancellationsAndTimeouts(cancels);
+    cancels.clear();
+    RetireFinished();
+    if (stopping) break;
+    if (!requests_.empty()) RunStep();
+    RetireFinished();
+  }
+}
+
+void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
+  for (auto& [id, request] : submissions) {
+    auto rs = std::make_unique<RequestState>();
+    rs->id = id;
+    rs->request = std::move(request);
+    const Request& r = rs->request;
+    rs->stats.arrival_time = r.arrival_time;
+    rs->stats.num_prompt_tokens = static_cast<int32_t>(r.prompt_ids.size());
+    if (r.timeout_ms > 0) rs->deadline = r.arrival_time + std::chrono::milliseconds(r.timeout_ms);
+    auto seq = std::make_unique<Sequence>(rs.get(), 0, r.sampling);
+    seq->order = next_order_++;
+    seq->tokens = r.prompt_ids;
+    seq->prompt_len = static_cast<int32_t>(r.prompt_ids.size());
+    seq->sampler.AddPromptTokens(r.prompt_ids.data(), seq->prompt_len);
+    if (r.return_context_logits) rs->context_logits.resize(static_cast<size_t>(seq->prompt_len) * vocab_size_);
+    scheduler_.AddWaiting(seq.get());
+    rs->sequences.push_back(std::move(seq));
+    requests_.emplace(id, std::move(rs));
+  }
+}
+
+void Executor::HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels) {
+  auto end_request = [&](RequestState* rs, FinishReason reason) {
+    for (auto& seq : rs->sequences) {
+      if (seq->state != SequenceState::kFinished) FinishSequence(seq.get(), reason);
+    }
+    // Sequences not forked yet end too, so the request's result set is complete.
+    rs->forked = true;
+    for (auto& seq : rs->sequences) Publish(seq.get());
+  };
+  for (RequestId id : cancels) {
+    auto it = requests_.find(id);
+    if (it != requests_.end() && it->second->num_finished < static_cast<int32_t>(it->second->sequences.size())) {
+      end_request(it->second.get(), FinishReason::kCancelled);
+    }
+  }
+  const Clock::time_point now = Clock::now();
+  for (auto& [id, rs] : requests_) {
+    if (now >= rs->deadline && rs->num_finished < static_cast<int32_t>(rs->sequences.size())) {
+      end_request(rs.get(), FinishReason::kTimedOut);
+    }
+  }
+}
+
+void Executor::RunStep() {
+  const Clock::time_point start = Clock::now();
+  const ScheduleOutput& out = scheduler_.Step();
+  ++iteration_;
+  if (out.chunks.empty()) {
+    if (scheduler_.running().empty() && !scheduler_.waiting().empty()) {
+      // Enqueue's checks make this unreachable; never leave a request waiting forever.
+      FailRequest(scheduler_.waiting().front()->request,
+                  ResourceExhaustedError("the request cannot be scheduled with the KV cache and token budget configured"));
+    }
+    RecordStats(out, start, 0, 0, 0);
+    return;
+  }
+  plan_.chunks.clear();
+  int64_t rows = 0;
+  int32_t context_seqs = 0, context_tokens = 0, gen_seqs = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    Sequence* seq = c.seq;
+    SequenceChunk ch;
+    ch.token_ids = seq->tokens.data() + seq->num_computed;
+    ch.num_tokens = c.num_tokens;
+    ch.start_pos = seq->num_computed;
+    ch.block_table = seq->blocks.data();
+    ch.num_blocks = static_cast<int32_t>(seq->blocks.size());
+    // Context logits of the prompt's first pass.
+    ch.all_logits = seq->index == 0 && seq->request->request.return_context_logits &&
+                    seq->num_computed == seq->request->num_context_logits && seq->num_computed < seq->prompt_len;
+    rows += ch.all_logits ? c.num_tokens : 1;
+    plan_.chunks.push_back(ch);
+    if (seq->num_uncomputed() == 1 && seq->num_generated() > 0) {
+      ++gen_seqs;
+    } else {
+      ++context_seqs;
+      context_tokens += c.num_tokens;
+    }
+  }
+  if (logits_.size() < static_cast<size_t>(rows) * vocab_size_) logits_.resize(static_cast<size_t>(rows) * vocab_size_);
+  const Status st = runner_->Forward(plan_, logits_.data());
+  if (!st.ok()) {
+    for (const ScheduledChunk& c : out.chunks) {
+      if (c.seq->state != SequenceState::kFinished) FailRequest(c.seq->request, st);
+    }
+    RecordStats(out, start, context_seqs, context_tokens, gen_seqs);
+    return;
+  }
+  int64_t row = 0;
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const int64_t n_rows = plan_.chunks[i].all_logits ? out.chunks[i].num_tokens : 1;
+    ProcessChunk(out.chunks[i], plan_.chunks[i].all_logits, logits_.data() + row * vocab_size_, n_rows);
+    row += n_rows;
+  }
+  for (RequestState* rs : touched_) {
+    for (auto& seq : rs->sequences) Publish(seq.get());
+    rs->touched = false;
+  }
+  touched_.clear();
+  RecordStats(out, start, context_seqs, context_tokens, gen_seqs);
+}
+
+void Executor::ProcessChunk(const ScheduledChunk& c, bool all_logits, const float* logits, int64_t rows) {
+  Sequence* seq = c.seq;
+  RequestState* rs = seq->request;
+  if (all_logits) {
+    const int64_t keep = std::min<int64_t>(rows, seq->prompt_len - rs->num_context_logits);
+    std::copy(logits, logits + keep * vocab_size_, rs->context_logits.begin() + static_cast<int64_t>(rs->num_context_logits) * vocab_size_);
+    rs->num_context_logits += static_cast<int32_t>(keep);
+  }
+  seq->num_computed += c.num_tokens;
+  scheduler_.CommitFullBlocks(seq);
+  if (!rs->touched) {
+    rs->touched = true;
+    touched_.push_back(rs);
+  }
+  if (seq->num_computed < static_cast<int32_t>(seq->tokens.size())) return;  // mid-prompt chunk
+  const float* last = logits + (rows - 1) * vocab_size_;
+  const bool first_of_request = seq->index == 0 && !rs->forked && seq->num_generated() == 0;
+  SampleNext(seq, last);
+  if (first_of_request && rs->request.num_return_sequences > 1) Fork(seq, last);
+  rs->forked = true;
+}
+
+void Executor::SampleNext(Sequence* seq, const float* logits_row) {
+  RequestState* rs = seq->request;
+  const Request& r = rs->request;
+  if (r.return_generation_logits) seq->generation_logits.insert(seq->generation_logits.end(), logits_row, logits_row + vocab_size_);
+  float* x = sample_row_.data();
+  std::copy(logits_row, logits_row + vocab_size_, x);
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  // Bad words: a one-token word is always banned; a longer one bans its last token after
+  // its prefix.
+  for (const auto& w : r.bad_words) {
+    const size_t prefix = w.size() - 1;
+    if (prefix > seq->tokens.size()) continue;
+    if (std::equal(w.begin(), w.end() - 1, seq->tokens.end() - static_cast<std::ptrdiff_t>(prefix))) x[w.back()] = kBanned;
+  }
+  if (r.end_id >= 0 && seq->num_generated() < r.min_tokens) x[r.end_id] = kBanned;
+  SampledToken t = seq->sampler.Sample(x, vocab_size_);
+  const Clock::time_point now = Clock::now();
+  if (rs->stats.first_token_time == Clock::time_point{}) rs->stats.first_token_time = now;
+  rs->stats.last_token_time = now;
+  if (t.id == r.end_id) {
+    if (r.return_generation_logits) seq->generation_logits.resize(seq->generation_logits.size() - vocab_size_);
+    FinishSequence(seq, FinishReason::kEndId);
+    return;
+  }
+  seq->tokens.push_back(t.id);
+  seq->log_probs.push_back(t.logprob);
+  seq->cum_log_prob += t.logprob;
+  rs->stats.num_generated_tokens++;
+  if (seq->num_generated() >= r.min_tokens && StopWordMatched(*seq)) {
+    FinishSequence(seq, FinishReason::kStopWords);
+  } else if (seq->num_generated() >= r.max_tokens || static_cast<int32_t>(seq->tokens.size()) >= context_length_) {
+    FinishSequence(seq, FinishReason::kLength);
+  }
+}
+
+bool Executor::StopWordMatched(const Sequence& seq) const {
+  const int32_t gen = seq.num_generated();
+  for (const auto& w : seq.request->request.stop_words) {
+    if (static_cast<int32_t>(w.size()) > gen) continue;
+    if (std::equal(w.begin(), w.end(), seq.tokens.end() - static_cast<std::ptrdiff_t>(w.size()))) return true;
+  }
+  return false;
+}
+
+void Executor::Fork(Sequence* parent, const float* logits_row) {
+  RequestState* rs = parent->request;
+  const int32_t tpb = config_.tokens_per_block;
+  const int32_t full = parent->prompt_len / tpb, partial = parent->prompt_len % tpb;
+  for (int32_t i = 1; i < rs->request.num_return_sequences; ++i) {
+    SamplingParams sp = rs->request.sampling;
+    sp.seed += static_cast<uint64_t>(i);  // sibling i draws with seed + i
+    auto seq = std::make_unique<Sequence>(rs, i, sp);
+    seq->order = parent->order;
+    seq->tokens.assign(rs->request.prompt_ids.begin(), rs->request.prompt_ids.end());
+    seq->prompt_len = parent->prompt_len;
+    seq->sampler.AddPromptTokens(seq->tokens.data(), seq->prompt_len);
+    seq->ever_scheduled = true;
+    std::optional<int32_t> copy;
+    if (partial > 0) copy = blocks_.Allocate();
+    if (partial > 0 && !copy) {
+      // No block for the copy (max_utilization under pressure): recompute the prompt later.
+      scheduler_.AddWaiting(seq.get());
+      rs->sequences.push_back(std::move(seq));
+      continue;
+    }
+    for (int32_t b = 0; b < full; ++b) {
+      blocks_.AddRef(parent->blocks[b]);
+      seq->blocks.push_back(parent->blocks[b]);
+    }
+    if (copy) {
+      runner_->CopyBlockPrefix(parent->blocks[full], *copy, partial);
+      seq->blocks.push_back(*copy);
+      rs->stats.num_allocated_blocks++;
+    }
+    seq->num_computed = seq->prompt_len;
+    seq->num_committed = std::min(parent->num_committed, full);
+    seq->last_key = parent->last_key;
+    INFLIGHT_CHECK(parent->num_committed == full);
+    scheduler_.AddRunning(seq.get());
+    Sequence* raw = seq.get();
+    rs->sequences.push_back(std::move(seq));
+    SampleNext(raw, logits_row);
+  }
+}
+
+void Executor::FinishSequence(Sequence* seq, FinishReason reason) {
+  seq->finish = reason;
+  scheduler_.Remove(seq);  // releases its blocks now
+  seq->request->num_finished++;
+}
+
+void Executor::Deliver(RequestState* rs, Result&& result) {
+  if (rs->request.on_result) {
+    rs->request.on_result(std::move(result));
+    return;
+  }
+  std::shared_ptr<Channel> ch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = channels_.find(rs->id);
+    if (it == channels_.end()) return;
+    ch = it->second;
+  }
+  {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    ch->results.push_back(std::move(result));
+  }
+  ch->cv.notify_all();
+}
+
+void Executor::Publish(Sequence* seq) {
+  RequestState* rs = seq->request;
+  const Request& r = rs->request;
+  const bool finished = seq->state == SequenceState::kFinished;
+  if (seq->num_published < 0) return;  // its final result is out
+  const int32_t gen = seq->num_generated();
+  if (!finished && (!r.streaming || gen == seq->num_published)) return;
+  Result res;
+  res.request_id = rs->id;
+  res.sequence_index = seq->index;
+  res.vocab_size = vocab_size_;
+  res.decoding_iteration = static_cast<int32_t>(iteration_);
+  res.finish_reason = seq->finish;
+  res.is_sequence_final = finished;
+  const int32_t from = r.streaming ? seq->num_published : 0;
+  if (!r.streaming && !r.exclude_input_in_output) res.output_token_ids.assign(seq->tokens.begin(), seq->tokens.begin() + seq->prompt_len);
+  res.output_token_ids.insert(res.output_token_ids.end(), seq->tokens.begin() + seq->prompt_len + from, seq->tokens.end());
+  if (r.return_log_probs) res.log_probs.assign(seq->log_probs.begin() + from, seq->log_probs.end());
+  res.cum_log_prob = seq->cum_log_prob;
+  if (r.return_generation_logits) res.generation_logits.swap(seq->generation_logits);
+  if (seq->index == 0 && r.return_context_logits && !rs->context_logits_sent &&
+      rs->num_context_logits == seq->prompt_len) {
+    res.context_logits = rs->context_logits;
+    rs->context_logits_sent = true;
+  }
+  seq->num_published = finished ? -1 : gen;  // -1: the final result is out
+  const bool all_done = rs->forked && rs->num_finished == static_cast<int32_t>(rs->sequences.size());
+  if (finished && all_done) {
+    // The request's last result: only once every sibling has published its own.
+    bool others_out = true;
+    for (auto& s : rs->sequences) others_out = others_out && (s.get() == seq || s->num_published < 0);
+    res.is_final = others_out;
+  }
+  if (res.is_final) res.stats = rs->stats;
+  Deliver(rs, std::move(res));
+}
+
+void Executor::FailRequest(RequestState* rs, const Status& error) {
+  for (auto& seq : rs->sequences) {
+    if (seq->state != SequenceState::kFinished) FinishSequence(seq.get(), FinishReason::kNotFinished);
+    seq->num_published = -1;
+  }
+  rs->forked = true;
+  Result res;
+  res.request_id = rs->id;
+  res.is_final = res.is_sequence_final = true;
+  res.error = error;
+  res.stats = rs->stats;
+  Deliver(rs, std::move(res));
+}
+
+void Executor::RetireFinished() {
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    RequestState* rs = it->second.get();
+    bool done = rs->forked && rs->num_finished == static_cast<int32_t>(rs->sequences.size());
+    for (auto& s : rs->sequences) done = done && s->num_published < 0;
+    if (done) {
+      it = requests_.erase(it);
+      --num_unfinished_;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, int32_t context_seqs,
+                           int32_t context_tokens, int32_t gen_seqs) {
+  IterationStats s;
+  s.iteration = iteration_;
+  s.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  s.num_active = static_cast<int32_t>(scheduler_.running().size());
+  s.num_queued = static_cast<int32_t>(scheduler_.waiting().size());
+  s.num_scheduled_context = context_seqs;
+  s.num_scheduled_generation = gen_seqs;
+  s.num_context_tokens = context_tokens;
+  s.num_generation_tokens = gen_seqs;
+  s.num_paused = static_cast<int32_t>(out.paused.size());
+  s.num_paused_total = scheduler_.num_paused_total();
+  const BlockCounts c = blocks_.counts();
+  s.kv_blocks_total = c.total, s.kv_blocks_free = c.free, s.kv_blocks_used = c.used, s.kv_blocks_cached = c.cached;
+  s.kv_blocks_reused = out.num_reused_blocks;
+  s.waiting_for_kv_cache = out.waiting_for_kv_cache;
+  s.waiting_for_max_num_tokens = out.waiting_for_max_num_tokens;
+  s.waiting_for_max_batch_size = out.waiting_for_max_batch_size;
+  s.waiting_for_static_batch = out.waiting_for_static_batch;
+  std::lock_guard<std::mutex> lock(mu_);
+  num_queued_ = s.num_queued + static_cast<int64_t>(submissions_.size());
+  last_stats_ = s;
+  block_counts_ = c;
+  stats_.push_back(s);
+  if (stats_.size() > kMaxStatsKept) stats_.pop_front();
+}
+
+}  // namespace inflight

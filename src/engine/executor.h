@@ -1,0 +1,132 @@
+// The in-flight batching executor (TensorRT-LLM's Executor): requests join the running batch
+// at the next step, finished ones leave at once and free their KV blocks, and context chunks
+// and generation tokens of different requests run fused in one forward pass.
+//
+// One engine thread owns the scheduler, the block manager and every request's state, with no
+// locks inside the step: admit -> cancel/time out -> schedule -> forward -> sample -> publish
+// -> retire. Other threads talk to it through two hand-offs only: the submission queue
+// (Enqueue, Cancel) and each request's result channel (AwaitResponses or the request's
+// on_result callback). Every public method is thread-safe.
+//
+// Batch invariance (a request's greedy output never depends on its batch mates): every row of
+// the forward pass is computed by the same code path whatever the batch holds. Matmuls quantize
+// and reduce each token row on its own (token groups only share weight loads, never sums),
+// attention runs per (token, head) over that sequence's own blocks, and every K/V value is read
+// back from the cache in its stored dtype, so a token computed in a chunk, in a full prompt, in
+// a decode step, on a resume after a pause, or served from the prefix cache holds the same bits.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/executor_config.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kvcache/block_manager.h"
+
+namespace inflight {
+
+class Executor {
+ public:
+  // Starts the engine thread over `runner` (owned).
+  Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config);
+  // A LocalModelRunner over `model` (which must outlive the executor).
+  static StatusOr<std::unique_ptr<Executor>> Create(const Model& model, const ExecutorConfig& config);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Validates and queues a request. INVALID_ARGUMENT for a request that can never be served
+  // (bad ids, prompt + max_tokens over the context or over the whole KV cache, ...),
+  // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE after Shutdown.
+  StatusOr<RequestId> Enqueue(Request request);
+
+  // Results of `id` that arrived, waiting up to `timeout` for the first. Empty on timeout or
+  // for an unknown id; after the final result the id is forgotten.
+  std::vector<Result> AwaitResponses(RequestId id, std::chrono::milliseconds timeout);
+
+  // Cancels at the next step boundary: a final result (kCancelled) with what was generated,
+  // blocks freed. Unknown or finished ids are ignored.
+  void Cancel(RequestId id);
+
+  // Finishes every outstanding request with kCancelled and stops the engine thread.
+  void Shutdown();
+
+  // Stats of the steps since the last call (the newest 1000 at most).
+  std::vector<IterationStats> GetLatestIterationStats();
+  IterationStats LastIterationStats() const;
+  BlockCounts KvBlockCounts() const;
+  int32_t num_kv_blocks() const { return num_kv_blocks_; }
+  int32_t vocab_size() const { return vocab_size_; }
+  const ExecutorConfig& config() const { return config_; }
+  // Requests enqueued and not finished yet.
+  int64_t num_unfinished_requests() const { return num_unfinished_.load(); }
+
+ private:
+  struct Channel {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Result> results;
+  };
+
+  Status Validate(const Request& r) const;
+  void Loop();
+  void Admit(std::vector<std::pair<RequestId, Request>>& submissions);
+  void HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels);
+  void RunStep();
+  void ProcessChunk(const ScheduledChunk& chunk, bool all_logits, const float* logits, int64_t rows);
+  void SampleNext(Sequence* seq, const float* logits_row);
+  void Fork(Sequence* parent, const float* logits_row);
+  bool StopWordMatched(const Sequence& seq) const;
+  void FinishSequence(Sequence* seq, FinishReason reason);
+  void Publish(Sequence* seq);
+  void Deliver(RequestState* rs, Result&& result);
+  void FailRequest(RequestState* rs, const Status& error);
+  void RetireFinished();
+  void RecordStats(const ScheduleOutput& out, Clock::time_point start, int32_t context_seqs, int32_t context_tokens,
+                   int32_t gen_seqs);
+
+  ExecutorConfig config_;
+  std::unique_ptr<ModelRunner> runner_;
+  const int32_t vocab_size_;
+  const int32_t context_length_;
+  const int32_t num_kv_blocks_;
+
+  // Engine-thread state.
+  KvBlockManager blocks_;
+  Scheduler scheduler_;
+  std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;
+  std::vector<RequestState*> touched_;  // requests with results to publish this step
+  BatchPlan plan_;
+  std::vector<float> logits_;       // [rows, vocab]
+  std::vector<float> sample_row_;   // [vocab]
+  uint64_t next_order_ = 0;
+  int64_t iteration_ = 0;
+
+  // Shared with other threads.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<std::pair<RequestId, Request>> submissions_;
+  std::vector<RequestId> cancels_;
+  std::unordered_map<RequestId, std::shared_ptr<Channel>> channels_;
+  std::deque<IterationStats> stats_;
+  IterationStats last_stats_;
+  BlockCounts block_counts_;
+  RequestId next_id_ = 1;
+  bool stop_ = false;
+  std::atomic<int64_t> num_queued_{0};
+  std::atomic<int64_t> num_unfinished_{0};
+  std::thread thread_;
+};
+
+}  // namespace inflight

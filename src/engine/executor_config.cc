@@ -1,0 +1,91 @@
+#include "engine/executor_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+
+namespace inflight {
+
+StatusOr<CapacityPolicy> CapacityPolicyFromName(const std::string& name) {
+  if (name == "guaranteed_no_evict") return CapacityPolicy::kGuaranteedNoEvict;
+  if (name == "max_utilization") return CapacityPolicy::kMaxUtilization;
+  return InvalidArgumentError("unknown batch scheduler policy '" + name + "' (guaranteed_no_evict, max_utilization)");
+}
+
+StatusOr<BatchingStrategy> BatchingStrategyFromName(const std::string& name) {
+  if (name == "inflight" || name == "inflight_fused_batching" || name == "inflight_batching") return BatchingStrategy::kInflight;
+  if (name == "static" || name == "static_batching" || name == "V1" || name == "v1") return BatchingStrategy::kStatic;
+  return InvalidArgumentError("unknown batching strategy '" + name + "' (inflight_fused_batching, static)");
+}
+
+const char* CapacityPolicyName(CapacityPolicy p) {
+  return p == CapacityPolicy::kGuaranteedNoEvict ? "guaranteed_no_evict" : "max_utilization";
+}
+
+const char* BatchingStrategyName(BatchingStrategy b) {
+  return b == BatchingStrategy::kInflight ? "inflight_fused_batching" : "static";
+}
+
+Status ExecutorConfig::Validate() const {
+  if (max_batch_size < 1) return InvalidArgumentError("max_batch_size must be >= 1");
+  if (max_num_tokens < 1) return InvalidArgumentError("max_num_tokens must be >= 1");
+  if (max_queue_size < 0) return InvalidArgumentError("max_queue_size must be >= 0");
+  if (tokens_per_block < 1 || (tokens_per_block & (tokens_per_block - 1)) != 0) {
+    return InvalidArgumentError("tokens_per_block must be a power of two");
+  }
+  if (enable_chunked_context && max_num_tokens < tokens_per_block) {
+    return InvalidArgumentError("max_num_tokens must be >= tokens_per_block with chunked context");
+  }
+  if (max_tokens_in_paged_kv_cache < 0) return InvalidArgumentError("max_tokens_in_paged_kv_cache must be >= 0");
+  if (!(kv_cache_free_mem_fraction > 0 && kv_cache_free_mem_fraction <= 1)) {
+    return InvalidArgumentError("kv_cache_free_mem_fraction must be in (0, 1]");
+  }
+  if (kv_dtype != DType::kF16 && kv_dtype != DType::kF32 && kv_dtype != DType::kBF16) {
+    return InvalidArgumentError("kv cache dtype must be f16, f32 or bf16");
+  }
+  if (num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
+  return OkStatus();
+}
+
+std::string IterationStats::ToJson() const {
+  nlohmann::json j = {{"iter", iteration},
+                      {"step_ms", step_ms},
+                      {"num_active", num_active},
+                      {"num_queued", num_queued},
+                      {"num_scheduled_context", num_scheduled_context},
+                      {"num_scheduled_generation", num_scheduled_generation},
+                      {"num_context_tokens", num_context_tokens},
+                      {"num_generation_tokens", num_generation_tokens},
+                      {"num_paused", num_paused},
+                      {"num_paused_total", num_paused_total},
+                      {"kv_blocks", {{"total", kv_blocks_total}, {"free", kv_blocks_free}, {"used", kv_blocks_used},
+                                     {"cached", kv_blocks_cached}, {"reused", kv_blocks_reused}}},
+                      {"waiting_for", {{"kv_cache", waiting_for_kv_cache}, {"max_num_tokens", waiting_for_max_num_tokens},
+                                       {"max_batch_size", waiting_for_max_batch_size}, {"static_batch", waiting_for_static_batch}}}};
+  return j.dump();
+}
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNotFinished: return "not_finished";
+    case FinishReason::kEndId: return "end_id";
+    case FinishReason::kStopWords: return "stop_words";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kTimedOut: return "timed_out";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+namespace {
+double Ms(Clock::time_point a, Clock::time_point b) {
+  if (a == Clock::time_point{} || b == Clock::time_point{}) return 0;
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+double RequestStats::queue_ms() const { return Ms(arrival_time, first_scheduled_time); }
+double RequestStats::time_to_first_token_ms() const { return Ms(arrival_time, first_token_time); }
+double RequestStats::decode_ms() const { return Ms(first_token_time, last_token_time); }
+
+}  // namespace inflight

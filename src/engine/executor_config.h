@@ -1,0 +1,66 @@
+// The executor's configuration (TensorRT-LLM names) and its statistics types.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "tensor/dtype.h"
+
+namespace inflight {
+
+enum class CapacityPolicy {
+  kGuaranteedNoEvict,  // admit only when blocks for prompt + max_tokens are reserved; never pause
+  kMaxUtilization,     // admit while the next step fits; pause the newest requests when short
+};
+enum class BatchingStrategy {
+  kInflight,  // inflight_fused_batching: join and leave every step
+  kStatic,    // a batch forms, runs until its longest request ends; nobody joins meanwhile
+};
+
+StatusOr<CapacityPolicy> CapacityPolicyFromName(const std::string& name);  // guaranteed_no_evict|max_utilization
+StatusOr<BatchingStrategy> BatchingStrategyFromName(const std::string& name);  // inflight[_fused_batching]|static[_batching]|v1
+const char* CapacityPolicyName(CapacityPolicy p);
+const char* BatchingStrategyName(BatchingStrategy b);
+
+struct ExecutorConfig {
+  int32_t max_batch_size = 64;     // sequences per step
+  int32_t max_num_tokens = 2048;   // tokens per step (context chunks + generation tokens)
+  int32_t max_queue_size = 0;      // waiting requests; 0 = unbounded
+  CapacityPolicy policy = CapacityPolicy::kGuaranteedNoEvict;
+  BatchingStrategy batching = BatchingStrategy::kInflight;
+  bool enable_chunked_context = false;
+  bool enable_kv_cache_reuse = false;
+  int32_t tokens_per_block = 32;
+  int64_t max_tokens_in_paged_kv_cache = 0;  // 0 = unset
+  double kv_cache_free_mem_fraction = 0.9;   // of the memory available after loading weights
+  DType kv_dtype = DType::kF16;              // kF16, kF32 or kBF16
+  int32_t num_threads = 2;                   // compute threads of the forward pass
+
+  // INVALID_ARGUMENT naming the field.
+  Status Validate() const;
+};
+
+// One executor step (TensorRT-LLM's IterationStats, plus why waiting requests waited).
+struct IterationStats {
+  int64_t iteration = 0;
+  double step_ms = 0;
+  int32_t num_active = 0;   // sequences holding KV state or running
+  int32_t num_queued = 0;   // requests not started (or paused)
+  int32_t num_scheduled_context = 0;     // sequences with a context chunk this step
+  int32_t num_scheduled_generation = 0;  // sequences decoding one token this step
+  int32_t num_context_tokens = 0;
+  int32_t num_generation_tokens = 0;
+  int32_t num_paused = 0;        // paused during this step
+  int64_t num_paused_total = 0;  // since start
+  int32_t kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+  int32_t kv_blocks_reused = 0;  // prefix blocks served from the cache this step
+  // Why sequences that could have run did not (counts this step).
+  int32_t waiting_for_kv_cache = 0;
+  int32_t waiting_for_max_num_tokens = 0;
+  int32_t waiting_for_max_batch_size = 0;
+  int32_t waiting_for_static_batch = 0;
+  std::string ToJson() const;
+};
+
+}  // namespace inflight

@@ -1,0 +1,52 @@
+// What the executor needs from a model: one forward pass over a ragged batch with K/V in the
+// paged pool, and a block copy (forked sequences). The real runner wraps Model + KvStorage +
+// the compute thread pool; scheduler tests use a fake. Engine-thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "engine/executor_config.h"
+#include "kvcache/kv_storage.h"
+#include "model/model.h"
+
+namespace inflight {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t context_length() const = 0;
+  virtual int32_t num_kv_blocks() const = 0;
+  // Logits [plan.num_logit_rows(), vocab]; K/V of the new tokens go to their blocks.
+  virtual Status Forward(const BatchPlan& plan, float* logits) = 0;
+  // Copies the K/V of the first num_tokens slots of block src into block dst.
+  virtual void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) = 0;
+};
+
+// Pool size for a model: max_tokens_in_paged_kv_cache or kv_cache_free_mem_fraction of the
+// memory available now (after the weights are loaded), whichever is smaller, and never more
+// than twice what max_batch_size sequences at full context could use (the rest would only
+// ever serve as prefix cache). At least one full-context sequence when the memory allows.
+int32_t ComputeNumKvBlocks(const ModelConfig& model, const ExecutorConfig& config);
+
+class LocalModelRunner : public ModelRunner {
+ public:
+  LocalModelRunner(const Model& model, const ExecutorConfig& config);
+  int32_t vocab_size() const override { return model_.config().vocab_size; }
+  int32_t context_length() const override { return model_.config().context_length; }
+  int32_t num_kv_blocks() const override { return storage_.config().num_blocks; }
+  Status Forward(const BatchPlan& plan, float* logits) override;
+  void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) override;
+
+ private:
+  const Model& model_;
+  KvStorage storage_;
+  KvCacheView view_;
+  ForwardScratch scratch_;
+  ThreadPool pool_;
+};
+
+}  // namespace inflight

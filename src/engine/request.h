@@ -1,0 +1,91 @@
+// What a client hands the executor and what it gets back, in the shape of TensorRT-LLM's
+// executor API (Request, Result, FinishReason, RequestStage). Plain values; thread-safe to copy.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "sampling/sampler.h"
+
+namespace inflight {
+
+using RequestId = uint64_t;
+using Clock = std::chrono::steady_clock;
+
+// TensorRT-LLM's FinishReason values.
+enum class FinishReason : int32_t {
+  kNotFinished = 0,
+  kEndId = 1,
+  kStopWords = 2,
+  kLength = 3,
+  kTimedOut = 4,
+  kCancelled = 5,
+};
+const char* FinishReasonName(FinishReason r);
+
+struct Request {
+  std::vector<int32_t> prompt_ids;
+  int32_t max_tokens = 16;  // new tokens
+  SamplingParams sampling;
+  int32_t end_id = -1;  // sampling it finishes the sequence; -1: none
+  int32_t pad_id = -1;
+  std::vector<std::vector<int32_t>> stop_words;  // token sequences; the match stays in the output
+  std::vector<std::vector<int32_t>> bad_words;   // token sequences never produced
+  int32_t min_tokens = 0;                        // end_id and stop words are ignored before
+  bool streaming = false;                        // a result per step with the new tokens
+  bool exclude_input_in_output = false;          // non-streaming results omit the prompt
+  bool return_log_probs = false;
+  bool return_context_logits = false;     // [prompt_len, vocab]
+  bool return_generation_logits = false;  // [generated, vocab]
+  int32_t num_return_sequences = 1;       // independent samples sharing the prompt's KV blocks
+  float priority = 0.5f;                  // 0..1, higher is served first (then arrival order)
+  int64_t timeout_ms = 0;                 // allotted time from arrival; 0 = none
+  int32_t kv_retention_priority = 35;     // 0..100, for this request's cached blocks
+  // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
+  Clock::time_point arrival_time{};
+  // When set, results go here (called on the engine thread; keep it short) instead of the
+  // queue that AwaitResponses reads.
+  std::function<void(struct Result&&)> on_result;
+};
+
+// Times and counters of one request, filled as it runs.
+struct RequestStats {
+  Clock::time_point arrival_time{};
+  Clock::time_point first_scheduled_time{};
+  Clock::time_point first_token_time{};
+  Clock::time_point last_token_time{};
+  int32_t num_prompt_tokens = 0;
+  int32_t num_generated_tokens = 0;   // over all sequences
+  int32_t num_reused_blocks = 0;      // KV blocks served from the prefix cache
+  int32_t num_allocated_blocks = 0;   // KV blocks newly allocated
+  int32_t num_pauses = 0;             // max_utilization preemptions
+
+  double queue_ms() const;
+  double time_to_first_token_ms() const;
+  double decode_ms() const;
+};
+
+struct Result {
+  RequestId request_id = 0;
+  int32_t sequence_index = 0;
+  bool is_final = false;           // the request's last result
+  bool is_sequence_final = false;  // this sequence's last result
+  Status error;                    // not OK: the request failed; is_final is set
+  // Streaming: the new tokens of this step. Otherwise: the whole output (prompt first unless
+  // exclude_input_in_output).
+  std::vector<int32_t> output_token_ids;
+  std::vector<float> log_probs;    // per generated token in output_token_ids
+  float cum_log_prob = 0.0f;
+  FinishReason finish_reason = FinishReason::kNotFinished;
+  std::vector<float> context_logits;     // [prompt_len, vocab], in the first result
+  std::vector<float> generation_logits;  // [tokens, vocab] of the tokens in this result
+  int32_t vocab_size = 0;
+  int32_t decoding_iteration = 0;  // executor step that produced this result
+  RequestStats stats;              // complete in the final result
+};
+
+}  // namespace inflight

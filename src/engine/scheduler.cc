@@ -1,0 +1,219 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace inflight {
+namespace {
+
+// Serve order: higher request priority first, then earlier arrival.
+bool ServedBefore(const Sequence* a, const Sequence* b) {
+  const float pa = a->request->request.priority, pb = b->request->request.priority;
+  if (pa != pb) return pa > pb;
+  if (a->order != b->order) return a->order < b->order;
+  return a->index < b->index;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const ExecutorConfig& config, KvBlockManager& blocks) : config_(config), blocks_(blocks) {}
+
+void Scheduler::AddWaiting(Sequence* seq) {
+  seq->state = SequenceState::kWaiting;
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, ServedBefore), seq);
+}
+
+void Scheduler::AddRunning(Sequence* seq) {
+  seq->state = SequenceState::kRunning;
+  running_.push_back(seq);
+}
+
+void Scheduler::DropBlocks(Sequence* seq) {
+  blocks_.Release(seq->blocks);
+  seq->blocks.clear();
+  seq->num_computed = 0;
+  seq->num_committed = 0;
+  seq->last_key = KvBlockManager::kRootKey;
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  auto drop = [seq](std::vector<Sequence*>& v) { v.erase(std::remove(v.begin(), v.end(), seq), v.end()); };
+  drop(running_);
+  drop(waiting_);
+  DropBlocks(seq);
+  seq->state = SequenceState::kFinished;
+}
+
+void Scheduler::CommitFullBlocks(Sequence* seq) {
+  const int32_t tpb = config_.tokens_per_block;
+  while ((seq->num_committed + 1) * tpb <= seq->num_computed) {
+    seq->last_key = blocks_.Commit(seq->blocks[seq->num_committed], seq->last_key,
+                                   seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
+                                   seq->request->request.kv_retention_priority);
+    ++seq->num_committed;
+  }
+}
+
+int32_t Scheduler::ChunkSize(const Sequence& seq, int32_t budget) const {
+  const int32_t remaining = seq.num_uncomputed();
+  if (remaining <= budget) return remaining;
+  if (!config_.enable_chunked_context) return 0;
+  // Non-final chunks end on a block boundary.
+  const int32_t tpb = config_.tokens_per_block;
+  const int32_t end = (seq.num_computed + budget) / tpb * tpb;
+  return std::max(0, end - seq.num_computed);
+}
+
+bool Scheduler::EnsureBlocks(Sequence* seq, int64_t num_tokens) {
+  const int64_t tpb = config_.tokens_per_block;
+  const int64_t need = (num_tokens + tpb - 1) / tpb - static_cast<int64_t>(seq->blocks.size());
+  if (need <= 0) return true;
+  if (need > blocks_.NumAvailable()) return false;
+  for (int64_t i = 0; i < need; ++i) {
+    auto b = blocks_.Allocate();
+    INFLIGHT_CHECK(b.has_value());
+    seq->blocks.push_back(*b);
+  }
+  seq->request->stats.num_allocated_blocks += static_cast<int32_t>(need);
+  return true;
+}
+
+void Scheduler::Pause(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  DropBlocks(seq);  // full blocks stay cached when reuse is on: the resume finds them
+  seq->request->stats.num_pauses++;
+  ++num_paused_total_;
+  out_.paused.push_back(seq);
+  AddWaiting(seq);
+}
+
+Sequence* Scheduler::PickVictim(const Sequence* exclude) const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (*it != exclude && (*it)->scheduled_step != step_) return *it;
+  }
+  return nullptr;
+}
+
+void Scheduler::Schedule(Sequence* seq, int32_t n, int32_t& budget) {
+  seq->scheduled_step = step_;
+  if (!seq->ever_scheduled) {
+    seq->ever_scheduled = true;
+    if (seq->index == 0) seq->request->stats.first_scheduled_time = Clock::now();
+  }
+  out_.chunks.push_back({seq, n});
+  budget -= n;
+}
+
+void Scheduler::ScheduleRunning(int32_t& budget) {
+  // Decoding sequences first, then mid-prompt ones; each group in start order.
+  order_scratch_.clear();
+  for (Sequence* s : running_) if (s->num_uncomputed() == 1) order_scratch_.push_back(s);
+  for (Sequence* s : running_) if (s->num_uncomputed() != 1) order_scratch_.push_back(s);
+  for (Sequence* seq : order_scratch_) {
+    if (seq->state != SequenceState::kRunning) continue;  // paused earlier in this loop
+    if (static_cast<int32_t>(out_.chunks.size()) >= config_.max_batch_size) {
+      ++out_.waiting_for_max_batch_size;
+      continue;
+    }
+    const int32_t n = ChunkSize(*seq, budget);
+    if (n == 0) {
+      ++out_.waiting_for_max_num_tokens;
+      continue;
+    }
+    bool ok = EnsureBlocks(seq, seq->num_computed + n);
+    while (!ok && config_.policy == CapacityPolicy::kMaxUtilization) {
+      Sequence* victim = PickVictim(seq);
+      if (victim == nullptr) break;
+      Pause(victim);
+      ok = EnsureBlocks(seq, seq->num_computed + n);
+    }
+    if (!ok) {
+      if (config_.policy == CapacityPolicy::kMaxUtilization) Pause(seq);  // nothing left to evict
+      ++out_.waiting_for_kv_cache;
+      continue;
+    }
+    Schedule(seq, n, budget);
+  }
+}
+
+void Scheduler::TakePrefix(Sequence* seq) {
+  if (!config_.enable_kv_cache_reuse || seq->request->request.return_context_logits || !seq->blocks.empty()) return;
+  // At least the last token is recomputed: its logits choose the next token.
+  const int64_t usable = static_cast<int64_t>(seq->tokens.size()) - 1;
+  seq->blocks = blocks_.AcquirePrefix(seq->tokens.data(), usable, INT32_MAX);
+  const int32_t n = static_cast<int32_t>(seq->blocks.size());
+  const int32_t tpb = config_.tokens_per_block;
+  seq->num_computed = n * tpb;
+  seq->num_committed = n;
+  seq->last_key = KvBlockManager::kRootKey;
+  for (int32_t i = 0; i < n; ++i) seq->last_key = blocks_.ChainKey(seq->last_key, seq->tokens.data() + static_cast<int64_t>(i) * tpb);
+}
+
+void Scheduler::AdmitWaiting(int32_t& budget) {
+  if (waiting_.empty()) return;
+  if (!out_.paused.empty()) return;  // short of blocks already
+  if (config_.batching == BatchingStrategy::kStatic && !running_.empty()) {
+    out_.waiting_for_static_batch = static_cast<int32_t>(waiting_.size());
+    return;
+  }
+  const bool no_evict = config_.policy == CapacityPolicy::kGuaranteedNoEvict;
+  const int32_t tpb = config_.tokens_per_block;
+  int64_t reserved = 0;
+  if (no_evict) {
+    for (Sequence* s : running_) {
+      if (s->request->mark == step_) continue;
+      s->request->mark = step_;
+      reserved += s->request->OutstandingBlocks(tpb);
+    }
+  }
+  size_t i = 0;
+  int32_t* blocked_reason = nullptr;
+  for (; i < waiting_.size(); ++i) {
+    Sequence* seq = waiting_[i];
+    if (static_cast<int32_t>(running_.size()) >= config_.max_batch_size ||
+        static_cast<int32_t>(out_.chunks.size()) >= config_.max_batch_size) {
+      blocked_reason = &out_.waiting_for_max_batch_size;
+      break;
+    }
+    TakePrefix(seq);
+    const int32_t n = ChunkSize(*seq, budget);
+    if (n == 0) blocked_reason = &out_.waiting_for_max_num_tokens;
+    int64_t outstanding = 0;
+    if (!blocked_reason && no_evict) {
+      outstanding = seq->request->OutstandingBlocks(tpb);
+      if (outstanding > blocks_.NumAvailable() - reserved) blocked_reason = &out_.waiting_for_kv_cache;
+    }
+    const size_t held = seq->blocks.size();
+    if (!blocked_reason && !EnsureBlocks(seq, seq->num_computed + n)) blocked_reason = &out_.waiting_for_kv_cache;
+    if (blocked_reason) {
+      DropBlocks(seq);
+      break;
+    }
+    if (no_evict) reserved += outstanding - static_cast<int64_t>(seq->blocks.size() - held);
+    out_.num_reused_blocks += seq->num_committed;
+    seq->request->stats.num_reused_blocks += seq->num_committed;
+    seq->state = SequenceState::kRunning;
+    running_.push_back(seq);
+    Schedule(seq, n, budget);
+  }
+  if (blocked_reason) *blocked_reason += static_cast<int32_t>(waiting_.size() - i);
+  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+const ScheduleOutput& Scheduler::Step() {
+  ++step_;
+  // Reset in place: the vectors keep their capacity (no allocation per step once warm).
+  out_.step = step_;
+  out_.chunks.clear();
+  out_.paused.clear();
+  out_.num_reused_blocks = 0;
+  out_.waiting_for_kv_cache = out_.waiting_for_max_num_tokens = 0;
+  out_.waiting_for_max_batch_size = out_.waiting_for_static_batch = 0;
+  int32_t budget = config_.max_num_tokens;
+  ScheduleRunning(budget);
+  AdmitWaiting(budget);
+  return out_;
+}
+
+}  // namespace inflight

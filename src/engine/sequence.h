@@ -1,0 +1,78 @@
+// The engine's state of one sequence (a request has num_return_sequences of them). Every
+// sequence is "num_computed catching up to tokens.size()": a prompt, a resumed (recomputed)
+// sequence and a decoding one differ only in how far behind they are. Engine-thread only.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/request.h"
+#include "kvcache/block_manager.h"
+#include "sampling/sampler.h"
+
+namespace inflight {
+
+struct RequestState;
+
+enum class SequenceState { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  Sequence(RequestState* owner, int32_t index, const SamplingParams& sampling) : request(owner), index(index), sampler(sampling) {}
+
+  RequestState* request;
+  int32_t index;
+  uint64_t order = 0;             // arrival order of the request (ties in priority)
+  SequenceState state = SequenceState::kWaiting;
+  std::vector<int32_t> tokens;    // prompt + generated
+  int32_t prompt_len = 0;
+  int32_t num_computed = 0;       // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;    // block table
+  int32_t num_committed = 0;      // leading blocks committed for prefix reuse
+  uint64_t last_key = KvBlockManager::kRootKey;  // key of the last committed block
+  bool ever_scheduled = false;
+  int64_t scheduled_step = -1;    // last step that scheduled it
+  Sampler sampler;
+  FinishReason finish = FinishReason::kNotFinished;
+  int32_t num_published = 0;      // generated tokens already sent to the client
+  std::vector<float> log_probs;   // per generated token
+  float cum_log_prob = 0.0f;
+  std::vector<float> generation_logits;  // [unpublished generated, vocab]
+
+  int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
+  int32_t num_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
+};
+
+// A request's engine-side state.
+struct RequestState {
+  RequestId id = 0;
+  Request request;
+  RequestStats stats;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::vector<std::unique_ptr<Sequence>> sequences;  // [0] runs the prompt; others fork from it
+  bool forked = false;
+  int32_t num_finished = 0;
+  std::vector<float> context_logits;  // [prompt_len, vocab] when requested
+  int32_t num_context_logits = 0;     // rows filled so far
+  bool context_logits_sent = false;
+
+  int64_t mark = -1;     // the scheduler's per-step walks
+  bool touched = false;  // the executor publishes its results at the end of the step
+
+  // Blocks the request may still have to allocate to run to completion: each unfinished
+  // sequence grows its table to ceil((prompt + max_tokens) / tokens_per_block) blocks, and
+  // sequences not forked yet will share the prompt's full blocks.
+  int64_t OutstandingBlocks(int32_t tokens_per_block) const {
+    const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+    const int64_t lifetime = (prompt + request.max_tokens + tokens_per_block - 1) / tokens_per_block;
+    int64_t need = 0;
+    for (const auto& s : sequences) {
+      if (s->state != SequenceState::kFinished) need += std::max<int64_t>(0, lifetime - static_cast<int64_t>(s->blocks.size()));
+    }
+    if (!forked) need += (request.num_return_sequences - 1) * (lifetime - prompt / tokens_per_block);
+    return need;
+  }
+};
+
+}  // namespace inflight

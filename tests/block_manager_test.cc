@@ -1,0 +1,181 @@
+// KV block manager: scripted scenarios with exact block ids, reference counts and eviction
+// order, then a randomized run of 10^5 operations checking every invariant after each.
+#include "kvcache/block_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+namespace inflight {
+namespace {
+
+std::vector<int32_t> Tokens(int32_t first, int32_t n) {
+  std::vector<int32_t> t(n);
+  for (int32_t i = 0; i < n; ++i) t[i] = first + i;
+  return t;
+}
+
+TEST(BlockManager, AllocatesLowestIdsFirstAndCountsExactly) {
+  KvBlockManager m({4, 2, false});
+  EXPECT_EQ(*m.Allocate(), 0);
+  EXPECT_EQ(*m.Allocate(), 1);
+  EXPECT_EQ(m.counts().used, 2);
+  EXPECT_EQ(m.counts().free, 2);
+  EXPECT_EQ(*m.Allocate(), 2);
+  EXPECT_EQ(*m.Allocate(), 3);
+  EXPECT_FALSE(m.Allocate().has_value());  // out of blocks is a value, not an error
+  m.Release({1});
+  EXPECT_EQ(m.counts().free, 1);
+  EXPECT_EQ(*m.Allocate(), 1);
+  m.Release({0, 1, 2, 3});
+  EXPECT_EQ(m.counts().free, 4);
+  EXPECT_EQ(m.CheckInvariants(), "");
+}
+
+TEST(BlockManager, ReusesCommittedPrefixAndSharesByReferenceCount) {
+  KvBlockManager m({8, 4, true});
+  const std::vector<int32_t> prompt = Tokens(100, 10);  // two full blocks + 2 tokens
+  // Sequence A computes it: blocks 0, 1, 2; commits the two full ones.
+  std::vector<int32_t> a = {*m.Allocate(), *m.Allocate(), *m.Allocate()};
+  EXPECT_EQ(a, (std::vector<int32_t>{0, 1, 2}));
+  const uint64_t k0 = m.Commit(a[0], KvBlockManager::kRootKey, prompt.data(), kDefaultRetentionPriority);
+  m.Commit(a[1], k0, prompt.data() + 4, kDefaultRetentionPriority);
+  // Sequence B with the same prompt gets A's two full blocks, shared.
+  std::vector<int32_t> b = m.AcquirePrefix(prompt.data(), prompt.size(), 100);
+  EXPECT_EQ(b, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(m.RefCount(0), 2);
+  EXPECT_EQ(m.RefCount(1), 2);
+  EXPECT_EQ(m.num_reused_blocks(), 2);
+  // A different second block only matches the first.
+  std::vector<int32_t> other = prompt;
+  other[5] = 7;
+  std::vector<int32_t> c = m.AcquirePrefix(other.data(), other.size(), 100);
+  EXPECT_EQ(c, (std::vector<int32_t>{0}));
+  EXPECT_EQ(m.RefCount(0), 3);
+  // max_blocks caps the match (the last prompt token must always be recomputed).
+  std::vector<int32_t> d = m.AcquirePrefix(prompt.data(), 8, 1);
+  EXPECT_EQ(d, (std::vector<int32_t>{0}));
+  m.Release(d);
+  m.Release(c);
+  m.Release(b);
+  m.Release(a);
+  // Both committed blocks are cached, block 2 is free again.
+  EXPECT_EQ(m.counts().cached, 2);
+  EXPECT_EQ(m.counts().free, 6);
+  EXPECT_EQ(m.counts().used, 0);
+  EXPECT_TRUE(m.IsCached(0));
+  EXPECT_FALSE(m.IsCached(2));
+  // A later request still finds them.
+  std::vector<int32_t> e = m.AcquirePrefix(prompt.data(), prompt.size(), 100);
+  EXPECT_EQ(e, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(m.counts().cached, 0);
+  m.Release(e);
+  EXPECT_EQ(m.CheckInvariants(), "");
+}
+
+TEST(BlockManager, EvictsFreeBlocksFirstThenLeastRecentlyUsedLeafFirst) {
+  KvBlockManager m({4, 2, true});
+  const std::vector<int32_t> p = Tokens(1, 4), q = Tokens(50, 4);
+  std::vector<int32_t> a = {*m.Allocate(), *m.Allocate()};  // 0, 1
+  uint64_t k = m.Commit(a[0], KvBlockManager::kRootKey, p.data(), 35);
+  m.Commit(a[1], k, p.data() + 2, 35);
+  m.Release(a);  // leaf 1 is older than 0
+  std::vector<int32_t> b = {*m.Allocate(), *m.Allocate()};  // uncached free blocks first: 2, 3
+  EXPECT_EQ(b, (std::vector<int32_t>{2, 3}));
+  k = m.Commit(b[0], KvBlockManager::kRootKey, q.data(), 35);
+  m.Commit(b[1], k, q.data() + 2, 35);
+  m.Release(b);  // order now (oldest first): 1, 0, 3, 2
+  EXPECT_EQ(*m.Allocate(), 1);
+  EXPECT_EQ(*m.Allocate(), 0);
+  EXPECT_EQ(*m.Allocate(), 3);
+  // The first block of q is still reusable; p is gone.
+  EXPECT_TRUE(m.AcquirePrefix(p.data(), 4, 10).empty());
+  EXPECT_EQ(m.AcquirePrefix(q.data(), 4, 10), (std::vector<int32_t>{2}));
+  EXPECT_FALSE(m.Allocate().has_value());
+  m.Release({1, 0, 3, 2});
+  EXPECT_EQ(m.CheckInvariants(), "");
+}
+
+TEST(BlockManager, LowRetentionPriorityIsEvictedFirst) {
+  KvBlockManager m({3, 2, true});
+  const std::vector<int32_t> hi = Tokens(1, 2), lo = Tokens(9, 2);
+  int32_t b0 = *m.Allocate(), b1 = *m.Allocate();
+  m.Commit(b0, KvBlockManager::kRootKey, hi.data(), 90);
+  m.Commit(b1, KvBlockManager::kRootKey, lo.data(), 10);
+  m.Release({b1});  // the low-priority block is released last (most recently used) ...
+  m.Release({b0});
+  ASSERT_EQ(*m.Allocate(), 2);
+  EXPECT_EQ(*m.Allocate(), b1);  // ... yet evicted first
+  EXPECT_EQ(m.AcquirePrefix(hi.data(), 2, 1), (std::vector<int32_t>{b0}));
+  EXPECT_EQ(m.CheckInvariants(), "");
+}
+
+TEST(BlockManager, DuplicatePrefixIsNotCommittedTwice) {
+  KvBlockManager m({4, 2, true});
+  const std::vector<int32_t> p = Tokens(3, 2);
+  int32_t a = *m.Allocate(), b = *m.Allocate();
+  m.Commit(a, KvBlockManager::kRootKey, p.data(), 35);
+  m.Commit(b, KvBlockManager::kRootKey, p.data(), 35);  // computed twice at the same time
+  EXPECT_TRUE(m.IsCached(a));
+  EXPECT_FALSE(m.IsCached(b));
+  m.Release({a, b});
+  EXPECT_EQ(m.counts().cached, 1);
+  EXPECT_EQ(m.counts().free, 3);
+  EXPECT_EQ(m.CheckInvariants(), "");
+}
+
+TEST(BlockManager, RandomizedOperationsKeepInvariants) {
+  KvBlockManager m({64, 4, true});
+  std::mt19937 rng(12345);
+  std::vector<std::vector<int32_t>> held;  // per live sequence
+  std::map<int32_t, int32_t> expected_refs;
+  const int kOps = 100000;
+  for (int op = 0; op < kOps; ++op) {
+    const int kind = rng() % 4;
+    if (kind == 0 || held.empty()) {
+      // A new sequence over a prompt from a small alphabet of prefixes (so reuse happens).
+      const int32_t n = 1 + rng() % 20;
+      std::vector<int32_t> prompt(n);
+      for (int32_t i = 0; i < n; ++i) prompt[i] = (i < 8 ? static_cast<int32_t>(rng() % 2) : static_cast<int32_t>(rng() % 50));
+      std::vector<int32_t> blocks = m.AcquirePrefix(prompt.data(), n - 1, 100);
+      uint64_t key = KvBlockManager::kRootKey;
+      for (size_t i = 0; i < blocks.size(); ++i) key = m.ChainKey(key, prompt.data() + 4 * i);
+      bool ok = true;
+      for (int32_t pos = static_cast<int32_t>(blocks.size()) * 4; pos < n; pos += 4) {
+        auto b = m.Allocate();
+        if (!b) {
+          ok = false;
+          break;
+        }
+        blocks.push_back(*b);
+        if (pos + 4 <= n) key = m.Commit(*b, key, prompt.data() + pos, static_cast<int32_t>(rng() % 101));
+      }
+      if (!ok) {
+        m.Release(blocks);
+      } else {
+        for (int32_t b : blocks) ++expected_refs[b];
+        held.push_back(std::move(blocks));
+      }
+    } else {
+      const size_t i = rng() % held.size();
+      for (int32_t b : held[i]) --expected_refs[b];
+      m.Release(held[i]);
+      held.erase(held.begin() + i);
+    }
+    const std::string err = m.CheckInvariants();
+    ASSERT_EQ(err, "") << "after op " << op;
+    const BlockCounts c = m.counts();
+    ASSERT_EQ(c.free + c.cached + c.used, c.total);
+    if (op % 97 == 0) {
+      for (const auto& [b, r] : expected_refs) ASSERT_EQ(m.RefCount(b), r) << "block " << b;
+    }
+  }
+  for (auto& h : held) m.Release(h);
+  EXPECT_EQ(m.counts().used, 0);
+  EXPECT_EQ(m.counts().free + m.counts().cached, 64);
+  EXPECT_GT(m.num_reused_blocks(), 1000);
+}
+
+}  // namespace
+}  // namespace inflight
