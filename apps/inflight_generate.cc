@@ -10,6 +10,7 @@
 #include "engine/generate.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "offline_batch.h"
 
 using namespace inflight;
 
@@ -67,7 +68,48 @@ int main(int argc, char** argv) {
   app.add_flag("--ignore-eos", ignore_eos, "Keep generating after end-of-sequence");
   app.add_flag("--no-special", no_special, "Do not add BOS/EOS to the prompt");
   app.add_flag("--json", json_out, "Print one JSON object instead of streaming text");
+  // Offline batch mode: many requests through the in-flight batching executor.
+  OfflineOptions offline;
+  std::string batching = "inflight", policy = "guaranteed_no_evict";
+  int64_t kv_cache_tokens = 0;
+  ExecutorConfig& ec = offline.executor;
+  app.add_option("--prompts-file", offline.prompts_file,
+                 "JSON lines: prompt or prompt_ids, max_tokens, sampling fields, arrival_ms; runs them all "
+                 "through the batching executor and prints one JSON line per request and a summary");
+  app.add_option("--batching", batching, "inflight or static (with --prompts-file)");
+  app.add_option("--policy", policy, "guaranteed_no_evict or max_utilization");
+  app.add_option("--max-batch-size", ec.max_batch_size)->check(CLI::Range(1, 4096));
+  app.add_option("--max-num-tokens", ec.max_num_tokens, "Token budget per step")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--kv-cache-tokens", kv_cache_tokens, "max_tokens_in_paged_kv_cache (0: by free memory)");
+  app.add_option("--kv-cache-free-mem-fraction", ec.kv_cache_free_mem_fraction);
+  app.add_option("--tokens-per-block", ec.tokens_per_block);
+  app.add_option("--max-queue-size", ec.max_queue_size);
+  app.add_flag("--chunked-context", ec.enable_chunked_context, "Split long prompts into block-aligned chunks");
+  app.add_flag("--kv-reuse", ec.enable_kv_cache_reuse, "Reuse KV blocks of shared prompt prefixes");
   CLI11_PARSE(app, argc, argv);
+
+  if (!offline.prompts_file.empty()) {
+    auto b = BatchingStrategyFromName(batching);
+    if (!b.ok()) return Fail(b.status());
+    auto p = CapacityPolicyFromName(policy);
+    if (!p.ok()) return Fail(p.status());
+    auto kv = DTypeFromName(kv_dtype_name);
+    if (!kv) return Fail(InvalidArgumentError("--kv-dtype must be f16, bf16 or f32"));
+    ec.batching = *b;
+    ec.policy = *p;
+    ec.kv_dtype = *kv;
+    ec.max_tokens_in_paged_kv_cache = kv_cache_tokens;
+    ec.num_threads = threads;
+    if (Status s = ec.Validate(); !s.ok()) return Fail(s);
+    if (Status s = sp.Validate(); !s.ok()) return Fail(s);
+    offline.default_sampling = sp;
+    offline.default_max_tokens = max_tokens;
+    offline.ignore_eos = ignore_eos;
+    offline.add_special = !no_special;
+    auto model = Model::Load(model_path);
+    if (!model.ok()) return Fail(model.status());
+    return RunOfflineBatch(**model, offline);
+  }
 
   if (prompt.empty() == prompt_ids_text.empty()) return Fail(InvalidArgumentError("give exactly one of --prompt and --prompt-ids"));
   auto kv_dtype = DTypeFromName(kv_dtype_name);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds inflight and runs the whole test suite (what CI runs): the file-format, tokenizer
-# and kernel tests under ASan/UBSan first, then every test on the optimised build.
+# Builds inflight and runs the whole test suite (what CI runs): the file-format, tokenizer,
+# kernel, KV-cache and executor tests under ASan/UBSan, the engine loop under TSan, then every
+# test on the optimised build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -8,12 +9,19 @@ jobs="$(nproc)"
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DINFLIGHT_SANITIZE=address,undefined -DINFLIGHT_BUILD_BENCH=OFF >/dev/null
-cmake --build build-asan -j "$jobs" --target gguf_test tokenizer_test kernels_test
+asan_tests="gguf_test tokenizer_test kernels_test block_manager_test scheduler_test executor_test"
+cmake --build build-asan -j "$jobs" --target $asan_tests
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-for t in gguf_test tokenizer_test kernels_test; do
+for t in $asan_tests; do
   echo "== $t (ASan/UBSan)"
   ./build-asan/tests/$t --gtest_brief=1
 done
+
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DINFLIGHT_SANITIZE=thread -DINFLIGHT_BUILD_BENCH=OFF >/dev/null
+cmake --build build-tsan -j "$jobs" --target executor_test
+echo "== executor_test (TSan)"
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ./build-tsan/tests/executor_test --gtest_brief=1
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"

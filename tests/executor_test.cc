@@ -85,7 +85,10 @@ class ExecutorTest : public ::testing::Test {
   }
 
   static void ExpectNoLeaks(const Executor& e) {
-    for (int i = 0; i < 200 && e.num_unfinished_requests() > 0; ++i) std::this_thread::sleep_for(milliseconds(5));
+    // The counts are a snapshot the engine thread refreshes after each loop: poll briefly.
+    for (int i = 0; i < 200 && (e.num_unfinished_requests() > 0 || e.KvBlockCounts().used > 0); ++i) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
     EXPECT_EQ(e.num_unfinished_requests(), 0);
     const BlockCounts c = e.KvBlockCounts();
     EXPECT_EQ(c.used, 0);
@@ -252,6 +255,321 @@ INSTANTIATE_TEST_SUITE_P(Configurations, BatchInvarianceTest, ::testing::ValuesI
                                   (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse") +
                                   (c.batching == BatchingStrategy::kInflight ? "_Inflight" : "_Static");
                          });
+
+// ---- No leaks under a cancel storm ----
+
+TEST_F(ExecutorTest, CancelStormLeavesNoLeakedBlockAndNoStuckRequest) {
+  ExecutorConfig c;
+  c.policy = CapacityPolicy::kMaxUtilization;
+  c.enable_chunked_context = true;
+  c.enable_kv_cache_reuse = true;
+  c.tokens_per_block = 16;
+  c.max_num_tokens = 64;  // long prompts take several steps: cancels land mid-prompt too
+  c.max_tokens_in_paged_kv_cache = 2048;
+  auto e = Make(c);
+  const Workload w = MakeWorkload(77, 80);
+  std::vector<RequestId> ids;
+  std::mt19937 rng(5);
+  for (size_t i = 0; i < w.prompts.size(); ++i) {
+    Request r = Greedy(w.prompts[i], 5 + w.max_tokens[i]);
+    r.streaming = i % 2 == 0;
+    auto id = e->Enqueue(std::move(r));
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+    if (rng() % 3 == 0) e->Cancel(ids[rng() % ids.size()]);
+    if (rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+  }
+  for (int i = 0; i < 40; ++i) {
+    e->Cancel(ids[rng() % ids.size()]);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+  }
+  e->Cancel(987654321);  // unknown: ignored
+  int cancelled = 0, completed = 0;
+  for (RequestId id : ids) {
+    std::vector<Result> rs = Collect(*e, id);
+    ASSERT_FALSE(rs.empty());
+    ASSERT_TRUE(rs.back().is_final);
+    ASSERT_TRUE(rs.back().error.ok());
+    if (rs.back().finish_reason == FinishReason::kCancelled) ++cancelled;
+    else ++completed;
+  }
+  EXPECT_GT(cancelled, 10);
+  EXPECT_GT(completed, 0);
+  ExpectNoLeaks(*e);
+  // Still serving correctly afterwards.
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9};
+  auto id = e->Enqueue(Greedy(prompt, 8));
+  ASSERT_TRUE(id.ok());
+  std::vector<Result> rs = Collect(*e, *id);
+  std::vector<int32_t> expected = prompt;
+  for (int32_t t : Alone(prompt, 8)) expected.push_back(t);
+  EXPECT_EQ(rs.back().output_token_ids, expected);
+  ExpectNoLeaks(*e);
+}
+
+TEST_F(ExecutorTest, ShutdownFinishesEveryOutstandingRequest) {
+  ExecutorConfig c;
+  c.max_tokens_in_paged_kv_cache = 2048;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 2;
+  auto e = Make(c);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(*e->Enqueue(Greedy({3, 4, 5}, 200)));
+  e->Shutdown();
+  for (RequestId id : ids) {
+    std::vector<Result> rs = Collect(*e, id);
+    ASSERT_FALSE(rs.empty());
+    EXPECT_TRUE(rs.back().is_final);
+  }
+  EXPECT_EQ(e->Enqueue(Greedy({3}, 1)).status().code(), StatusCode::kUnavailable);
+}
+
+// ---- Refusals: never left waiting ----
+
+TEST_F(ExecutorTest, RefusesRequestsItCanNeverServe) {
+  ExecutorConfig c;
+  c.max_tokens_in_paged_kv_cache = 256;  // 16 blocks of 16
+  c.tokens_per_block = 16;
+  c.max_num_tokens = 128;
+  auto e = Make(c);
+  auto code = [&](Request r) { return e->Enqueue(std::move(r)).status(); };
+  EXPECT_EQ(code(Greedy({}, 4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy({3, 999999}, 4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy({3, -1}, 4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy({3}, 0)).code(), StatusCode::kInvalidArgument);
+  Status over_context = code(Greedy({3}, 5000));
+  EXPECT_EQ(over_context.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over_context.message().find("context length"), std::string::npos) << over_context.message();
+  Status over_cache = code(Greedy(std::vector<int32_t>(100, 3), 200));
+  EXPECT_EQ(over_cache.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over_cache.message().find("KV cache"), std::string::npos) << over_cache.message();
+  Status long_prompt = code(Greedy(std::vector<int32_t>(200, 3), 4));  // > max_num_tokens, unchunked
+  EXPECT_NE(long_prompt.message().find("max_num_tokens"), std::string::npos) << long_prompt.message();
+  Request bad_sampling = Greedy({3}, 4);
+  bad_sampling.sampling.top_p = 2;
+  EXPECT_EQ(code(bad_sampling).code(), StatusCode::kInvalidArgument);
+  Request bad_stop = Greedy({3}, 4);
+  bad_stop.stop_words = {{}};
+  EXPECT_EQ(code(bad_stop).code(), StatusCode::kInvalidArgument);
+  Request fanout = Greedy(std::vector<int32_t>(40, 3), 80);  // 8 blocks, 6 per extra sequence
+  fanout.num_return_sequences = 3;
+  EXPECT_EQ(code(fanout).code(), StatusCode::kInvalidArgument);  // 8 + 2 * 6 > 16
+  ExpectNoLeaks(*e);
+}
+
+TEST_F(ExecutorTest, FullQueueAnswersWithTheReferenceMessage) {
+  ExecutorConfig c;
+  c.max_tokens_in_paged_kv_cache = 2048;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 1;
+  c.max_queue_size = 2;
+  auto e = Make(c);
+  std::vector<RequestId> ids;
+  Status refused;
+  for (int i = 0; i < 20 && refused.ok(); ++i) {
+    auto id = e->Enqueue(Greedy({3, 4}, 300));
+    if (id.ok()) ids.push_back(*id);
+    else refused = id.status();
+  }
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(), "Maximum queue size of 2 has been reached, please try again later");
+  for (RequestId id : ids) e->Cancel(id);
+  for (RequestId id : ids) Collect(*e, id);
+  ExpectNoLeaks(*e);
+}
+
+// ---- Request features ----
+
+class FeatureTest : public ExecutorTest {
+ protected:
+  void SetUp() override {
+    ExecutorConfig c;
+    c.max_tokens_in_paged_kv_cache = 4096;
+    c.tokens_per_block = 16;
+    c.enable_chunked_context = true;
+    c.max_num_tokens = 64;
+    e_ = Make(c);
+  }
+  void TearDown() override { ExpectNoLeaks(*e_); }
+  Result RunOne(Request r) {
+    auto id = e_->Enqueue(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    std::vector<Result> rs = Collect(*e_, *id);
+    return rs.empty() ? Result{} : rs.back();
+  }
+  std::unique_ptr<Executor> e_;
+  const std::vector<int32_t> prompt_ = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57};
+};
+
+TEST_F(FeatureTest, StopWordsEndTheSequenceAndStayInTheOutput) {
+  const std::vector<int32_t> alone = Alone(prompt_, 20);
+  Request r = Greedy(prompt_, 20);
+  r.exclude_input_in_output = true;
+  r.stop_words = {{9999 % 259}, {alone[5], alone[6]}};
+  Result res = RunOne(r);
+  EXPECT_EQ(res.finish_reason, FinishReason::kStopWords);
+  EXPECT_EQ(res.output_token_ids, std::vector<int32_t>(alone.begin(), alone.begin() + 7));
+  // min_tokens postpones it.
+  r.min_tokens = 8;
+  r.stop_words = {{alone[5], alone[6]}};
+  res = RunOne(r);
+  EXPECT_NE(res.output_token_ids.size(), 7u);
+}
+
+TEST_F(FeatureTest, BadWordsAreNeverProduced) {
+  const std::vector<int32_t> alone = Alone(prompt_, 12);
+  Request r = Greedy(prompt_, 12);
+  r.exclude_input_in_output = true;
+  r.bad_words = {{alone[0]}, {alone[2]}};
+  Result res = RunOne(r);
+  ASSERT_EQ(res.output_token_ids.size(), 12u);
+  for (int32_t t : res.output_token_ids) {
+    EXPECT_NE(t, alone[0]);
+    EXPECT_NE(t, alone[2]);
+  }
+}
+
+TEST_F(FeatureTest, EndIdFinishesUnlessMinTokensAreDue) {
+  const std::vector<int32_t> alone = Alone(prompt_, 12);
+  Request r = Greedy(prompt_, 12);
+  r.exclude_input_in_output = true;
+  r.end_id = alone[3];
+  Result res = RunOne(r);
+  EXPECT_EQ(res.finish_reason, FinishReason::kEndId);
+  EXPECT_EQ(res.output_token_ids, std::vector<int32_t>(alone.begin(), alone.begin() + 3));  // end id not included
+  r.min_tokens = 10;
+  res = RunOne(r);
+  EXPECT_GE(res.output_token_ids.size(), 10u);
+}
+
+TEST_F(FeatureTest, StreamingEqualsNonStreamingAndLogProbsAgree) {
+  Request r = Greedy(prompt_, 15);
+  r.exclude_input_in_output = true;
+  r.return_log_probs = true;
+  const Result whole = RunOne(r);
+  r.streaming = true;
+  auto id = e_->Enqueue(r);
+  ASSERT_TRUE(id.ok());
+  std::vector<Result> parts = Collect(*e_, *id);
+  EXPECT_GT(parts.size(), 5u);
+  std::vector<int32_t> ids;
+  std::vector<float> lps;
+  for (const Result& p : parts) {
+    ids.insert(ids.end(), p.output_token_ids.begin(), p.output_token_ids.end());
+    lps.insert(lps.end(), p.log_probs.begin(), p.log_probs.end());
+  }
+  EXPECT_EQ(ids, whole.output_token_ids);
+  ASSERT_EQ(lps.size(), 15u);
+  for (size_t i = 0; i < lps.size(); ++i) EXPECT_FLOAT_EQ(lps[i], whole.log_probs[i]);
+  for (float lp : lps) EXPECT_LE(lp, 0.0f);
+}
+
+TEST_F(FeatureTest, ContextAndGenerationLogitsMatchTeacherForcedLogits) {
+  Request r = Greedy(prompt_, 6);
+  r.exclude_input_in_output = true;
+  r.return_context_logits = true;
+  r.return_generation_logits = true;
+  const Result res = RunOne(r);
+  const int32_t V = res.vocab_size;
+  std::vector<int32_t> all = prompt_;
+  all.insert(all.end(), res.output_token_ids.begin(), res.output_token_ids.end());
+  auto want = AllLogits(*model_, all, DType::kF16, *pool_);
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(res.context_logits.size(), prompt_.size() * V);
+  for (size_t i = 0; i < res.context_logits.size(); ++i) ASSERT_NEAR(res.context_logits[i], (*want)[i], 1e-4f) << i;
+  ASSERT_EQ(res.generation_logits.size(), 6u * V);
+  // Generation logits row k is the logits at position prompt + k - 1.
+  for (int k = 0; k < 6; ++k)
+    for (int v = 0; v < V; ++v)
+      ASSERT_NEAR(res.generation_logits[k * V + v], (*want)[(prompt_.size() - 1 + k) * V + v], 1e-4f);
+}
+
+TEST_F(FeatureTest, ReturnSequencesShareThePromptAndFollowTheirSeeds) {
+  Request r;
+  r.prompt_ids = std::vector<int32_t>(prompt_.begin(), prompt_.end());
+  r.prompt_ids.insert(r.prompt_ids.end(), prompt_.begin(), prompt_.end());  // 38 tokens: 2 full blocks + 6
+  r.max_tokens = 10;
+  r.exclude_input_in_output = true;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 100;
+  r.num_return_sequences = 3;
+  auto id = e_->Enqueue(r);
+  ASSERT_TRUE(id.ok());
+  std::vector<Result> rs = Collect(*e_, *id);
+  ASSERT_EQ(rs.size(), 3u);
+  std::map<int32_t, std::vector<int32_t>> by_index;
+  for (const Result& x : rs) by_index[x.sequence_index] = x.output_token_ids;
+  ASSERT_EQ(by_index.size(), 3u);
+  EXPECT_TRUE(rs.back().is_final);
+  EXPECT_FALSE(rs.front().is_final);
+  // Sequence i equals a lone request with seed 100 + i.
+  for (int i = 0; i < 3; ++i) {
+    Request alone = r;
+    alone.num_return_sequences = 1;
+    alone.sampling.seed = 100 + i;
+    EXPECT_EQ(RunOne(alone).output_token_ids, by_index[i]) << "sequence " << i;
+  }
+  EXPECT_NE(by_index[0], by_index[1]);
+}
+
+TEST_F(FeatureTest, TimeoutFinishesWithTimedOut) {
+  Request r = Greedy(prompt_, 900);
+  r.timeout_ms = 30;
+  const Result res = RunOne(r);
+  EXPECT_EQ(res.finish_reason, FinishReason::kTimedOut);
+  EXPECT_LT(res.output_token_ids.size(), prompt_.size() + 900);
+}
+
+TEST_F(ExecutorTest, HigherPriorityIsServedFirst) {
+  ExecutorConfig c;
+  c.max_tokens_in_paged_kv_cache = 2048;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 1;
+  auto e = Make(c);
+  auto blocker = e->Enqueue(Greedy({3, 4}, 60));
+  std::this_thread::sleep_for(milliseconds(2));
+  Request low = Greedy({5}, 2), high = Greedy({6}, 2);
+  low.priority = 0.1f;
+  high.priority = 0.9f;
+  auto low_id = e->Enqueue(low);
+  auto high_id = e->Enqueue(high);
+  Collect(*e, *blocker);
+  const Result lo = Collect(*e, *low_id).back(), hi = Collect(*e, *high_id).back();
+  EXPECT_LT(hi.stats.first_token_time, lo.stats.first_token_time);
+  ExpectNoLeaks(*e);
+}
+
+TEST_F(ExecutorTest, StatsSayWhyRequestsWait) {
+  ExecutorConfig c;
+  c.max_tokens_in_paged_kv_cache = 2048;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 2;
+  auto e = Make(c);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back(*e->Enqueue(Greedy({3, static_cast<int32_t>(4 + i)}, 30)));
+  for (RequestId id : ids) Collect(*e, id);
+  int32_t max_batch_waits = 0, peak = 0;
+  for (const IterationStats& s : e->GetLatestIterationStats()) {
+    max_batch_waits = std::max(max_batch_waits, s.waiting_for_max_batch_size);
+    peak = std::max(peak, s.num_scheduled_context + s.num_scheduled_generation);
+    EXPECT_EQ(s.kv_blocks_free + s.kv_blocks_used + s.kv_blocks_cached, s.kv_blocks_total);
+  }
+  EXPECT_EQ(peak, 2);
+  EXPECT_GT(max_batch_waits, 0);
+  ExpectNoLeaks(*e);
+
+  // A KV cache that holds one request at a time under guaranteed_no_evict.
+  c.max_batch_size = 8;
+  c.max_tokens_in_paged_kv_cache = 64;  // 4 blocks; each request reserves 3
+  auto small = Make(c);
+  ids.clear();
+  for (int i = 0; i < 4; ++i) ids.push_back(*small->Enqueue(Greedy({3, static_cast<int32_t>(4 + i)}, 30)));
+  for (RequestId id : ids) Collect(*small, id);
+  int32_t kv_waits = 0;
+  for (const IterationStats& s : small->GetLatestIterationStats()) kv_waits = std::max(kv_waits, s.waiting_for_kv_cache);
+  EXPECT_GT(kv_waits, 0);
+  ExpectNoLeaks(*small);
+}
 
 }  // namespace
 }  // namespace inflight

@@ -183,6 +183,9 @@ void Executor::Loop() {
     if (stopping) break;
     if (!requests_.empty()) RunStep();
     RetireFinished();
+    // Cancellations free blocks outside steps too: keep the snapshot exact when idle.
+    std::lock_guard<std::mutex> lock(mu_);
+    block_counts_ = blocks_.counts();
   }
 }
 
