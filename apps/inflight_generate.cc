@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   params.stop_at_eos = !ignore_eos;
   ThreadPool pool(threads);
   std::unique_ptr<IncrementalDetokenizer> detok;
-  if (tok) detok = std::make_unique<IncrementalDetokenizer>(tok);
+  // The prompt text is echoed first, so the pieces continue it (keep a leading space).
+  if (tok) detok = std::make_unique<IncrementalDetokenizer>(tok, true, !json_out && !prompt.empty());
   std::string text;
   if (!json_out && tok) {
     std::fputs(prompt.empty() ? "" : prompt.c_str(), stdout);

@@ -123,8 +123,10 @@ class Tokenizer {
 // an unfinished character wait for the next token. Not thread-safe (one per stream).
 class IncrementalDetokenizer {
  public:
-  explicit IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special = true)
-      : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  // continues_text: the tokens follow text already shown (a prompt), so the first piece
+  // keeps its leading space instead of losing it as the start of a SentencePiece text.
+  explicit IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special = true, bool continues_text = false)
+      : tokenizer_(tokenizer), skip_special_(skip_special), first_(!continues_text) {}
   // Returns the text that became complete with this token (possibly empty).
   std::string Add(int32_t id);
   // Returns what is left at the end (an unfinished character becomes U+FFFD).
@@ -133,7 +135,7 @@ class IncrementalDetokenizer {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_;
-  bool first_ = true;
+  bool first_;
   std::string pending_;
 };
 
