@@ -1,12 +1,15 @@
 // Every SIMD kernel against its scalar twin, over shapes with odd tails and every weight type.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "base/fp16.h"
 #include "base/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/interleave.h"
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
 
@@ -24,9 +27,20 @@ std::vector<SimdLevel> Levels() {
 struct Weights {
   std::vector<uint8_t> bytes;
   TensorView view;
+  std::vector<uint8_t> source_bytes;  // the Q8_0/Q4_0 source of an interleaved matrix
+  TensorView source;
 };
 
 Weights MakeWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
+  if (dtype == DType::kQ8_0x16 || dtype == DType::kQ4_0x16) {
+    Weights src = MakeWeights(dtype == DType::kQ8_0x16 ? DType::kQ8_0 : DType::kQ4_0, rows, cols, rng);
+    Weights w;
+    w.source_bytes = std::move(src.bytes);
+    w.source = TensorView{w.source_bytes.data(), src.view.dtype, rows, cols};
+    w.bytes.resize(InterleavedBytes(w.source));
+    w.view = Interleave(w.source, w.bytes.data());
+    return w;
+  }
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> f(rows * cols);
   for (float& x : f) x = nd(rng);
@@ -46,8 +60,8 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
   const std::vector<int64_t> col_sizes = quant ? std::vector<int64_t>{32, 64, 96, 160, 224, 544}
                                                : std::vector<int64_t>{1, 7, 15, 16, 17, 33, 100, 257};
   for (int64_t cols : col_sizes) {
-    for (int64_t rows : {1, 5, 19}) {
-      for (int64_t tokens : {1, 2, 3, 4, 5, 7}) {
+    for (int64_t rows : {1, 5, 19, 33}) {
+      for (int64_t tokens : {1, 2, 3, 4, 5, 7, 13}) {
         Weights w = MakeWeights(dtype, rows, cols, rng);
         std::normal_distribution<float> nd(0.0f, 1.0f);
         std::vector<float> x(tokens * cols);
@@ -84,8 +98,86 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0),
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                                           DType::kQ8_0x16, DType::kQ4_0x16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// The interleaved layout holds the same weights and computes the same products as its source.
+TEST(Interleave, SameWeightsAndNearlySameProducts) {
+  std::mt19937 rng(3);
+  for (DType dt : {DType::kQ8_0x16, DType::kQ4_0x16}) {
+    for (int64_t rows : {3, 16, 40}) {
+      const int64_t cols = 96, tokens = 9;
+      Weights w = MakeWeights(dt, rows, cols, rng);
+      std::vector<float> a(cols), b(cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        DequantizeRow(w.view, r, a.data());
+        DequantizeRow(w.source, r, b.data());
+        ASSERT_EQ(a, b) << DTypeName(dt) << " row " << r;
+      }
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(tokens * cols);
+      for (float& v : x) v = nd(rng);
+      const KernelTable& k = ActiveKernels();
+      MatMulScratch scratch;
+      const QuantizedRows* q = scratch.Quantize(k, x.data(), tokens, cols);
+      std::vector<float> y(tokens * rows), y_src(tokens * rows);
+      k.matmul_rows(w.view, 0, rows, x.data(), q, tokens, y.data(), rows);
+      k.matmul_rows(w.source, 0, rows, x.data(), q, tokens, y_src.data(), rows);
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], y_src[i], 1e-4f * (1 + std::fabs(y_src[i])));
+    }
+  }
+}
+
+TEST(Attention, HeadMatchesScalarTwinThroughShuffledBlockTables) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int32_t hd : {16, 40, 64, 128}) {
+      const int32_t kv_heads = 2, kv_dim = kv_heads * hd, tpb = 8, blocks = 32;
+      const int64_t elems = static_cast<int64_t>(blocks) * tpb * kv_dim;
+      std::vector<uint8_t> kbuf(elems * 4), vbuf(elems * 4);
+      for (int64_t i = 0; i < elems; ++i) {
+        const float a = nd(rng), b = nd(rng);
+        if (dt == DType::kF32) {
+          reinterpret_cast<float*>(kbuf.data())[i] = a;
+          reinterpret_cast<float*>(vbuf.data())[i] = b;
+        } else {
+          reinterpret_cast<uint16_t*>(kbuf.data())[i] = dt == DType::kF16 ? Fp32ToFp16(a) : Fp32ToBf16(a);
+          reinterpret_cast<uint16_t*>(vbuf.data())[i] = dt == DType::kF16 ? Fp32ToFp16(b) : Fp32ToBf16(b);
+        }
+      }
+      KvLayerView kv{kbuf.data(), vbuf.data(), dt, tpb, kv_dim};
+      std::vector<int32_t> table(blocks);
+      for (int32_t i = 0; i < blocks; ++i) table[i] = i;
+      std::shuffle(table.begin(), table.end(), rng);
+      for (int32_t n : {1, 7, 16, 17, 100, 255}) {
+        std::vector<float> q(hd), want(hd), got(hd), scores(n);
+        for (float& v : q) v = nd(rng);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        GetKernels(SimdLevel::kScalar).attend_head(kv, table.data(), n, hd, hd, scale, q.data(), want.data(), scores.data());
+        for (SimdLevel level : Levels()) {
+          GetKernels(level).attend_head(kv, table.data(), n, hd, hd, scale, q.data(), got.data(), scores.data());
+          for (int32_t i = 0; i < hd; ++i) {
+            ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << DTypeName(dt) << " hd " << hd << " n " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(VectorKernels, SumExpMatchesScalar) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int64_t n : {1, 15, 16, 17, 1000, 32000}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = nd(rng);
+    const float mx = *std::max_element(x.begin(), x.end());
+    const float want = GetKernels(SimdLevel::kScalar).sum_exp(x.data(), n, mx);
+    for (SimdLevel level : Levels()) EXPECT_NEAR(GetKernels(level).sum_exp(x.data(), n, mx), want, 1e-5f * want) << n;
+  }
+}
 
 TEST(QuantizeActivations, MatchesScalarTwin) {
   std::mt19937 rng(3);

@@ -539,7 +539,7 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   ASSERT_TRUE(ExportGguf(**hf, DType::kQ8_0, q8_path).ok());
   auto q8 = Model::Load(q8_path);
   ASSERT_TRUE(q8.ok());
-  EXPECT_EQ((*q8)->weights().layers[0].w_up.dtype, DType::kQ8_0);
+  EXPECT_EQ((*q8)->weights().layers[0].w_up.dtype, DType::kQ8_0x16);  // interleaved at load
   auto got_q8 = AllLogits(**q8, ids, DType::kF32, pool);
   ASSERT_TRUE(got_q8.ok());
   double max_diff_q8 = 0;

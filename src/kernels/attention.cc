@@ -37,51 +37,6 @@ void StoreRow(DType dtype, void* base, int64_t slot, int32_t kv_dim, const float
   }
 }
 
-// One query head of one token against positions 0..pos.
-void AttendOne(const KernelTable& k, const KvLayerView& kv, const AttentionShape& shape,
-               const int32_t* table, int32_t pos, int32_t head, const float* q, float* out,
-               float* scores) {
-  const int32_t group = shape.num_heads / shape.num_kv_heads;
-  const int64_t head_off = static_cast<int64_t>(head / group) * shape.head_dim;
-  const int32_t hd = shape.head_dim;
-  const int32_t n = pos + 1;
-  for (int32_t j = 0; j < n; ++j) {
-    const int64_t row = SlotOf(kv, table, j) * kv.kv_dim + head_off;
-    float s;
-    if (kv.dtype == DType::kF32) {
-      s = k.dot_f32(q, static_cast<const float*>(kv.k) + row, hd);
-    } else if (kv.dtype == DType::kF16) {
-      s = k.dot_f32_f16(q, static_cast<const uint16_t*>(kv.k) + row, hd);
-    } else {
-      const uint16_t* kr = static_cast<const uint16_t*>(kv.k) + row;
-      s = 0;
-      for (int32_t i = 0; i < hd; ++i) s += q[i] * Bf16ToFp32(kr[i]);
-    }
-    scores[j] = s * shape.scale;
-  }
-  float mx = -INFINITY;
-  for (int32_t j = 0; j < n; ++j) mx = std::max(mx, scores[j]);
-  float sum = 0;
-  for (int32_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - mx);
-    sum += scores[j];
-  }
-  const float inv = 1.0f / sum;
-  std::memset(out, 0, hd * sizeof(float));
-  for (int32_t j = 0; j < n; ++j) {
-    const int64_t row = SlotOf(kv, table, j) * kv.kv_dim + head_off;
-    const float p = scores[j] * inv;
-    if (kv.dtype == DType::kF32) {
-      k.axpy_f32(out, p, static_cast<const float*>(kv.v) + row, hd);
-    } else if (kv.dtype == DType::kF16) {
-      k.axpy_f16(out, p, static_cast<const uint16_t*>(kv.v) + row, hd);
-    } else {
-      const uint16_t* vr = static_cast<const uint16_t*>(kv.v) + row;
-      for (int32_t i = 0; i < hd; ++i) out[i] += p * Bf16ToFp32(vr[i]);
-    }
-  }
-}
-
 }  // namespace
 
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v) {
@@ -115,9 +70,10 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
       const int32_t t = static_cast<int32_t>(local / shape.num_heads);
       const int32_t h = static_cast<int32_t>(local % shape.num_heads);
       const int64_t row = seqs[s].row_offset + t;
-      AttendOne(k, kv, shape, seqs[s].block_table, seqs[s].start_pos + t, h,
-                q + row * q_stride + h * shape.head_dim, out + row * q_stride + h * shape.head_dim,
-                scores);
+      const int32_t group = shape.num_heads / shape.num_kv_heads;
+      k.attend_head(kv, seqs[s].block_table, seqs[s].start_pos + t + 1, static_cast<int64_t>(h / group) * shape.head_dim,
+                    shape.head_dim, shape.scale, q + row * q_stride + h * shape.head_dim,
+                    out + row * q_stride + h * shape.head_dim, scores);
     }
   });
 }

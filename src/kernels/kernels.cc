@@ -104,6 +104,30 @@ void MatMul(const TensorView& w, const float* x, int64_t num_tokens, float* y, T
 }
 
 void DequantizeRow(const TensorView& w, int64_t row, float* out) {
+  if (w.interleaved()) {
+    const bool q8 = w.dtype == DType::kQ8_0x16;
+    const int64_t nb = w.cols / kQBlock, g = row / kInterleaveRows, j = row % kInterleaveRows;
+    const int64_t block_bytes = kInterleaveRows * (q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = static_cast<const uint8_t*>(w.data) + (g * nb + b) * block_bytes;
+      uint16_t d16;
+      std::memcpy(&d16, blk + 2 * j, 2);
+      const float d = Fp16ToFp32(d16);
+      const uint8_t* data = blk + 2 * kInterleaveRows;
+      for (int q = 0; q < (q8 ? 8 : 4); ++q) {
+        const uint8_t* wb = data + (q * kInterleaveRows + j) * 4;
+        for (int i = 0; i < 4; ++i) {
+          if (q8) {
+            out[b * kQBlock + 4 * q + i] = d * (wb[i] - 128);
+          } else {
+            out[b * kQBlock + 4 * q + i] = d * ((wb[i] & 15) - 8);
+            out[b * kQBlock + 16 + 4 * q + i] = d * ((wb[i] >> 4) - 8);
+          }
+        }
+      }
+    }
+    return;
+  }
   const uint8_t* p = w.row(row);
   switch (w.dtype) {
     case DType::kF32: std::memcpy(out, p, w.cols * 4); break;

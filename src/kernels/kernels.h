@@ -35,6 +35,8 @@ struct QuantizedRows {
   int64_t cols = 0;
 };
 
+struct KvLayerView;  // kernels/attention.h
+
 struct KernelTable {
   SimdLevel level;
   // x: [num_tokens, cols] -> out (buffers sized by the caller, cols % 32 == 0).
@@ -48,6 +50,14 @@ struct KernelTable {
   // y += a * x
   void (*axpy_f32)(float* y, float a, const float* x, int64_t n);
   void (*axpy_f16)(float* y, float a, const uint16_t* x, int64_t n);
+  // sum_i exp(x[i] - max), with max >= every x[i] (log-softmax normalisers).
+  float (*sum_exp)(const float* x, int64_t n, float max);
+  // One query head against cached positions: out[head_dim] = softmax(scale * q . K_j) . V_j
+  // over positions 0..n-1 reached through the block table (element offset head_offset in
+  // each K/V row).
+  // scores: n floats of scratch.
+  void (*attend_head)(const KvLayerView& kv, const int32_t* block_table, int32_t n, int64_t head_offset,
+                      int32_t head_dim, float scale, const float* q, float* out, float* scores);
 };
 
 const KernelTable& GetKernels(SimdLevel level);
@@ -57,7 +67,9 @@ const KernelTable& ActiveKernels();
 bool SetActiveSimdLevel(SimdLevel level);
 
 // Whether a weight of this type takes quantized activations.
-inline bool UsesQuantizedActivations(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+inline bool UsesQuantizedActivations(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ8_0x16 || t == DType::kQ4_0x16;
+}
 
 // Scratch for MatMul: the quantized copy of the activations. Sized on first use and reused.
 class MatMulScratch {

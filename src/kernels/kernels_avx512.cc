@@ -2,8 +2,12 @@
 // CPU check in kernels.cc.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
 
@@ -193,8 +197,87 @@ inline void ForTokenGroups(int64_t num_tokens, float* y, int64_t y_stride, int64
   for (int64_t k = 0; t + k < num_tokens; ++k) y[(t + k) * y_stride + r] = out[k];
 }
 
+// ---- Interleaved Q8_0 / Q4_0 (kernels/interleave.h): 16 rows x NT tokens per pass ----
+// Per block: the 16 rows' int32 dots accumulate over 8 dpbusd (4 columns each), then one
+// correction, conversion and fma per token scales them: the float work per block is shared by
+// 16 rows. Each (row, token) result is acc = fma(float(dot - corr), dw * dx, acc) in block
+// order, whatever NT is: bit-identical to the scalar twin and batch-invariant.
+template <bool kQ8, int NT>
+inline void InterleavedGroup(const uint8_t* group, int64_t nb, const QuantizedRows& x, int64_t t0, float* y,
+                             int64_t y_stride, int64_t r0, __mmask16 row_mask) {
+  constexpr int64_t kBlockBytes = kInterleaveRows * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+  const int64_t cols = x.cols;
+  __m512 acc[NT];
+  for (int k = 0; k < NT; ++k) acc[k] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(15);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kBlockBytes;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const uint8_t* data = blk + 2 * kInterleaveRows;
+    __m512i dot[NT];
+    for (int k = 0; k < NT; ++k) dot[k] = _mm512_setzero_si512();
+    if constexpr (kQ8) {
+      for (int q = 0; q < 8; ++q) {
+        const __m512i w = _mm512_loadu_si512(data + q * 64);
+        for (int k = 0; k < NT; ++k) {
+          int32_t xq;
+          std::memcpy(&xq, x.qs + (t0 + k) * cols + b * kQBlock + 4 * q, 4);
+          dot[k] = _mm512_dpbusd_epi32(dot[k], w, _mm512_set1_epi32(xq));
+        }
+      }
+    } else {
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = _mm512_loadu_si512(data + q * 64);
+        const __m512i lo = _mm512_and_si512(v, low4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        for (int k = 0; k < NT; ++k) {
+          const int8_t* xs = x.qs + (t0 + k) * cols + b * kQBlock;
+          int32_t xlo, xhi;
+          std::memcpy(&xlo, xs + 4 * q, 4);
+          std::memcpy(&xhi, xs + 16 + 4 * q, 4);
+          dot[k] = _mm512_dpbusd_epi32(dot[k], lo, _mm512_set1_epi32(xlo));
+          dot[k] = _mm512_dpbusd_epi32(dot[k], hi, _mm512_set1_epi32(xhi));
+        }
+      }
+    }
+    for (int k = 0; k < NT; ++k) {
+      const int64_t tb = (t0 + k) * nb + b;
+      const __m512i corr = _mm512_set1_epi32((kQ8 ? 128 : 8) * x.sum[tb]);
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[k], corr));
+      acc[k] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(x.d[tb])), acc[k]);
+    }
+  }
+  for (int k = 0; k < NT; ++k) _mm512_mask_storeu_ps(y + (t0 + k) * y_stride + r0, row_mask, acc[k]);
+}
+
+template <bool kQ8>
+void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x,
+                       int64_t num_tokens, float* y, int64_t y_stride) {
+  constexpr int64_t kBlockBytes = kInterleaveRows * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+  const int64_t nb = w.cols / kQBlock;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += kInterleaveRows) {
+    const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - r0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+    const uint8_t* group = base + (r0 / kInterleaveRows) * nb * kBlockBytes;
+    constexpr int kNT = 6;
+    int64_t t = 0;
+    for (; t + kNT <= num_tokens; t += kNT) InterleavedGroup<kQ8, kNT>(group, nb, x, t, y, y_stride, r0, mask);
+    switch (num_tokens - t) {
+      case 5: InterleavedGroup<kQ8, 5>(group, nb, x, t, y, y_stride, r0, mask); break;
+      case 4: InterleavedGroup<kQ8, 4>(group, nb, x, t, y, y_stride, r0, mask); break;
+      case 3: InterleavedGroup<kQ8, 3>(group, nb, x, t, y, y_stride, r0, mask); break;
+      case 2: InterleavedGroup<kQ8, 2>(group, nb, x, t, y, y_stride, r0, mask); break;
+      case 1: InterleavedGroup<kQ8, 1>(group, nb, x, t, y, y_stride, r0, mask); break;
+      default: break;
+    }
+  }
+}
+
 void MatMulRowsAvx512(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
+  if (w.dtype == DType::kQ8_0x16) return MatMulInterleaved<true>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
+  if (w.dtype == DType::kQ4_0x16) return MatMulInterleaved<false>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   const int64_t cols = w.cols;
   const int64_t nb = cols / kQBlock;
   // Row tiles keep a few weight rows hot in L1/L2 while all tokens pass over them.
@@ -269,10 +352,101 @@ void AxpyF16Avx512(float* y, float a, const uint16_t* x, int64_t n) {
 
 }  // namespace
 
+// exp(x) for x <= 0 (softmax after subtracting the max): Cephes' expf polynomial with
+// ln 2 split in two, scaled by 2^n with vscalefps.
+inline __m512 ExpNonPositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+float SumExpAvx512(const float* x, int64_t n, float mx) {
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmx));
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+template <DType kKv, int kChunks>
+void AttendHeadVec(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, float scale,
+                   const float* q, float* out, float* scores) {
+  __m512 qv[kChunks];
+  for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
+  const int32_t tpb = kv.tokens_per_block;
+  auto row_of = [&](int32_t j) {
+    return (static_cast<int64_t>(table[j / tpb]) * tpb + j % tpb) * kv.kv_dim + head_off;
+  };
+  auto load = [&](const void* base, int64_t i) {
+    if constexpr (kKv == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(base) + i);
+    else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
+  };
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int32_t j = 0; j < n; ++j) {
+    const int64_t row = row_of(j);
+    __m512 acc = _mm512_mul_ps(qv[0], load(kv.k, row));
+    for (int c = 1; c < kChunks; ++c) acc = _mm512_fmadd_ps(qv[c], load(kv.k, row + 16 * c), acc);
+    scores[j] = _mm512_reduce_add_ps(acc) * scale;
+  }
+  int32_t j = 0;
+  for (; j + 16 <= n; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(scores + j));
+  float mx = _mm512_reduce_max_ps(vmax);
+  for (; j < n; ++j) mx = std::max(mx, scores[j]);
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  for (j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmx));
+    _mm512_mask_storeu_ps(scores + j, m, e);
+    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
+  }
+  const float inv = 1.0f / _mm512_reduce_add_ps(vsum);
+  __m512 acc[kChunks];
+  for (int c = 0; c < kChunks; ++c) acc[c] = _mm512_setzero_ps();
+  for (j = 0; j < n; ++j) {
+    const int64_t row = row_of(j);
+    const __m512 p = _mm512_set1_ps(scores[j] * inv);
+    for (int c = 0; c < kChunks; ++c) acc[c] = _mm512_fmadd_ps(p, load(kv.v, row + 16 * c), acc[c]);
+  }
+  for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(out + 16 * c, acc[c]);
+}
+
+void AttendHeadAvx512(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t hd, float scale,
+                      const float* q, float* out, float* scores) {
+  if (kv.dtype == DType::kF16 || kv.dtype == DType::kF32) {
+    const bool f16 = kv.dtype == DType::kF16;
+    switch (hd) {
+      case 16: return f16 ? AttendHeadVec<DType::kF16, 1>(kv, table, n, head_off, scale, q, out, scores)
+                          : AttendHeadVec<DType::kF32, 1>(kv, table, n, head_off, scale, q, out, scores);
+      case 32: return f16 ? AttendHeadVec<DType::kF16, 2>(kv, table, n, head_off, scale, q, out, scores)
+                          : AttendHeadVec<DType::kF32, 2>(kv, table, n, head_off, scale, q, out, scores);
+      case 64: return f16 ? AttendHeadVec<DType::kF16, 4>(kv, table, n, head_off, scale, q, out, scores)
+                          : AttendHeadVec<DType::kF32, 4>(kv, table, n, head_off, scale, q, out, scores);
+      case 128: return f16 ? AttendHeadVec<DType::kF16, 8>(kv, table, n, head_off, scale, q, out, scores)
+                           : AttendHeadVec<DType::kF32, 8>(kv, table, n, head_off, scale, q, out, scores);
+      default: break;
+    }
+  }
+  GetKernels(SimdLevel::kScalar).attend_head(kv, table, n, head_off, hd, scale, q, out, scores);
+}
+
 const KernelTable& Avx512KernelTable() {
   static const KernelTable table = {SimdLevel::kAvx512, QuantizeRowsQ8Avx512, MatMulRowsAvx512,
                                     DotF32Avx512,       DotF32F16Avx512,      AxpyF32Avx512,
-                                    AxpyF16Avx512};
+                                    AxpyF16Avx512,      SumExpAvx512,         AttendHeadAvx512};
   return table;
 }
 

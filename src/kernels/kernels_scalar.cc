@@ -1,8 +1,10 @@
 // The scalar reference twin of every kernel: plain loops, no intrinsics.
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 
 #include "base/fp16.h"
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
 
@@ -82,8 +84,47 @@ float DotQ4_0Scalar(const BlockQ4_0* w, const QuantizedRows& x, int64_t t, int64
   return s;
 }
 
+// Interleaved Q8_0 / Q4_0 (kernels/interleave.h): per row and token, in block order,
+// acc = fma(float(int dot - correction), dw * dx, acc). The AVX-512 kernel does exactly these
+// float operations, so the two agree bit for bit.
+void MatMulInterleavedScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x,
+                             int64_t num_tokens, float* y, int64_t y_stride) {
+  const bool q8 = w.dtype == DType::kQ8_0x16;
+  const int64_t cols = w.cols, nb = cols / kQBlock;
+  const int64_t block_bytes = kInterleaveRows * (q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t g = r / kInterleaveRows, j = r % kInterleaveRows;
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = base + (g * nb + b) * block_bytes;
+        uint16_t d16;
+        std::memcpy(&d16, blk + 2 * j, 2);
+        const uint8_t* data = blk + 2 * kInterleaveRows;
+        const int8_t* xs = x.qs + t * cols + b * kQBlock;
+        int32_t dot = 0;
+        for (int q = 0; q < (q8 ? 8 : 4); ++q) {
+          const uint8_t* wb = data + (q * kInterleaveRows + j) * 4;
+          for (int i = 0; i < 4; ++i) {
+            if (q8) {
+              dot += wb[i] * xs[4 * q + i];
+            } else {
+              dot += (wb[i] & 15) * xs[4 * q + i] + (wb[i] >> 4) * xs[16 + 4 * q + i];
+            }
+          }
+        }
+        const int32_t corr = (q8 ? 128 : 8) * x.sum[t * nb + b];
+        acc = std::fma(static_cast<float>(dot - corr), Fp16ToFp32(d16) * x.d[t * nb + b], acc);
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
 void MatMulRowsScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
+  if (w.interleaved()) return MatMulInterleavedScalar(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   const int64_t cols = w.cols;
   const int64_t nb = cols / kQBlock;
   for (int64_t r = row_begin; r < row_end; ++r) {
@@ -103,12 +144,53 @@ void MatMulRowsScalar(const TensorView& w, int64_t row_begin, int64_t row_end, c
   }
 }
 
+float SumExpScalar(const float* x, int64_t n, float mx) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - mx));
+  return static_cast<float>(sum);
+}
+
+void AttendHeadScalar(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t hd,
+                      float scale, const float* q, float* out, float* scores) {
+  auto row_of = [&](int32_t j) {
+    return (static_cast<int64_t>(table[j / kv.tokens_per_block]) * kv.tokens_per_block + j % kv.tokens_per_block) *
+               kv.kv_dim + head_off;
+  };
+  auto load = [&](const void* base, int64_t i) {
+    switch (kv.dtype) {
+      case DType::kF32: return static_cast<const float*>(base)[i];
+      case DType::kF16: return Fp16ToFp32(static_cast<const uint16_t*>(base)[i]);
+      default: return Bf16ToFp32(static_cast<const uint16_t*>(base)[i]);
+    }
+  };
+  float mx = -INFINITY;
+  for (int32_t j = 0; j < n; ++j) {
+    const int64_t row = row_of(j);
+    float s = 0;
+    for (int32_t i = 0; i < hd; ++i) s += q[i] * load(kv.k, row + i);
+    scores[j] = s * scale;
+    mx = std::fmax(mx, scores[j]);
+  }
+  float sum = 0;
+  for (int32_t j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    sum += scores[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int32_t i = 0; i < hd; ++i) out[i] = 0;
+  for (int32_t j = 0; j < n; ++j) {
+    const int64_t row = row_of(j);
+    const float p = scores[j] * inv;
+    for (int32_t i = 0; i < hd; ++i) out[i] += p * load(kv.v, row + i);
+  }
+}
+
 }  // namespace
 
 const KernelTable& ScalarKernelTable() {
   static const KernelTable table = {SimdLevel::kScalar, QuantizeRowsQ8Scalar, MatMulRowsScalar,
                                     DotF32Scalar,       DotF32F16Scalar,      AxpyF32Scalar,
-                                    AxpyF16Scalar};
+                                    AxpyF16Scalar,      SumExpScalar,         AttendHeadScalar};
   return table;
 }
 

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <map>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <sstream>
 
 #include "base/thread_pool.h"
+#include "kernels/interleave.h"
 #include "kernels/ops.h"
 
 namespace inflight {
@@ -72,7 +75,35 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
   return LoadGgufModel(path);
 }
 
+namespace {
+
+// Replaces every Q8_0/Q4_0 matrix by its 16-row interleaved copy (kernels/interleave.h), once
+// per distinct tensor (a tied output shares the embedding's copy).
+void InterleaveWeights(Model* model) {
+  std::map<const void*, TensorView> done;
+  auto convert = [&](TensorView& v) {
+    if (!kernels::CanInterleave(v)) return;
+    auto it = done.find(v.data);
+    if (it == done.end()) {
+      AlignedBuffer buf(kernels::InterleavedBytes(v));
+      const TensorView nv = kernels::Interleave(v, buf.as<uint8_t>());
+      model->owned_.push_back(std::move(buf));
+      it = done.emplace(v.data, nv).first;
+    }
+    v = it->second;
+  };
+  ModelWeights& w = model->weights_;
+  convert(w.token_embedding);
+  convert(w.output);
+  for (LayerWeights& l : w.layers) {
+    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) convert(*v);
+  }
+}
+
+}  // namespace
+
 void FinishModel(Model* model) {
+  InterleaveWeights(model);
   const ModelConfig& c = model->config_;
   if (c.learned_positions) return;
   model->rope_inv_freq_.resize(c.rope_dim / 2);

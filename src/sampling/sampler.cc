@@ -1,5 +1,7 @@
 #include "sampling/sampler.h"
 
+#include "kernels/kernels.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -55,10 +57,8 @@ SampledToken Sampler::Sample(float* logits, int32_t vocab) {
   SampledToken out;
   out.id = params_.greedy() ? ArgMax(logits, vocab) : Draw(logits, vocab);
   // Log-probabilities of the penalised distribution (one extra pass over the vocabulary).
-  float mx = logits[ArgMax(logits, vocab)];
-  double sum = 0;
-  for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-  const float log_z = mx + static_cast<float>(std::log(sum));
+  const float mx = logits[ArgMax(logits, vocab)];
+  const float log_z = mx + std::log(kernels::ActiveKernels().sum_exp(logits, vocab, mx));
   out.logprob = logits[out.id] - log_z;
   if (params_.num_top_logprobs > 0) {
     const int32_t n = std::min(params_.num_top_logprobs, vocab);

@@ -5,7 +5,9 @@ namespace inflight {
 int64_t DTypeBlockSize(DType t) {
   switch (t) {
     case DType::kQ4_0:
-    case DType::kQ8_0: return kQBlock;
+    case DType::kQ8_0:
+    case DType::kQ4_0x16:
+    case DType::kQ8_0x16: return kQBlock;
     default: return 1;
   }
 }
@@ -17,6 +19,8 @@ int64_t DTypeBlockBytes(DType t) {
     case DType::kBF16: return 2;
     case DType::kQ8_0: return sizeof(BlockQ8_0);
     case DType::kQ4_0: return sizeof(BlockQ4_0);
+    case DType::kQ8_0x16: return sizeof(BlockQ8_0);
+    case DType::kQ4_0x16: return sizeof(BlockQ4_0);
     case DType::kI8: return 1;
     case DType::kI32: return 4;
   }
@@ -30,6 +34,8 @@ const char* DTypeName(DType t) {
     case DType::kBF16: return "bf16";
     case DType::kQ8_0: return "q8_0";
     case DType::kQ4_0: return "q4_0";
+    case DType::kQ8_0x16: return "q8_0x16";
+    case DType::kQ4_0x16: return "q4_0x16";
     case DType::kI8: return "i8";
     case DType::kI32: return "i32";
   }

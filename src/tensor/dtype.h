@@ -17,7 +17,13 @@ enum class DType : uint32_t {
   kBF16 = 30,
   kI8 = 24,   // ggml GGML_TYPE_I8
   kI32 = 26,  // ggml GGML_TYPE_I32
+  // Engine-internal layouts (never in files): Q8_0 / Q4_0 matrices with 16 rows interleaved
+  // per 32-column block for the VNNI kernels (see kernels/interleave.h). Same bytes per
+  // element as their source; a partial last group is padded with zero rows.
+  kQ8_0x16 = 1000,
+  kQ4_0x16 = 1001,
 };
+constexpr int kInterleaveRows = 16;
 
 // A block of 32 weights sharing one F16 scale: w = d * q.
 constexpr int kQBlock = 32;

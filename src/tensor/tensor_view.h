@@ -16,7 +16,12 @@ struct TensorView {
 
   bool empty() const { return data == nullptr; }
   int64_t row_bytes() const { return DTypeRowBytes(dtype, cols); }
-  int64_t num_bytes() const { return rows * row_bytes(); }
+  // Interleaved layouts store 16-row groups (see DType::kQ8_0x16); row() does not apply.
+  bool interleaved() const { return dtype == DType::kQ8_0x16 || dtype == DType::kQ4_0x16; }
+  int64_t num_bytes() const {
+    const int64_t stored_rows = interleaved() ? (rows + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows : rows;
+    return stored_rows * row_bytes();
+  }
   const uint8_t* row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + r * row_bytes();
   }
