@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds inflight and runs the whole test suite (what CI runs): the file-format, tokenizer,
-# kernel, KV-cache and executor tests under ASan/UBSan, the engine loop under TSan, then every
-# test on the optimised build.
+# kernel, KV-cache and executor tests under ASan/UBSan, the engine loop under TSan, the fuzz
+# targets for a while, then every test on the optimised build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -22,6 +22,9 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build build-tsan -j "$jobs" --target executor_test
 echo "== executor_test (TSan)"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ./build-tsan/tests/executor_test --gtest_brief=1
+
+echo "== fuzz targets (libFuzzer, ASan/UBSan), ${FUZZ_SECONDS:-30}s each"
+FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz.sh
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"

@@ -189,6 +189,30 @@ TEST(Detokenizer, StreamingNeverSplitsUtf8AndEqualsDecode) {
   }
 }
 
+// Found by tokenizer_fuzz: malformed UTF-8 reached PCRE2's JIT (run without its own UTF
+// check) and crashed. Malformed bytes are now pieces of their own; both tokenizer kinds
+// stay lossless on them.
+TEST(Tokenizers, MalformedUtf8IsEncodedLosslessly) {
+  const std::string gpt2_path = testing::SharedDir() + "/models/tokenizers/gpt2-hf/tokenizer.json";
+  const std::string spm_path = testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  REQUIRE_SHARED_FILE(gpt2_path);
+  REQUIRE_SHARED_FILE(spm_path);
+  auto gpt2 = Tokenizer::FromHuggingFaceFile(gpt2_path);
+  auto spec = Tokenizer::SpecFromSentencePieceModel(spm_path);
+  ASSERT_TRUE(gpt2.ok() && spec.ok());
+  auto llama = Tokenizer::Create(*spec);
+  ASSERT_TRUE(llama.ok());
+  const std::vector<std::string> inputs = {
+      std::string("Aell\x7f wor,\x9c\xd3\xdf\x8b\x97\xff\xff\xc4\x8ft hicj brown fox.i\x04kt ho!\n\t  x"),
+      std::string("trunc\xe4 1 ok \xed\xa0\x80 surrogate \xc0\xaf overlong \xf4\x90\x80\x80 big"),
+      std::string("\xff"), std::string("\xe2\x82"), std::string("ok \xf0\x9f\x98"),
+  };
+  for (const std::string& s : inputs) {
+    EXPECT_EQ((*gpt2)->Decode((*gpt2)->Encode(s, false, false), false), s);
+    EXPECT_EQ((*llama)->Decode((*llama)->Encode(s, false, false), false), s);
+  }
+}
+
 TEST(Utf8, CompletePrefix) {
   EXPECT_EQ(CompleteUtf8Prefix("abc"), 3u);
   EXPECT_EQ(CompleteUtf8Prefix("a\xE4\xBD"), 1u);       // 你 missing its last byte

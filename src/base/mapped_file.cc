@@ -38,8 +38,19 @@ StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
   return file;
 }
 
+std::shared_ptr<MappedFile> MappedFile::FromBytes(const std::string& name, const uint8_t* bytes, size_t size) {
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->path_ = name;
+  file->size_ = size;
+  // One spare byte so an empty buffer still has a valid, unique address.
+  file->owned_ = std::make_unique<uint8_t[]>(size + 1);
+  if (size > 0) std::memcpy(file->owned_.get(), bytes, size);
+  file->data_ = file->owned_.get();
+  return file;
+}
+
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr && owned_ == nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 }  // namespace inflight

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -14,6 +15,8 @@ class MappedFile {
  public:
   // Returns NOT_FOUND / INVALID_ARGUMENT with the path and the OS reason on failure.
   static StatusOr<std::shared_ptr<MappedFile>> Open(const std::string& path);
+  // An in-memory "file" owning a copy of `bytes` (fuzzing, tests).
+  static std::shared_ptr<MappedFile> FromBytes(const std::string& name, const uint8_t* bytes, size_t size);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -27,6 +30,7 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string path_;
+  std::unique_ptr<uint8_t[]> owned_;  // FromBytes storage; otherwise data_ is mapped
 };
 
 }  // namespace inflight

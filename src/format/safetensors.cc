@@ -14,6 +14,11 @@ std::optional<DType> DTypeFromSafetensors(const std::string& name) {
 
 StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
+  return Parse(std::move(file));
+}
+
+StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::shared_ptr<MappedFile> file) {
+  const std::string path = file->path();
   auto fail = [&](const std::string& m) { return DataLossError(path + ": " + m); };
   if (file->size() < 8) return fail("too small for a safetensors header");
   uint64_t header_len = 0;

@@ -23,6 +23,7 @@ struct SafetensorsTensor {
 class SafetensorsFile {
  public:
   static StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  static StatusOr<std::unique_ptr<SafetensorsFile>> Parse(std::shared_ptr<MappedFile> file);
   const std::map<std::string, SafetensorsTensor>& tensors() const { return tensors_; }
   std::shared_ptr<MappedFile> file() const { return file_; }
 

@@ -191,12 +191,39 @@ void Tokenizer::EncodeSentencePiece(std::string_view text, bool first_fragment, 
 }
 
 void Tokenizer::EncodeByteLevel(std::string_view text, std::vector<int32_t>* out) const {
-  std::vector<std::string_view> pieces = {text};
+  // The regexes run in UTF mode without PCRE2's own check (speed), which is only safe on
+  // well-formed UTF-8: every malformed byte becomes a piece of its own, and only the valid
+  // runs between them are split by the regexes.
+  std::vector<std::string_view> pieces;
+  std::vector<bool> valid;  // per piece: well-formed (regex input) or one malformed byte
+  for (size_t pos = 0, run = 0; pos <= text.size();) {
+    const size_t len = pos < text.size() ? ValidUtf8CharLength(text, pos) : 0;
+    if (len > 0) {
+      pos += len;
+      continue;
+    }
+    if (pos > run) {
+      pieces.push_back(text.substr(run, pos - run));
+      valid.push_back(true);
+    }
+    if (pos < text.size()) {
+      pieces.push_back(text.substr(pos, 1));
+      valid.push_back(false);
+    }
+    run = ++pos;
+  }
   pcre2_match_data* md = regexes_.empty() ? nullptr : pcre2_match_data_create(4, nullptr);
   for (void* re_ptr : regexes_) {
     auto* re = static_cast<pcre2_code*>(re_ptr);
     std::vector<std::string_view> next;
-    for (std::string_view piece : pieces) {
+    std::vector<bool> next_valid;
+    for (size_t pi = 0; pi < pieces.size(); ++pi) {
+      const std::string_view piece = pieces[pi];
+      if (!valid[pi]) {
+        next.push_back(piece);
+        next_valid.push_back(false);
+        continue;
+      }
       size_t pos = 0;
       while (pos < piece.size()) {
         const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(piece.data()), piece.size(), pos,
@@ -205,7 +232,7 @@ void Tokenizer::EncodeByteLevel(std::string_view text, std::vector<int32_t>* out
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         if (ov[0] > pos) next.push_back(piece.substr(pos, ov[0] - pos));  // gap (Isolated)
         if (ov[1] == ov[0]) {                                              // empty match: step one char
-          const size_t step = Utf8CharLength(static_cast<uint8_t>(piece[ov[0]]));
+          const size_t step = std::max<size_t>(1, ValidUtf8CharLength(piece, ov[0]));
           next.push_back(piece.substr(ov[0], std::min(step, piece.size() - ov[0])));
           pos = ov[0] + step;
           continue;
@@ -214,8 +241,10 @@ void Tokenizer::EncodeByteLevel(std::string_view text, std::vector<int32_t>* out
         pos = ov[1];
       }
       if (pos < piece.size()) next.push_back(piece.substr(pos));
+      next_valid.resize(next.size(), true);
     }
     pieces = std::move(next);
+    valid = std::move(next_valid);
   }
   if (md) pcre2_match_data_free(md);
   std::string mapped;
@@ -242,7 +271,8 @@ void Tokenizer::MergeWord(const std::string& word, std::vector<int32_t>* out) co
   };
   std::vector<Symbol> syms;
   for (size_t i = 0; i < word.size();) {
-    size_t len = std::min<size_t>(Utf8CharLength(static_cast<uint8_t>(word[i])), word.size() - i);
+    // A malformed byte is a symbol of its own (byte fallback keeps it lossless).
+    const size_t len = std::max<size_t>(1, ValidUtf8CharLength(word, i));
     syms.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(len),
                     static_cast<int32_t>(syms.size()) - 1, static_cast<int32_t>(syms.size()) + 1});
     i += len;
@@ -339,7 +369,7 @@ std::string Tokenizer::TokenBytes(int32_t id) const {
   }
   std::string bytes;
   for (size_t i = 0; i < text.size();) {
-    const size_t len = std::min<size_t>(Utf8CharLength(static_cast<uint8_t>(text[i])), text.size() - i);
+    const size_t len = std::max<size_t>(1, ValidUtf8CharLength(text, i));
     const uint32_t cp = DecodeUtf8(std::string_view(text).substr(i, len));
     auto it = unicode_to_byte_.find(cp);
     if (it != unicode_to_byte_.end()) {

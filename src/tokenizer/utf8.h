@@ -16,6 +16,30 @@ inline size_t Utf8CharLength(uint8_t c) {
   return 1;
 }
 
+// Length of the well-formed UTF-8 character at s[pos] (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), or 0 when the bytes there are not one.
+inline size_t ValidUtf8CharLength(std::string_view s, size_t pos) {
+  const size_t n = s.size() - pos;
+  const auto b = [&](size_t i) { return static_cast<uint8_t>(s[pos + i]); };
+  const auto cont = [&](size_t i) { return i < n && (b(i) & 0xC0) == 0x80; };
+  const uint8_t c = b(0);
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (n < 3 || !cont(1) || !cont(2)) return 0;
+    if (c == 0xE0 && b(1) < 0xA0) return 0;  // overlong
+    if (c == 0xED && b(1) > 0x9F) return 0;  // surrogate
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (n < 4 || !cont(1) || !cont(2) || !cont(3)) return 0;
+    if (c == 0xF0 && b(1) < 0x90) return 0;  // overlong
+    if (c == 0xF4 && b(1) > 0x8F) return 0;  // above U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
 inline std::string EncodeUtf8(uint32_t cp) {
   std::string s;
   if (cp < 0x80) {

@@ -1,0 +1,37 @@
+// Writes small valid inputs for the fuzz targets' seed corpora: a GGUF with metadata of
+// every kind, a SentencePiece-style vocabulary and two tensors; a safetensors file.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "format/gguf.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: make_seeds DIR\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  inflight::GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetU32("llama.block_count", 1);
+  w.SetU32("llama.embedding_length", 32);
+  w.SetF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.SetBool("tokenizer.ggml.add_bos_token", true);
+  w.SetString("tokenizer.ggml.model", "llama");
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "<0x41>", "\u2581he", "llo"};
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetF32Array("tokenizer.ggml.scores", {0, 0, 0, 0, -1, -2});
+  w.SetI32Array("tokenizer.ggml.token_type", {2, 3, 3, 6, 1, 1});
+  std::vector<uint8_t> f32(32 * 6 * 4, 0), q8(34 * 2, 1);
+  if (!w.AddTensor("token_embd.weight", inflight::DType::kF32, {32, 6}, f32).ok()) return 1;
+  if (!w.AddTensor("blk.0.attn_q.weight", inflight::DType::kQ8_0, {32, 2}, q8).ok()) return 1;
+  if (!w.WriteFile(dir + "/gguf-seed.gguf").ok()) return 1;
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"k":"v"}})";
+  std::ofstream st(dir + "/seed.safetensors", std::ios::binary);
+  const uint64_t n = header.size();
+  st.write(reinterpret_cast<const char*>(&n), 8);
+  st << header << std::string(16, '\0');
+  std::ofstream(dir + "/text-seed.txt") << "Hello world, the quick brown fox. \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80 it's 1234!\n\t  x";
+  return 0;
+}
