@@ -124,7 +124,8 @@ void InflightVsStatic(const Model& model, ExecutorConfig c, int n, double rate) 
   }
   std::printf("\n== in-flight vs static: %d requests, prompt ~ N(128, 32), output ~ N(128, 64), max_batch_size %d\n", n,
               c.max_batch_size);
-  std::printf("%-26s %10s %10s %12s %10s %8s\n", "arrivals / batching", "seconds", "out tok", "out tok/s", "peak batch", "steps");
+  std::printf("%-26s %10s %10s %12s %10s %8s %12s\n", "arrivals / batching", "seconds", "out tok", "out tok/s", "peak batch",
+              "steps", "mean TTFT ms");
   for (auto& [name, specs] : {std::pair<const char*, std::vector<Spec>&>{"all at once", all_at_once},
                               std::pair<const char*, std::vector<Spec>&>{"Poisson", poisson}}) {
     double tps[2];
@@ -132,8 +133,8 @@ void InflightVsStatic(const Model& model, ExecutorConfig c, int n, double rate) 
       c.batching = k == 0 ? BatchingStrategy::kInflight : BatchingStrategy::kStatic;
       const RunResult r = Run(model, c, specs);
       tps[k] = r.output_tokens / r.seconds;
-      std::printf("%-12s %-13s %10.1f %10lld %12.1f %10d %8lld\n", name, k == 0 ? "in-flight" : "static", r.seconds,
-                  static_cast<long long>(r.output_tokens), tps[k], r.peak_batch, static_cast<long long>(r.steps));
+      std::printf("%-12s %-13s %10.1f %10lld %12.1f %10d %8lld %12.0f\n", name, k == 0 ? "in-flight" : "static", r.seconds,
+                  static_cast<long long>(r.output_tokens), tps[k], r.peak_batch, static_cast<long long>(r.steps), r.mean_ttft_ms);
       std::fflush(stdout);
     }
     std::printf("%-12s in-flight / static output tokens/s: %.2fx\n", name, tps[0] / tps[1]);

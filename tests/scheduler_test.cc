@@ -182,6 +182,24 @@ TEST(Scheduler, StaticBatchingLetsNobodyJoinARunningBatch) {
   EXPECT_EQ(f.Step(), "C:2");
 }
 
+TEST(Scheduler, StaticBatchFormsBeyondOneStepsTokenBudget) {
+  ExecutorConfig c = Config(CapacityPolicy::kGuaranteedNoEvict, 8);
+  c.batching = BatchingStrategy::kStatic;
+  FakeEngine f(c, 32);
+  f.Add("A", 6, 3);
+  f.Add("B", 6, 3);
+  f.Add("C", 6, 3);
+  EXPECT_EQ(f.Step(), "A:6");  // B and C join the batch; their prompts wait for budget
+  EXPECT_EQ(f.Running(), "ABC");
+  f.Add("D", 2, 1);
+  EXPECT_EQ(f.Step(), "A:1 B:6");
+  EXPECT_EQ(f.Step(), "A:1 B:1 C:6");  // A ends (3 tokens)
+  EXPECT_EQ(f.Step(), "B:1 C:1");
+  EXPECT_EQ(f.last().waiting_for_static_batch, 1);  // D waits for the whole batch
+  EXPECT_EQ(f.Step(), "C:1");
+  EXPECT_EQ(f.Step(), "D:2");
+}
+
 TEST(Scheduler, MaxBatchSizeAndPriority) {
   ExecutorConfig c = Config(CapacityPolicy::kGuaranteedNoEvict);
   c.max_batch_size = 2;

@@ -158,6 +158,7 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     return;
   }
   const bool no_evict = config_.policy == CapacityPolicy::kGuaranteedNoEvict;
+  const bool forming_static_batch = config_.batching == BatchingStrategy::kStatic;  // running_ is empty here
   const int32_t tpb = config_.tokens_per_block;
   int64_t reserved = 0;
   if (no_evict) {
@@ -178,14 +179,16 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     }
     TakePrefix(seq);
     const int32_t n = ChunkSize(*seq, budget);
-    if (n == 0) blocked_reason = &out_.waiting_for_max_num_tokens;
+    // A static batch forms all at once, up to max_batch_size: members the token budget
+    // cannot start now join anyway and run their prompts in the next steps.
+    if (n == 0 && !forming_static_batch) blocked_reason = &out_.waiting_for_max_num_tokens;
     int64_t outstanding = 0;
     if (!blocked_reason && no_evict) {
       outstanding = seq->request->OutstandingBlocks(tpb);
       if (outstanding > blocks_.NumAvailable() - reserved) blocked_reason = &out_.waiting_for_kv_cache;
     }
     const size_t held = seq->blocks.size();
-    if (!blocked_reason && !EnsureBlocks(seq, seq->num_computed + n)) blocked_reason = &out_.waiting_for_kv_cache;
+    if (!blocked_reason && n > 0 && !EnsureBlocks(seq, seq->num_computed + n)) blocked_reason = &out_.waiting_for_kv_cache;
     if (blocked_reason) {
       DropBlocks(seq);
       break;
@@ -195,7 +198,7 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     seq->request->stats.num_reused_blocks += seq->num_committed;
     seq->state = SequenceState::kRunning;
     running_.push_back(seq);
-    Schedule(seq, n, budget);
+    if (n > 0) Schedule(seq, n, budget);
   }
   if (blocked_reason) *blocked_reason += static_cast<int32_t>(waiting_.size() - i);
   waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(i));
