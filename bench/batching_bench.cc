@@ -126,8 +126,10 @@ void InflightVsStatic(const Model& model, ExecutorConfig c, int n, double rate) 
               c.max_batch_size);
   std::printf("%-26s %10s %10s %12s %10s %8s %12s\n", "arrivals / batching", "seconds", "out tok", "out tok/s", "peak batch",
               "steps", "mean TTFT ms");
-  for (auto& [name, specs] : {std::pair<const char*, std::vector<Spec>&>{"all at once", all_at_once},
-                              std::pair<const char*, std::vector<Spec>&>{"Poisson", poisson}}) {
+  std::vector<std::pair<const char*, std::vector<Spec>*>> order = {{"all at once", &all_at_once}, {"Poisson", &poisson}};
+  if (std::getenv("POISSON_FIRST")) std::swap(order[0], order[1]);  // to check that run order does not matter
+  for (auto& [name, specs_ptr] : order) {
+    const std::vector<Spec>& specs = *specs_ptr;
     double tps[2];
     for (int k = 0; k < 2; ++k) {
       c.batching = k == 0 ? BatchingStrategy::kInflight : BatchingStrategy::kStatic;

@@ -284,6 +284,7 @@ void Executor::RunStep() {
     ProcessChunk(out.chunks[i], plan_.chunks[i].all_logits, logits_.data() + row * vocab_size_, n_rows);
     row += n_rows;
   }
+  SampleAll();
   for (RequestState* rs : touched_) {
     for (auto& seq : rs->sequences) Publish(seq.get());
     rs->touched = false;
@@ -307,18 +308,13 @@ void Executor::ProcessChunk(const ScheduledChunk& c, bool all_logits, const floa
     touched_.push_back(rs);
   }
   if (seq->num_computed < static_cast<int32_t>(seq->tokens.size())) return;  // mid-prompt chunk
-  const float* last = logits + (rows - 1) * vocab_size_;
-  const bool first_of_request = seq->index == 0 && !rs->forked && seq->num_generated() == 0;
-  SampleNext(seq, last);
-  if (first_of_request && rs->request.num_return_sequences > 1) Fork(seq, last);
-  rs->forked = true;
+  to_sample_.push_back({seq, logits + (rows - 1) * vocab_size_});
 }
 
-void Executor::SampleNext(Sequence* seq, const float* logits_row) {
-  RequestState* rs = seq->request;
-  const Request& r = rs->request;
+SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* scratch) {
+  const Request& r = seq->request->request;
   if (r.return_generation_logits) seq->generation_logits.insert(seq->generation_logits.end(), logits_row, logits_row + vocab_size_);
-  float* x = sample_row_.data();
+  float* x = scratch;
   std::copy(logits_row, logits_row + vocab_size_, x);
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
   // Bad words: a one-token word is always banned; a longer one bans its last token after
@@ -329,7 +325,12 @@ void Executor::SampleNext(Sequence* seq, const float* logits_row) {
     if (std::equal(w.begin(), w.end() - 1, seq->tokens.end() - static_cast<std::ptrdiff_t>(prefix))) x[w.back()] = kBanned;
   }
   if (r.end_id >= 0 && seq->num_generated() < r.min_tokens) x[r.end_id] = kBanned;
-  SampledToken t = seq->sampler.Sample(x, vocab_size_);
+  return seq->sampler.Sample(x, vocab_size_);
+}
+
+void Executor::AcceptToken(Sequence* seq, const SampledToken& t) {
+  RequestState* rs = seq->request;
+  const Request& r = rs->request;
   const Clock::time_point now = Clock::now();
   if (rs->stats.first_token_time == Clock::time_point{}) rs->stats.first_token_time = now;
   rs->stats.last_token_time = now;
@@ -347,6 +348,32 @@ void Executor::SampleNext(Sequence* seq, const float* logits_row) {
   } else if (seq->num_generated() >= r.max_tokens || static_cast<int32_t>(seq->tokens.size()) >= context_length_) {
     FinishSequence(seq, FinishReason::kLength);
   }
+}
+
+void Executor::SampleAll() {
+  // Each sequence draws with its own sampler: independent, so the draws run on the compute
+  // pool (per-thread logits scratch); accepting tokens touches shared state and stays serial.
+  const int64_t n = static_cast<int64_t>(to_sample_.size());
+  drawn_.resize(n);
+  ThreadPool* pool = runner_->pool();
+  const int threads = pool != nullptr && n > 1 ? pool->num_threads() : 1;
+  if (sample_rows_.size() < static_cast<size_t>(threads) * vocab_size_) sample_rows_.resize(static_cast<size_t>(threads) * vocab_size_);
+  auto draw = [&](int ti, int nt) {
+    for (int64_t i = n * ti / nt; i < n * (ti + 1) / nt; ++i) {
+      drawn_[i] = DrawNext(to_sample_[i].seq, to_sample_[i].row, sample_rows_.data() + static_cast<size_t>(ti) * vocab_size_);
+    }
+  };
+  if (threads > 1) pool->Run(draw);
+  else draw(0, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    Sequence* seq = to_sample_[i].seq;
+    RequestState* rs = seq->request;
+    const bool first_of_request = seq->index == 0 && !rs->forked && seq->num_generated() == 0;
+    AcceptToken(seq, drawn_[i]);
+    if (first_of_request && rs->request.num_return_sequences > 1) Fork(seq, to_sample_[i].row);
+    rs->forked = true;
+  }
+  to_sample_.clear();
 }
 
 bool Executor::StopWordMatched(const Sequence& seq) const {
@@ -395,7 +422,7 @@ void Executor::Fork(Sequence* parent, const float* logits_row) {
     scheduler_.AddRunning(seq.get());
     Sequence* raw = seq.get();
     rs->sequences.push_back(std::move(seq));
-    SampleNext(raw, logits_row);
+    AcceptToken(raw, DrawNext(raw, logits_row, sample_row_.data()));
   }
 }
 

@@ -85,7 +85,9 @@ class Executor {
   void HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels);
   void RunStep();
   void ProcessChunk(const ScheduledChunk& chunk, bool all_logits, const float* logits, int64_t rows);
-  void SampleNext(Sequence* seq, const float* logits_row);
+  SampledToken DrawNext(Sequence* seq, const float* logits_row, float* scratch);
+  void AcceptToken(Sequence* seq, const SampledToken& token);
+  void SampleAll();
   void Fork(Sequence* parent, const float* logits_row);
   bool StopWordMatched(const Sequence& seq) const;
   void FinishSequence(Sequence* seq, FinishReason reason);
@@ -110,6 +112,13 @@ class Executor {
   BatchPlan plan_;
   std::vector<float> logits_;       // [rows, vocab]
   std::vector<float> sample_row_;   // [vocab]
+  struct PendingSample {
+    Sequence* seq;
+    const float* row;  // its logits row of this step
+  };
+  std::vector<PendingSample> to_sample_;
+  std::vector<SampledToken> drawn_;
+  std::vector<float> sample_rows_;  // [threads, vocab]
   uint64_t next_order_ = 0;
   int64_t iteration_ = 0;
 

@@ -24,6 +24,8 @@ class ModelRunner {
   virtual Status Forward(const BatchPlan& plan, float* logits) = 0;
   // Copies the K/V of the first num_tokens slots of block src into block dst.
   virtual void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) = 0;
+  // The compute pool, for per-sequence work between forward passes; null: run it inline.
+  virtual ThreadPool* pool() { return nullptr; }
 };
 
 // Pool size for a model: max_tokens_in_paged_kv_cache or kv_cache_free_mem_fraction of the
@@ -40,6 +42,7 @@ class LocalModelRunner : public ModelRunner {
   int32_t num_kv_blocks() const override { return storage_.config().num_blocks; }
   Status Forward(const BatchPlan& plan, float* logits) override;
   void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) override;
+  ThreadPool* pool() override { return &pool_; }
 
  private:
   const Model& model_;

@@ -85,10 +85,17 @@ void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
 }
 
 QuantizedRows* MatMulScratch::Quantize(const KernelTable& k, const float* x, int64_t num_tokens,
-                                       int64_t cols) {
+                                       int64_t cols, ThreadPool* pool) {
   Reserve(num_tokens, cols);
   rows_ = QuantizedRows{qs_, qu_, d_, sum_, cols};
-  k.quantize_rows_q8(x, num_tokens, cols, &rows_);
+  auto rows = [&](int64_t t0, int64_t t1) {
+    const int64_t nb = cols / kQBlock;
+    QuantizedRows part{qs_ + t0 * cols, qu_ + t0 * cols, d_ + t0 * nb, sum_ + t0 * nb, cols};
+    k.quantize_rows_q8(x + t0 * cols, t1 - t0, cols, &part);
+  };
+  // Rows are independent: split them over the pool when there are enough.
+  if (pool != nullptr && num_tokens >= 8) pool->ParallelFor(num_tokens, 1, rows);
+  else rows(0, num_tokens);
   return &rows_;
 }
 
@@ -96,7 +103,7 @@ void MatMul(const TensorView& w, const float* x, int64_t num_tokens, float* y, T
             MatMulScratch& scratch) {
   const KernelTable& k = ActiveKernels();
   const QuantizedRows* xq = nullptr;
-  if (UsesQuantizedActivations(w.dtype)) xq = scratch.Quantize(k, x, num_tokens, w.cols);
+  if (UsesQuantizedActivations(w.dtype)) xq = scratch.Quantize(k, x, num_tokens, w.cols, &pool);
   // Rows are split in multiples of 16 so each thread streams whole cache lines of output.
   pool.ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
     k.matmul_rows(w, begin, end, x, xq, num_tokens, y, w.rows);

@@ -74,7 +74,8 @@ inline bool UsesQuantizedActivations(DType t) {
 // Scratch for MatMul: the quantized copy of the activations. Sized on first use and reused.
 class MatMulScratch {
  public:
-  QuantizedRows* Quantize(const KernelTable& k, const float* x, int64_t num_tokens, int64_t cols);
+  QuantizedRows* Quantize(const KernelTable& k, const float* x, int64_t num_tokens, int64_t cols,
+                          ThreadPool* pool = nullptr);
 
  private:
   void Reserve(int64_t num_tokens, int64_t cols);

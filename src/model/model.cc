@@ -201,19 +201,24 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
   seqs.reserve(plan.chunks.size());
   int64_t row = 0;
   for (const SequenceChunk& ch : plan.chunks) {
-    if (!c.learned_positions) {
-      for (int32_t i = 0; i < ch.num_tokens; ++i) {
-        kernels::ApplyRope(q + (row + i) * qd, c.num_heads, c.head_dim, c.rope_dim, c.rope_style,
-                           rope_inv_freq_.data(), ch.start_pos + i);
-        kernels::ApplyRope(k + (row + i) * kvd, c.num_kv_heads, c.head_dim, c.rope_dim, c.rope_style,
-                           rope_inv_freq_.data(), ch.start_pos + i);
-      }
-    }
-    kernels::AttentionSeq seq{ch.block_table, ch.start_pos, ch.num_tokens, row};
-    kernels::WriteKv(kv.layers[layer], seq, k + row * kvd, v + row * kvd);
-    seqs.push_back(seq);
+    seqs.push_back({ch.block_table, ch.start_pos, ch.num_tokens, row});
     row += ch.num_tokens;
   }
+  // RoPE and the K/V store, sequence by sequence on the pool (each writes its own slots).
+  pool.ParallelFor(static_cast<int64_t>(seqs.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t si = begin; si < end; ++si) {
+      const kernels::AttentionSeq& seq = seqs[si];
+      if (!c.learned_positions) {
+        for (int32_t i = 0; i < seq.num_tokens; ++i) {
+          kernels::ApplyRope(q + (seq.row_offset + i) * qd, c.num_heads, c.head_dim, c.rope_dim, c.rope_style,
+                             rope_inv_freq_.data(), seq.start_pos + i);
+          kernels::ApplyRope(k + (seq.row_offset + i) * kvd, c.num_kv_heads, c.head_dim, c.rope_dim, c.rope_style,
+                             rope_inv_freq_.data(), seq.start_pos + i);
+        }
+      }
+      kernels::WriteKv(kv.layers[layer], seq, k + seq.row_offset * kvd, v + seq.row_offset * kvd);
+    }
+  });
   const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   kernels::PagedAttention(kv.layers[layer], shape, seqs.data(), static_cast<int>(seqs.size()), q,
@@ -228,12 +233,14 @@ void Model::FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& p
   if (c.gelu_ffn) {
     kernels::MatMul(lw.w_up, s.h, T, s.up, pool, s.matmul);
     if (!lw.b_up.empty()) kernels::AddBias(s.up, lw.b_up.data(), T, c.ffn_size);
-    kernels::GeluTanh(s.up, T * c.ffn_size);
+    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) { kernels::GeluTanh(s.up + t0 * c.ffn_size, (t1 - t0) * c.ffn_size); });
     kernels::MatMul(lw.w_down, s.up, T, s.out, pool, s.matmul);
   } else {
     kernels::MatMul(lw.w_gate, s.h, T, s.gate, pool, s.matmul);
     kernels::MatMul(lw.w_up, s.h, T, s.up, pool, s.matmul);
-    kernels::SiluMul(s.gate, s.up, T * c.ffn_size);
+    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
+      kernels::SiluMul(s.gate + t0 * c.ffn_size, s.up + t0 * c.ffn_size, (t1 - t0) * c.ffn_size);
+    });
     kernels::MatMul(lw.w_down, s.gate, T, s.out, pool, s.matmul);
   }
   if (!lw.b_down.empty()) kernels::AddBias(s.out, lw.b_down.data(), T, c.hidden_size);
