@@ -313,6 +313,38 @@ TEST_F(ExecutorTest, CancelStormLeavesNoLeakedBlockAndNoStuckRequest) {
   ExpectNoLeaks(*e);
 }
 
+// max_utilization pauses and recomputes sequences; a streaming client must see each token
+// exactly once, in order, as if its request had run alone.
+TEST_F(ExecutorTest, StreamingAcrossPausesLosesAndRepeatsNothing) {
+  ExecutorConfig c;
+  c.policy = CapacityPolicy::kMaxUtilization;
+  c.tokens_per_block = 16;
+  c.max_tokens_in_paged_kv_cache = 640;  // 40 blocks for 12 requests of up to ~9 blocks each
+  c.max_batch_size = 12;
+  auto e = Make(c);
+  const Workload w = MakeWorkload(99, 12);
+  std::vector<RequestId> ids;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < w.prompts.size(); ++i) {
+    std::vector<int32_t> p(w.prompts[i].begin(), w.prompts[i].begin() + std::min<size_t>(w.prompts[i].size(), 100));
+    Request r = Greedy(p, 40);
+    r.streaming = true;
+    prompts.push_back(p);
+    ids.push_back(*e->Enqueue(std::move(r)));
+  }
+  int32_t pauses = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<int32_t> streamed;
+    for (const Result& r : Collect(*e, ids[i])) {
+      streamed.insert(streamed.end(), r.output_token_ids.begin(), r.output_token_ids.end());
+      if (r.is_final) pauses += r.stats.num_pauses;
+    }
+    EXPECT_EQ(streamed, Alone(prompts[i], 40)) << "request " << i;
+  }
+  EXPECT_GT(pauses, 0) << "the cache was meant to be too small";
+  ExpectNoLeaks(*e);
+}
+
 TEST_F(ExecutorTest, ShutdownFinishesEveryOutstandingRequest) {
   ExecutorConfig c;
   c.max_tokens_in_paged_kv_cache = 2048;
