@@ -125,6 +125,27 @@ TEST(BlockManager, DuplicatePrefixIsNotCommittedTwice) {
   EXPECT_EQ(m.CheckInvariants(), "");
 }
 
+TEST(BlockManager, PartialMatchPicksTheLongestChildAndPinsIt) {
+  KvBlockManager m({6, 4, true});
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8}, b = {1, 2, 3, 4, 5, 6, 9, 9};
+  std::vector<int32_t> ha = {*m.Allocate(), *m.Allocate()}, hb = {*m.Allocate()};
+  const uint64_t k0 = m.Commit(ha[0], KvBlockManager::kRootKey, a.data(), 35);
+  m.Commit(ha[1], k0, a.data() + 4, 35);          // child 5 6 7 8
+  m.Commit(hb[0], k0, std::vector<int32_t>{5, 9, 9, 9}.data(), 35);  // child 5 9 9 9
+  m.Release(ha);
+  m.Release(hb);
+  const std::vector<int32_t> q = {5, 6, 7, 0};
+  auto [blk, len] = m.AcquirePartial(k0, q.data(), 3);
+  EXPECT_EQ(blk, ha[1]);
+  EXPECT_EQ(len, 3);
+  EXPECT_EQ(m.RefCount(blk), 1);  // pinned: not evictable while the copy is pending
+  EXPECT_EQ(m.counts().cached, 2);
+  EXPECT_EQ(m.AcquirePartial(k0, std::vector<int32_t>{7, 7, 7}.data(), 3).first, -1);
+  m.Release({blk});
+  EXPECT_EQ(m.CheckInvariants(), "");
+  (void)b;
+}
+
 TEST(BlockManager, RandomizedOperationsKeepInvariants) {
   KvBlockManager m({64, 4, true});
   std::mt19937 rng(12345);

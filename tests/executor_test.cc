@@ -224,11 +224,12 @@ TEST_P(BatchInvarianceTest, EveryRequestGetsItsAloneOutput) {
                                                        << " tokens, max_tokens " << w.max_tokens[i] << ")";
     EXPECT_EQ(rs.back().finish_reason, FinishReason::kLength);
   }
-  int64_t paused = 0, reused = 0;
+  int64_t paused = 0, reused = 0, partial = 0;
   for (const IterationStats& s : e->GetLatestIterationStats()) {
     peak_scheduled = std::max(peak_scheduled, s.num_scheduled_context + s.num_scheduled_generation);
     paused = std::max(paused, s.num_paused_total);
     reused += s.kv_blocks_reused;
+    partial += s.kv_tokens_partially_reused;
   }
   EXPECT_GT(peak_scheduled, 1) << "requests never ran together";
   if (ic.policy == CapacityPolicy::kGuaranteedNoEvict) {
@@ -239,9 +240,10 @@ TEST_P(BatchInvarianceTest, EveryRequestGetsItsAloneOutput) {
   }
   if (ic.reuse) {
     EXPECT_GT(reused, 0);
+    EXPECT_GT(partial, 0);  // the shared prefixes (100/200/300 tokens) end inside a block
   }
-  std::printf("peak batch %d, pauses %lld, reused blocks %lld\n", peak_scheduled, static_cast<long long>(paused),
-              static_cast<long long>(reused));
+  std::printf("peak batch %d, pauses %lld, reused blocks %lld, partially reused tokens %lld\n", peak_scheduled,
+              static_cast<long long>(paused), static_cast<long long>(reused), static_cast<long long>(partial));
   ExpectNoLeaks(*e);
 }
 

@@ -39,6 +39,9 @@ class FakeEngine {
   // One step; returns "A:8 B:1" (chunks in schedule order) and fills paused names.
   std::string Step(std::string* paused = nullptr) {
     const ScheduleOutput& out = scheduler_.Step();
+    scheduler_.FinishCopies([&](int32_t src, int32_t dst, int32_t n) {
+      copies_ += std::to_string(src) + "->" + std::to_string(dst) + ":" + std::to_string(n) + " ";
+    });
     last_ = out;
     std::string s;
     for (const ScheduledChunk& c : out.chunks) s += (s.empty() ? "" : " ") + names_[c.seq] + ":" + std::to_string(c.num_tokens);
@@ -83,6 +86,9 @@ class FakeEngine {
   std::map<const Sequence*, std::string> names_;
   uint64_t order_ = 0;
   ScheduleOutput last_;
+
+ public:
+  std::string copies_;  // partial-block copies made, "src->dst:tokens "
 };
 
 ExecutorConfig Config(CapacityPolicy policy, int32_t max_num_tokens = 64, bool chunked = false) {
@@ -222,8 +228,12 @@ TEST(Scheduler, PrefixReuseSkipsCachedBlocksButRecomputesTheLastToken) {
   f.Add("B", 9, 1);  // same prompt: 2 blocks reused, 1 token computed
   EXPECT_EQ(f.Step(), "B:1");
   EXPECT_EQ(f.last().num_reused_blocks, 2);
-  f.Add("C", 8, 1);  // 8 tokens = 2 full blocks, but the last token is recomputed: 1 block reused
-  EXPECT_EQ(f.Step(), "C:4");
+  f.Add("C", 8, 1);  // 8 tokens = 2 full blocks, but the last token is recomputed: 1 block
+                     // reused, and 3 slots of A's second block copied into a block of C's own
+  EXPECT_EQ(f.Step(), "C:1");
+  EXPECT_EQ(f.last().num_reused_blocks, 1);
+  EXPECT_EQ(f.last().num_partially_reused_tokens, 3);
+  EXPECT_EQ(f.copies_, "1->2:3 ");  // A held 0, 1, 2; 2 was freed uncached
 }
 
 }  // namespace

@@ -246,6 +246,7 @@ void Executor::RunStep() {
     RecordStats(out, start, 0, 0, 0);
     return;
   }
+  scheduler_.FinishCopies([&](int32_t src, int32_t dst, int32_t n) { runner_->CopyBlockPrefix(src, dst, n); });
   plan_.chunks.clear();
   int64_t rows = 0;
   int32_t context_seqs = 0, context_tokens = 0, gen_seqs = 0;
@@ -532,6 +533,7 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   const BlockCounts c = blocks_.counts();
   s.kv_blocks_total = c.total, s.kv_blocks_free = c.free, s.kv_blocks_used = c.used, s.kv_blocks_cached = c.cached;
   s.kv_blocks_reused = out.num_reused_blocks;
+  s.kv_tokens_partially_reused = out.num_partially_reused_tokens;
   s.waiting_for_kv_cache = out.waiting_for_kv_cache;
   s.waiting_for_max_num_tokens = out.waiting_for_max_num_tokens;
   s.waiting_for_max_batch_size = out.waiting_for_max_batch_size;

@@ -59,7 +59,8 @@ std::string IterationStats::ToJson() const {
                       {"num_paused", num_paused},
                       {"num_paused_total", num_paused_total},
                       {"kv_blocks", {{"total", kv_blocks_total}, {"free", kv_blocks_free}, {"used", kv_blocks_used},
-                                     {"cached", kv_blocks_cached}, {"reused", kv_blocks_reused}}},
+                                     {"cached", kv_blocks_cached}, {"reused", kv_blocks_reused},
+                                     {"partially_reused_tokens", kv_tokens_partially_reused}}},
                       {"waiting_for", {{"kv_cache", waiting_for_kv_cache}, {"max_num_tokens", waiting_for_max_num_tokens},
                                        {"max_batch_size", waiting_for_max_batch_size}, {"static_batch", waiting_for_static_batch}}}};
   return j.dump();

@@ -55,6 +55,7 @@ struct IterationStats {
   int64_t num_paused_total = 0;  // since start
   int32_t kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
   int32_t kv_blocks_reused = 0;  // prefix blocks served from the cache this step
+  int32_t kv_tokens_partially_reused = 0;  // slots copied from partly matching cached blocks
   // Why sequences that could have run did not (counts this step).
   int32_t waiting_for_kv_cache = 0;
   int32_t waiting_for_max_num_tokens = 0;

@@ -1,6 +1,8 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 
 #include "base/check.h"
 
@@ -30,6 +32,11 @@ void Scheduler::AddRunning(Sequence* seq) {
 }
 
 void Scheduler::DropBlocks(Sequence* seq) {
+  if (seq->copy_src >= 0) {
+    blocks_.Release({seq->copy_src});
+    seq->copy_src = -1;
+    seq->copy_tokens = 0;
+  }
   blocks_.Release(seq->blocks);
   seq->blocks.clear();
   seq->num_computed = 0;
@@ -148,6 +155,35 @@ void Scheduler::TakePrefix(Sequence* seq) {
   seq->num_committed = n;
   seq->last_key = KvBlockManager::kRootKey;
   for (int32_t i = 0; i < n; ++i) seq->last_key = blocks_.ChainKey(seq->last_key, seq->tokens.data() + static_cast<int64_t>(i) * tpb);
+  // The next block may match in part: copying its matching slots beats recomputing them.
+  const int64_t rest = usable - static_cast<int64_t>(n) * tpb;
+  if (rest <= 0) return;
+  const auto [src, len] = blocks_.AcquirePartial(seq->last_key, seq->tokens.data() + static_cast<int64_t>(n) * tpb,
+                                                 static_cast<int32_t>(std::min<int64_t>(rest, tpb)));
+  if (src < 0) return;
+  const std::optional<int32_t> dst = blocks_.Allocate();
+  if (!dst) {
+    blocks_.Release({src});
+    return;
+  }
+  seq->copy_index = static_cast<int32_t>(seq->blocks.size());
+  seq->blocks.push_back(*dst);
+  seq->copy_src = src;
+  seq->copy_tokens = len;
+  seq->num_computed += len;
+  seq->request->stats.num_allocated_blocks++;
+}
+
+void Scheduler::FinishCopies(const std::function<void(int32_t, int32_t, int32_t)>& copy) {
+  for (const ScheduledChunk& ch : out_.chunks) {
+    Sequence* seq = ch.seq;
+    if (seq->copy_src < 0) continue;
+    copy(seq->copy_src, seq->blocks[seq->copy_index], seq->copy_tokens);
+    out_.num_partially_reused_tokens += seq->copy_tokens;
+    blocks_.Release({seq->copy_src});
+    seq->copy_src = -1;
+    seq->copy_tokens = 0;
+  }
 }
 
 void Scheduler::AdmitWaiting(int32_t& budget) {
@@ -211,6 +247,7 @@ const ScheduleOutput& Scheduler::Step() {
   out_.chunks.clear();
   out_.paused.clear();
   out_.num_reused_blocks = 0;
+  out_.num_partially_reused_tokens = 0;
   out_.waiting_for_kv_cache = out_.waiting_for_max_num_tokens = 0;
   out_.waiting_for_max_batch_size = out_.waiting_for_static_batch = 0;
   int32_t budget = config_.max_num_tokens;

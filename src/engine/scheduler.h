@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/executor_config.h"
@@ -31,6 +32,7 @@ struct ScheduleOutput {
   std::vector<ScheduledChunk> chunks;
   std::vector<Sequence*> paused;  // paused in this step (their blocks are already released)
   int32_t num_reused_blocks = 0;
+  int32_t num_partially_reused_tokens = 0;  // slots copied from a partly matching cached block
   int32_t waiting_for_kv_cache = 0;
   int32_t waiting_for_max_num_tokens = 0;
   int32_t waiting_for_max_batch_size = 0;
@@ -53,6 +55,10 @@ class Scheduler {
   const std::vector<Sequence*>& running() const { return running_; }
   const std::vector<Sequence*>& waiting() const { return waiting_; }
   int64_t num_paused_total() const { return num_paused_total_; }
+
+  // Runs the partial-block copies this step's admissions asked for: copy(src, dst, tokens)
+  // before the forward pass; then drops the hold on each source block.
+  void FinishCopies(const std::function<void(int32_t, int32_t, int32_t)>& copy);
 
   // Commits the sequence's newly filled blocks for prefix reuse (after its step ran).
   void CommitFullBlocks(Sequence* seq);

@@ -32,6 +32,11 @@ struct Sequence {
   int32_t num_committed = 0;      // leading blocks committed for prefix reuse
   uint64_t last_key = KvBlockManager::kRootKey;  // key of the last committed block
   bool ever_scheduled = false;
+  // Partial-block reuse waiting for its copy before the next forward pass: the first
+  // copy_tokens slots of block copy_src (acquired) go to blocks[copy_index].
+  int32_t copy_src = -1;
+  int32_t copy_tokens = 0;
+  int32_t copy_index = 0;
   int64_t scheduled_step = -1;    // last step that scheduled it
   Sampler sampler;
   FinishReason finish = FinishReason::kNotFinished;

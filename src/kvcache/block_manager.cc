@@ -41,6 +41,12 @@ void KvBlockManager::Evict(int32_t b) {
   evictable_.erase({blk.priority, blk.last_used, b});
   --num_cached_;
   table_.erase(blk.key);
+  for (auto [it, end] = children_.equal_range(blk.parent_key); it != end; ++it) {
+    if (it->second == b) {
+      children_.erase(it);
+      break;
+    }
+  }
   blk.committed = false;
   blk.tokens.clear();
   blk.priority = kDefaultRetentionPriority;
@@ -94,7 +100,29 @@ uint64_t KvBlockManager::Commit(int32_t b, uint64_t parent_key, const int32_t* t
   blk.tokens.assign(tokens, tokens + config_.tokens_per_block);
   blk.priority = std::clamp(priority, 0, 100);
   table_[key] = b;
+  children_.emplace(parent_key, b);
   return key;
+}
+
+std::pair<int32_t, int32_t> KvBlockManager::AcquirePartial(uint64_t parent_key, const int32_t* tokens, int32_t max_tokens) {
+  if (!config_.enable_reuse || max_tokens <= 0) return {-1, 0};
+  max_tokens = std::min(max_tokens, config_.tokens_per_block - 1);
+  int32_t best = -1, best_len = 0;
+  for (auto [it, end] = children_.equal_range(parent_key); it != end; ++it) {
+    const Block& blk = blocks_[it->second];
+    int32_t len = 0;
+    while (len < max_tokens && blk.tokens[len] == tokens[len]) ++len;
+    if (len > best_len) best = it->second, best_len = len;
+  }
+  if (best < 0) return {-1, 0};
+  Block& blk = blocks_[best];
+  if (blk.ref_count == 0) {
+    evictable_.erase({blk.priority, blk.last_used, best});
+    --num_cached_;
+  }
+  ++blk.ref_count;
+  blk.last_used = ++clock_;
+  return {best, best_len};
 }
 
 void KvBlockManager::AddRef(int32_t b) {
@@ -143,6 +171,7 @@ std::string KvBlockManager::CheckInvariants() const {
   if (free != num_free_ || free != static_cast<int32_t>(free_list_.size())) return "free count mismatch";
   if (cached != num_cached_ || cached != static_cast<int32_t>(evictable_.size())) return "cached count mismatch";
   if (table_.size() > blocks_.size()) return "table larger than the pool";
+  if (children_.size() != table_.size()) return "children index out of step with the table";
   for (const auto& [key, b] : table_) {
     if (!blocks_[b].committed || blocks_[b].key != key) return "table entry points at a block with another key";
   }

@@ -57,6 +57,12 @@ class KvBlockManager {
   // max_blocks), each acquired (reference count + 1). Empty when reuse is off.
   std::vector<int32_t> AcquirePrefix(const int32_t* tokens, int64_t num_tokens, int32_t max_blocks);
 
+  // Partial-block reuse: among the committed blocks that follow the prefix `parent_key`, the
+  // one whose leading tokens match `tokens` longest (at most max_tokens, fewer than a block).
+  // Returns {block, matched tokens} with the block acquired (the caller copies those token
+  // slots into a block of its own, then releases it), or {-1, 0}. Off when reuse is off.
+  std::pair<int32_t, int32_t> AcquirePartial(uint64_t parent_key, const int32_t* tokens, int32_t max_tokens);
+
   // Key of the prefix ending with the block holding `tokens` (tokens_per_block of them) after
   // the prefix `parent_key` (kRootKey for the first block).
   static constexpr uint64_t kRootKey = 0x9e3779b97f4a7c15ull;
@@ -101,6 +107,7 @@ class KvBlockManager {
   std::vector<int32_t> free_list_;      // uncached free blocks (a stack: the lowest id on top)
   std::set<EvictionKey> evictable_;     // cached, unreferenced
   std::unordered_map<uint64_t, int32_t> table_;  // prefix key -> block
+  std::unordered_multimap<uint64_t, int32_t> children_;  // parent key -> committed blocks
   int32_t num_free_ = 0;
   int32_t num_cached_ = 0;
   uint64_t clock_ = 0;
