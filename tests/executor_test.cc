@@ -13,26 +13,13 @@
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "model/random_model.h"
+#include "test_util.h"
 
 namespace inflight {
 namespace {
 
 using std::chrono::milliseconds;
 
-TokenizerSpec ByteVocab() {
-  TokenizerSpec spec;
-  spec.tokens = {"<unk>", "<s>", "</s>"};
-  spec.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl};
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    spec.tokens.push_back(buf);
-    spec.types.push_back(TokenType::kByte);
-  }
-  spec.scores.assign(spec.tokens.size(), 0.0f);
-  spec.unk_id = 0, spec.bos_id = 1, spec.eos_id = 2;
-  return spec;
-}
 
 class ExecutorTest : public ::testing::Test {
  protected:
@@ -44,7 +31,7 @@ class ExecutorTest : public ::testing::Test {
     params.dtype = DType::kQ8_0;
     params.seed = 11;
     path_ = (std::filesystem::temp_directory_path() / "inflight_executor_test.gguf").string();
-    ASSERT_TRUE(WriteRandomGguf(params, ByteVocab(), path_).ok());
+    ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), path_).ok());
     auto m = Model::Load(path_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value().release();

@@ -276,26 +276,6 @@ std::vector<double> ReferenceLogits(const RefModel& m, const std::vector<int32_t
   return logits;
 }
 
-// A small SentencePiece-style vocabulary (the tokenizer plays no part in this test).
-TokenizerSpec SmallVocab() {
-  TokenizerSpec spec;
-  spec.tokens = {"<unk>", "<s>", "</s>"};
-  spec.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl};
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    spec.tokens.push_back(buf);
-    spec.types.push_back(TokenType::kByte);
-  }
-  for (const char* w : {"\u2581the", "\u2581a", "\u2581of", "\u2581and", "\u2581to"}) {
-    spec.tokens.push_back(w);
-    spec.types.push_back(TokenType::kNormal);
-  }
-  spec.scores.assign(spec.tokens.size(), 0.0f);
-  for (size_t i = 259; i < spec.tokens.size(); ++i) spec.scores[i] = -static_cast<float>(i);
-  spec.unk_id = 0, spec.bos_id = 1, spec.eos_id = 2;
-  return spec;
-}
 
 struct Case {
   const char* arch;
@@ -323,7 +303,7 @@ TEST_P(ReferenceModelTest, LogitsOf20TokenPromptMatchNaiveReference) {
   params.tied_embeddings = std::string(c.arch) != "qwen2";  // one untied model
   const std::string path = (std::filesystem::temp_directory_path() /
                              ("inflight_ref_" + std::string(c.arch) + "_" + DTypeName(c.dtype) + ".gguf")).string();
-  ASSERT_TRUE(WriteRandomGguf(params, SmallVocab(), path).ok());
+  ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab({"\u2581the", "\u2581a", "\u2581of", "\u2581and", "\u2581to"}), path).ok());
 
   auto model = Model::Load(path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();

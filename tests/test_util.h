@@ -5,7 +5,11 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <cstdio>
 #include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
 
 namespace inflight::testing {
 
@@ -20,6 +24,28 @@ inline bool InCi() {
 }
 
 inline std::string SourceDir() { return INFLIGHT_SOURCE_DIR; }
+
+// A small SentencePiece-style vocabulary for models whose tokenizer plays no part in a test:
+// <unk> <s> </s>, the 256 byte tokens, then `words` (scored in order).
+inline TokenizerSpec ByteFallbackVocab(const std::vector<std::string>& words = {}) {
+  TokenizerSpec spec;
+  spec.tokens = {"<unk>", "<s>", "</s>"};
+  spec.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    spec.tokens.push_back(buf);
+    spec.types.push_back(TokenType::kByte);
+  }
+  for (const std::string& w : words) {
+    spec.tokens.push_back(w);
+    spec.types.push_back(TokenType::kNormal);
+  }
+  spec.scores.assign(spec.tokens.size(), 0.0f);
+  for (size_t i = 259; i < spec.tokens.size(); ++i) spec.scores[i] = -static_cast<float>(i);
+  spec.unk_id = 0, spec.bos_id = 1, spec.eos_id = 2;
+  return spec;
+}
 
 }  // namespace inflight::testing
 
