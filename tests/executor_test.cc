@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <map>
 #include <random>
@@ -30,7 +32,9 @@ class ExecutorTest : public ::testing::Test {
     params.config = *config;
     params.dtype = DType::kQ8_0;
     params.seed = 11;
-    path_ = (std::filesystem::temp_directory_path() / "inflight_executor_test.gguf").string();
+    // One file per process: ctest runs the tests of this suite as parallel processes, and
+    // rewriting a file another process has mapped kills it with SIGBUS.
+    path_ = (std::filesystem::temp_directory_path() / ("inflight_executor_test_" + std::to_string(getpid()) + ".gguf")).string();
     ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), path_).ok());
     auto m = Model::Load(path_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
