@@ -1,0 +1,416 @@
+#include "frontends/grpc_frontend.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <deque>
+#include <thread>
+
+#include "grpc_service.grpc.pb.h"
+#include "serving/model_config_util.h"
+
+namespace inflight::frontends {
+namespace {
+
+using serving::InferRequest;
+using serving::InferResponse;
+using serving::InferTensor;
+
+grpc::Status ToGrpc(const Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  switch (s.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kFailedPrecondition: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kUnimplemented: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    case StatusCode::kInternal:
+    case StatusCode::kDataLoss: code = grpc::StatusCode::INTERNAL; break;
+  }
+  return grpc::Status(code, s.message());
+}
+
+template <typename T>
+void AppendRaw(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+// InferTensorContents -> raw little-endian bytes of the declared datatype.
+Status ContentsToRaw(const inference::InferTensorContents& c, InferTensor* t) {
+  using inference::DataType;
+  switch (t->dtype) {
+    case inference::TYPE_BOOL: for (bool v : c.bool_contents()) AppendRaw<uint8_t>(&t->data, v); break;
+    case inference::TYPE_INT8: for (int32_t v : c.int_contents()) AppendRaw<int8_t>(&t->data, static_cast<int8_t>(v)); break;
+    case inference::TYPE_INT16: for (int32_t v : c.int_contents()) AppendRaw<int16_t>(&t->data, static_cast<int16_t>(v)); break;
+    case inference::TYPE_INT32: for (int32_t v : c.int_contents()) AppendRaw<int32_t>(&t->data, v); break;
+    case inference::TYPE_INT64: for (int64_t v : c.int64_contents()) AppendRaw<int64_t>(&t->data, v); break;
+    case inference::TYPE_UINT8: for (uint32_t v : c.uint_contents()) AppendRaw<uint8_t>(&t->data, static_cast<uint8_t>(v)); break;
+    case inference::TYPE_UINT16: for (uint32_t v : c.uint_contents()) AppendRaw<uint16_t>(&t->data, static_cast<uint16_t>(v)); break;
+    case inference::TYPE_UINT32: for (uint32_t v : c.uint_contents()) AppendRaw<uint32_t>(&t->data, v); break;
+    case inference::TYPE_UINT64: for (uint64_t v : c.uint64_contents()) AppendRaw<uint64_t>(&t->data, v); break;
+    case inference::TYPE_FP32: for (float v : c.fp32_contents()) AppendRaw<float>(&t->data, v); break;
+    case inference::TYPE_FP64: for (double v : c.fp64_contents()) AppendRaw<double>(&t->data, v); break;
+    case inference::TYPE_STRING: for (const std::string& v : c.bytes_contents()) serving::AppendBytesElement(&t->data, v); break;
+    default:
+      return InvalidArgumentError("input '" + t->name + "': " + serving::DataTypeProtocolName(t->dtype) +
+                                  " can only be sent in raw_input_contents");
+  }
+  return OkStatus();
+}
+
+StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p) {
+  InferRequest r;
+  r.model_name = p.model_name();
+  if (!p.model_version().empty()) {
+    if (p.model_version().find_first_not_of("0123456789") != std::string::npos || p.model_version().size() > 18) {
+      return InvalidArgumentError("model version '" + p.model_version() + "' is not a number");
+    }
+    r.model_version = std::stoll(p.model_version());
+  }
+  r.id = p.id();
+  for (const auto& [k, v] : p.parameters()) {
+    switch (v.parameter_choice_case()) {
+      case inference::InferParameter::kBoolParam: r.parameters[k] = v.bool_param(); break;
+      case inference::InferParameter::kInt64Param: r.parameters[k] = v.int64_param(); break;
+      case inference::InferParameter::kUint64Param: r.parameters[k] = static_cast<int64_t>(v.uint64_param()); break;
+      case inference::InferParameter::kDoubleParam: r.parameters[k] = v.double_param(); break;
+      case inference::InferParameter::kStringParam: r.parameters[k] = v.string_param(); break;
+      default: break;
+    }
+  }
+  const bool raw = p.raw_input_contents_size() > 0;
+  if (raw && p.raw_input_contents_size() != p.inputs_size()) {
+    return InvalidArgumentError("expected " + std::to_string(p.inputs_size()) + " raw_input_contents, got " +
+                                std::to_string(p.raw_input_contents_size()));
+  }
+  for (int i = 0; i < p.inputs_size(); ++i) {
+    const auto& in = p.inputs(i);
+    InferTensor t;
+    t.name = in.name();
+    t.dtype = serving::DataTypeFromProtocolName(in.datatype());
+    if (t.dtype == inference::TYPE_INVALID) {
+      return InvalidArgumentError("input '" + t.name + "' has an unknown datatype '" + in.datatype() + "'");
+    }
+    for (int64_t d : in.shape()) {
+      if (d < 0) return InvalidArgumentError("input '" + t.name + "': shape must hold non-negative integers");
+      t.shape.push_back(d);
+    }
+    if (raw) {
+      if (in.has_contents()) {
+        return InvalidArgumentError("contents field must not be specified when using raw_input_contents for '" + t.name + "'");
+      }
+      t.data = p.raw_input_contents(i);
+    } else {
+      Status s = ContentsToRaw(in.contents(), &t);
+      if (!s.ok()) return s;
+    }
+    r.inputs.push_back(std::move(t));
+  }
+  for (const auto& out : p.outputs()) r.requested_outputs.push_back(out.name());
+  return r;
+}
+
+void ToProto(const InferResponse& r, inference::ModelInferResponse* p) {
+  p->set_model_name(r.model_name);
+  p->set_model_version(r.model_version);
+  p->set_id(r.id);
+  for (const auto& [k, v] : r.parameters) {
+    inference::InferParameter& param = (*p->mutable_parameters())[k];
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, bool>) param.set_bool_param(x);
+          else if constexpr (std::is_same_v<T, int64_t>) param.set_int64_param(x);
+          else if constexpr (std::is_same_v<T, double>) param.set_double_param(x);
+          else param.set_string_param(x);
+        },
+        v);
+  }
+  for (const InferTensor& t : r.outputs) {
+    auto* o = p->add_outputs();
+    o->set_name(t.name);
+    o->set_datatype(serving::DataTypeProtocolName(t.dtype));
+    for (int64_t d : t.shape) o->add_shape(d);
+    p->add_raw_output_contents(t.data);
+  }
+}
+
+// Responses waiting to be written to one stream, by its own writer thread (a slow client
+// never blocks the engine thread).
+struct StreamWriter {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<inference::ModelStreamInferResponse> items;
+  int64_t outstanding = 0;  // requests without their final response yet
+  bool closed = false;
+  std::vector<std::shared_ptr<serving::CancelToken>> cancels;
+};
+
+}  // namespace
+
+class GrpcService final : public inference::GRPCInferenceService::Service {
+ public:
+  explicit GrpcService(serving::Server* s) : s_(s) {}
+
+  grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*, inference::ServerLiveResponse* r) override {
+    r->set_live(s_->live());
+    return grpc::Status::OK;
+  }
+  grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*, inference::ServerReadyResponse* r) override {
+    r->set_ready(s_->ready());
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelReady(grpc::ServerContext*, const inference::ModelReadyRequest* q, inference::ModelReadyResponse* r) override {
+    r->set_ready(s_->ModelReady(q->name(), q->version()));
+    return grpc::Status::OK;
+  }
+  grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*, inference::ServerMetadataResponse* r) override {
+    r->set_name("inflight");
+    r->set_version("0.4.0");
+    for (const char* e : {"model_repository", "model_configuration", "binary_tensor_data", "parameters", "statistics"}) {
+      r->add_extensions(e);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest* q, inference::ModelMetadataResponse* r) override {
+    auto m = s_->GetModelMetadata(q->name(), q->version());
+    if (!m.ok()) return ToGrpc(m.status());
+    r->set_name(m->name);
+    for (const auto& v : m->versions) r->add_versions(v);
+    r->set_platform(m->platform);
+    for (const auto& t : m->inputs) {
+      auto* x = r->add_inputs();
+      x->set_name(t.name);
+      x->set_datatype(t.datatype);
+      for (int64_t d : t.shape) x->add_shape(d);
+    }
+    for (const auto& t : m->outputs) {
+      auto* x = r->add_outputs();
+      x->set_name(t.name);
+      x->set_datatype(t.datatype);
+      for (int64_t d : t.shape) x->add_shape(d);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* q, inference::ModelConfigResponse* r) override {
+    auto c = s_->GetModelConfig(q->name(), q->version());
+    if (!c.ok()) return ToGrpc(c.status());
+    *r->mutable_config() = *c;
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelStatistics(grpc::ServerContext*, const inference::ModelStatisticsRequest* q,
+                               inference::ModelStatisticsResponse* r) override {
+    auto st = s_->Statistics(q->name(), q->version());
+    if (!st.ok()) return ToGrpc(st.status());
+    auto dur = [](const serving::Duration& d, inference::StatisticDuration* p) {
+      p->set_count(d.count);
+      p->set_ns(d.ns);
+    };
+    for (const auto& s : *st) {
+      auto* m = r->add_model_stats();
+      m->set_name(s.name);
+      m->set_version(s.version);
+      m->set_last_inference(s.last_inference_ms);
+      m->set_inference_count(s.inference_count);
+      m->set_execution_count(s.execution_count);
+      auto* is = m->mutable_inference_stats();
+      dur(s.success, is->mutable_success());
+      dur(s.fail, is->mutable_fail());
+      dur(s.queue, is->mutable_queue());
+      dur(s.compute_input, is->mutable_compute_input());
+      dur(s.compute_infer, is->mutable_compute_infer());
+      dur(s.compute_output, is->mutable_compute_output());
+      dur(s.cache_hit, is->mutable_cache_hit());
+      dur(s.cache_miss, is->mutable_cache_miss());
+      for (const auto& [i, rs] : s.response_stats) {
+        auto& x = (*m->mutable_response_stats())[std::to_string(i)];
+        dur(rs.compute_infer, x.mutable_compute_infer());
+        dur(rs.compute_output, x.mutable_compute_output());
+        dur(rs.success, x.mutable_success());
+        dur(rs.fail, x.mutable_fail());
+        dur(rs.empty_response, x.mutable_empty_response());
+        dur(rs.cancel, x.mutable_cancel());
+      }
+      if (s.batch1_infer.count > 0) {
+        auto* b = m->add_batch_stats();
+        b->set_batch_size(1);
+        dur(s.batch1_input, b->mutable_compute_input());
+        dur(s.batch1_infer, b->mutable_compute_infer());
+        dur(s.batch1_output, b->mutable_compute_output());
+      }
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status RepositoryIndex(grpc::ServerContext*, const inference::RepositoryIndexRequest* q,
+                               inference::RepositoryIndexResponse* r) override {
+    for (const auto& e : s_->RepositoryIndex(q->ready())) {
+      auto* m = r->add_models();
+      m->set_name(e.name);
+      m->set_version(e.version);
+      m->set_state(e.state);
+      m->set_reason(e.reason);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status RepositoryModelLoad(grpc::ServerContext*, const inference::RepositoryModelLoadRequest* q,
+                                   inference::RepositoryModelLoadResponse*) override {
+    std::optional<std::string> config;
+    auto it = q->parameters().find("config");
+    if (it != q->parameters().end()) config = it->second.string_param();
+    return ToGrpc(s_->LoadModel(q->model_name(), config));
+  }
+  grpc::Status RepositoryModelUnload(grpc::ServerContext*, const inference::RepositoryModelUnloadRequest* q,
+                                     inference::RepositoryModelUnloadResponse*) override {
+    auto it = q->parameters().find("unload_dependents");
+    const bool deps = it != q->parameters().end() && it->second.bool_param();
+    return ToGrpc(s_->UnloadModel(q->model_name(), deps));
+  }
+
+  grpc::Status ModelInfer(grpc::ServerContext* ctx, const inference::ModelInferRequest* q,
+                          inference::ModelInferResponse* out) override {
+    auto r = FromProto(*q);
+    if (!r.ok()) return ToGrpc(r.status());
+    auto config = s_->ModelConfigOf(r->model_name, r->model_version);
+    if (!config.ok()) return ToGrpc(config.status());
+    if (serving::IsDecoupled(*config)) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          "ModelInfer RPC doesn't support models with decoupled transaction policy");
+    }
+    struct Wait {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::vector<InferResponse> responses;
+      bool done = false;
+    };
+    auto w = std::make_shared<Wait>();
+    auto cancel = r->cancel;
+    s_->Infer(std::move(r).value(), [w](InferResponse&& resp) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->done = w->done || resp.final;
+      w->responses.push_back(std::move(resp));
+      w->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(w->mu);
+    while (!w->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return w->done; })) {
+      if (ctx->IsCancelled()) cancel->Cancel();
+    }
+    for (const auto& resp : w->responses) {
+      if (!resp.error.ok()) return ToGrpc(resp.error);
+    }
+    for (const auto& resp : w->responses) {
+      if (!resp.empty()) {
+        ToProto(resp, out);
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::INTERNAL, "the model produced no response");
+  }
+
+  grpc::Status ModelStreamInfer(grpc::ServerContext* ctx,
+                                grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>* stream) override {
+    auto w = std::make_shared<StreamWriter>();
+    std::thread writer([w, stream] {
+      std::unique_lock<std::mutex> lock(w->mu);
+      while (true) {
+        w->cv.wait(lock, [&] { return !w->items.empty() || (w->closed && w->outstanding == 0); });
+        if (w->items.empty()) return;
+        auto item = std::move(w->items.front());
+        w->items.pop_front();
+        lock.unlock();
+        stream->Write(item);
+        lock.lock();
+      }
+    });
+    inference::ModelInferRequest q;
+    while (stream->Read(&q)) {
+      bool empty_final = false;
+      if (auto it = q.parameters().find("triton_enable_empty_final_response"); it != q.parameters().end()) {
+        empty_final = it->second.bool_param();
+      }
+      auto r = FromProto(q);
+      {
+        std::lock_guard<std::mutex> lock(w->mu);
+        ++w->outstanding;
+      }
+      auto push = [w, empty_final](InferResponse&& resp) {
+        inference::ModelStreamInferResponse out;
+        const bool final = resp.final;
+        if (!resp.error.ok()) {
+          out.set_error_message(resp.error.message());
+          out.mutable_infer_response()->set_id(resp.id);
+          out.mutable_infer_response()->set_model_name(resp.model_name);
+          out.mutable_infer_response()->set_model_version(resp.model_version);
+        } else {
+          ToProto(resp, out.mutable_infer_response());
+        }
+        (*out.mutable_infer_response()->mutable_parameters())["triton_final_response"].set_bool_param(final);
+        std::lock_guard<std::mutex> lock(w->mu);
+        if (!resp.empty() || !resp.error.ok() || empty_final) w->items.push_back(std::move(out));
+        if (final) --w->outstanding;
+        w->cv.notify_all();
+      };
+      if (!r.ok()) {
+        InferResponse e = serving::ErrorResponse(r.status());
+        e.id = q.id();
+        e.model_name = q.model_name();
+        e.model_version = q.model_version();
+        push(std::move(e));
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->cancels.push_back(r->cancel);
+      }
+      s_->Infer(std::move(r).value(), push);
+    }
+    // The client closed its side (or cancelled): finish what runs, cancelling on a cancel.
+    std::unique_lock<std::mutex> lock(w->mu);
+    w->closed = true;
+    w->cv.notify_all();
+    while (!w->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return w->outstanding == 0; })) {
+      if (ctx->IsCancelled()) {
+        auto cancels = w->cancels;
+        lock.unlock();
+        for (auto& c : cancels) c->Cancel();
+        lock.lock();
+      }
+    }
+    lock.unlock();
+    writer.join();
+    return grpc::Status::OK;
+  }
+
+ private:
+  serving::Server* s_;
+};
+
+GrpcFrontend::GrpcFrontend(serving::Server* server, std::string address, int port)
+    : server_(server), address_(std::move(address)), port_(port) {}
+
+GrpcFrontend::~GrpcFrontend() { Stop(); }
+
+StatusOr<int> GrpcFrontend::Start() {
+  service_ = std::make_unique<GrpcService>(server_);
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(address_ + ":" + std::to_string(port_), grpc::InsecureServerCredentials(), &bound);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  grpc_ = builder.BuildAndStart();
+  if (!grpc_ || bound == 0) return UnavailableError("gRPC: cannot bind " + address_ + ":" + std::to_string(port_));
+  return bound;
+}
+
+void GrpcFrontend::Stop() {
+  if (grpc_) {
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc_.reset();
+  }
+}
+
+}  // namespace inflight::frontends

@@ -1,0 +1,40 @@
+// KServe v2 JSON <-> serving types: the /infer body (JSON tensors and the binary tensor data
+// extension), the generate extension's flat objects, and the model config as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "serving/infer.h"
+#include "serving/server.h"
+
+namespace inflight::frontends {
+
+struct ParsedInfer {
+  serving::InferRequest request;
+  bool binary_output_default = false;
+  std::map<std::string, bool> binary_output;  // per requested output
+};
+
+// body: JSON header, then binary tensors when header_length >= 0 (Inference-Header-Content-Length).
+// INVALID_ARGUMENT with Triton's messages on bad input.
+StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_length);
+
+// The response JSON; binary outputs are appended to *binary (and the returned JSON names
+// their sizes). An error response is {"error": ...}.
+nlohmann::json InferResponseToJson(const serving::InferResponse& response, const ParsedInfer& request,
+                                   std::string* binary);
+
+// The generate extension: a flat JSON object -> tensors by the model's inputs (spec 2.1).
+StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body, const inference::ModelConfig& config);
+// One response -> one flat JSON object (spec 2.2), keys in byte order.
+nlohmann::json GenerateResponseToJson(const serving::InferResponse& response);
+
+// The ModelConfig as Triton prints it: proto field names, default values, enums by name,
+// int64 as numbers.
+std::string ModelConfigToJson(const inference::ModelConfig& config);
+
+nlohmann::json MetadataToJson(const serving::ModelMetadata& m);
+nlohmann::json StatisticsToJson(const std::vector<serving::ModelStatistics>& stats);
+
+}  // namespace inflight::frontends

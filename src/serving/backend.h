@@ -1,0 +1,51 @@
+// A model's implementation behind the serving core: the LLM (tensorrt_llm), the tokenizer
+// (preprocessing), the detokenizer (postprocessing) and the ensemble/BLS composer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "model_config.pb.h"
+#include "serving/infer.h"
+
+namespace inflight::serving {
+
+class Metrics;
+
+// Runs requests for other models (what an ensemble or BLS model calls). Thread-safe.
+class InferenceRunner {
+ public:
+  virtual ~InferenceRunner() = default;
+  virtual void Infer(InferRequest request, ResponseSink sink) = 0;
+  // The config of a loaded model (for an ensemble to read its steps' inputs).
+  virtual StatusOr<inference::ModelConfig> ModelConfigOf(const std::string& name, int64_t version) = 0;
+};
+
+struct BackendContext {
+  std::string model_name;
+  int64_t version = 1;
+  std::string model_dir;    // <repository>/<model>
+  std::string version_dir;  // <repository>/<model>/<version>
+  InferenceRunner* runner = nullptr;
+  Metrics* metrics = nullptr;
+};
+
+class ModelBackend {
+ public:
+  virtual ~ModelBackend() = default;
+  // Runs a request whose inputs were already checked against the config (names, datatypes,
+  // shapes). Calls `sink` with every response, exactly one of them final; never throws.
+  // Thread-safe.
+  virtual void Execute(InferRequest request, ResponseSink sink) = 0;
+};
+
+// Chooses the backend from the config: platform "ensemble"; backend "tensorrtllm" (or a python
+// model with the tensorrt_llm inputs); python models with the preprocessing, postprocessing or
+// tensorrt_llm_bls interfaces. INVALID_ARGUMENT naming the field for a bad config.
+StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConfig& config, const BackendContext& context);
+
+// Convenience for backends: an error response that ends the request.
+InferResponse ErrorResponse(const Status& error);
+
+}  // namespace inflight::serving

@@ -1,0 +1,83 @@
+// One inference request and its responses as the serving core sees them, whatever protocol
+// brought them (KServe HTTP, generate, gRPC, OpenAI).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "serving/infer_tensor.h"
+
+namespace inflight::serving {
+
+using ParamValue = std::variant<bool, int64_t, double, std::string>;
+using ParamMap = std::map<std::string, ParamValue>;
+
+// Set once by whoever learns the client is gone (disconnect, gRPC cancel, stop request);
+// callbacks registered by backends (cancel the engine request) run at that moment.
+// Thread-safe.
+class CancelToken {
+ public:
+  bool cancelled() const { return cancelled_.load(); }
+  void Cancel();
+  // Runs `fn` now if already cancelled, else when Cancel is called.
+  void OnCancel(std::function<void()> fn);
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::vector<std::function<void()>> callbacks_;
+};
+
+// State an ensemble shares between the steps of one request (e.g. the detokenizer's
+// per-sequence incremental state). Thread-safe.
+class RequestContext {
+ public:
+  template <typename T>
+  std::shared_ptr<T> GetOrCreate(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = slots_[key];
+    if (!slot) slot = std::make_shared<T>();
+    return std::static_pointer_cast<T>(slot);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<void>> slots_;
+};
+
+struct InferRequest {
+  std::string model_name;
+  int64_t model_version = -1;  // -1: the newest ready version
+  std::string id;
+  ParamMap parameters;
+  std::vector<InferTensor> inputs;
+  std::vector<std::string> requested_outputs;  // empty: all outputs
+  std::shared_ptr<CancelToken> cancel = std::make_shared<CancelToken>();
+  std::shared_ptr<RequestContext> context;  // set by an ensemble for its steps
+
+  const InferTensor* FindInput(const std::string& name) const;
+};
+
+struct InferResponse {
+  std::string model_name;
+  std::string model_version;
+  std::string id;
+  ParamMap parameters;
+  std::vector<InferTensor> outputs;
+  Status error;        // not OK: the request failed (final is set)
+  bool final = false;  // the request's last response
+  bool empty() const { return outputs.empty() && error.ok(); }
+};
+
+// Receives a request's responses in order, exactly one with final set. May be called on any
+// thread (the engine thread for LLM responses); must not block for long.
+using ResponseSink = std::function<void(InferResponse&&)>;
+
+}  // namespace inflight::serving

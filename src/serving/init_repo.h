@@ -1,0 +1,32 @@
+// `inflight-server init-repo`: writes a ready model repository in the layout of the
+// reference's all_models/inflight_batcher_llm after fill_template.py: preprocessing,
+// tensorrt_llm, postprocessing, ensemble and tensorrt_llm_bls, with defaults for a CPU.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+
+namespace inflight::serving {
+
+struct InitRepoOptions {
+  std::string model_path;  // GGUF file or Hugging Face folder (weights and tokenizer)
+  std::string out_dir;
+  int32_t max_batch_size = 64;
+  bool decoupled = true;  // streaming needs it; /generate still works (one response)
+  std::string batching_strategy = "inflight_fused_batching";
+  std::string scheduler_policy = "guaranteed_no_evict";
+  int32_t max_num_tokens = 256;          // per step: bounds a step's time on two cores
+  double kv_cache_free_mem_fraction = 0.5;  // of host memory left after the weights
+  bool enable_chunked_context = true;    // long prompts do not stall the others' tokens
+  bool enable_kv_cache_reuse = true;
+  int32_t max_queue_size = 0;
+  bool exclude_input_in_output = false;
+  bool force = false;  // overwrite an existing folder's configs
+};
+
+// INVALID_ARGUMENT / NOT_FOUND naming the path on failure. Every written config is parsed back
+// before returning.
+Status InitRepository(const InitRepoOptions& options);
+
+}  // namespace inflight::serving

@@ -1,0 +1,488 @@
+#include "serving/llm_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "base/logging.h"
+#include "engine/executor.h"
+#include "model/model.h"
+#include "serving/metrics.h"
+#include "serving/model_config_util.h"
+#include "serving/word_list.h"
+
+namespace inflight::serving {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Reads the per-row value of a scalar input ([B,1] or [B] or [1]): row b, or the only value.
+class Inputs {
+ public:
+  explicit Inputs(const InferRequest& r) : r_(r) {}
+
+  StatusOr<std::optional<double>> Scalar(const char* name, int64_t row) const {
+    const InferTensor* t = r_.FindInput(name);
+    if (!t) return std::optional<double>();
+    auto v = t->AsDouble();
+    if (!v.ok()) return v.status();
+    if (v->empty()) return std::optional<double>();
+    const size_t i = v->size() == 1 ? 0 : static_cast<size_t>(row);
+    if (i >= v->size()) {
+      return InvalidArgumentError(std::string("input '") + name + "' has fewer rows than input_ids");
+    }
+    return std::optional<double>((*v)[i]);
+  }
+
+ private:
+  const InferRequest& r_;
+};
+
+// Nanoseconds since the epoch of a steady-clock time (0 when unset).
+int64_t EpochNs(Clock::time_point t) {
+  if (t == Clock::time_point{}) return 0;
+  const auto system = std::chrono::system_clock::now() + (t - Clock::now());
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(system.time_since_epoch()).count();
+}
+
+void AddPerfMetrics(const RequestStats& st, InferResponse* resp) {
+  auto i32 = [&](const char* name, int32_t v) { resp->outputs.push_back(InferTensor::Int32(name, {1, 1}, {v})); };
+  auto i64 = [&](const char* name, int64_t v) {
+    resp->outputs.push_back(InferTensor::FromDoubles(name, inference::TYPE_INT64, {1, 1}, {static_cast<double>(v)}));
+  };
+  i32("kv_cache_alloc_new_blocks", st.num_allocated_blocks);
+  i32("kv_cache_reused_blocks", st.num_reused_blocks);
+  i32("kv_cache_alloc_total_blocks", st.num_allocated_blocks + st.num_reused_blocks);
+  i64("arrival_time_ns", EpochNs(st.arrival_time));
+  i64("first_scheduled_time_ns", EpochNs(st.first_scheduled_time));
+  i64("first_token_time_ns", EpochNs(st.first_token_time));
+  i64("last_token_time_ns", EpochNs(st.last_token_time));
+  resp->outputs.push_back(InferTensor::Float32("acceptance_rate", {1, 1}, {0.0f}));
+  i32("total_accepted_draft_tokens", 0);
+  i32("total_draft_tokens", 0);
+}
+
+struct LlmParams {
+  ExecutorConfig executor;
+  bool exclude_input_in_output = false;
+  int64_t stats_period_ms = 100;
+};
+
+// What one Triton request became in the executor: one executor request per batch row.
+struct Pending {
+  std::mutex mu;
+  ResponseSink sink;
+  std::string model_name, version, triton_id;
+  std::vector<RequestId> ids;  // executor ids of the rows enqueued so far
+  int64_t rows_outstanding = 0;
+  bool batched = false;        // B > 1: responses carry batch_index
+  bool multi_sequence = false; // num_return_sequences > 1: responses carry sequence_index
+  bool return_log_probs = false;
+  bool perf_metrics = false;   // return_perf_metrics: KV reuse and timing outputs
+  Status failure;              // the first error; the final response carries it
+  bool done = false;
+};
+
+class LlmBackend : public ModelBackend {
+ public:
+  LlmBackend(std::unique_ptr<Model> model, std::unique_ptr<Executor> executor, const LlmParams& params,
+             const inference::ModelConfig& config, const BackendContext& context)
+      : model_(std::move(model)), executor_(std::move(executor)), params_(params), config_(config), context_(context) {
+    stats_thread_ = std::thread([this] { StatsLoop(); });
+  }
+
+  ~LlmBackend() override {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      stop_ = true;
+    }
+    stats_cv_.notify_all();
+    stats_thread_.join();
+    executor_->Shutdown();
+  }
+
+  void Execute(InferRequest request, ResponseSink sink) override;
+
+ private:
+  StatusOr<Request> BuildRow(const InferRequest& r, int64_t row, const std::vector<int64_t>& ids, int64_t width,
+                             bool* perf_metrics);
+  void OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& result);
+  void StatsLoop();
+  void StopRequest(const InferRequest& r, const ResponseSink& sink);
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Executor> executor_;
+  LlmParams params_;
+  inference::ModelConfig config_;
+  BackendContext context_;
+
+  std::mutex ids_mu_;  // Triton id -> live executor ids, for `stop` requests
+  std::unordered_multimap<std::string, RequestId> live_;
+
+  std::mutex stats_mu_;
+  std::condition_variable stats_cv_;
+  bool stop_ = false;
+  std::thread stats_thread_;
+};
+
+void LlmBackend::StopRequest(const InferRequest& r, const ResponseSink& sink) {
+  InferResponse resp;
+  resp.final = true;
+  if (r.id.empty()) {
+    resp.error = InvalidArgumentError("Trying to stop a request but request ID is not provided");
+    sink(std::move(resp));
+    return;
+  }
+  std::vector<RequestId> ids;
+  {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    auto range = live_.equal_range(r.id);
+    for (auto it = range.first; it != range.second; ++it) ids.push_back(it->second);
+  }
+  for (RequestId id : ids) executor_->Cancel(id);
+  sink(std::move(resp));
+}
+
+void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
+  auto fail = [&](const Status& s) { sink(ErrorResponse(s)); };
+  const bool decoupled = IsDecoupled(config_);
+  Inputs in(r);
+  auto stop = in.Scalar("stop", 0);
+  if (!stop.ok()) return fail(stop.status());
+  if (stop->value_or(0) != 0) return StopRequest(r, sink);
+
+  const InferTensor* ids_tensor = r.FindInput("input_ids");
+  if (!ids_tensor) return fail(InvalidArgumentError("input_ids is not present in the request"));
+  if (!r.FindInput("request_output_len")) {
+    return fail(InvalidArgumentError("request_output_len is not present in the request"));
+  }
+  auto ids = ids_tensor->AsInt64();
+  if (!ids.ok()) return fail(ids.status());
+  // [B, L] with a batch dimension, [L] without one.
+  int64_t batch = 1, width = ids_tensor->num_elements();
+  if (config_.max_batch_size() > 0 && ids_tensor->shape.size() >= 2) {
+    batch = ids_tensor->shape[0];
+    width = batch > 0 ? ids_tensor->num_elements() / batch : 0;
+  }
+  if (batch < 1) return fail(InvalidArgumentError("input_ids has no rows"));
+  if (batch > 1 && !decoupled) {
+    return fail(InvalidArgumentError(
+        "Batch size > 1 requires the tensorrt_llm backend to be using decoupled transaction policy"));
+  }
+  std::vector<Request> rows;
+  bool perf_metrics = false;
+  for (int64_t b = 0; b < batch; ++b) {
+    auto row = BuildRow(r, b, *ids, width, &perf_metrics);
+    if (!row.ok()) return fail(row.status());
+    if (row->streaming && !decoupled) {
+      return fail(InvalidArgumentError("Streaming is only supported if model is deployed using decoupled mode."));
+    }
+    rows.push_back(std::move(row).value());
+  }
+
+  auto p = std::make_shared<Pending>();
+  p->sink = std::move(sink);
+  p->model_name = context_.model_name;
+  p->version = std::to_string(context_.version);
+  p->triton_id = r.id;
+  p->batched = batch > 1;
+  p->perf_metrics = perf_metrics;
+  p->rows_outstanding = batch;
+  for (int64_t b = 0; b < batch; ++b) {
+    Request& row = rows[b];
+    p->multi_sequence = row.num_return_sequences > 1;
+    p->return_log_probs = row.return_log_probs;
+    row.on_result = [this, p, b](Result&& res) { OnResult(p, b, std::move(res)); };
+    std::unique_lock<std::mutex> lock(p->mu);  // results may arrive before Enqueue returns
+    auto id = executor_->Enqueue(std::move(row));
+    if (!id.ok()) {
+      // Rows already running are cancelled; the error goes out when they have ended.
+      p->failure = id.status();
+      p->rows_outstanding -= batch - b;
+      std::vector<RequestId> started = p->ids;
+      const bool finish_now = p->rows_outstanding == 0 && !p->done;
+      if (finish_now) p->done = true;
+      lock.unlock();
+      for (RequestId started_id : started) executor_->Cancel(started_id);
+      if (finish_now) p->sink(ErrorResponse(p->failure));
+      return;
+    }
+    p->ids.push_back(*id);
+    lock.unlock();
+    std::lock_guard<std::mutex> g(ids_mu_);
+    if (!r.id.empty()) live_.emplace(r.id, *id);
+  }
+  std::weak_ptr<Pending> weak = p;
+  r.cancel->OnCancel([this, weak] {
+    auto pending = weak.lock();
+    if (!pending) return;
+    std::vector<RequestId> ids;
+    {
+      std::lock_guard<std::mutex> lock(pending->mu);
+      ids = pending->ids;
+    }
+    for (RequestId id : ids) executor_->Cancel(id);
+  });
+}
+
+StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const std::vector<int64_t>& ids, int64_t width,
+                                       bool* perf_metrics) {
+  Inputs in(r);
+  Request q;
+  int64_t len = width;
+  auto input_len = in.Scalar("input_lengths", b);
+  if (!input_len.ok()) return input_len.status();
+  if (*input_len) len = static_cast<int64_t>(**input_len);
+  if (len < 0 || len > width) {
+    return InvalidArgumentError("input_lengths " + std::to_string(len) + " is outside [0, " + std::to_string(width) + "]");
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    const int64_t id = ids[b * width + i];
+    if (id < 0 || id > INT32_MAX) return InvalidArgumentError("input_ids holds an invalid token id " + std::to_string(id));
+    q.prompt_ids.push_back(static_cast<int32_t>(id));
+  }
+  auto get = [&](const char* name) -> StatusOr<std::optional<double>> { return in.Scalar(name, b); };
+#define INFLIGHT_READ(var, name)        \
+  auto var = get(name);                 \
+  if (!var.ok()) return var.status();
+  INFLIGHT_READ(out_len, "request_output_len");
+  INFLIGHT_READ(end_id, "end_id");
+  INFLIGHT_READ(pad_id, "pad_id");
+  INFLIGHT_READ(streaming, "streaming");
+  INFLIGHT_READ(beam_width, "beam_width");
+  INFLIGHT_READ(temperature, "temperature");
+  INFLIGHT_READ(top_k, "runtime_top_k");
+  INFLIGHT_READ(top_p, "runtime_top_p");
+  INFLIGHT_READ(rep, "repetition_penalty");
+  INFLIGHT_READ(min_tokens, "min_tokens");
+  INFLIGHT_READ(min_length, "min_length");
+  INFLIGHT_READ(presence, "presence_penalty");
+  INFLIGHT_READ(frequency, "frequency_penalty");
+  INFLIGHT_READ(seed, "seed");
+  INFLIGHT_READ(random_seed, "random_seed");
+  INFLIGHT_READ(log_probs, "return_log_probs");
+  INFLIGHT_READ(ctx_logits, "return_context_logits");
+  INFLIGHT_READ(gen_logits, "return_generation_logits");
+  INFLIGHT_READ(exclude, "exclude_input_in_output");
+  INFLIGHT_READ(nrs, "num_return_sequences");
+  INFLIGHT_READ(perf, "return_perf_metrics");
+#undef INFLIGHT_READ
+  const double max_tokens = out_len->value_or(0);
+  if (max_tokens < 1 || max_tokens > INT32_MAX) {
+    return InvalidArgumentError("request_output_len must be at least 1, got " + std::to_string(static_cast<int64_t>(max_tokens)));
+  }
+  q.max_tokens = static_cast<int32_t>(max_tokens);
+  q.end_id = static_cast<int32_t>(end_id->value_or(-1));
+  q.pad_id = static_cast<int32_t>(pad_id->value_or(-1));
+  q.streaming = streaming->value_or(0) != 0;
+  if (beam_width->value_or(1) != 1) {
+    return InvalidArgumentError("beam_width " + std::to_string(static_cast<int64_t>(**beam_width)) +
+                                " is not supported: this server runs max_beam_width 1 (sampling or greedy)");
+  }
+  // As TensorRT-LLM: no top-k and no top-p means greedy decoding.
+  const int32_t k = static_cast<int32_t>(top_k->value_or(0));
+  const double pp = top_p->value_or(0);
+  q.sampling.top_k = k;
+  q.sampling.top_p = pp > 0 ? static_cast<float>(pp) : 1.0f;
+  q.sampling.temperature = static_cast<float>(temperature->value_or(1.0));
+  if ((k == 0 && pp <= 0) || k == 1) q.sampling.temperature = 0.0f;
+  q.sampling.repetition_penalty = static_cast<float>(rep->value_or(1.0));
+  q.sampling.presence_penalty = static_cast<float>(presence->value_or(0.0));
+  q.sampling.frequency_penalty = static_cast<float>(frequency->value_or(0.0));
+  q.sampling.seed = static_cast<uint64_t>(seed->value_or(random_seed->value_or(0)));
+  q.min_tokens = static_cast<int32_t>(min_tokens->value_or(min_length->value_or(0)));
+  q.return_log_probs = log_probs->value_or(0) != 0;
+  q.return_context_logits = ctx_logits->value_or(0) != 0;
+  q.return_generation_logits = gen_logits->value_or(0) != 0;
+  q.exclude_input_in_output = exclude->has_value() ? **exclude != 0 : params_.exclude_input_in_output;
+  q.num_return_sequences = static_cast<int32_t>(nrs->value_or(1));
+  *perf_metrics = perf->value_or(0) != 0;
+  if (q.num_return_sequences < 1) return InvalidArgumentError("num_return_sequences must be at least 1");
+  Status s = q.sampling.Validate();
+  if (!s.ok()) return s;
+  for (const char* list : {"stop_words_list", "bad_words_list"}) {
+    const InferTensor* t = r.FindInput(list);
+    if (!t) continue;
+    auto words = WordListRow(*t, b);
+    if (!words.ok()) return words.status();
+    (std::string(list) == "stop_words_list" ? q.stop_words : q.bad_words) = std::move(words).value();
+  }
+  for (const char* unsupported : {"embedding_bias", "decoder_input_ids", "prompt_embedding_table", "prompt_table_extra_ids",
+                                  "lora_task_id", "lora_weights", "lora_config", "guided_decoding_guide_type",
+                                  "guided_decoding_guide"}) {
+    if (const InferTensor* t = r.FindInput(unsupported); t && t->num_elements() > 0) {
+      return UnimplementedError(std::string(unsupported) + " is not supported by this server");
+    }
+  }
+  auto priority = r.parameters.find("priority");
+  if (priority != r.parameters.end() && std::holds_alternative<int64_t>(priority->second)) {
+    // Triton: level 1 is the highest. The executor: 0..1, higher first.
+    const int64_t level = std::get<int64_t>(priority->second);
+    if (level > 0) q.priority = static_cast<float>(1.0 / static_cast<double>(level));
+  }
+  auto timeout = r.parameters.find("timeout");
+  if (timeout != r.parameters.end() && std::holds_alternative<int64_t>(timeout->second)) {
+    q.timeout_ms = std::max<int64_t>(1, std::get<int64_t>(timeout->second) / 1000);
+  }
+  return q;
+}
+
+void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& res) {
+  InferResponse resp;
+  std::unique_lock<std::mutex> lock(p->mu);
+  if (p->done) return;
+  if (res.is_final) {
+    --p->rows_outstanding;
+    if (!p->triton_id.empty()) {
+      std::lock_guard<std::mutex> g(ids_mu_);
+      auto range = live_.equal_range(p->triton_id);
+      for (auto it = range.first; it != range.second; ++it) {
+        if (it->second == res.request_id) {
+          live_.erase(it);
+          break;
+        }
+      }
+    }
+    if (context_.metrics) {
+      context_.metrics->ObserveLlmRequest(p->model_name, p->version, res.stats);
+    }
+  }
+  if (!res.error.ok() && p->failure.ok()) {
+    p->failure = InternalError("Executor failed process requestId " + std::to_string(res.request_id) +
+                               " due to the following error: " + res.error.message());
+  }
+  const bool last = p->rows_outstanding == 0;
+  if (!p->failure.ok()) {
+    // A failed row ends the whole request with the error once every row has ended.
+    std::vector<RequestId> ids = p->ids;
+    if (last) {
+      p->done = true;
+      Status failure = p->failure;
+      lock.unlock();
+      p->sink(ErrorResponse(failure));
+    } else {
+      lock.unlock();
+      for (RequestId id : ids) executor_->Cancel(id);
+    }
+    return;
+  }
+  resp.final = last;
+  if (last) p->done = true;
+  const int64_t n = static_cast<int64_t>(res.output_token_ids.size());
+  resp.outputs.push_back(InferTensor::Int32("output_ids", {1, 1, n}, res.output_token_ids));
+  resp.outputs.push_back(InferTensor::Int32("sequence_length", {1, 1}, {static_cast<int32_t>(n)}));
+  if (p->return_log_probs) {
+    resp.outputs.push_back(InferTensor::Float32("cum_log_probs", {1, 1}, {res.cum_log_prob}));
+    resp.outputs.push_back(InferTensor::Float32("output_log_probs", {1, 1, static_cast<int64_t>(res.log_probs.size())}, res.log_probs));
+  }
+  if (!res.context_logits.empty()) {
+    const int64_t v = res.vocab_size;
+    resp.outputs.push_back(InferTensor::Float32("context_logits", {1, static_cast<int64_t>(res.context_logits.size()) / v, v}, res.context_logits));
+  }
+  if (!res.generation_logits.empty()) {
+    const int64_t v = res.vocab_size;
+    resp.outputs.push_back(InferTensor::Float32("generation_logits", {1, 1, static_cast<int64_t>(res.generation_logits.size()) / v, v}, res.generation_logits));
+  }
+  if (p->perf_metrics && (res.is_final || res.is_sequence_final)) AddPerfMetrics(res.stats, &resp);
+  if (p->batched) resp.outputs.push_back(InferTensor::Int32("batch_index", {1, 1}, {static_cast<int32_t>(row)}));
+  if (p->multi_sequence) resp.outputs.push_back(InferTensor::Int32("sequence_index", {1, 1}, {res.sequence_index}));
+  lock.unlock();
+  // Sequences that finished without a final result of their own are already covered above.
+  p->sink(std::move(resp));
+}
+
+void LlmBackend::StatsLoop() {
+  std::unique_lock<std::mutex> lock(stats_mu_);
+  while (!stop_) {
+    stats_cv_.wait_for(lock, std::chrono::milliseconds(params_.stats_period_ms));
+    if (stop_) break;
+    lock.unlock();
+    auto stats = executor_->GetLatestIterationStats();
+    if (context_.metrics) {
+      LlmGaugeInput g;
+      g.has_iteration = !stats.empty();
+      if (!stats.empty()) g.last = stats.back();
+      g.max_active = params_.executor.max_batch_size;
+      g.blocks = executor_->KvBlockCounts();
+      g.tokens_per_block = params_.executor.tokens_per_block;
+      g.static_batching = params_.executor.batching == BatchingStrategy::kStatic;
+      g.num_queued = executor_->num_unfinished_requests();
+      context_.metrics->SetLlmGauges(context_.model_name, std::to_string(context_.version), g);
+    }
+    lock.lock();
+  }
+}
+
+StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
+  LlmParams p;
+  ExecutorConfig& e = p.executor;
+  auto type = GetParameter(config, "gpt_model_type");
+  if (!type) return InvalidArgumentError("parameter gpt_model_type (batching_strategy) is required");
+  if (*type == "inflight_fused_batching" || *type == "inflight_batching") {
+    e.batching = BatchingStrategy::kInflight;
+  } else if (*type == "V1" || *type == "v1" || *type == "static") {
+    e.batching = BatchingStrategy::kStatic;
+  } else {
+    return InvalidArgumentError("parameter gpt_model_type: '" + *type +
+                                "' is not one of inflight_fused_batching, inflight_batching, V1");
+  }
+  if (auto policy = GetParameter(config, "batch_scheduler_policy")) {
+    auto pol = CapacityPolicyFromName(*policy);
+    if (!pol.ok()) return InvalidArgumentError("parameter batch_scheduler_policy: " + pol.status().message());
+    e.policy = *pol;
+  }
+  if (GetIntParameter(config, "max_beam_width", 1) != 1) {
+    return InvalidArgumentError("parameter max_beam_width: only 1 is supported (no beam search)");
+  }
+  e.max_tokens_in_paged_kv_cache = GetIntParameter(config, "max_tokens_in_paged_kv_cache", 0);
+  e.kv_cache_free_mem_fraction = GetDoubleParameter(config, "kv_cache_free_gpu_mem_fraction", 0.9);
+  e.enable_kv_cache_reuse = GetBoolParameter(config, "enable_kv_cache_reuse", true);
+  e.enable_chunked_context = GetBoolParameter(config, "enable_chunked_context", false);
+  e.max_num_tokens = static_cast<int32_t>(GetIntParameter(config, "max_num_tokens", e.max_num_tokens));
+  e.max_batch_size = static_cast<int32_t>(GetIntParameter(config, "max_batch_size", e.max_batch_size));
+  e.tokens_per_block = static_cast<int32_t>(GetIntParameter(config, "tokens_per_block", e.tokens_per_block));
+  e.num_threads = static_cast<int32_t>(GetIntParameter(config, "num_threads", std::max(1u, std::thread::hardware_concurrency())));
+  const int64_t queue = config.has_dynamic_batching() ? config.dynamic_batching().default_queue_policy().max_queue_size() : 0;
+  e.max_queue_size = static_cast<int32_t>(GetIntParameter(config, "max_queue_size", queue));
+  if (auto kv = GetParameter(config, "kv_cache_dtype")) {
+    auto dt = DTypeFromName(*kv);
+    if (!dt) return InvalidArgumentError("parameter kv_cache_dtype: '" + *kv + "' is not f16, bf16 or f32");
+    e.kv_dtype = *dt;
+  }
+  p.exclude_input_in_output = GetBoolParameter(config, "exclude_input_in_output", false);
+  p.stats_period_ms = std::max<int64_t>(10, GetIntParameter(config, "stats_check_period_ms", 100));
+  Status s = e.Validate();
+  if (!s.ok()) return s;
+  return p;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelConfig& config,
+                                                         const BackendContext& context) {
+  auto params = ReadParams(config);
+  if (!params.ok()) return params.status();
+  auto path = GetParameter(config, "gpt_model_path");
+  if (!path) return InvalidArgumentError("parameter gpt_model_path: no model path given");
+  fs::path model_path(*path);
+  if (model_path.is_relative()) model_path = fs::path(context.model_dir) / model_path;
+  if (!fs::exists(model_path)) {
+    return NotFoundError("parameter gpt_model_path: '" + model_path.string() + "' does not exist");
+  }
+  auto model = Model::Load(model_path.string());
+  if (!model.ok()) return model.status();
+  auto executor = Executor::Create(**model, params->executor);
+  if (!executor.ok()) return executor.status();
+  INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "': " << (*model)->Describe() << ", "
+                     << (*executor)->num_kv_blocks() << " KV blocks of " << params->executor.tokens_per_block
+                     << " tokens";
+  return std::unique_ptr<ModelBackend>(new LlmBackend(std::move(model).value(), std::move(executor).value(),
+                                                      *params, config, context));
+}
+
+}  // namespace inflight::serving

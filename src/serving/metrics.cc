@@ -1,0 +1,228 @@
+#include "serving/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace inflight::serving {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+
+struct Metrics::Families {
+  Family<Counter>* success;
+  Family<Counter>* failure;
+  Family<Counter>* count;
+  Family<Counter>* exec_count;
+  Family<Gauge>* pending;
+  Family<Counter>* request_us;
+  Family<Counter>* queue_us;
+  Family<Counter>* input_us;
+  Family<Counter>* infer_us;
+  Family<Counter>* output_us;
+  Family<Histogram>* first_response_ms;
+  Family<Gauge>* load_secs;
+  Family<Gauge>* cpu_util;
+  Family<Gauge>* cpu_mem_total;
+  Family<Gauge>* cpu_mem_used;
+  Family<Gauge>* trt_request;
+  Family<Gauge>* trt_memory;
+  Family<Gauge>* trt_kv;
+  Family<Gauge>* trt_ifb;
+  Family<Gauge>* trt_v1;
+  Family<Gauge>* trt_general;
+  Family<Histogram>* input_len;
+  Family<Histogram>* output_len;
+  Family<Histogram>* ttft;
+  Family<Histogram>* itl;
+  Family<Histogram>* e2e;
+  Family<Histogram>* queue;
+};
+
+namespace {
+
+template <typename Builder>
+auto& Build(Builder b, const char* name, const char* help, prometheus::Registry& reg) {
+  return b.Name(name).Help(help).Register(reg);
+}
+
+Labels ModelLabels(const std::string& model, const std::string& version) {
+  return {{"model", model}, {"version", version}};
+}
+
+Labels With(Labels l, const std::string& key, const std::string& value) {
+  l[key] = value;
+  return l;
+}
+
+const Histogram::BucketBoundaries kTokenBuckets = {10, 50, 100, 500, 1000};
+const Histogram::BucketBoundaries kLatencyBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(std::make_unique<Families>()) {
+  auto& r = *registry_;
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  f_->success = &Build(BuildCounter(), "nv_inference_request_success", "Number of successful inference requests, all batch sizes", r);
+  f_->failure = &Build(BuildCounter(), "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", r);
+  f_->count = &Build(BuildCounter(), "nv_inference_count", "Number of inferences performed (does not include cached requests)", r);
+  f_->exec_count = &Build(BuildCounter(), "nv_inference_exec_count", "Number of model executions performed (does not include cached requests)", r);
+  f_->pending = &Build(BuildGauge(), "nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.", r);
+  f_->request_us = &Build(BuildCounter(), "nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)", r);
+  f_->queue_us = &Build(BuildCounter(), "nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)", r);
+  f_->input_us = &Build(BuildCounter(), "nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)", r);
+  f_->infer_us = &Build(BuildCounter(), "nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", r);
+  f_->output_us = &Build(BuildCounter(), "nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", r);
+  f_->first_response_ms = &Build(BuildHistogram(), "nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds", r);
+  f_->load_secs = &Build(BuildGauge(), "nv_model_load_duration_secs", "Model load time in seconds", r);
+  f_->cpu_util = &Build(BuildGauge(), "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", r);
+  f_->cpu_mem_total = &Build(BuildGauge(), "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", r);
+  f_->cpu_mem_used = &Build(BuildGauge(), "nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", r);
+  f_->trt_request = &Build(BuildGauge(), "nv_trt_llm_request_metrics", "TRT LLM request metrics", r);
+  f_->trt_memory = &Build(BuildGauge(), "nv_trt_llm_runtime_memory_metrics", "TRT LLM runtime memory metrics", r);
+  f_->trt_kv = &Build(BuildGauge(), "nv_trt_llm_kv_cache_block_metrics", "TRT LLM KV cache block metrics", r);
+  f_->trt_ifb = &Build(BuildGauge(), "nv_trt_llm_inflight_batcher_metrics", "TRT LLM inflight_batcher-specific metrics", r);
+  f_->trt_v1 = &Build(BuildGauge(), "nv_trt_llm_v1_metrics", "TRT LLM v1-specific metrics", r);
+  f_->trt_general = &Build(BuildGauge(), "nv_trt_llm_general_metrics", "General TRT LLM metrics", r);
+  f_->input_len = &Build(BuildHistogram(), "nv_llm_input_token_len", "TRT LLM response metrics", r);
+  f_->output_len = &Build(BuildHistogram(), "nv_llm_output_token_len", "TRT LLM response metrics", r);
+  f_->ttft = &Build(BuildHistogram(), "inflight_time_to_first_token_seconds", "Time from arrival to the first generated token", r);
+  f_->itl = &Build(BuildHistogram(), "inflight_inter_token_latency_seconds", "Mean time between generated tokens of a request", r);
+  f_->e2e = &Build(BuildHistogram(), "inflight_request_latency_seconds", "Time from arrival to the last generated token", r);
+  f_->queue = &Build(BuildHistogram(), "inflight_queue_time_seconds", "Time from arrival to the first scheduled step", r);
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::RecordInference(const std::string& model, const std::string& version, const InferenceRecord& rec) {
+  const Labels l = ModelLabels(model, version);
+  if (rec.success) {
+    f_->success->Add(l).Increment();
+    f_->count->Add(l).Increment();
+    f_->exec_count->Add(l).Increment();
+  } else {
+    f_->failure->Add(With(l, "reason", rec.failure_reason.empty() ? "OTHER" : rec.failure_reason)).Increment();
+  }
+  f_->request_us->Add(l).Increment(static_cast<double>(rec.request_us));
+  f_->queue_us->Add(l).Increment(static_cast<double>(rec.queue_us));
+  f_->input_us->Add(l).Increment(static_cast<double>(rec.compute_input_us));
+  f_->infer_us->Add(l).Increment(static_cast<double>(rec.compute_infer_us));
+  f_->output_us->Add(l).Increment(static_cast<double>(rec.compute_output_us));
+  if (rec.first_response_ms >= 0) {
+    f_->first_response_ms->Add(l, Histogram::BucketBoundaries{100, 500, 2000, 5000}).Observe(rec.first_response_ms);
+  }
+}
+
+void Metrics::AddPending(const std::string& model, const std::string& version, int64_t delta) {
+  f_->pending->Add(ModelLabels(model, version)).Increment(static_cast<double>(delta));
+}
+
+void Metrics::SetModelLoadDuration(const std::string& model, const std::string& version, double seconds) {
+  f_->load_secs->Add(ModelLabels(model, version)).Set(seconds);
+}
+
+void Metrics::SetLlmGauges(const std::string& model, const std::string& version, const LlmGaugeInput& in) {
+  const Labels l = ModelLabels(model, version);
+  const IterationStats& s = in.last;
+  const int32_t scheduled = s.num_scheduled_context + s.num_scheduled_generation;
+  auto req = [&](const char* type, double v) { f_->trt_request->Add(With(l, "request_type", type)).Set(v); };
+  req("active", s.num_active);
+  req("max", in.max_active);
+  req("scheduled", scheduled);
+  req("context", s.num_scheduled_context);
+  req("waiting", std::max(0, s.num_active + s.num_queued - scheduled));
+  auto kv = [&](const char* type, double v) { f_->trt_kv->Add(With(l, "kv_cache_block_type", type)).Set(v); };
+  kv("max", in.blocks.total);
+  kv("free", in.blocks.free + in.blocks.cached);
+  kv("used", in.blocks.used);
+  kv("tokens_per", in.tokens_per_block);
+  kv("reused", s.kv_blocks_reused);
+  kv("fraction", in.blocks.total > 0 ? static_cast<double>(in.blocks.used) / in.blocks.total : 0.0);
+  long pages = 0, resident = 0;
+  if (std::ifstream statm("/proc/self/statm"); statm >> pages >> resident) {
+    f_->trt_memory->Add(With(l, "memory_type", "cpu")).Set(static_cast<double>(resident) * sysconf(_SC_PAGESIZE));
+  }
+  f_->trt_memory->Add(With(l, "memory_type", "gpu")).Set(0);
+  f_->trt_memory->Add(With(l, "memory_type", "pinned")).Set(0);
+  if (!in.has_iteration) return;
+  if (in.static_batching) {
+    auto v1 = [&](const char* type, double v) { f_->trt_v1->Add(With(l, "v1_specific_metric", type)).Set(v); };
+    v1("total_context_tokens", s.num_context_tokens);
+    v1("total_generation_tokens", s.num_generation_tokens);
+    v1("empty_generation_slots", std::max(0, in.max_active - scheduled));
+  } else {
+    auto ifb = [&](const char* type, double v) {
+      f_->trt_ifb->Add(With(l, "inflight_batcher_specific_metric", type)).Set(v);
+    };
+    ifb("total_context_tokens", s.num_context_tokens);
+    ifb("generation_requests", s.num_scheduled_generation);
+    ifb("micro_batch_id", 0);
+    ifb("paused_requests", s.num_paused);
+  }
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  f_->trt_general->Add(With(l, "general_type", "timestamp")).Set(static_cast<double>(now_us));
+  f_->trt_general->Add(With(l, "general_type", "iteration_counter")).Set(static_cast<double>(s.iteration));
+}
+
+void Metrics::ObserveLlmRequest(const std::string& model, const std::string& version, const RequestStats& st) {
+  const Labels l = ModelLabels(model, version);
+  f_->input_len->Add(With(l, "response_metric_type", "total_input_tokens"), kTokenBuckets).Observe(st.num_prompt_tokens);
+  f_->output_len->Add(With(l, "response_metric_type", "total_output_tokens"), kTokenBuckets).Observe(st.num_generated_tokens);
+  if (st.first_scheduled_time != Clock::time_point{}) f_->queue->Add(l, kLatencyBuckets).Observe(st.queue_ms() / 1000);
+  if (st.first_token_time != Clock::time_point{}) {
+    f_->ttft->Add(l, kLatencyBuckets).Observe(st.time_to_first_token_ms() / 1000);
+    f_->e2e->Add(l, kLatencyBuckets)
+        .Observe(std::chrono::duration<double>(st.last_token_time - st.arrival_time).count());
+    if (st.num_generated_tokens > 1) {
+      f_->itl->Add(l, kLatencyBuckets).Observe(st.decode_ms() / 1000 / (st.num_generated_tokens - 1));
+    }
+  }
+}
+
+std::string Metrics::Serialize() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::ifstream stat("/proc/stat");
+    std::string cpu;
+    uint64_t v[8] = {};
+    if (stat >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7]) {
+      uint64_t total = 0;
+      for (uint64_t x : v) total += x;
+      const uint64_t idle = v[3] + v[4];
+      if (total > last_cpu_total_ && last_cpu_total_ > 0) {
+        const double busy = 1.0 - static_cast<double>(idle - last_cpu_idle_) / static_cast<double>(total - last_cpu_total_);
+        f_->cpu_util->Add({}).Set(std::clamp(busy, 0.0, 1.0));
+      } else {
+        f_->cpu_util->Add({}).Set(0);
+      }
+      last_cpu_total_ = total;
+      last_cpu_idle_ = idle;
+    }
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, unit;
+    uint64_t kb = 0, total_kb = 0, avail_kb = 0;
+    while (meminfo >> key >> kb >> unit) {
+      if (key == "MemTotal:") total_kb = kb;
+      if (key == "MemAvailable:") avail_kb = kb;
+    }
+    f_->cpu_mem_total->Add({}).Set(static_cast<double>(total_kb) * 1024);
+    f_->cpu_mem_used->Add({}).Set(static_cast<double>(total_kb - avail_kb) * 1024);
+  }
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace inflight::serving

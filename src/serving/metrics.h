@@ -1,0 +1,73 @@
+// Prometheus metrics with Triton's and the TensorRT-LLM backend's family names and labels
+// (spec section 6), so dashboards built for Triton keep working, plus latency histograms the
+// reference lacks. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/executor_config.h"
+#include "engine/request.h"
+#include "kvcache/block_manager.h"
+
+namespace prometheus {
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace inflight::serving {
+
+// One finished request of any model, as the server core saw it.
+struct InferenceRecord {
+  bool success = true;
+  std::string failure_reason;  // REJECTED, CANCELED, BACKEND or OTHER
+  int64_t request_us = 0;      // arrival -> final response
+  int64_t queue_us = 0;
+  int64_t compute_input_us = 0;
+  int64_t compute_infer_us = 0;
+  int64_t compute_output_us = 0;
+  double first_response_ms = -1;  // < 0: no response with data
+};
+
+// What the LLM backend's stats thread reads from the executor.
+struct LlmGaugeInput {
+  bool has_iteration = false;
+  IterationStats last;          // the newest step
+  int32_t max_active = 0;       // max_batch_size of the executor
+  BlockCounts blocks;
+  int32_t tokens_per_block = 0;
+  bool static_batching = false;
+  int64_t num_queued = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+
+  void RecordInference(const std::string& model, const std::string& version, const InferenceRecord& r);
+  void AddPending(const std::string& model, const std::string& version, int64_t delta);
+  void SetModelLoadDuration(const std::string& model, const std::string& version, double seconds);
+  void SetLlmGauges(const std::string& model, const std::string& version, const LlmGaugeInput& in);
+  // One finished LLM request: token-length and latency histograms.
+  void ObserveLlmRequest(const std::string& model, const std::string& version, const RequestStats& stats);
+
+  // The text exposition format (refreshes the CPU gauges first).
+  std::string Serialize();
+
+ private:
+  struct Families;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> f_;
+  std::mutex mu_;
+  uint64_t last_cpu_total_ = 0, last_cpu_idle_ = 0;
+};
+
+}  // namespace inflight::serving

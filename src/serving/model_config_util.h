@@ -1,0 +1,32 @@
+// config.pbtxt handling: parsing with protobuf's TextFormat and reading the string-typed
+// `parameters` the way the TensorRT-LLM backend does (unfilled ${...} templates are unset).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "model_config.pb.h"
+
+namespace inflight::serving {
+
+using inference::ModelConfig;
+
+// Parses config.pbtxt text. INVALID_ARGUMENT with the line, column and the parser's message
+// (which names the field) on error.
+StatusOr<ModelConfig> ParseModelConfigText(const std::string& text);
+// Renders a config as text format (init-repo, tests).
+std::string ModelConfigToText(const ModelConfig& config);
+
+// The parameter's string, or nullopt when absent, empty or an unfilled ${...} template.
+std::optional<std::string> GetParameter(const ModelConfig& config, const std::string& key);
+// Booleans accept True/true/TRUE/1 and False/false/FALSE/0; anything else is unset (nullopt).
+std::optional<bool> ParseBoolValue(const std::string& v);
+// Typed parameters: the default when unset or unparsable (as the reference backend does).
+bool GetBoolParameter(const ModelConfig& config, const std::string& key, bool default_value);
+int64_t GetIntParameter(const ModelConfig& config, const std::string& key, int64_t default_value);
+double GetDoubleParameter(const ModelConfig& config, const std::string& key, double default_value);
+
+bool IsDecoupled(const ModelConfig& config);
+
+}  // namespace inflight::serving

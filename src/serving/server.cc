@@ -1,0 +1,671 @@
+#include "serving/server.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "base/logging.h"
+#include "serving/model_config_util.h"
+
+namespace inflight::serving {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+uint64_t NsSince(Clock::time_point t) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+const char* TypeName(inference::DataType t) { return DataTypeProtocolName(t); }
+
+// Triton core's checks of a request against the model config.
+Status ValidateRequest(const InferRequest& r, const inference::ModelConfig& c) {
+  const std::string model = "'" + c.name() + "'";
+  std::set<std::string> given;
+  int64_t batch = -1;
+  for (const InferTensor& t : r.inputs) {
+    const inference::ModelInput* spec = nullptr;
+    for (const auto& in : c.input()) {
+      if (in.name() == t.name) spec = &in;
+    }
+    if (!spec) return InvalidArgumentError("unexpected inference input '" + t.name + "' for model " + model);
+    if (!given.insert(t.name).second) {
+      return InvalidArgumentError("input '" + t.name + "' is given more than once");
+    }
+    if (t.dtype != spec->data_type()) {
+      return InvalidArgumentError("inference input '" + t.name + "' data-type is '" + TypeName(t.dtype) +
+                                  "', but model " + model + " expects '" + TypeName(spec->data_type()) + "'");
+    }
+    std::vector<int64_t> dims(t.shape.begin(), t.shape.end());
+    if (c.max_batch_size() > 0) {
+      if (dims.empty()) {
+        return InvalidArgumentError("input '" + t.name + "' has no batch dimension for model " + model);
+      }
+      const int64_t b = dims[0];
+      if (b < 1 || b > c.max_batch_size()) {
+        return InvalidArgumentError("inference request batch-size must be <= " + std::to_string(c.max_batch_size()) +
+                                    " for " + model);
+      }
+      if (batch >= 0 && b != batch && !spec->allow_ragged_batch()) {
+        // Inputs of one request share the batch dimension.
+        return InvalidArgumentError("input '" + t.name + "' batch size " + std::to_string(b) +
+                                    " differs from the other inputs' " + std::to_string(batch));
+      }
+      batch = std::max(batch, b);
+      dims.erase(dims.begin());
+    }
+    bool match = dims.size() == static_cast<size_t>(spec->dims_size());
+    for (size_t i = 0; match && i < dims.size(); ++i) {
+      match = spec->dims(static_cast<int>(i)) == -1 || spec->dims(static_cast<int>(i)) == dims[i];
+    }
+    // A [1]-dims input may also come as a bare batch vector ([B]), as Triton accepts.
+    if (!match && spec->dims_size() == 1 && spec->dims(0) == 1 && dims.empty()) match = true;
+    if (!match) {
+      std::vector<int64_t> expected(spec->dims().begin(), spec->dims().end());
+      if (c.max_batch_size() > 0) expected.insert(expected.begin(), -1);
+      return InvalidArgumentError("unexpected shape for input '" + t.name + "' for model " + model + ". Expected " +
+                                  ShapeText(expected) + ", got " + ShapeText(t.shape));
+    }
+    Status s = t.CheckSize();
+    if (!s.ok()) return s;
+  }
+  std::vector<std::string> missing;
+  for (const auto& in : c.input()) {
+    if (!in.optional() && !given.count(in.name())) missing.push_back(in.name());
+  }
+  if (!missing.empty()) {
+    std::string got, miss;
+    for (const auto& g : given) got += (got.empty() ? "'" : ",'") + g + "'";
+    for (const auto& m : missing) miss += (miss.empty() ? "'" : ",'") + m + "'";
+    return InvalidArgumentError("expected " + std::to_string(c.input_size()) + " inputs but got " +
+                                std::to_string(given.size()) + " inputs for model " + model + ". Got input(s) [" +
+                                got + "], but missing required input(s) [" + miss +
+                                "]. Please provide all required input(s).");
+  }
+  for (const std::string& o : r.requested_outputs) {
+    bool known = false;
+    for (const auto& out : c.output()) known = known || out.name() == o;
+    if (!known) return InvalidArgumentError("unexpected inference output '" + o + "' for model " + model);
+  }
+  return OkStatus();
+}
+
+std::string FailureReason(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kCancelled: return "CANCELED";
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable: return "REJECTED";
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound: return "OTHER";
+    default: return "BACKEND";
+  }
+}
+
+}  // namespace
+
+struct Server::Loaded {
+  std::string name;
+  int64_t version = 0;
+  inference::ModelConfig config;
+  std::atomic<int64_t> inflight{0};
+  std::mutex stats_mu;
+  ModelStatistics stats;
+  std::unique_ptr<ModelBackend> backend;  // last: destroyed first, while the rest is alive
+};
+
+struct Server::Entry {
+  std::string state = "UNKNOWN";
+  std::string reason;
+  std::map<int64_t, std::shared_ptr<Loaded>> versions;
+  fs::file_time_type config_time{};
+};
+
+StatusOr<ModelControlMode> ModelControlModeFromName(const std::string& name) {
+  if (name == "none") return ModelControlMode::kNone;
+  if (name == "poll") return ModelControlMode::kPoll;
+  if (name == "explicit") return ModelControlMode::kExplicit;
+  return InvalidArgumentError("--model-control-mode must be none, poll or explicit, got '" + name + "'");
+}
+
+Server::Server(const ServerOptions& options) : options_(options) {}
+
+StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
+  std::error_code ec;
+  if (!fs::is_directory(options.repository, ec)) {
+    return InvalidArgumentError("--model-repository '" + options.repository + "' is not a directory");
+  }
+  std::unique_ptr<Server> server(new Server(options));
+  std::vector<std::string> names = server->ScanRepository();
+  std::vector<std::string> to_load;
+  if (options.control_mode == ModelControlMode::kExplicit) {
+    for (const std::string& m : options.load_models) {
+      if (m == "*") {
+        to_load = names;
+        break;
+      }
+      to_load.push_back(m);
+    }
+  } else {
+    to_load = names;
+  }
+  std::unique_lock<std::mutex> lock(server->mu_);
+  for (const std::string& n : names) server->models_[n] = std::make_shared<Entry>();
+  // Composing models first, so an ensemble finds its steps ready.
+  std::stable_sort(to_load.begin(), to_load.end(), [&](const std::string& a, const std::string& b) {
+    auto is_ensemble = [&](const std::string& n) {
+      std::ifstream in(fs::path(options.repository) / n / "config.pbtxt");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      return ss.str().find("ensemble_scheduling") != std::string::npos;
+    };
+    return !is_ensemble(a) && is_ensemble(b);
+  });
+  for (const std::string& n : to_load) {
+    Status s = server->LoadLocked(n, std::nullopt, lock);
+    if (!s.ok()) {
+      INFLIGHT_LOG(kError) << "failed to load '" << n << "': " << s.message();
+    }
+  }
+  lock.unlock();
+  if (options.control_mode == ModelControlMode::kPoll) {
+    server->poll_thread_ = std::thread([s = server.get()] { s->PollLoop(); });
+  }
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+std::vector<std::string> Server::ScanRepository() const {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(options_.repository, ec)) {
+    if (e.is_directory() && fs::exists(e.path() / "config.pbtxt")) names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Status Server::LoadLocked(const std::string& name, const std::optional<std::string>& config_json,
+                          std::unique_lock<std::mutex>& lock) {
+  const fs::path dir = fs::path(options_.repository) / name;
+  auto& entry = models_[name];
+  if (!entry) entry = std::make_shared<Entry>();
+  std::shared_ptr<Entry> e = entry;
+  auto fail = [&](const Status& s) {
+    e->state = "UNAVAILABLE";
+    e->reason = s.message();
+    return s;
+  };
+  inference::ModelConfig config;
+  if (config_json) {
+    auto st = google::protobuf::util::JsonStringToMessage(*config_json, &config);
+    if (!st.ok()) return fail(InvalidArgumentError("load parameter 'config': " + std::string(st.message())));
+  } else {
+    std::ifstream in(dir / "config.pbtxt");
+    if (!in) return fail(NotFoundError("model '" + name + "': no config.pbtxt in " + dir.string()));
+    std::stringstream text;
+    text << in.rdbuf();
+    auto parsed = ParseModelConfigText(text.str());
+    if (!parsed.ok()) return fail(InvalidArgumentError("model '" + name + "' " + parsed.status().message()));
+    config = std::move(parsed).value();
+    std::error_code ec;
+    e->config_time = fs::last_write_time(dir / "config.pbtxt", ec);
+  }
+  if (config.name().empty()) config.set_name(name);
+  if (config.name() != name) {
+    return fail(InvalidArgumentError("model '" + name + "': config name '" + config.name() +
+                                     "' does not match the directory name"));
+  }
+  // Versions: numeric folders, chosen by the version policy (default: the newest one).
+  std::vector<int64_t> versions;
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(dir, ec)) {
+    const std::string v = d.path().filename().string();
+    if (d.is_directory() && !v.empty() && v.size() < 18 && std::all_of(v.begin(), v.end(), ::isdigit)) {
+      versions.push_back(std::stoll(v));
+    }
+  }
+  std::sort(versions.rbegin(), versions.rend());
+  const auto& policy = config.version_policy();
+  if (policy.has_all()) {
+  } else if (policy.has_specific()) {
+    std::set<int64_t> wanted(policy.specific().versions().begin(), policy.specific().versions().end());
+    versions.erase(std::remove_if(versions.begin(), versions.end(), [&](int64_t v) { return !wanted.count(v); }),
+                   versions.end());
+  } else {
+    const size_t n = std::max<uint32_t>(1, policy.has_latest() ? policy.latest().num_versions() : 1);
+    if (versions.size() > n) versions.resize(n);
+  }
+  if (versions.empty()) {
+    return fail(InvalidArgumentError("at least one version must be available under the version policy of model '" +
+                                     name + "'"));
+  }
+  // An ensemble's steps load first; the ensemble is decoupled when any step is.
+  if (config.platform() == "ensemble") {
+    for (const auto& step : config.ensemble_scheduling().step()) {
+      auto it = models_.find(step.model_name());
+      if (it == models_.end() || it->second->state != "READY") {
+        if (step.model_name() == name) return fail(InvalidArgumentError("ensemble '" + name + "' names itself"));
+        Status s = LoadLocked(step.model_name(), std::nullopt, lock);
+        if (!s.ok()) {
+          return fail(UnavailableError("ensemble '" + name + "' depends on '" + step.model_name() +
+                                       "' which is not available: " + s.message()));
+        }
+      }
+      auto loaded = models_[step.model_name()]->versions;
+      for (const auto& [v, l] : loaded) {
+        if (IsDecoupled(l->config)) config.mutable_model_transaction_policy()->set_decoupled(true);
+      }
+    }
+  }
+  if (!e->versions.empty()) UnloadLocked(name, lock);
+  e->state = "LOADING";
+  e->reason.clear();
+  std::map<int64_t, std::shared_ptr<Loaded>> loaded;
+  for (int64_t v : versions) {
+    const auto start = Clock::now();
+    BackendContext ctx;
+    ctx.model_name = name;
+    ctx.version = v;
+    ctx.model_dir = dir.string();
+    ctx.version_dir = (dir / std::to_string(v)).string();
+    ctx.runner = this;
+    ctx.metrics = &metrics_;
+    // Backends load outside the lock (a model file may take seconds).
+    lock.unlock();
+    auto backend = CreateBackend(config, ctx);
+    lock.lock();
+    if (!backend.ok()) return fail(backend.status());
+    auto l = std::make_shared<Loaded>();
+    l->name = name;
+    l->version = v;
+    l->config = config;
+    l->stats.name = name;
+    l->stats.version = std::to_string(v);
+    l->backend = std::move(backend).value();
+    loaded[v] = std::move(l);
+    metrics_.SetModelLoadDuration(name, std::to_string(v), NsSince(start) / 1e9);
+  }
+  e->versions = std::move(loaded);
+  e->state = "READY";
+  INFLIGHT_LOG(kInfo) << "successfully loaded '" << name << "' version " << versions.front();
+  return OkStatus();
+}
+
+void Server::UnloadLocked(const std::string& name, std::unique_lock<std::mutex>& lock) {
+  auto it = models_.find(name);
+  if (it == models_.end()) return;
+  std::shared_ptr<Entry> e = it->second;
+  std::map<int64_t, std::shared_ptr<Loaded>> versions = std::move(e->versions);
+  e->versions.clear();
+  e->state = "UNLOADING";
+  // New requests no longer find the model; running ones finish (or time out) first.
+  lock.unlock();
+  const auto deadline = Clock::now() + std::chrono::seconds(options_.exit_timeout_secs);
+  for (auto& [v, l] : versions) {
+    while (l->inflight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  versions.clear();  // destroys the backends (an executor cancels what still runs)
+  lock.lock();
+  if (e->versions.empty()) e->state = "UNAVAILABLE";
+  e->reason = "unloaded";
+  INFLIGHT_LOG(kInfo) << "successfully unloaded '" << name << "'";
+}
+
+Status Server::LoadModel(const std::string& name, const std::optional<std::string>& config_json) {
+  if (options_.control_mode != ModelControlMode::kExplicit) {
+    return UnavailableError("explicit model load / unload is not allowed if polling is enabled");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!config_json && !fs::exists(fs::path(options_.repository) / name / "config.pbtxt")) {
+    return NotFoundError("failed to load '" + name + "', failed to poll from model repository");
+  }
+  return LoadLocked(name, config_json, lock);
+}
+
+Status Server::UnloadModel(const std::string& name, bool unload_dependents) {
+  if (options_.control_mode != ModelControlMode::kExplicit) {
+    return UnavailableError("explicit model load / unload is not allowed if polling is enabled");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return NotFoundError("failed to unload '" + name + "', no version is available");
+  std::vector<std::string> steps;
+  if (unload_dependents) {
+    for (const auto& [v, l] : it->second->versions) {
+      for (const auto& s : l->config.ensemble_scheduling().step()) steps.push_back(s.model_name());
+    }
+  }
+  UnloadLocked(name, lock);
+  for (const std::string& s : steps) UnloadLocked(s, lock);
+  return OkStatus();
+}
+
+void Server::PollLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutting_down_) {
+    cv_.wait_for(lock, std::chrono::seconds(options_.repository_poll_secs));
+    if (shutting_down_) break;
+    lock.unlock();
+    std::vector<std::string> names = ScanRepository();
+    lock.lock();
+    std::set<std::string> present(names.begin(), names.end());
+    for (const std::string& n : names) {
+      auto it = models_.find(n);
+      std::error_code ec;
+      const auto t = fs::last_write_time(fs::path(options_.repository) / n / "config.pbtxt", ec);
+      if (it == models_.end() || it->second->config_time != t) {
+        Status s = LoadLocked(n, std::nullopt, lock);
+        if (!s.ok()) {
+          INFLIGHT_LOG(kError) << "poll: failed to load '" << n << "': " << s.message();
+        }
+      }
+    }
+    std::vector<std::string> gone;
+    for (const auto& [n, e] : models_) {
+      if (!present.count(n) && !e->versions.empty()) gone.push_back(n);
+    }
+    for (const std::string& n : gone) UnloadLocked(n, lock);
+  }
+}
+
+void Server::Shutdown() {
+  if (shutting_down_.exchange(true)) return;
+  cv_.notify_all();
+  if (poll_thread_.joinable()) poll_thread_.join();
+  const auto deadline = Clock::now() + std::chrono::seconds(options_.exit_timeout_secs);
+  while (inflight_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::unique_lock<std::mutex> lock(mu_);
+  // Ensembles first: they call the others.
+  std::vector<std::string> names;
+  for (const auto& [n, e] : models_) names.push_back(n);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const std::string& n : names) {
+      auto& e = models_[n];
+      bool ensemble = false;
+      for (const auto& [v, l] : e->versions) ensemble = ensemble || l->config.platform() == "ensemble" || l->config.backend() == "python";
+      if ((pass == 0) == ensemble) UnloadLocked(n, lock);
+    }
+  }
+}
+
+bool Server::ready() const {
+  if (shutting_down_) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [n, e] : models_) {
+    if (e->state == "LOADING" || (e->state == "UNAVAILABLE" && e->reason != "unloaded" &&
+                                  options_.control_mode != ModelControlMode::kExplicit)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<Server::Loaded> Server::FindByNumber(const std::string& name, int64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end() || it->second->versions.empty()) return nullptr;
+  const auto& vs = it->second->versions;
+  if (version < 0) return vs.rbegin()->second;
+  auto v = vs.find(version);
+  return v == vs.end() ? nullptr : v->second;
+}
+
+StatusOr<std::shared_ptr<Server::Loaded>> Server::Find(const std::string& name, const std::string& version) const {
+  int64_t v = -1;
+  if (!version.empty()) {
+    if (!std::all_of(version.begin(), version.end(), ::isdigit) || version.size() > 18) {
+      return InvalidArgumentError("model version '" + version + "' is not a number");
+    }
+    v = std::stoll(version);
+  }
+  auto l = FindByNumber(name, v);
+  if (!l) {
+    if (v >= 0 && FindByNumber(name, -1)) {
+      return NotFoundError("Request for unknown model: '" + name + "' version " + version + " is not found");
+    }
+    return NotFoundError("Request for unknown model: '" + name + "' is not found");
+  }
+  return l;
+}
+
+StatusOr<ModelMetadata> Server::GetModelMetadata(const std::string& name, const std::string& version) const {
+  auto l = Find(name, version);
+  if (!l.ok()) return l.status();
+  const inference::ModelConfig& c = (*l)->config;
+  ModelMetadata m;
+  m.name = name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [v, x] : models_.at(name)->versions) m.versions.push_back(std::to_string(v));
+  }
+  if (!version.empty()) m.versions = {version};
+  m.platform = c.platform().empty() ? c.backend() : c.platform();
+  auto shape = [&](const auto& dims) {
+    std::vector<int64_t> s;
+    if (c.max_batch_size() > 0) s.push_back(-1);
+    s.insert(s.end(), dims.begin(), dims.end());
+    return s;
+  };
+  for (const auto& in : c.input()) m.inputs.push_back({in.name(), TypeName(in.data_type()), shape(in.dims())});
+  for (const auto& out : c.output()) m.outputs.push_back({out.name(), TypeName(out.data_type()), shape(out.dims())});
+  return m;
+}
+
+StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name, const std::string& version) const {
+  auto l = Find(name, version);
+  if (!l.ok()) return l.status();
+  return (*l)->config;
+}
+
+StatusOr<inference::ModelConfig> Server::ModelConfigOf(const std::string& name, int64_t version) {
+  auto l = FindByNumber(name, version);
+  if (!l) return NotFoundError("Request for unknown model: '" + name + "' is not found");
+  return l->config;
+}
+
+bool Server::ModelReady(const std::string& name, const std::string& version) const {
+  return Find(name, version).ok() && !shutting_down_;
+}
+
+std::vector<RepositoryEntry> Server::RepositoryIndex(bool ready_only) const {
+  std::vector<std::string> names = ScanRepository();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> all(names.begin(), names.end());
+  for (const auto& [n, e] : models_) all.insert(n);
+  std::vector<RepositoryEntry> out;
+  for (const std::string& n : all) {
+    auto it = models_.find(n);
+    if (it == models_.end() || it->second->state == "UNKNOWN") {
+      if (!ready_only) out.push_back({n, "", "", ""});
+      continue;
+    }
+    const Entry& e = *it->second;
+    if (ready_only && e.state != "READY") continue;
+    if (e.versions.empty()) {
+      out.push_back({n, "", e.state, e.reason});
+    } else {
+      for (const auto& [v, l] : e.versions) out.push_back({n, std::to_string(v), e.state, e.reason});
+    }
+  }
+  return out;
+}
+
+StatusOr<std::vector<ModelStatistics>> Server::Statistics(const std::string& name, const std::string& version) const {
+  std::vector<std::shared_ptr<Loaded>> targets;
+  if (name.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [n, e] : models_) {
+      for (const auto& [v, l] : e->versions) targets.push_back(l);
+    }
+  } else {
+    auto l = Find(name, version);
+    if (!l.ok()) return l.status();
+    targets.push_back(*l);
+  }
+  std::vector<ModelStatistics> out;
+  for (const auto& l : targets) {
+    std::lock_guard<std::mutex> lock(l->stats_mu);
+    out.push_back(l->stats);
+  }
+  return out;
+}
+
+void Server::Infer(InferRequest r, ResponseSink sink) {
+  const auto arrival = Clock::now();
+  auto found = Find(r.model_name, r.model_version < 0 ? "" : std::to_string(r.model_version));
+  auto reject = [&](const Status& s) {
+    InferResponse resp = ErrorResponse(s);
+    resp.model_name = r.model_name;
+    resp.id = r.id;
+    sink(std::move(resp));
+  };
+  if (shutting_down_) return reject(UnavailableError("Server is shutting down, no new requests are accepted"));
+  if (!found.ok()) return reject(found.status());
+  std::shared_ptr<Loaded> l = *found;
+  const std::string version = std::to_string(l->version);
+  Status valid = ValidateRequest(r, l->config);
+  if (!valid.ok()) {
+    InferenceRecord rec;
+    rec.success = false;
+    rec.failure_reason = "OTHER";
+    metrics_.RecordInference(l->name, version, rec);
+    {
+      std::lock_guard<std::mutex> lock(l->stats_mu);
+      l->stats.fail.Add(NsSince(arrival));
+    }
+    InferResponse resp = ErrorResponse(valid);
+    resp.model_name = l->name;
+    resp.model_version = version;
+    resp.id = r.id;
+    return sink(std::move(resp));
+  }
+  struct Call {
+    Clock::time_point arrival, handed, last;
+    uint64_t index = 0;
+    double first_response_ms = -1;
+  };
+  auto call = std::make_shared<Call>();
+  call->arrival = arrival;
+  ++inflight_;
+  ++l->inflight;
+  Loaded* loaded = l.get();  // alive until inflight drops (Unload waits for it)
+  std::vector<std::string> wanted = r.requested_outputs;
+  const std::string id = r.id;
+  auto wrapped = [this, loaded, call, sink = std::move(sink), wanted, id, version](InferResponse&& resp) {
+    resp.model_name = loaded->name;
+    resp.model_version = version;
+    resp.id = id;
+    if (!wanted.empty()) {
+      std::vector<InferTensor> kept;
+      for (InferTensor& t : resp.outputs) {
+        if (std::find(wanted.begin(), wanted.end(), t.name) != wanted.end()) kept.push_back(std::move(t));
+      }
+      resp.outputs = std::move(kept);
+    }
+    const auto now = Clock::now();
+    const bool final = resp.final;
+    const Status error = resp.error;
+    {
+      std::lock_guard<std::mutex> lock(loaded->stats_mu);
+      ResponseStats& rs = loaded->stats.response_stats[call->index];
+      const uint64_t since = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          now - (call->index == 0 ? call->handed : call->last)).count());
+      if (!error.ok()) {
+        rs.fail.Add(since);
+      } else if (resp.empty()) {
+        rs.empty_response.Add(since);
+      } else {
+        rs.compute_infer.Add(since);
+        rs.success.Add(since);
+        if (call->first_response_ms < 0) {
+          call->first_response_ms = std::chrono::duration<double, std::milli>(now - call->arrival).count();
+        }
+      }
+      ++call->index;
+      call->last = now;
+      if (final) {
+        ModelStatistics& st = loaded->stats;
+        const uint64_t total = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - call->arrival).count());
+        const uint64_t input = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(call->handed - call->arrival).count());
+        st.last_inference_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch()).count());
+        if (error.ok()) {
+          st.success.Add(total);
+          st.queue.Add(0);
+          st.compute_input.Add(input);
+          st.compute_infer.Add(total - std::min(total, input));
+          st.compute_output.Add(0);
+          ++st.inference_count;
+          ++st.execution_count;
+          st.batch1_input.Add(input);
+          st.batch1_infer.Add(total - std::min(total, input));
+          st.batch1_output.Add(0);
+        } else {
+          st.fail.Add(total);
+        }
+      }
+    }
+    if (final) {
+      InferenceRecord rec;
+      rec.success = error.ok();
+      rec.failure_reason = FailureReason(error);
+      rec.request_us = std::chrono::duration_cast<std::chrono::microseconds>(now - call->arrival).count();
+      rec.compute_input_us = std::chrono::duration_cast<std::chrono::microseconds>(call->handed - call->arrival).count();
+      rec.compute_infer_us = rec.request_us - rec.compute_input_us;
+      rec.first_response_ms = call->first_response_ms;
+      metrics_.RecordInference(loaded->name, version, rec);
+    }
+    sink(std::move(resp));
+    if (final) {
+      --loaded->inflight;
+      --inflight_;
+    }
+  };
+  call->handed = Clock::now();
+  call->last = call->handed;
+  metrics_.AddPending(l->name, version, 1);
+  l->backend->Execute(std::move(r), std::move(wrapped));
+  metrics_.AddPending(l->name, version, -1);
+}
+
+const InferTensor* InferRequest::FindInput(const std::string& name) const {
+  for (const InferTensor& t : inputs) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+void CancelToken::Cancel() {
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_.exchange(true)) return;
+    callbacks.swap(callbacks_);
+  }
+  for (auto& fn : callbacks) fn();
+}
+
+void CancelToken::OnCancel(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!cancelled_) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+}  // namespace inflight::serving
