@@ -61,4 +61,22 @@ bool ConnectionWatch::PeerClosed() const {
   return false;
 }
 
+void RaiseListenBacklog(int port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage local{};
+    socklen_t ll = sizeof(local);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) == 0 && PortOf(local) == port) {
+      listen(fd, SOMAXCONN);  // Linux accepts a second listen() that only changes the backlog
+    }
+  }
+  closedir(dir);
+}
+
 }  // namespace inflight::frontends

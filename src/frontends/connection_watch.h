@@ -17,4 +17,8 @@ class ConnectionWatch {
   int fd_ = -1;
 };
 
+// cpp-httplib listens with a backlog of 5: a burst of clients overflows it and connections
+// fail. Raises the backlog of the listening socket on `port` to SOMAXCONN.
+void RaiseListenBacklog(int port);
+
 }  // namespace inflight::frontends

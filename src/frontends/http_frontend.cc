@@ -392,6 +392,7 @@ StatusOr<int> HttpFrontend::Start() {
     port = -1;
   }
   if (port < 0) return UnavailableError("HTTP: cannot bind " + options_.address + ":" + std::to_string(options_.port));
+  RaiseListenBacklog(port);
   thread_ = std::thread([this] { http_->listen_after_bind(); });
   return port;
 }

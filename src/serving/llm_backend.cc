@@ -84,6 +84,7 @@ struct Pending {
   bool multi_sequence = false; // num_return_sequences > 1: responses carry sequence_index
   bool return_log_probs = false;
   bool perf_metrics = false;   // return_perf_metrics: KV reuse and timing outputs
+  std::shared_ptr<CancelToken> cancel;  // set when the client went away
   Status failure;              // the first error; the final response carries it
   bool done = false;
 };
@@ -192,6 +193,7 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   p->triton_id = r.id;
   p->batched = batch > 1;
   p->perf_metrics = perf_metrics;
+  p->cancel = r.cancel;
   p->rows_outstanding = batch;
   for (int64_t b = 0; b < batch; ++b) {
     Request& row = rows[b];
@@ -352,7 +354,10 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
       context_.metrics->ObserveLlmRequest(p->model_name, p->version, res.stats);
     }
   }
-  if (!res.error.ok() && p->failure.ok()) {
+  if (res.finish_reason == FinishReason::kCancelled && p->cancel->cancelled() && p->failure.ok()) {
+    // The client is gone (disconnect, cancelled stream): end as CANCELLED, not as a success.
+    p->failure = CancelledError("Request was cancelled");
+  } else if (!res.error.ok() && p->failure.ok()) {
     p->failure = InternalError("Executor failed process requestId " + std::to_string(res.request_id) +
                                " due to the following error: " + res.error.message());
   }

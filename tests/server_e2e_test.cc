@@ -1,0 +1,651 @@
+// End-to-end tests of inflight-server: the real binary on free loopback ports, a repository
+// written by its own init-repo for the bundled demo model, driven over HTTP and gRPC, with
+// token ids checked against the engine run alone in this process.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/executor.h"
+#include "grpc_service.grpc.pb.h"
+#include "model/model.h"
+#include "server_harness.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::MetricValue;
+using testing::ServerProcess;
+using testing::SseEvents;
+
+std::string DemoModel() { return testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf"; }
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void Replace(std::string* s, const std::string& from, const std::string& to) {
+  const size_t pos = s->find(from);
+  ASSERT_NE(pos, std::string::npos) << from;
+  s->replace(pos, from.size(), to);
+}
+
+// A copy of the tensorrt_llm model under another name with edits to its config text.
+void AddVariant(const fs::path& repo, const std::string& name, const std::vector<std::pair<std::string, std::string>>& edits) {
+  std::string text = ReadFile(repo / "tensorrt_llm" / "config.pbtxt");
+  Replace(&text, "name: \"tensorrt_llm\"", "name: \"" + name + "\"");
+  for (const auto& [from, to] : edits) Replace(&text, from, to);
+  fs::create_directories(repo / name / "1");
+  std::ofstream(repo / name / "config.pbtxt") << text;
+}
+
+class ServerE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    repo_ = new fs::path(fs::temp_directory_path() / ("inflight_e2e_repo_" + std::to_string(getpid())));
+    fs::remove_all(*repo_);
+    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() +
+                            " --out " + repo_->string() + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    AddVariant(*repo_, "tensorrt_llm_sync", {{"decoupled: true", "decoupled: false"}});
+    AddVariant(*repo_, "tensorrt_llm_q1",
+               {{"decoupled: true", "decoupled: false"},
+                {"key: \"max_queue_size\"\n  value: {\n    string_value: \"0\"", "key: \"max_queue_size\"\n  value: {\n    string_value: \"1\""},
+                {"key: \"max_batch_size\"\n  value: {\n    string_value: \"64\"", "key: \"max_batch_size\"\n  value: {\n    string_value: \"1\""}});
+    server_ = ServerProcess::Start({"--model-repository", repo_->string()}).release();
+    ASSERT_NE(server_, nullptr);
+    auto model = Model::Load(DemoModel());
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    model_ = model->release();
+  }
+
+  static void TearDownTestSuite() {
+    if (server_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0) {
+      std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server_->log().c_str());
+    }
+    delete server_;
+    server_ = nullptr;
+    delete model_;
+    fs::remove_all(*repo_);
+    delete repo_;
+  }
+
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << "the server did not start";
+  }
+
+  static httplib::Client Http() {
+    httplib::Client c("127.0.0.1", server_->http_port);
+    c.set_read_timeout(120);
+    return c;
+  }
+
+  static httplib::Result Post(const std::string& path, const std::string& body) {
+    return Http().Post(path.c_str(), body, "application/json");
+  }
+
+  static std::string Metrics() {
+    httplib::Client c("127.0.0.1", server_->metrics_port);
+    auto r = c.Get("/metrics");
+    return r ? r->body : "";
+  }
+
+  // Waits until the LLM model `model` holds no KV block and runs nothing (the gauges are set
+  // every stats_check_period_ms).
+  static bool WaitIdle(const std::string& model) {
+    for (int i = 0; i < 100; ++i) {
+      const std::string m = Metrics();
+      const double used = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "used"}});
+      const double active = MetricValue(m, "nv_trt_llm_request_metrics", {{"model", model}, {"request_type", "active"}});
+      const double free = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "free"}});
+      const double max = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "max"}});
+      if (used == 0 && active == 0 && free == max && max > 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // Greedy generated ids of the engine alone (no server, no other request).
+  static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int max_tokens) {
+    ExecutorConfig cfg;
+    auto e = Executor::Create(*model_, cfg);
+    EXPECT_TRUE(e.ok());
+    Request r;
+    r.prompt_ids = prompt;
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.exclude_input_in_output = true;
+    auto id = (*e)->Enqueue(r);
+    EXPECT_TRUE(id.ok());
+    std::vector<int32_t> out;
+    while (true) {
+      for (Result& res : (*e)->AwaitResponses(*id, std::chrono::milliseconds(1000))) {
+        if (res.is_final) return res.output_token_ids;
+      }
+    }
+  }
+
+  static std::vector<int32_t> Tokens(const std::string& text) { return model_->tokenizer()->Encode(text, true); }
+
+  static fs::path* repo_;
+  static ServerProcess* server_;
+  static Model* model_;
+};
+
+fs::path* ServerE2eTest::repo_ = nullptr;
+ServerProcess* ServerE2eTest::server_ = nullptr;
+Model* ServerE2eTest::model_ = nullptr;
+
+TEST_F(ServerE2eTest, ReferenceCommandsWorkVerbatim) {
+  const std::string body = R"({"text_input": "What is machine learning?", "max_tokens": 20, "bad_words": "", "stop_words": ""})";
+  for (const std::string model : {"ensemble", "tensorrt_llm_bls"}) {
+    auto r = Post("/v2/models/" + model + "/generate", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    json j = json::parse(r->body);
+    EXPECT_EQ(j["model_name"], model);
+    EXPECT_EQ(j["model_version"], "1");
+    ASSERT_TRUE(j["text_output"].is_string());
+    // exclude_input_in_output defaults to false, as in the reference: the prompt comes back.
+    EXPECT_EQ(j["text_output"].get<std::string>().rfind("What is machine learning?", 0), 0u) << j;
+  }
+  auto s = Post("/v2/models/ensemble/generate_stream",
+                R"({"text_input": "Once upon a time", "max_tokens": 12, "stream": true, "bad_words": "", "stop_words": ""})");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->status, 200);
+  EXPECT_EQ(s->get_header_value("Content-Type"), "text/event-stream; charset=utf-8");
+  EXPECT_EQ(s->body.rfind("data: {", 0), 0u) << s->body;
+  auto events = SseEvents(s->body);
+  EXPECT_GE(events.size(), 2u);
+  for (const auto& e : events) {
+    EXPECT_EQ(e["model_name"], "ensemble");
+    EXPECT_TRUE(e["text_output"].is_string());
+  }
+  // The backend's gauges are set by its stats thread (every stats_check_period_ms).
+  std::string metrics;
+  for (int i = 0; i < 100; ++i) {
+    metrics = Metrics();
+    if (metrics.find("# TYPE nv_trt_llm_general_metrics ") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  for (const char* family : {"nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
+                             "nv_inference_request_duration_us", "nv_inference_compute_infer_duration_us",
+                             "nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics",
+                             "nv_trt_llm_inflight_batcher_metrics", "nv_trt_llm_general_metrics",
+                             "nv_trt_llm_runtime_memory_metrics", "nv_llm_input_token_len", "nv_llm_output_token_len",
+                             "inflight_time_to_first_token_seconds", "inflight_inter_token_latency_seconds",
+                             "inflight_request_latency_seconds", "inflight_queue_time_seconds", "nv_cpu_utilization"}) {
+    EXPECT_NE(metrics.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
+  }
+  EXPECT_GE(MetricValue(metrics, "nv_inference_request_success", {{"model", "ensemble"}}), 2);
+}
+
+TEST_F(ServerE2eTest, StreamedTextEqualsNonStreamedText) {
+  for (const std::string prompt : {"Once upon a time", "Tom had a red ball.", "The little cat"}) {
+    for (const std::string model : {"ensemble", "tensorrt_llm_bls"}) {
+      json req = {{"text_input", prompt}, {"max_tokens", 40}, {"exclude_input_in_output", true}};
+      auto whole = Post("/v2/models/" + model + "/generate", req.dump());
+      ASSERT_TRUE(whole);
+      ASSERT_EQ(whole->status, 200) << whole->body;
+      const std::string text = json::parse(whole->body)["text_output"];
+      req["stream"] = true;
+      auto streamed = Post("/v2/models/" + model + "/generate_stream", req.dump());
+      ASSERT_TRUE(streamed);
+      std::string joined;
+      for (const auto& e : SseEvents(streamed->body)) joined += e["text_output"].get<std::string>();
+      EXPECT_EQ(joined, text) << model << " / " << prompt;
+      EXPECT_NE(text.find(' '), std::string::npos) << "spaces between words are kept: " << text;
+      EXPECT_EQ(text.find("\xEF\xBF\xBD"), std::string::npos);
+    }
+  }
+}
+
+TEST_F(ServerE2eTest, StopWordsGivenAsTextStopGeneration) {
+  json req = {{"text_input", "Once upon a time"}, {"max_tokens", 60}, {"exclude_input_in_output", true}};
+  auto full_r = Post("/v2/models/ensemble/generate", req.dump());
+  ASSERT_TRUE(full_r);
+  const std::string full = json::parse(full_r->body)["text_output"];
+  // Two later words made of letters only; generation must stop after whichever comes first.
+  std::vector<std::pair<size_t, std::string>> words;
+  for (size_t i = 0; i < full.size();) {
+    size_t j = i;
+    while (j < full.size() && std::isalpha(static_cast<unsigned char>(full[j]))) ++j;
+    if (j > i + 2 && i > 0 && full[i - 1] == ' ') words.push_back({i, full.substr(i, j - i)});
+    i = j + 1;
+  }
+  ASSERT_GE(words.size(), 8u) << full;
+  const std::string first = words[3].second, second = words[7].second;
+  size_t expected_end = std::min(full.find(" " + first) + 1 + first.size(), full.find(" " + second) + 1 + second.size());
+  req["stop_words"] = {second, first};
+  auto stopped = Post("/v2/models/ensemble/generate", req.dump());
+  ASSERT_TRUE(stopped);
+  ASSERT_EQ(stopped->status, 200) << stopped->body;
+  const std::string text = json::parse(stopped->body)["text_output"];
+  EXPECT_EQ(text, full.substr(0, expected_end)) << "stop words '" << first << "', '" << second << "' in: " << full;
+}
+
+TEST_F(ServerE2eTest, GrpcModelInferAndStreamMatchTheEngineAlone) {
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  const std::vector<int32_t> prompt = Tokens("Lily went to the park with her dog.");
+  const std::vector<int32_t> alone = Alone(prompt, 24);
+  auto build = [&](const std::string& model, bool streaming) {
+    inference::ModelInferRequest q;
+    q.set_model_name(model);
+    q.set_id("req-7");
+    auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape, const std::string& raw) {
+      auto* in = q.add_inputs();
+      in->set_name(name);
+      in->set_datatype(dtype);
+      for (int64_t d : shape) in->add_shape(d);
+      q.add_raw_input_contents(raw);
+    };
+    auto i32 = [](std::vector<int32_t> v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); };
+    add("input_ids", "INT32", {1, static_cast<int64_t>(prompt.size())}, i32(prompt));
+    add("input_lengths", "INT32", {1, 1}, i32({static_cast<int32_t>(prompt.size())}));
+    add("request_output_len", "INT32", {1, 1}, i32({24}));
+    if (streaming) add("streaming", "BOOL", {1, 1}, std::string(1, '\1'));
+    return q;
+  };
+  auto ids_of = [](const inference::ModelInferResponse& r) {
+    for (int i = 0; i < r.outputs_size(); ++i) {
+      if (r.outputs(i).name() == "output_ids") {
+        const std::string& raw = r.raw_output_contents(i);
+        std::vector<int32_t> v(raw.size() / 4);
+        std::memcpy(v.data(), raw.data(), raw.size());
+        return v;
+      }
+    }
+    return std::vector<int32_t>();
+  };
+  {
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse resp;
+    grpc::Status s = stub->ModelInfer(&ctx, build("tensorrt_llm_sync", false), &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.id(), "req-7");
+    std::vector<int32_t> expected = prompt;  // exclude_input_in_output is false
+    expected.insert(expected.end(), alone.begin(), alone.end());
+    EXPECT_EQ(ids_of(resp), expected);
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse resp;
+    grpc::Status s = stub->ModelInfer(&ctx, build("tensorrt_llm", false), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(s.error_message(), "ModelInfer RPC doesn't support models with decoupled transaction policy");
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub->ModelStreamInfer(&ctx);
+    ASSERT_TRUE(stream->Write(build("tensorrt_llm", true)));
+    stream->WritesDone();
+    inference::ModelStreamInferResponse r;
+    std::vector<int32_t> got;
+    int finals = 0, responses = 0;
+    while (stream->Read(&r)) {
+      ASSERT_TRUE(r.error_message().empty()) << r.error_message();
+      EXPECT_EQ(r.infer_response().id(), "req-7");
+      auto v = ids_of(r.infer_response());
+      got.insert(got.end(), v.begin(), v.end());
+      ++responses;
+      finals += r.infer_response().parameters().at("triton_final_response").bool_param();
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_EQ(got, alone);
+    EXPECT_EQ(finals, 1);
+    EXPECT_GE(responses, 2);
+  }
+}
+
+TEST_F(ServerE2eTest, ConcurrentStreamingClientsAreBatchedAndKeepTheirOutputs) {
+  constexpr int kClients = 32, kTokens = 64;
+  std::vector<std::vector<int32_t>> prompts, expected;
+  for (int i = 0; i < kClients; ++i) {
+    std::string text = "Once upon a time, there was a";
+    for (int k = 0; k < i % 7; ++k) text += " little";
+    text += i % 2 ? " girl named Mia" : " dog named Max";
+    text += " who liked number " + std::to_string(i) + ".";
+    prompts.push_back(Tokens(text));
+    expected.push_back(Alone(prompts.back(), kTokens));
+  }
+  std::atomic<bool> done{false};
+  double max_scheduled = 0;
+  std::thread poller([&] {
+    while (!done) {
+      max_scheduled = std::max(max_scheduled, MetricValue(Metrics(), "nv_trt_llm_request_metrics",
+                                                          {{"model", "tensorrt_llm"}, {"request_type", "scheduled"}}));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  std::vector<std::vector<int32_t>> got(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      json req = {{"input_ids", prompts[i]}, {"input_lengths", prompts[i].size()}, {"request_output_len", kTokens},
+                  {"streaming", true}};
+      auto r = Post("/v2/models/tensorrt_llm/generate_stream", req.dump());
+      if (!r) {
+        ADD_FAILURE() << "client " << i << ": " << httplib::to_string(r.error());
+        return;
+      }
+      EXPECT_EQ(r->status, 200) << r->body;
+      for (const auto& e : SseEvents(r->body)) {
+        const json& ids = e["output_ids"];
+        if (ids.is_array()) {
+          for (int id : ids) got[i].push_back(id);
+        } else {
+          got[i].push_back(ids.get<int>());
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  done = true;
+  poller.join();
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(got[i], expected[i]) << "client " << i;
+  EXPECT_GT(max_scheduled, 1) << "nv_trt_llm_request_metrics{request_type=scheduled} never showed a batch";
+  EXPECT_TRUE(WaitIdle("tensorrt_llm"));
+}
+
+struct BadCase {
+  std::string name, method, path, body;
+  int status;
+  std::string error;  // substring of the "error" field
+};
+
+TEST_F(ServerE2eTest, BadInputGetsTheSpecErrorAndTheServerKeepsServing) {
+  std::string long_text;
+  for (int i = 0; i < 700; ++i) long_text += "dog ";
+  auto infer = [](const std::string& inputs) { return R"({"inputs": [)" + inputs + "]}"; };
+  const std::string ids = R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 3], "data": [1, 2, 3]})";
+  const std::string len = R"({"name": "input_lengths", "datatype": "INT32", "shape": [1, 1], "data": [3]})";
+  const std::string out = R"({"name": "request_output_len", "datatype": "INT32", "shape": [1, 1], "data": [4]})";
+  const std::vector<BadCase> cases = {
+      {"malformed JSON", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi")", 400, "invalid JSON"},
+      {"malformed JSON infer", "POST", "/v2/models/tensorrt_llm_sync/infer", "{nope", 400, "invalid JSON"},
+      {"wrong datatype", "POST", "/v2/models/tensorrt_llm_sync/infer",
+       infer(R"({"name": "input_ids", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]},)" + len + "," + out), 400,
+       "data-type is 'FP32', but model 'tensorrt_llm_sync' expects 'INT32'"},
+      {"wrong shape", "POST", "/v2/models/tensorrt_llm_sync/infer",
+       infer(ids + R"(, {"name": "input_lengths", "datatype": "INT32", "shape": [1, 2], "data": [3, 3]},)" + out), 400,
+       "unexpected shape for input 'input_lengths'"},
+      {"element count", "POST", "/v2/models/tensorrt_llm_sync/infer",
+       infer(R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 4], "data": [1, 2, 3]},)" + len + "," + out), 400,
+       "expected 4 elements"},
+      {"missing required input", "POST", "/v2/models/tensorrt_llm_sync/infer", infer(ids + "," + len), 400,
+       "missing required input(s) ['request_output_len']"},
+      {"unknown model", "POST", "/v2/models/nope/generate", "{}", 404, "Request for unknown model: 'nope' is not found"},
+      {"unknown version", "POST", "/v2/models/ensemble/versions/7/generate", R"({"text_input": "hi", "max_tokens": 3})",
+       404, "version 7 is not found"},
+      {"prompt longer than the context", "POST", "/v2/models/ensemble/generate",
+       json{{"text_input", long_text}, {"max_tokens", 4}}.dump(), 400, "context"},
+      {"max_tokens 0", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi", "max_tokens": 0})", 400,
+       "request_output_len must be at least 1"},
+      {"huge max_tokens", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi", "max_tokens": 100000000})", 400,
+       ""},
+      {"generate on a decoupled stream", "POST", "/v2/models/tensorrt_llm/generate",
+       R"({"input_ids": [1, 2, 3], "input_lengths": 3, "request_output_len": 4, "streaming": true})", 200,
+       "generate expects model to produce exactly 1 response"},
+      {"infer on a decoupled model", "POST", "/v2/models/tensorrt_llm/infer", infer(ids + "," + len + "," + out), 501,
+       "HTTP end point doesn't support models with decoupled transaction policy"},
+      {"reserved parameter", "POST", "/v2/models/tensorrt_llm_sync/infer",
+       R"({"parameters": {"triton_x": 1}, "inputs": [)" + ids + "," + len + "," + out + "]}", 400,
+       "parameter keys starting with 'triton_' are reserved"},
+      {"bad parameter type", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi", "max_tokens": 3, "foo": [1]})",
+       400, "parameter 'foo' has invalid type"},
+      {"token id out of range", "POST", "/v2/models/tensorrt_llm/generate",
+       R"({"input_ids": [1, 99999], "input_lengths": 2, "request_output_len": 4})", 400, ""},
+      {"wrong method", "GET", "/v2/models/ensemble/generate", "", 405, "Method Not Allowed"},
+      {"unknown path", "GET", "/v2/nothing/here", "", 404, "Not Found"},
+  };
+  for (const BadCase& c : cases) {
+    auto cli = Http();
+    auto r = c.method == "GET" ? cli.Get(c.path.c_str()) : cli.Post(c.path.c_str(), c.body, "application/json");
+    ASSERT_TRUE(r) << c.name;
+    EXPECT_EQ(r->status, c.status) << c.name << ": " << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << c.name << ": " << r->body;
+    EXPECT_NE(j["error"].get<std::string>().find(c.error), std::string::npos) << c.name << ": " << j["error"];
+  }
+  EXPECT_TRUE(WaitIdle("tensorrt_llm"));
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
+  auto ok = Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 5})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+TEST_F(ServerE2eTest, FullQueueIsRefusedWith503AndNothingLeaks) {
+  const std::vector<int32_t> prompt = Tokens("Once upon a time there was a dog.");
+  json body = {{"inputs",
+                {{{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
+                 {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+                 {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {400}}}}}};
+  std::vector<int> statuses(8);
+  std::vector<std::string> bodies(8);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&, i] {
+      auto r = Post("/v2/models/tensorrt_llm_q1/infer", body.dump());
+      statuses[i] = r ? r->status : -1;
+      bodies[i] = r ? r->body : "";
+    });
+  }
+  for (auto& t : clients) t.join();
+  int refused = 0, served = 0;
+  for (int i = 0; i < 8; ++i) {
+    if (statuses[i] == 503) {
+      ++refused;
+      EXPECT_NE(bodies[i].find("Maximum queue size of 1 has been reached, please try again later"), std::string::npos) << bodies[i];
+    } else {
+      EXPECT_EQ(statuses[i], 200) << bodies[i];
+      ++served;
+    }
+  }
+  EXPECT_GE(refused, 1);
+  EXPECT_GE(served, 1);
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_q1"));
+  const std::string m = Metrics();
+  EXPECT_GE(MetricValue(m, "nv_inference_request_failure", {{"model", "tensorrt_llm_q1"}, {"reason", "REJECTED"}}), refused);
+}
+
+TEST_F(ServerE2eTest, ClientThatLeavesIsCancelledAndItsBlocksFreed) {
+  const auto canceled = [] {
+    return std::max(0.0, MetricValue(Metrics(), "nv_inference_request_failure",
+                                     {{"model", "tensorrt_llm"}, {"reason", "CANCELED"}}));
+  };
+  const double before = canceled();
+  const std::vector<int32_t> prompt = Tokens("Once upon a time");
+  {
+    // HTTP: the client closes the stream after the first event.
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v2/models/tensorrt_llm/generate_stream";
+    req.body = json{{"input_ids", prompt}, {"input_lengths", prompt.size()}, {"request_output_len", 480}, {"streaming", true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    int events = 0;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      events += std::string(data, n).find("data: ") != std::string::npos;
+      return events < 1;
+    };
+    auto cli = Http();
+    cli.send(req);
+    EXPECT_EQ(events, 1);
+  }
+  bool seen = false;
+  for (int i = 0; i < 100 && !seen; ++i) {
+    seen = canceled() >= before + 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(seen) << "the request was not cancelled";
+  EXPECT_TRUE(WaitIdle("tensorrt_llm"));
+  {
+    // gRPC: the client cancels the stream after the first response.
+    auto stub = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    auto stream = stub->ModelStreamInfer(&ctx);
+    inference::ModelInferRequest q;
+    q.set_model_name("tensorrt_llm");
+    q.set_id("leaving");
+    auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape) {
+      auto* in = q.add_inputs();
+      in->set_name(name);
+      in->set_datatype(dtype);
+      for (int64_t d : shape) in->add_shape(d);
+      return in->mutable_contents();
+    };
+    for (int32_t id : prompt) add("input_ids", "INT32", {}), (void)id;
+    q.clear_inputs();
+    auto* ids = add("input_ids", "INT32", {1, static_cast<int64_t>(prompt.size())});
+    for (int32_t id : prompt) ids->add_int_contents(id);
+    add("input_lengths", "INT32", {1, 1})->add_int_contents(static_cast<int32_t>(prompt.size()));
+    add("request_output_len", "INT32", {1, 1})->add_int_contents(480);
+    add("streaming", "BOOL", {1, 1})->add_bool_contents(true);
+    ASSERT_TRUE(stream->Write(q));
+    inference::ModelStreamInferResponse r;
+    ASSERT_TRUE(stream->Read(&r));
+    EXPECT_TRUE(r.error_message().empty()) << r.error_message();
+    ctx.TryCancel();
+    while (stream->Read(&r)) {
+    }
+    stream->Finish();
+  }
+  seen = false;
+  for (int i = 0; i < 100 && !seen; ++i) {
+    seen = canceled() >= before + 2;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(seen) << "the gRPC request was not cancelled";
+  EXPECT_TRUE(WaitIdle("tensorrt_llm"));
+}
+
+TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
+  auto cli = Http();
+  EXPECT_EQ(cli.Get("/v2/health/live")->status, 200);
+  EXPECT_EQ(cli.Get("/v2/health/ready")->status, 200);
+  EXPECT_EQ(cli.Get("/v2/models/ensemble/ready")->status, 200);
+  auto not_ready = cli.Get("/v2/models/nope/ready");
+  EXPECT_EQ(not_ready->status, 400);
+  EXPECT_EQ(json::parse(not_ready->body)["error"], "Model version not ready");
+  json meta = json::parse(cli.Get("/v2/models/ensemble")->body);
+  EXPECT_EQ(meta["platform"], "ensemble");
+  EXPECT_EQ(meta["inputs"][0]["name"], "text_input");
+  EXPECT_EQ(meta["inputs"][0]["datatype"], "BYTES");
+  EXPECT_EQ(meta["inputs"][0]["shape"], json({-1, 1}));
+  json config = json::parse(cli.Get("/v2/models/tensorrt_llm/config")->body);
+  EXPECT_EQ(config["model_transaction_policy"]["decoupled"], true);
+  EXPECT_EQ(config["input"][0]["dims"], json({-1}));  // int64 as numbers
+  EXPECT_EQ(config["input"][0]["data_type"], "TYPE_INT32");
+  EXPECT_EQ(config["parameters"]["gpt_model_type"]["string_value"], "inflight_fused_batching");
+  json ens_config = json::parse(cli.Get("/v2/models/ensemble/config")->body);
+  EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true) << "decoupled propagates from the steps";
+  json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
+  EXPECT_EQ(index.size(), 7u);
+  for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
+  auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
+  EXPECT_EQ(load->status, 503);
+  EXPECT_EQ(json::parse(load->body)["error"], "explicit model load / unload is not allowed if polling is enabled");
+  json stats = json::parse(cli.Get("/v2/models/ensemble/stats")->body);
+  ASSERT_EQ(stats["model_stats"].size(), 1u);
+  EXPECT_GE(stats["model_stats"][0]["inference_stats"]["success"]["count"].get<int>(), 1);
+  json server = json::parse(cli.Get("/v2")->body);
+  EXPECT_TRUE(server["extensions"].is_array());
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST_F(ServerE2eTest, RealPrometheusScrapesTheSameValues) {
+  const std::string prometheus = "/usr/bin/prometheus";
+  if (!fs::exists(prometheus)) {
+    if (testing::InCi()) FAIL() << "CI=true but " << prometheus << " is missing (scripts/install-deps.sh installs it)";
+    GTEST_SKIP() << prometheus << " is not installed (Debian package prometheus)";
+  }
+  const fs::path dir = fs::temp_directory_path() / ("inflight_prometheus_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "data");
+  std::ofstream(dir / "prometheus.yml") << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: inflight\n"
+                                           "    static_configs:\n      - targets: ['127.0.0.1:"
+                                        << server_->metrics_port << "']\n";
+  const int port = FreePort();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen("/dev/null", "w", stdout);
+    freopen((dir / "prometheus.log").c_str(), "w", stderr);
+    execl(prometheus.c_str(), prometheus.c_str(), ("--config.file=" + (dir / "prometheus.yml").string()).c_str(),
+          ("--storage.tsdb.path=" + (dir / "data").string()).c_str(),
+          ("--web.listen-address=127.0.0.1:" + std::to_string(port)).c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto r = Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 8})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+  }
+  // Nothing else runs now, so the counters stand still until Prometheus has scraped them.
+  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> samples = {
+      {"nv_inference_request_success", {{"model", "ensemble"}}},
+      {"nv_inference_exec_count", {{"model", "tensorrt_llm"}}},
+      {"nv_llm_output_token_len_count", {{"model", "tensorrt_llm"}}},
+      {"nv_trt_llm_kv_cache_block_metrics", {{"model", "tensorrt_llm"}, {"kv_cache_block_type", "max"}}},
+  };
+  httplib::Client prom("127.0.0.1", port);
+  bool matched = false;
+  std::string last;
+  for (int attempt = 0; attempt < 60 && !matched; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const std::string ours = Metrics();
+    matched = true;
+    for (const auto& [name, labels] : samples) {
+      std::string query = name + "{";
+      for (size_t i = 0; i < labels.size(); ++i) query += (i ? "," : "") + labels[i].first + "=\"" + labels[i].second + "\"";
+      query += "}";
+      auto r = prom.Get(("/api/v1/query?query=" + httplib::detail::encode_query_param(query)).c_str());
+      if (!r || r->status != 200) {
+        matched = false;
+        break;
+      }
+      json j = json::parse(r->body, nullptr, false);
+      if (j.is_discarded() || j["data"]["result"].empty()) {
+        matched = false;
+        last = r->body;
+        break;
+      }
+      const double scraped = std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+      const double own = MetricValue(ours, name, labels);
+      last = name + ": prometheus " + std::to_string(scraped) + ", server " + std::to_string(own);
+      matched = matched && own >= 1 && scraped == own;
+    }
+  }
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+  EXPECT_TRUE(matched) << last;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace inflight

@@ -1,0 +1,140 @@
+// End-to-end test helpers: the real inflight-server binary on free loopback ports, an HTTP
+// client, SSE parsing and Prometheus text lookups.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace inflight::testing {
+
+class ServerProcess {
+ public:
+  // Starts `inflight-server args...` with every port 0 and waits until the three services
+  // report their ports (up to 60 s). Null (and a test failure) when it does not come up.
+  static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& args) {
+    auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
+    int fds[2];
+    if (pipe(fds) != 0) return nullptr;
+    std::vector<std::string> argv = {std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server", "--http-port", "0",
+                                     "--grpc-port", "0", "--metrics-port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    p->pid_ = fork();
+    if (p->pid_ == 0) {
+      dup2(fds[1], 2);
+      close(fds[0]);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    p->reader_ = std::thread([p = p.get(), fd = fds[0]] {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) {
+        std::lock_guard<std::mutex> lock(p->mu_);
+        p->log_.append(buf, n);
+      }
+      close(fd);
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(p->mu_);
+        p->http_port = Port(p->log_, "HTTPService");
+        p->grpc_port = Port(p->log_, "GRPCInferenceService");
+        p->metrics_port = Port(p->log_, "Metrics Service");
+      }
+      if (p->http_port > 0 && p->grpc_port > 0 && p->metrics_port > 0) return p;
+      int status;
+      if (waitpid(p->pid_, &status, WNOHANG) == p->pid_) {
+        p->pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "inflight-server did not start:\n" << p->log();
+    return nullptr;
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int status = 0;
+      for (int i = 0; i < 600 && waitpid(pid_, &status, WNOHANG) == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (waitpid(pid_, &status, WNOHANG) == 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+      }
+    }
+    if (reader_.joinable()) reader_.join();
+  }
+
+  std::string log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+  pid_t pid() const { return pid_; }
+
+  int http_port = 0, grpc_port = 0, metrics_port = 0;
+
+ private:
+  ServerProcess() = default;
+  static int Port(const std::string& log, const std::string& service) {
+    std::smatch m;
+    std::regex re("Started " + service + " at [0-9.]+:([0-9]+)");
+    return std::regex_search(log, m, re) ? std::stoi(m[1]) : 0;
+  }
+
+  pid_t pid_ = -1;
+  std::thread reader_;
+  std::mutex mu_;
+  std::string log_;
+};
+
+// The data events of an SSE body ("data: {...}\n\n" each).
+inline std::vector<nlohmann::json> SseEvents(const std::string& body) {
+  std::vector<nlohmann::json> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    out.push_back(nlohmann::json::parse(body.substr(pos + 6, end - pos - 6)));
+    pos = end + 2;
+  }
+  return out;
+}
+
+// The value of the first sample of `name` whose labels include every `labels` pair; -1 if none.
+inline double MetricValue(const std::string& text, const std::string& name,
+                          const std::vector<std::pair<std::string, std::string>>& labels = {}) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : '\0';
+    if (next != '{' && next != ' ') continue;
+    bool all = true;
+    for (const auto& [k, v] : labels) all = all && line.find(k + "=\"" + v + "\"") != std::string::npos;
+    if (!all) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+}  // namespace inflight::testing
