@@ -393,6 +393,7 @@ void Server::Shutdown() {
   for (int pass = 0; pass < 2; ++pass) {
     for (const std::string& n : names) {
       auto& e = models_[n];
+      if (e->versions.empty()) continue;
       bool ensemble = false;
       for (const auto& [v, l] : e->versions) ensemble = ensemble || l->config.platform() == "ensemble" || l->config.backend() == "python";
       if ((pass == 0) == ensemble) UnloadLocked(n, lock);
