@@ -52,6 +52,61 @@ void AddVariant(const fs::path& repo, const std::string& name, const std::vector
   std::ofstream(repo / name / "config.pbtxt") << text;
 }
 
+
+// gRPC helpers shared by the tests below.
+std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub(int port) {
+  return inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+}
+
+std::string RawInt32(const std::vector<int32_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
+
+// A tensorrt_llm request with raw inputs: rows of equal length, streaming on or off.
+inference::ModelInferRequest LlmRequest(const std::string& model, const std::string& id,
+                                        const std::vector<std::vector<int32_t>>& rows, int32_t max_tokens,
+                                        bool streaming) {
+  inference::ModelInferRequest q;
+  q.set_model_name(model);
+  q.set_id(id);
+  auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape, const std::string& raw) {
+    auto* in = q.add_inputs();
+    in->set_name(name);
+    in->set_datatype(dtype);
+    for (int64_t d : shape) in->add_shape(d);
+    q.add_raw_input_contents(raw);
+  };
+  // Rows are right-padded to the longest; input_lengths gives each one's true length.
+  const int64_t b = static_cast<int64_t>(rows.size());
+  size_t width = 0;
+  for (const auto& r : rows) width = std::max(width, r.size());
+  std::vector<int32_t> flat, lens, outs;
+  for (const auto& r : rows) {
+    flat.insert(flat.end(), r.begin(), r.end());
+    flat.insert(flat.end(), width - r.size(), 0);
+    lens.push_back(static_cast<int32_t>(r.size()));
+    outs.push_back(max_tokens);
+  }
+  add("input_ids", "INT32", {b, static_cast<int64_t>(width)}, RawInt32(flat));
+  add("input_lengths", "INT32", {b, 1}, RawInt32(lens));
+  add("request_output_len", "INT32", {b, 1}, RawInt32(outs));
+  add("streaming", "BOOL", {b, 1}, std::string(b, streaming ? '\1' : '\0'));
+  return q;
+}
+
+std::vector<int32_t> OutputInt32(const inference::ModelInferResponse& r, const std::string& name) {
+  for (int i = 0; i < r.outputs_size(); ++i) {
+    if (r.outputs(i).name() == name) {
+      const std::string& raw = r.raw_output_contents(i);
+      std::vector<int32_t> v(raw.size() / 4);
+      std::memcpy(v.data(), raw.data(), raw.size());
+      return v;
+    }
+  }
+  return {};
+}
+
 class ServerE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -645,6 +700,252 @@ TEST_F(ServerE2eTest, RealPrometheusScrapesTheSameValues) {
   waitpid(pid, nullptr, 0);
   EXPECT_TRUE(matched) << last;
   fs::remove_all(dir);
+}
+
+TEST_F(ServerE2eTest, BatchedRequestFansOutWithBatchIndex) {
+  const std::vector<std::vector<int32_t>> rows = {Tokens("Tom saw a big red bus."), Tokens("Mia ate a sweet green pear.")};
+  ASSERT_NE(rows[0].size(), rows[1].size()) << "the shorter row is padded";
+  auto stub = GrpcStub(server_->grpc_port);
+  grpc::ClientContext ctx;
+  auto stream = stub->ModelStreamInfer(&ctx);
+  ASSERT_TRUE(stream->Write(LlmRequest("tensorrt_llm", "batch", rows, 16, true)));
+  stream->WritesDone();
+  std::vector<std::vector<int32_t>> got(2);
+  inference::ModelStreamInferResponse r;
+  int finals = 0;
+  while (stream->Read(&r)) {
+    ASSERT_TRUE(r.error_message().empty()) << r.error_message();
+    auto index = OutputInt32(r.infer_response(), "batch_index");
+    ASSERT_EQ(index.size(), 1u);
+    ASSERT_LT(index[0], 2);
+    auto ids = OutputInt32(r.infer_response(), "output_ids");
+    got[index[0]].insert(got[index[0]].end(), ids.begin(), ids.end());
+    finals += r.infer_response().parameters().at("triton_final_response").bool_param();
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(finals, 1) << "only the last response of the batch is final";
+  EXPECT_EQ(got[0], Alone(rows[0], 16));
+  EXPECT_EQ(got[1], Alone(rows[1], 16));
+}
+
+TEST_F(ServerE2eTest, StopRequestEndsTheRunningRequestWithTheSameId) {
+  const std::vector<int32_t> prompt = Tokens("Once upon a time");
+  auto stub = GrpcStub(server_->grpc_port);
+  grpc::ClientContext ctx;
+  auto stream = stub->ModelStreamInfer(&ctx);
+  ASSERT_TRUE(stream->Write(LlmRequest("tensorrt_llm", "to-stop", {prompt}, 480, true)));
+  inference::ModelStreamInferResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  ASSERT_TRUE(r.error_message().empty()) << r.error_message();
+  // The reference's stop: a new request with the same id and stop=true (other inputs ignored).
+  inference::ModelInferRequest stop = LlmRequest("tensorrt_llm", "to-stop", {prompt}, 1, false);
+  auto* in = stop.add_inputs();
+  in->set_name("stop");
+  in->set_datatype("BOOL");
+  in->add_shape(1);
+  in->add_shape(1);
+  stop.add_raw_input_contents(std::string(1, '\1'));
+  stop.mutable_parameters()->insert({"triton_enable_empty_final_response", inference::InferParameter()});
+  (*stop.mutable_parameters())["triton_enable_empty_final_response"].set_bool_param(true);
+  ASSERT_TRUE(stream->Write(stop));
+  stream->WritesDone();
+  int tokens = 1, finals = 0, empty_finals = 0;
+  while (stream->Read(&r)) {
+    ASSERT_TRUE(r.error_message().empty()) << r.error_message();
+    const bool final = r.infer_response().parameters().at("triton_final_response").bool_param();
+    finals += final;
+    if (r.infer_response().outputs_size() == 0) {
+      empty_finals += final;
+    } else {
+      tokens += static_cast<int>(OutputInt32(r.infer_response(), "output_ids").size());
+    }
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(finals, 2) << "the stopped request and the stop request each end once";
+  EXPECT_EQ(empty_finals, 1) << "the stop request is answered with an empty final response";
+  EXPECT_LT(tokens, 480);
+  EXPECT_TRUE(WaitIdle("tensorrt_llm"));
+}
+
+TEST_F(ServerE2eTest, BinaryTensorExtensionOnInfer) {
+  const std::vector<int32_t> prompt = Tokens("The little cat");
+  json header = {{"inputs",
+                  {{{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}},
+                    {"parameters", {{"binary_data_size", prompt.size() * 4}}}},
+                   {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+                   {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {6}}}}},
+                 {"outputs", {{{"name", "output_ids"}, {"parameters", {{"binary_data", true}}}}, {{"name", "sequence_length"}}}}};
+  const std::string h = header.dump();
+  httplib::Headers headers = {{"Inference-Header-Content-Length", std::to_string(h.size())}};
+  auto r = Http().Post("/v2/models/tensorrt_llm_sync/infer", headers, h + RawInt32(prompt), "application/octet-stream");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const size_t json_len = std::stoul(r->get_header_value("Inference-Header-Content-Length"));
+  json resp = json::parse(r->body.substr(0, json_len));
+  ASSERT_EQ(resp["outputs"].size(), 2u) << resp;
+  EXPECT_EQ(resp["outputs"][0]["name"], "output_ids");
+  const size_t n = resp["outputs"][0]["parameters"]["binary_data_size"];
+  std::vector<int32_t> ids(n / 4);
+  std::memcpy(ids.data(), r->body.data() + json_len, n);
+  std::vector<int32_t> expected = prompt;
+  const auto gen = Alone(prompt, 6);
+  expected.insert(expected.end(), gen.begin(), gen.end());
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(resp["outputs"][1]["data"], json({expected.size()}));
+}
+
+TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
+  auto stub = GrpcStub(server_->grpc_port);
+  {
+    grpc::ClientContext ctx;
+    inference::ServerLiveResponse r;
+    ASSERT_TRUE(stub->ServerLive(&ctx, {}, &r).ok());
+    EXPECT_TRUE(r.live());
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelMetadataRequest q;
+    q.set_name("tensorrt_llm");
+    inference::ModelMetadataResponse r;
+    ASSERT_TRUE(stub->ModelMetadata(&ctx, q, &r).ok());
+    EXPECT_EQ(r.platform(), "tensorrtllm");
+    EXPECT_EQ(r.inputs(0).name(), "input_ids");
+    EXPECT_EQ(r.inputs(0).shape_size(), 2);
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelConfigRequest q;
+    q.set_name("ensemble");
+    inference::ModelConfigResponse r;
+    ASSERT_TRUE(stub->ModelConfig(&ctx, q, &r).ok());
+    EXPECT_EQ(r.config().ensemble_scheduling().step_size(), 3);
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelConfigRequest q;
+    q.set_name("nope");
+    inference::ModelConfigResponse r;
+    EXPECT_EQ(stub->ModelConfig(&ctx, q, &r).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::RepositoryIndexResponse r;
+    ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
+    EXPECT_EQ(r.models_size(), 7);
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ModelStatisticsRequest q;
+    inference::ModelStatisticsResponse r;
+    ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
+    EXPECT_EQ(r.model_stats_size(), 7);
+  }
+  {
+    // A bad request on the stream gets an error response and the stream stays usable.
+    grpc::ClientContext ctx;
+    auto stream = stub->ModelStreamInfer(&ctx);
+    inference::ModelInferRequest bad = LlmRequest("tensorrt_llm", "bad", {{1, 2}}, 0, true);
+    ASSERT_TRUE(stream->Write(bad));
+    ASSERT_TRUE(stream->Write(LlmRequest("tensorrt_llm", "good", {{1, 2}}, 3, false)));
+    stream->WritesDone();
+    inference::ModelStreamInferResponse r;
+    std::map<std::string, std::string> errors;
+    int good = 0;
+    while (stream->Read(&r)) {
+      if (!r.error_message().empty()) errors[r.infer_response().id()] = r.error_message();
+      if (r.infer_response().id() == "good" && r.error_message().empty()) ++good;
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_EQ(errors.size(), 1u);
+    EXPECT_NE(errors["bad"].find("request_output_len must be at least 1"), std::string::npos);
+    EXPECT_EQ(good, 1);
+  }
+}
+
+TEST(ServerExplicitModeTest, LoadAndUnloadThroughTheRepositoryApi) {
+  const fs::path repo = fs::temp_directory_path() / ("inflight_explicit_repo_" + std::to_string(getpid()));
+  fs::remove_all(repo);
+  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() +
+                          " --out " + repo.string() + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  // A broken model fails alone; the rest of the repository still loads.
+  fs::create_directories(repo / "broken" / "1");
+  std::ofstream(repo / "broken" / "config.pbtxt") << "name: \"broken\"\nbackend: \"tensorrtllm\"\nmax_batch_sise: 3\n";
+  // Flags may come from a config file and from the environment too.
+  std::ofstream(repo / "server.toml") << "model-control-mode = \"explicit\"\n";
+  setenv("INFLIGHT_LOAD_MODEL", "preprocessing", 1);
+  auto server = ServerProcess::Start({"--model-repository", repo.string(), "--config-file", (repo / "server.toml").string()});
+  unsetenv("INFLIGHT_LOAD_MODEL");
+  ASSERT_NE(server, nullptr);
+  httplib::Client c("127.0.0.1", server->http_port);
+  auto index = [&] {
+    std::map<std::string, std::string> states;
+    for (const auto& m : json::parse(c.Post("/v2/repository/index", "", "application/json")->body)) {
+      states[m["name"]] = m.value("state", "");
+    }
+    return states;
+  };
+  EXPECT_EQ(index()["preprocessing"], "READY");
+  EXPECT_EQ(index()["ensemble"], "");
+  EXPECT_EQ(c.Get("/v2/models/ensemble/ready")->status, 400);
+  // Loading the ensemble loads its steps.
+  auto load = c.Post("/v2/repository/models/ensemble/load", "", "application/json");
+  ASSERT_EQ(load->status, 200) << load->body;
+  EXPECT_EQ(index()["tensorrt_llm"], "READY");
+  auto gen = c.Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 4})", "application/json");
+  EXPECT_EQ(gen->status, 200) << gen->body;
+  auto broken = c.Post("/v2/repository/models/broken/load", "", "application/json");
+  EXPECT_EQ(broken->status, 400);
+  EXPECT_NE(json::parse(broken->body)["error"].get<std::string>().find("max_batch_sise"), std::string::npos) << broken->body;
+  EXPECT_EQ(index()["broken"], "UNAVAILABLE");
+  auto unload = c.Post("/v2/repository/models/ensemble/unload", R"({"parameters": {"unload_dependents": true}})",
+                       "application/json");
+  ASSERT_EQ(unload->status, 200) << unload->body;
+  EXPECT_EQ(c.Get("/v2/models/ensemble/ready")->status, 400);
+  EXPECT_EQ(c.Get("/v2/models/tensorrt_llm/ready")->status, 400);
+  auto after = c.Post("/v2/models/ensemble/generate", R"({"text_input": "x", "max_tokens": 4})", "application/json");
+  EXPECT_EQ(after->status, 404);
+  auto missing = c.Post("/v2/repository/models/nothing/load", "", "application/json");
+  EXPECT_EQ(missing->status, 404);
+  server.reset();
+  fs::remove_all(repo);
+}
+
+TEST(ServerPollModeTest, NewAndRemovedModelsAreNoticed) {
+  const fs::path repo = fs::temp_directory_path() / ("inflight_poll_repo_" + std::to_string(getpid()));
+  const fs::path full = fs::temp_directory_path() / ("inflight_poll_full_" + std::to_string(getpid()));
+  fs::remove_all(repo);
+  fs::remove_all(full);
+  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() +
+                          " --out " + full.string() + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  fs::create_directories(repo);
+  fs::copy(full / "preprocessing", repo / "preprocessing", fs::copy_options::recursive);
+  auto server = ServerProcess::Start({"--model-repository", repo.string(), "--model-control-mode", "poll",
+                                      "--repository-poll-secs", "1"});
+  ASSERT_NE(server, nullptr);
+  httplib::Client c("127.0.0.1", server->http_port);
+  auto ready = [&](const std::string& m) { return c.Get(("/v2/models/" + m + "/ready").c_str())->status == 200; };
+  EXPECT_TRUE(ready("preprocessing"));
+  EXPECT_FALSE(ready("postprocessing"));
+  fs::copy(full / "postprocessing", repo / "postprocessing", fs::copy_options::recursive);
+  bool appeared = false;
+  for (int i = 0; i < 100 && !appeared; ++i) {
+    appeared = ready("postprocessing");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(appeared);
+  fs::remove_all(repo / "preprocessing");
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = !ready("preprocessing");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(gone);
+  EXPECT_EQ(c.Post("/v2/repository/models/preprocessing/load", "", "application/json")->status, 503);
+  server.reset();
+  fs::remove_all(repo);
+  fs::remove_all(full);
 }
 
 }  // namespace
