@@ -293,39 +293,11 @@ TEST_F(ServerE2eTest, StopWordsGivenAsTextStopGeneration) {
 }
 
 TEST_F(ServerE2eTest, GrpcModelInferAndStreamMatchTheEngineAlone) {
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  auto stub = GrpcStub(server_->grpc_port);
   const std::vector<int32_t> prompt = Tokens("Lily went to the park with her dog.");
   const std::vector<int32_t> alone = Alone(prompt, 24);
-  auto build = [&](const std::string& model, bool streaming) {
-    inference::ModelInferRequest q;
-    q.set_model_name(model);
-    q.set_id("req-7");
-    auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape, const std::string& raw) {
-      auto* in = q.add_inputs();
-      in->set_name(name);
-      in->set_datatype(dtype);
-      for (int64_t d : shape) in->add_shape(d);
-      q.add_raw_input_contents(raw);
-    };
-    auto i32 = [](std::vector<int32_t> v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); };
-    add("input_ids", "INT32", {1, static_cast<int64_t>(prompt.size())}, i32(prompt));
-    add("input_lengths", "INT32", {1, 1}, i32({static_cast<int32_t>(prompt.size())}));
-    add("request_output_len", "INT32", {1, 1}, i32({24}));
-    if (streaming) add("streaming", "BOOL", {1, 1}, std::string(1, '\1'));
-    return q;
-  };
-  auto ids_of = [](const inference::ModelInferResponse& r) {
-    for (int i = 0; i < r.outputs_size(); ++i) {
-      if (r.outputs(i).name() == "output_ids") {
-        const std::string& raw = r.raw_output_contents(i);
-        std::vector<int32_t> v(raw.size() / 4);
-        std::memcpy(v.data(), raw.data(), raw.size());
-        return v;
-      }
-    }
-    return std::vector<int32_t>();
-  };
+  auto build = [&](const std::string& model, bool streaming) { return LlmRequest(model, "req-7", {prompt}, 24, streaming); };
+  auto ids_of = [](const inference::ModelInferResponse& r) { return OutputInt32(r, "output_ids"); };
   {
     grpc::ClientContext ctx;
     inference::ModelInferResponse resp;
@@ -550,10 +522,10 @@ TEST_F(ServerE2eTest, ClientThatLeavesIsCancelledAndItsBlocksFreed) {
   EXPECT_TRUE(WaitIdle("tensorrt_llm"));
   {
     // gRPC: the client cancels the stream after the first response.
-    auto stub = inference::GRPCInferenceService::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+    auto stub = GrpcStub(server_->grpc_port);
     grpc::ClientContext ctx;
     auto stream = stub->ModelStreamInfer(&ctx);
+    // Typed `contents` this time instead of raw bytes.
     inference::ModelInferRequest q;
     q.set_model_name("tensorrt_llm");
     q.set_id("leaving");
@@ -564,8 +536,6 @@ TEST_F(ServerE2eTest, ClientThatLeavesIsCancelledAndItsBlocksFreed) {
       for (int64_t d : shape) in->add_shape(d);
       return in->mutable_contents();
     };
-    for (int32_t id : prompt) add("input_ids", "INT32", {}), (void)id;
-    q.clear_inputs();
     auto* ids = add("input_ids", "INT32", {1, static_cast<int64_t>(prompt.size())});
     for (int32_t id : prompt) ids->add_int_contents(id);
     add("input_lengths", "INT32", {1, 1})->add_int_contents(static_cast<int32_t>(prompt.size()));
