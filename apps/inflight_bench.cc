@@ -170,6 +170,10 @@ int main(int argc, char** argv) {
   app.add_option("--arrival", ro.arrival, "poisson or constant")->check(CLI::IsMember({"poisson", "constant"}));
   app.add_option("--concurrency", ro.concurrency, "Closed loop with this many clients (when no --request-rate)");
   app.add_option("--sweep-rates", sweep, "Comma-separated request rates to run one after another");
+  std::string sweep_concurrency;
+  int64_t short_input_max = 0;
+  app.add_option("--sweep-concurrency", sweep_concurrency, "Comma-separated closed-loop client counts, one run each");
+  app.add_option("--short-input-max", short_input_max, "Also report TTFT of requests with prompts up to this long");
   app.add_option("--max-input-len", wo.max_input_len);
   app.add_option("--timeout-ms", ro.client.timeout_ms);
   app.add_option("--json", json_path, "Write the report(s) as JSON to this file ('-': stdout only)");
@@ -177,12 +181,15 @@ int main(int argc, char** argv) {
   app.add_flag("--no-progress", [&](int64_t) { ro.progress = false; });
   app.add_flag("--allow-early-stop", allow_early_stop,
                "Let requests end at end-of-sequence (default: min_tokens = max_tokens, so lengths are exact)");
-  double in_mean = 128, in_stdev = 0, out_mean = 128, out_stdev = 0;
+  double in_mean = 128, in_stdev = 0, out_mean = 128, out_stdev = 0, long_fraction = 0;
+  int64_t long_input_len = 0;
   auto* norm = app.add_subcommand("token-norm-dist", "Prompt and output lengths from normal distributions");
   norm->add_option("--input-mean", in_mean);
   norm->add_option("--input-stdev", in_stdev);
   norm->add_option("--output-mean", out_mean);
   norm->add_option("--output-stdev", out_stdev);
+  norm->add_option("--long-fraction", long_fraction, "Share of prompts that get --long-input-len tokens");
+  norm->add_option("--long-input-len", long_input_len);
   std::string dataset_file;
   int32_t dataset_out = 128;
   auto* dataset = app.add_subcommand("dataset", "Prompts from a JSON list ({prompt, output?, max_tokens?})");
@@ -223,7 +230,7 @@ int main(int argc, char** argv) {
   const int64_t wanted = wo.num_requests;
   wo.num_requests = wanted + ro.warmup;
   StatusOr<std::vector<BenchItem>> items = InvalidArgumentError("no workload");
-  if (*norm) items = TokenNormDist(maker, wo, in_mean, in_stdev, out_mean, out_stdev);
+  if (*norm) items = TokenNormDist(maker, wo, in_mean, in_stdev, out_mean, out_stdev, long_fraction, long_input_len);
   if (*dataset) items = Dataset(dataset_file, tok.get(), wo, dataset_out);
   if (*shared) items = SharedPrefix(maker, wo, prefix_len, suffix_len, prefix_out);
   if (!items.ok()) return fail(items.status().message());
@@ -241,22 +248,29 @@ int main(int argc, char** argv) {
     Run(warm, w);
   }
 
-  std::vector<double> rates = sweep.empty() ? std::vector<double>{ro.request_rate} : ParseRates(sweep);
+  // One run per swept rate or client count (a single run without a sweep).
+  std::vector<std::pair<double, int>> runs;
+  for (double rate : ParseRates(sweep)) runs.push_back({rate, 0});
+  for (double c : ParseRates(sweep_concurrency)) runs.push_back({-1, static_cast<int>(c)});
+  if (runs.empty()) runs.push_back({ro.request_rate, ro.concurrency});
   std::vector<Report> reports;
   nlohmann::json all = nlohmann::json::array();
-  for (double rate : rates) {
+  for (const auto& [rate, clients_n] : runs) {
     RunOptions r = ro;
     r.request_rate = rate;
-    Report rep = Summarize(Run(measured, r));
+    r.concurrency = clients_n;
+    Report rep = Summarize(Run(measured, r), short_input_max);
     rep.offered_rate = rate > 0 ? rate : 0;
+    rep.concurrency = rate > 0 ? 0 : clients_n;
     if (!json_only) {
-      if (rates.size() > 1) std::printf("request rate %.2f/s\n", rate);
+      if (runs.size() > 1 && rate > 0) std::printf("request rate %.2f/s\n", rate);
+      if (runs.size() > 1 && rate <= 0) std::printf("concurrency %d\n", clients_n);
       std::printf("%s", rep.Table().c_str());
     }
     all.push_back(rep.ToJson());
     reports.push_back(rep);
   }
-  const nlohmann::json out = rates.size() == 1 ? all[0] : all;
+  const nlohmann::json out = runs.size() == 1 ? all[0] : all;
   if (json_only) {
     std::printf("%s\n", out.dump(2).c_str());
   } else if (!json_path.empty()) {

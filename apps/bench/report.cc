@@ -31,8 +31,10 @@ nlohmann::json PJson(const Percentiles& p) { return {{"avg", p.avg}, {"p50", p.p
 
 }  // namespace
 
-Report Summarize(const std::vector<RequestRecord>& records) {
+Report Summarize(const std::vector<RequestRecord>& records, int64_t short_input_max) {
   Report r;
+  r.short_input_max = short_input_max;
+  std::vector<double> short_ttft;
   r.total = static_cast<int64_t>(records.size());
   std::vector<double> latency, ttft, itl, in, out;
   double first = 1e300, last = 0;
@@ -47,6 +49,7 @@ Report Summarize(const std::vector<RequestRecord>& records) {
     last = std::max(last, rec.end_s);
     latency.push_back((rec.end_s - rec.start_s) * 1000);
     if (rec.ttft_ms >= 0) ttft.push_back(rec.ttft_ms);
+    if (rec.ttft_ms >= 0 && rec.input_tokens <= short_input_max) short_ttft.push_back(rec.ttft_ms);
     itl.insert(itl.end(), rec.itl_ms.begin(), rec.itl_ms.end());
     in.push_back(static_cast<double>(rec.input_tokens));
     out.push_back(static_cast<double>(rec.output_tokens));
@@ -58,6 +61,7 @@ Report Summarize(const std::vector<RequestRecord>& records) {
   r.output_tokens_per_s = static_cast<double>(r.total_output_tokens) / r.span_s;
   r.latency_ms = Stats(latency);
   r.ttft_ms = Stats(ttft);
+  r.short_ttft_ms = Stats(short_ttft);
   r.itl_ms = Stats(itl);
   r.avg_input_tokens = Stats(in).avg;
   r.avg_output_tokens = Stats(out).avg;
@@ -78,6 +82,11 @@ nlohmann::json Report::ToJson() const {
                       {"total_output_tokens", total_output_tokens},
                       {"total_latency_ms", span_s * 1000}};
   if (offered_rate > 0) j["request_rate"] = offered_rate;
+  if (concurrency > 0) j["concurrency"] = concurrency;
+  if (short_input_max > 0) {
+    j["short_request_time_to_first_token_ms"] = PJson(short_ttft_ms);
+    j["short_input_max"] = short_input_max;
+  }
   if (!first_error.empty()) j["first_error"] = first_error;
   return j;
 }
@@ -107,6 +116,11 @@ std::string Report::Table() const {
   row("Avg. IP tokens per request", avg_input_tokens);
   row("Avg. OP tokens per request", avg_output_tokens);
   row("Total latency (ms)", span_s * 1000);
+  if (short_input_max > 0) {
+    char name[64];
+    std::snprintf(name, sizeof name, "P99 TTFT, prompt <= %lld tok (ms)", static_cast<long long>(short_input_max));
+    row(name, short_ttft_ms.p99);
+  }
   row("Total requests", static_cast<double>(total));
   row("Failed requests", static_cast<double>(total - succeeded));
   o << "+----------------------------------+----------------+\n";
@@ -145,7 +159,13 @@ std::string SweepSvg(const std::vector<Report>& reports) {
     for (const auto& r : reports) {
       s << "<circle cx=\"" << X(r.output_tokens_per_s) << "\" cy=\"" << Y(get(r)) << "\" r=\"3\" fill=\"" << color << "\"/>\n";
       if (legend_row == 0) {
-        s << "<text x=\"" << X(r.output_tokens_per_s) + 5 << "\" y=\"" << Y(get(r)) - 5 << "\">" << r.offered_rate << " req/s</text>\n";
+        s << "<text x=\"" << X(r.output_tokens_per_s) + 5 << "\" y=\"" << Y(get(r)) - 5 << "\">";
+        if (r.offered_rate > 0) {
+          s << r.offered_rate << " req/s";
+        } else {
+          s << r.concurrency << " clients";
+        }
+        s << "</text>\n";
       }
     }
     s << "<text x=\"" << left + 10 << "\" y=\"" << top + 14 + 16 * legend_row << "\" fill=\"" << color << "\">" << name << "</text>\n";

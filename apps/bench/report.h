@@ -29,9 +29,12 @@ struct Report {
   double span_s = 0;  // first start -> last end
   double requests_per_s = 0, output_tokens_per_s = 0;
   Percentiles latency_ms, ttft_ms, itl_ms;
+  Percentiles short_ttft_ms;  // requests with input_tokens <= short_input_max (if set)
+  int64_t short_input_max = 0;
   double avg_input_tokens = 0, avg_output_tokens = 0;
   int64_t total_output_tokens = 0;
   double offered_rate = 0;  // requests/s asked for (0: closed loop or all at once)
+  int concurrency = 0;      // closed-loop clients (0: open loop)
 
   nlohmann::json ToJson() const;
   std::string Table() const;
@@ -39,7 +42,7 @@ struct Report {
 
 // Percentile as benchmark_core_model computes it: sorted, index ceil(n*p) - 1.
 double Percentile(std::vector<double> v, double p);
-Report Summarize(const std::vector<RequestRecord>& records);
+Report Summarize(const std::vector<RequestRecord>& records, int64_t short_input_max = 0);
 // Throughput (x) against p99 latency and p99 time to first token (y), one point per rate.
 std::string SweepSvg(const std::vector<Report>& reports);
 

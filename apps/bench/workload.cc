@@ -59,11 +59,14 @@ StatusOr<BenchItem> PromptMaker::Make(int64_t n, bool token_ids) {
 }
 
 StatusOr<std::vector<BenchItem>> TokenNormDist(PromptMaker& maker, const WorkloadOptions& o, double input_mean,
-                                               double input_stdev, double output_mean, double output_stdev) {
+                                               double input_stdev, double output_mean, double output_stdev,
+                                               double long_fraction, int64_t long_input_len) {
+  std::uniform_real_distribution<double> coin(0, 1);
   std::normal_distribution<double> in(input_mean, std::max(0.0, input_stdev)), out(output_mean, std::max(0.0, output_stdev));
   std::vector<BenchItem> items;
   for (int64_t tries = 0; static_cast<int64_t>(items.size()) < o.num_requests && tries < o.num_requests * 20; ++tries) {
-    const int64_t n = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(in(maker.rng()))));
+    int64_t n = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(in(maker.rng()))));
+    if (long_fraction > 0 && coin(maker.rng()) < long_fraction) n = long_input_len;
     const int32_t m = static_cast<int32_t>(std::max(1.0, std::ceil(out(maker.rng()))));
     if (n > o.max_input_len) continue;
     auto item = maker.Make(n, o.token_ids);

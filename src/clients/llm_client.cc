@@ -287,12 +287,12 @@ class GrpcClient : public LlmClient {
         const std::string& raw = ir.raw_output_contents(i);
         if (o.datatype() == "INT32") {
           std::vector<int32_t> v(raw.size() / 4);
-          std::memcpy(v.data(), raw.data(), v.size() * 4);
+          if (!v.empty()) std::memcpy(v.data(), raw.data(), v.size() * 4);
           if (o.name() == "output_ids") e.token_ids = v;
           if (o.name() == "batch_index" && !v.empty()) e.batch_index = v[0];
         } else if (o.datatype() == "FP32") {
           std::vector<float> v(raw.size() / 4);
-          std::memcpy(v.data(), raw.data(), v.size() * 4);
+          if (!v.empty()) std::memcpy(v.data(), raw.data(), v.size() * 4);
           e.extra[o.name()] = std::vector<double>(v.begin(), v.end());
         } else if (o.datatype() == "BYTES" && raw.size() >= 4) {
           uint32_t len;

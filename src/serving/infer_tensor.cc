@@ -140,7 +140,7 @@ StatusOr<std::vector<int64_t>> InferTensor::AsInt64() const {
     Status s = CheckSize();
     if (!s.ok()) return s;
     std::vector<int64_t> out(num_elements());
-    std::memcpy(out.data(), data.data(), out.size() * 8);
+    if (!out.empty()) std::memcpy(out.data(), data.data(), out.size() * 8);
     return out;
   }
   auto d = AsDouble();
