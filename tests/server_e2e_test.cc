@@ -561,6 +561,7 @@ TEST_F(ServerE2eTest, ClientThatLeavesIsCancelledAndItsBlocksFreed) {
 
 TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   auto cli = Http();
+  ASSERT_EQ(Post("/v2/models/ensemble/generate", R"({"text_input": "Once", "max_tokens": 3})")->status, 200);
   EXPECT_EQ(cli.Get("/v2/health/live")->status, 200);
   EXPECT_EQ(cli.Get("/v2/health/ready")->status, 200);
   EXPECT_EQ(cli.Get("/v2/models/ensemble/ready")->status, 200);
