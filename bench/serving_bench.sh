@@ -53,16 +53,16 @@ bench v1 -i grpc --url localhost:$((PORT + 1)) -n 64 --seed 1 --request-rate "$R
 echo "== chunked context on/off (20% 1024-token prompts among 32-token ones; p99 TTFT of the short ones)"
 MIX=(token-norm-dist --input-mean 32 --input-stdev 0 --output-mean 64 --output-stdev 0 --long-fraction 0.2 --long-input-len 1024)
 serve chunked --enable-chunked-context true --max-num-tokens 256
-bench chunked_on -n 60 --seed 2 --request-rate "${MIX_RATE:-6}" --short-input-max 64 "${MIX[@]}"
+bench chunked_on --url localhost:$PORT -n 60 --seed 2 --request-rate "${MIX_RATE:-6}" --short-input-max 64 "${MIX[@]}"
 serve unchunked --enable-chunked-context false --max-num-tokens 256
-bench chunked_off -n 60 --seed 2 --request-rate "${MIX_RATE:-6}" --short-input-max 64 "${MIX[@]}"
+bench chunked_off --url localhost:$PORT -n 60 --seed 2 --request-rate "${MIX_RATE:-6}" --short-input-max 64 "${MIX[@]}"
 
 echo "== prefix reuse on/off (512-token shared prefix, one request at a time)"
 PREFIX=(shared-prefix --prefix-len 512 --suffix-len 16 --output-len 16)
 serve reuse --enable-kv-cache-reuse true
-bench reuse_on -n 16 --warmup 1 --concurrency 1 "${PREFIX[@]}"
+bench reuse_on --url localhost:$PORT -n 16 --warmup 1 --concurrency 1 "${PREFIX[@]}"
 serve noreuse --enable-kv-cache-reuse false
-bench reuse_off -n 16 --warmup 1 --concurrency 1 "${PREFIX[@]}"
+bench reuse_off --url localhost:$PORT -n 16 --warmup 1 --concurrency 1 "${PREFIX[@]}"
 
 echo "== throughput and p99 latency against concurrency"
 serve sweep --max-num-tokens 512

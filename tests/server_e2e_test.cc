@@ -673,6 +673,28 @@ TEST_F(ServerE2eTest, RealPrometheusScrapesTheSameValues) {
   fs::remove_all(dir);
 }
 
+TEST_F(ServerE2eTest, InvalidUtf8FromTheModelIsReplacedNotFatal) {
+  // A lone continuation byte (random weights emit such tokens) once made the JSON encoder throw
+  // and the server abort. Now it becomes U+FFFD and the server keeps serving.
+  const int32_t lone = model_->tokenizer()->Find("<0xB2>");
+  ASSERT_GE(lone, 0);
+  const int32_t word = Tokens("dog").back();
+  json req = {{"TOKENS_BATCH", {word, lone, word}}, {"SEQUENCE_LENGTH", 3}};
+  auto r = Post("/v2/models/postprocessing/generate", req.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string text = json::parse(r->body)["OUTPUT"];
+  EXPECT_NE(text.find("\xEF\xBF\xBD"), std::string::npos) << text;
+  EXPECT_NE(text.find("dog"), std::string::npos) << text;
+  // The same through the SSE path (where the exception used to end the process).
+  auto stream = Post("/v2/models/postprocessing/generate_stream", req.dump());
+  ASSERT_TRUE(stream);
+  auto events = SseEvents(stream->body);
+  ASSERT_EQ(events.size(), 1u) << stream->body;
+  EXPECT_EQ(events[0]["OUTPUT"], text);
+  EXPECT_EQ(Http().Get("/v2/health/live")->status, 200);
+}
+
 TEST_F(ServerE2eTest, BatchedRequestFansOutWithBatchIndex) {
   const std::vector<std::vector<int32_t>> rows = {Tokens("Tom saw a big red bus."), Tokens("Mia ate a sweet green pear.")};
   ASSERT_NE(rows[0].size(), rows[1].size()) << "the shorter row is padded";

@@ -8,6 +8,7 @@
 
 #include "grpc_service.grpc.pb.h"
 #include "serving/model_config_util.h"
+#include "tokenizer/utf8.h"
 
 namespace inflight::frontends {
 namespace {
@@ -31,7 +32,7 @@ grpc::Status ToGrpc(const Status& s) {
     case StatusCode::kInternal:
     case StatusCode::kDataLoss: code = grpc::StatusCode::INTERNAL; break;
   }
-  return grpc::Status(code, s.message());
+  return grpc::Status(code, ToValidUtf8(s.message()));
 }
 
 template <typename T>
@@ -340,7 +341,7 @@ class GrpcService final : public inference::GRPCInferenceService::Service {
         inference::ModelStreamInferResponse out;
         const bool final = resp.final;
         if (!resp.error.ok()) {
-          out.set_error_message(resp.error.message());
+          out.set_error_message(ToValidUtf8(resp.error.message()));
           out.mutable_infer_response()->set_id(resp.id);
           out.mutable_infer_response()->set_model_name(resp.model_name);
           out.mutable_infer_response()->set_model_version(resp.model_version);

@@ -33,7 +33,7 @@ int HttpStatus(const Status& s) {
 
 void SendError(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
-  res.set_content(json{{"error", message}}.dump(), "application/json");
+  res.set_content(Dump(json{{"error", message}}), "application/json");
 }
 
 void SendError(httplib::Response& res, const Status& s) { SendError(res, HttpStatus(s), s.message()); }
@@ -140,7 +140,7 @@ class Handlers {
         if (!method(get)) return;
         auto m = s_->GetModelMetadata(r->model, r->version);
         if (!m.ok()) return SendError(res, m.status());
-        return res.set_content(MetadataToJson(*m).dump(), "application/json");
+        return res.set_content(Dump(MetadataToJson(*m)), "application/json");
       }
       if (r->action == "ready") {
         if (!method(get)) return;
@@ -174,13 +174,13 @@ class Handlers {
               {"version", "0.4.0"},
               {"extensions", {"model_repository", "model_configuration", "binary_tensor_data", "parameters",
                               "statistics", "generate"}}};
-    res.set_content(j.dump(), "application/json");
+    res.set_content(Dump(j), "application/json");
   }
 
   void Stats(const std::string& model, const std::string& version, httplib::Response& res) {
     auto st = s_->Statistics(model, version);
     if (!st.ok()) return SendError(res, st.status());
-    res.set_content(StatisticsToJson(*st).dump(), "application/json");
+    res.set_content(Dump(StatisticsToJson(*st)), "application/json");
   }
 
   void Repository(const std::vector<std::string>& seg, const httplib::Request& req, httplib::Response& res) {
@@ -201,7 +201,7 @@ class Handlers {
         if (!e.reason.empty()) x["reason"] = e.reason;
         arr.push_back(std::move(x));
       }
-      return res.set_content(arr.dump(), "application/json");
+      return res.set_content(Dump(arr), "application/json");
     }
     if (seg.size() == i + 3 && seg[i] == "models" && (seg[i + 2] == "load" || seg[i + 2] == "unload")) {
       const std::string& model = seg[i + 1];
@@ -276,7 +276,7 @@ class Handlers {
     }
     if (!data) return SendError(res, 500, "the model produced no response");
     std::string binary;
-    const std::string header = InferResponseToJson(*data, *parsed, &binary).dump();
+    const std::string header = Dump(InferResponseToJson(*data, *parsed, &binary));
     if (binary.empty()) return res.set_content(header, "application/json");
     res.set_header("Inference-Header-Content-Length", std::to_string(header.size()));
     res.set_content(header + binary, "application/octet-stream");
@@ -314,16 +314,18 @@ class Handlers {
       }
       if (data.size() != 1) {
         res.status = 200;
-        return res.set_content(json{{"error", "generate expects model to produce exactly 1 response, use generate "
-                                               "stream for model that generates various number of responses"}}.dump(),
+        return res.set_content(Dump(json{{"error", "generate expects model to produce exactly 1 response, use generate "
+                                               "stream for model that generates various number of responses"}}),
                                "application/json");
       }
-      return res.set_content(GenerateResponseToJson(*data[0]).dump(), "application/json");
+      return res.set_content(Dump(GenerateResponseToJson(*data[0])), "application/json");
     }
     res.status = 200;
     res.set_chunked_content_provider(
         "text/event-stream; charset=utf-8",
         [q, watch, cancel](size_t, httplib::DataSink& sink) {
+          // Nothing may escape a content provider (it runs outside httplib's handler guard).
+          try {
           while (true) {
             auto r = q->Pop(std::chrono::milliseconds(20));
             if (!r) {
@@ -334,7 +336,7 @@ class Handlers {
               continue;
             }
             if (!r->empty()) {
-              const std::string event = "data: " + GenerateResponseToJson(*r).dump() + "\n\n";
+              const std::string event = "data: " + Dump(GenerateResponseToJson(*r)) + "\n\n";
               if (!sink.write(event.data(), event.size())) {
                 cancel->Cancel();
                 return false;
@@ -344,6 +346,13 @@ class Handlers {
               sink.done();
               return true;
             }
+          }
+          } catch (const std::exception& e) {
+            cancel->Cancel();
+            const std::string event = "data: " + Dump(json{{"error", std::string("internal error: ") + e.what()}}) + "\n\n";
+            sink.write(event.data(), event.size());
+            sink.done();
+            return true;
           }
         },
         [q, cancel](bool success) {
@@ -379,9 +388,9 @@ StatusOr<int> HttpFrontend::Start() {
     if (res.body.empty()) {
       if (res.status == 413) {
         res.status = 400;
-        res.set_content(json{{"error", "request exceeds the maximum allowed input size"}}.dump(), "application/json");
+        res.set_content(Dump(json{{"error", "request exceeds the maximum allowed input size"}}), "application/json");
       } else {
-        res.set_content(json{{"error", res.status == 404 ? "Not Found" : res.status == 405 ? "Method Not Allowed" : "Bad Request"}}.dump(), "application/json");
+        res.set_content(Dump(json{{"error", res.status == 404 ? "Not Found" : res.status == 405 ? "Method Not Allowed" : "Bad Request"}}), "application/json");
       }
     }
   });

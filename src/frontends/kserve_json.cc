@@ -119,6 +119,8 @@ json TensorValues(const InferTensor& t) {
 
 }  // namespace
 
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_length) {
   if (header_length == 0) {
     return UnimplementedError("raw binary requests (Inference-Header-Content-Length: 0) are not supported");
@@ -387,7 +389,7 @@ std::string ModelConfigToJson(const inference::ModelConfig& config) {
     for (auto& s : j["ensemble_scheduling"]["step"]) fix(s["model_version"]);
   }
   if (j.contains("version_policy") && j["version_policy"].contains("specific")) fix(j["version_policy"]["specific"]);
-  return j.dump();
+  return Dump(j);
 }
 
 json MetadataToJson(const serving::ModelMetadata& m) {

@@ -10,6 +10,10 @@
 
 namespace inflight::frontends {
 
+// Compact JSON text; bytes that are not UTF-8 (a model may emit them) become U+FFFD instead
+// of throwing.
+std::string Dump(const nlohmann::json& j);
+
 struct ParsedInfer {
   serving::InferRequest request;
   bool binary_output_default = false;

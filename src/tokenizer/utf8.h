@@ -71,4 +71,22 @@ inline uint32_t DecodeUtf8(std::string_view s) {
   return cp;
 }
 
+// s with every byte that is not part of a well-formed character replaced by U+FFFD (what
+// must go into JSON and protobuf strings).
+inline std::string ToValidUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t pos = 0; pos < s.size();) {
+    const size_t n = ValidUtf8CharLength(s, pos);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++pos;
+    } else {
+      out.append(s.substr(pos, n));
+      pos += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace inflight
