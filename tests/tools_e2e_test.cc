@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -160,6 +161,49 @@ TEST_F(ToolsE2eTest, BatchInputsMatchEachPromptAlone) {
     ++n;
   }
   EXPECT_EQ(n, 3);
+}
+
+TEST(ToolsOpenAiTest, BenchSpeaksTheOpenAiCompletionsStream) {
+  // No OpenAI-compatible server runs here, so a stub on loopback streams what the API
+  // documents: data: {"choices":[{"text":...}]} chunks, then data: [DONE].
+  httplib::Server stub;
+  std::atomic<int> requests{0};
+  std::string seen_body;
+  std::mutex mu;
+  stub.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
+    ++requests;
+    json body = json::parse(req.body);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      seen_body = req.body;
+    }
+    const int n = body["max_tokens"];
+    res.set_chunked_content_provider("text/event-stream", [n](size_t, httplib::DataSink& sink) {
+      for (int i = 0; i < n; ++i) {
+        const std::string e = "data: " + json{{"choices", {{{"text", " tok" + std::to_string(i)}, {"index", 0}}}}}.dump() + "\n\n";
+        sink.write(e.data(), e.size());
+      }
+      sink.write("data: [DONE]\n\n", 14);
+      sink.done();
+      return true;
+    });
+  });
+  const int port = stub.bind_to_any_port("127.0.0.1");
+  std::thread serve([&] { stub.listen_after_bind(); });
+  CommandRun r = RunCommand(Bin("inflight-bench") + " -i openai -m demo --url 127.0.0.1:" + std::to_string(port) +
+                            " --tokenizer " + DemoModel() + " -n 4 --concurrency 2 --json - token-norm-dist --input-mean 10" +
+                            " --output-mean 7");
+  stub.stop();
+  serve.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["succeeded"], 4);
+  EXPECT_EQ(j["total_output_tokens"], 4 * 7);
+  EXPECT_EQ(requests.load(), 4);
+  json sent = json::parse(seen_body);
+  EXPECT_EQ(sent["model"], "demo");
+  EXPECT_EQ(sent["stream"], true);
+  EXPECT_TRUE(sent["prompt"].is_string());
 }
 
 TEST(ToolsFailureTest, BenchCountsErrorsAndExitsWhenTheServerStops) {
