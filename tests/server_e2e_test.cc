@@ -448,9 +448,10 @@ TEST_F(ServerE2eTest, BadInputGetsTheSpecErrorAndTheServerKeepsServing) {
     json j = json::parse(r->body, nullptr, false);
     ASSERT_TRUE(j.is_object() && j.contains("error")) << c.name << ": " << r->body;
     EXPECT_NE(j["error"].get<std::string>().find(c.error), std::string::npos) << c.name << ": " << j["error"];
+    // After each: no KV block held, nothing left running.
+    EXPECT_TRUE(WaitIdle("tensorrt_llm")) << c.name;
+    EXPECT_TRUE(WaitIdle("tensorrt_llm_sync")) << c.name;
   }
-  EXPECT_TRUE(WaitIdle("tensorrt_llm"));
-  EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
   auto ok = Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 5})");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
