@@ -112,6 +112,75 @@ std::string FailureReason(const Status& s) {
   }
 }
 
+// Times of one request as the core sees it, for statistics.
+struct CallTimes {
+  Clock::time_point arrival, handed, last;
+  uint64_t index = 0;  // responses so far
+  double first_response_ms = -1;
+};
+
+uint64_t Ns(Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+void KeepRequestedOutputs(const std::vector<std::string>& wanted, InferResponse* resp) {
+  if (wanted.empty()) return;
+  std::vector<InferTensor> kept;
+  for (InferTensor& t : resp->outputs) {
+    if (std::find(wanted.begin(), wanted.end(), t.name) != wanted.end()) kept.push_back(std::move(t));
+  }
+  resp->outputs = std::move(kept);
+}
+
+// Per-response statistics, and the request's on its final response. Caller holds the lock.
+void RecordResponse(const InferResponse& resp, Clock::time_point now, CallTimes* call, ModelStatistics* st) {
+  ResponseStats& rs = st->response_stats[call->index];
+  const uint64_t since = Ns(now - (call->index == 0 ? call->handed : call->last));
+  if (!resp.error.ok()) {
+    rs.fail.Add(since);
+  } else if (resp.empty()) {
+    rs.empty_response.Add(since);
+  } else {
+    rs.compute_infer.Add(since);
+    rs.success.Add(since);
+    if (call->first_response_ms < 0) {
+      call->first_response_ms = std::chrono::duration<double, std::milli>(now - call->arrival).count();
+    }
+  }
+  ++call->index;
+  call->last = now;
+  if (!resp.final) return;
+  const uint64_t total = Ns(now - call->arrival), input = Ns(call->handed - call->arrival);
+  st->last_inference_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  if (!resp.error.ok()) {
+    st->fail.Add(total);
+    return;
+  }
+  // As the TRT-LLM backend reports: one execution of batch size 1 per request.
+  st->success.Add(total);
+  st->queue.Add(0);
+  st->compute_input.Add(input);
+  st->compute_infer.Add(total - std::min(total, input));
+  st->compute_output.Add(0);
+  ++st->inference_count;
+  ++st->execution_count;
+  st->batch1_input.Add(input);
+  st->batch1_infer.Add(total - std::min(total, input));
+  st->batch1_output.Add(0);
+}
+
+InferenceRecord FinalRecord(const CallTimes& call, const Status& error, Clock::time_point now) {
+  InferenceRecord rec;
+  rec.success = error.ok();
+  rec.failure_reason = FailureReason(error);
+  rec.request_us = std::chrono::duration_cast<std::chrono::microseconds>(now - call.arrival).count();
+  rec.compute_input_us = std::chrono::duration_cast<std::chrono::microseconds>(call.handed - call.arrival).count();
+  rec.compute_infer_us = rec.request_us - rec.compute_input_us;
+  rec.first_response_ms = call.first_response_ms;
+  return rec;
+}
+
 }  // namespace
 
 struct Server::Loaded {
@@ -552,12 +621,7 @@ void Server::Infer(InferRequest r, ResponseSink sink) {
     resp.id = r.id;
     return sink(std::move(resp));
   }
-  struct Call {
-    Clock::time_point arrival, handed, last;
-    uint64_t index = 0;
-    double first_response_ms = -1;
-  };
-  auto call = std::make_shared<Call>();
+  auto call = std::make_shared<CallTimes>();
   call->arrival = arrival;
   ++inflight_;
   ++l->inflight;
@@ -568,66 +632,15 @@ void Server::Infer(InferRequest r, ResponseSink sink) {
     resp.model_name = loaded->name;
     resp.model_version = version;
     resp.id = id;
-    if (!wanted.empty()) {
-      std::vector<InferTensor> kept;
-      for (InferTensor& t : resp.outputs) {
-        if (std::find(wanted.begin(), wanted.end(), t.name) != wanted.end()) kept.push_back(std::move(t));
-      }
-      resp.outputs = std::move(kept);
-    }
+    KeepRequestedOutputs(wanted, &resp);
     const auto now = Clock::now();
     const bool final = resp.final;
     const Status error = resp.error;
     {
       std::lock_guard<std::mutex> lock(loaded->stats_mu);
-      ResponseStats& rs = loaded->stats.response_stats[call->index];
-      const uint64_t since = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-          now - (call->index == 0 ? call->handed : call->last)).count());
-      if (!error.ok()) {
-        rs.fail.Add(since);
-      } else if (resp.empty()) {
-        rs.empty_response.Add(since);
-      } else {
-        rs.compute_infer.Add(since);
-        rs.success.Add(since);
-        if (call->first_response_ms < 0) {
-          call->first_response_ms = std::chrono::duration<double, std::milli>(now - call->arrival).count();
-        }
-      }
-      ++call->index;
-      call->last = now;
-      if (final) {
-        ModelStatistics& st = loaded->stats;
-        const uint64_t total = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - call->arrival).count());
-        const uint64_t input = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(call->handed - call->arrival).count());
-        st.last_inference_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::system_clock::now().time_since_epoch()).count());
-        if (error.ok()) {
-          st.success.Add(total);
-          st.queue.Add(0);
-          st.compute_input.Add(input);
-          st.compute_infer.Add(total - std::min(total, input));
-          st.compute_output.Add(0);
-          ++st.inference_count;
-          ++st.execution_count;
-          st.batch1_input.Add(input);
-          st.batch1_infer.Add(total - std::min(total, input));
-          st.batch1_output.Add(0);
-        } else {
-          st.fail.Add(total);
-        }
-      }
+      RecordResponse(resp, now, call.get(), &loaded->stats);
     }
-    if (final) {
-      InferenceRecord rec;
-      rec.success = error.ok();
-      rec.failure_reason = FailureReason(error);
-      rec.request_us = std::chrono::duration_cast<std::chrono::microseconds>(now - call->arrival).count();
-      rec.compute_input_us = std::chrono::duration_cast<std::chrono::microseconds>(call->handed - call->arrival).count();
-      rec.compute_infer_us = rec.request_us - rec.compute_input_us;
-      rec.first_response_ms = call->first_response_ms;
-      metrics_.RecordInference(loaded->name, version, rec);
-    }
+    if (final) metrics_.RecordInference(loaded->name, version, FinalRecord(*call, error, now));
     sink(std::move(resp));
     if (final) {
       --loaded->inflight;
