@@ -10,7 +10,9 @@ namespace inflight::serving {
 namespace {
 
 using Step = inference::ModelEnsembling::Step;
-using Pool = std::map<std::string, InferTensor>;  // ensemble tensor name -> tensor
+// Ensemble tensor name -> tensor. Shared, not copied: a chain copies its pool for every
+// response of a decoupled step, on the engine thread, and the prompt tensors ride along.
+using Pool = std::map<std::string, std::shared_ptr<const InferTensor>>;
 
 struct Job {
   std::mutex mu;
@@ -43,7 +45,10 @@ class EnsembleBackend : public ModelBackend {
     auto job = std::make_shared<Job>();
     job->sink = std::move(sink);
     Pool pool;
-    for (InferTensor& t : r.inputs) pool[t.name] = std::move(t);
+    for (InferTensor& t : r.inputs) {
+      const std::string name = t.name;  // the right side is evaluated (and moves t) first
+      pool[name] = std::make_shared<const InferTensor>(std::move(t));
+    }
     r.inputs.clear();
     if (!r.context) r.context = std::make_shared<RequestContext>();
     job->request = std::move(r);
@@ -71,7 +76,7 @@ class EnsembleBackend : public ModelBackend {
     for (const auto& [input, tensor] : step.input_map()) {
       auto it = pool.find(tensor);
       if (it == pool.end()) continue;  // an optional input the client left out
-      InferTensor t = it->second;
+      InferTensor t = *it->second;
       t.name = input;
       sub.inputs.push_back(std::move(t));
     }
@@ -109,11 +114,11 @@ class EnsembleBackend : public ModelBackend {
     }
     if (!resp.empty()) {
       Pool next = pool;
-      for (InferTensor& t : resp.outputs) {
+      for (const InferTensor& t : resp.outputs) {
         auto it = steps_.step(index).output_map().find(t.name);
         if (it == steps_.step(index).output_map().end()) continue;
-        InferTensor copy = t;
-        copy.name = it->second;
+        auto copy = std::make_shared<InferTensor>(t);  // resp stays whole: it triggers the next steps
+        copy->name = it->second;
         next[it->second] = std::move(copy);
       }
       bool leaf = true;
@@ -142,7 +147,7 @@ class EnsembleBackend : public ModelBackend {
     InferResponse out;
     for (const std::string& name : outputs_) {
       auto it = pool.find(name);
-      if (it != pool.end() && !IsEnsembleInput(name, job)) out.outputs.push_back(it->second);
+      if (it != pool.end() && !IsEnsembleInput(name, job)) out.outputs.push_back(*it->second);
     }
     std::lock_guard<std::mutex> emit(job->emit_mu);
     {
