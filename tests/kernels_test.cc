@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -152,7 +153,7 @@ TEST(Attention, HeadMatchesScalarTwinThroughShuffledBlockTables) {
       for (int32_t i = 0; i < blocks; ++i) table[i] = i;
       std::shuffle(table.begin(), table.end(), rng);
       for (int32_t n : {1, 7, 16, 17, 100, 255}) {
-        std::vector<float> q(hd), want(hd), got(hd), scores(n);
+        std::vector<float> q(hd), want(hd), got(hd), scores(2 * n);
         for (float& v : q) v = nd(rng);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         GetKernels(SimdLevel::kScalar).attend_head(kv, table.data(), n, hd, hd, scale, q.data(), want.data(), scores.data());
@@ -164,6 +165,42 @@ TEST(Attention, HeadMatchesScalarTwinThroughShuffledBlockTables) {
         }
       }
     }
+  }
+}
+
+TEST(VectorKernels, SiluMulMatchesScalar) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  for (int64_t n : {1, 15, 16, 17, 1408}) {
+    std::vector<float> gate(n), up(n);
+    for (int64_t i = 0; i < n; ++i) gate[i] = nd(rng), up[i] = nd(rng);
+    gate[0] = n > 1 ? -100.0f : 100.0f;  // far tails: exp(-|g|) underflows, no inf / nan
+    std::vector<float> want = gate;
+    GetKernels(SimdLevel::kScalar).silu_mul(want.data(), up.data(), n);
+    for (SimdLevel level : Levels()) {
+      std::vector<float> got = gate;
+      GetKernels(level).silu_mul(got.data(), up.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
+// The K/V store's conversion must equal the scalar rounding bit for bit (the cache content
+// decides greedy outputs): random values over the whole range, ties, subnormals, overflow.
+TEST(VectorKernels, F32ToF16IsExactlyScalarRounding) {
+  std::mt19937 rng(19);
+  std::vector<float> x;
+  for (int i = 0; i < 100000; ++i) x.push_back(std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng), static_cast<int>(rng() % 60) - 40));
+  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e9f, -1e9f, 5.96e-8f, 2.98e-8f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+    x.push_back(v);
+  }
+  std::vector<uint16_t> want(x.size());
+  GetKernels(SimdLevel::kScalar).f32_to_f16(x.data(), want.data(), static_cast<int64_t>(x.size()));
+  for (SimdLevel level : Levels()) {
+    std::vector<uint16_t> got(x.size(), 0xdead);
+    GetKernels(level).f32_to_f16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], want[i]) << x[i];
   }
 }
 
@@ -238,6 +275,41 @@ TEST(MatMul, ThreadedEqualsSingleThreaded) {
   MatMul(w.view, x.data(), 5, y1.data(), one, s1);
   MatMul(w.view, x.data(), 5, y2.data(), two, s2);
   EXPECT_EQ(y1, y2);
+}
+
+// A group (one quantization, one pass over the rows of all matrices) gives every output
+// exactly what MatMul gives it alone: same types, odd row counts, and mixed activation formats.
+TEST(MatMulGroup, EqualsOneMatMulPerMatrix) {
+  std::mt19937 rng(13);
+  const int64_t cols = 128;
+  const std::vector<std::vector<std::pair<DType, int64_t>>> groups = {
+      {{DType::kQ8_0x16, 64}, {DType::kQ8_0x16, 32}, {DType::kQ8_0x16, 32}},
+      {{DType::kQ4_0x16, 50}, {DType::kQ4_0x16, 77}},
+      {{DType::kQ8_0, 40}, {DType::kF16, 24}, {DType::kQ8_0x16, 33}},
+      {{DType::kF32, 19}, {DType::kBF16, 5}}};
+  for (int64_t tokens : {1, 5, 16}) {
+    std::vector<float> x(tokens * cols);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& v : x) v = nd(rng);
+    for (const auto& spec : groups) {
+      std::vector<Weights> ws;
+      for (const auto& [dtype, rows] : spec) ws.push_back(MakeWeights(dtype, rows, cols, rng));
+      ThreadPool two(2);
+      MatMulScratch grouped_scratch, alone_scratch;
+      std::vector<std::vector<float>> grouped(ws.size()), alone(ws.size());
+      std::vector<MatMulTarget> targets;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        grouped[i].assign(tokens * ws[i].view.rows, -1.0f);
+        alone[i].assign(tokens * ws[i].view.rows, -2.0f);
+        targets.push_back({&ws[i].view, grouped[i].data()});
+      }
+      MatMulGroup(targets.data(), static_cast<int>(targets.size()), x.data(), tokens, two, grouped_scratch);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        MatMul(ws[i].view, x.data(), tokens, alone[i].data(), two, alone_scratch);
+        EXPECT_EQ(grouped[i], alone[i]) << "matrix " << i << " of " << ws.size() << ", tokens " << tokens;
+      }
+    }
+  }
 }
 
 TEST(Fp16, RoundTripAndRounding) {

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 
 #if defined(__x86_64__)
@@ -40,7 +41,12 @@ void ThreadPool::Run(const std::function<void(int, int)>& task) {
   }
   wake_.notify_all();
   task(0, num_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) INFLIGHT_PAUSE();
+  // Spin while the others finish (microseconds in a step); past that, a worker has likely been
+  // preempted by another process, and yielding lets it run instead of burning our time slice.
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < 4096) INFLIGHT_PAUSE();
+    else std::this_thread::yield();
+  }
   task_ = nullptr;
 }
 
@@ -53,12 +59,18 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
-  Run([&](int thread_index, int num_threads) {
-    const int64_t g0 = num_grains * thread_index / num_threads;
-    const int64_t g1 = num_grains * (thread_index + 1) / num_threads;
-    const int64_t begin = g0 * grain;
-    const int64_t end = g1 * grain < n ? g1 * grain : n;
-    if (begin < end) fn(begin, end);
+  // Threads take chunks of about a quarter of their fair share from a shared counter, so a
+  // thread that starts late or runs slower (a neighbour on the core, a cold cache) gets less
+  // work instead of making the others wait for it.
+  const int64_t chunk = std::max<int64_t>(1, num_grains / (4 * num_threads_));
+  std::atomic<int64_t> next{0};
+  Run([&](int, int) {
+    for (;;) {
+      const int64_t g0 = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (g0 >= num_grains) return;
+      const int64_t g1 = std::min(g0 + chunk, num_grains);
+      fn(g0 * grain, std::min(g1 * grain, n));
+    }
   });
 }
 

@@ -29,8 +29,8 @@ class ThreadPool {
   // Runs task(thread_index, num_threads) on every thread and returns when all are done.
   void Run(const std::function<void(int, int)>& task);
 
-  // Splits [0, n) into num_threads contiguous ranges, aligned to `grain`, and runs
-  // fn(begin, end) on each non-empty one.
+  // Runs fn(begin, end) over disjoint ranges covering [0, n), each a whole number of
+  // `grain`s (except at n), on all threads; which thread runs which range is not fixed.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:

@@ -23,11 +23,9 @@ void StoreRow(DType dtype, void* base, int64_t slot, int32_t kv_dim, const float
     case DType::kF32:
       std::memcpy(static_cast<float*>(base) + slot * kv_dim, src, kv_dim * sizeof(float));
       break;
-    case DType::kF16: {
-      uint16_t* dst = static_cast<uint16_t*>(base) + slot * kv_dim;
-      for (int32_t i = 0; i < kv_dim; ++i) dst[i] = Fp32ToFp16(src[i]);
+    case DType::kF16:
+      ActiveKernels().f32_to_f16(src, static_cast<uint16_t*>(base) + slot * kv_dim, kv_dim);
       break;
-    }
     case DType::kBF16: {
       uint16_t* dst = static_cast<uint16_t*>(base) + slot * kv_dim;
       for (int32_t i = 0; i < kv_dim; ++i) dst[i] = Fp32ToBf16(src[i]);
@@ -61,7 +59,7 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
   pool.Run([&](int thread_index, int num_threads) {
     const int64_t begin = total * thread_index / num_threads;
     const int64_t end = total * (thread_index + 1) / num_threads;
-    float* scores = scratch + thread_index * max_positions;
+    float* scores = scratch + 2 * thread_index * max_positions;
     int s = static_cast<int>(std::upper_bound(first_item.begin(), first_item.end(), begin) -
                              first_item.begin()) - 1;
     for (int64_t item = begin; item < end; ++item) {

@@ -1,5 +1,6 @@
 #include "kernels/kernels.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -107,6 +108,38 @@ void MatMul(const TensorView& w, const float* x, int64_t num_tokens, float* y, T
   // Rows are split in multiples of 16 so each thread streams whole cache lines of output.
   pool.ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
     k.matmul_rows(w, begin, end, x, xq, num_tokens, y, w.rows);
+  });
+}
+
+void MatMulGroup(const MatMulTarget* targets, int num_targets, const float* x, int64_t num_tokens,
+                 ThreadPool& pool, MatMulScratch& scratch) {
+  constexpr int kMaxTargets = 8;
+  INFLIGHT_CHECK(num_targets > 0 && num_targets <= kMaxTargets);
+  const KernelTable& k = ActiveKernels();
+  const bool quantized = UsesQuantizedActivations(targets[0].w->dtype);
+  // Row offsets of each matrix in the concatenation, each padded to a multiple of 16 so a
+  // 16-row grain never straddles two matrices.
+  constexpr int64_t kGrain = 16;
+  int64_t first[kMaxTargets + 1] = {0};
+  for (int i = 0; i < num_targets; ++i) {
+    const TensorView& w = *targets[i].w;
+    INFLIGHT_CHECK(w.cols == targets[0].w->cols);
+    if (UsesQuantizedActivations(w.dtype) != quantized) {
+      // Mixed activation formats (e.g. a GGUF with F16 V and Q8_0 Q/K): one pass per matrix.
+      for (int j = 0; j < num_targets; ++j) MatMul(*targets[j].w, x, num_tokens, targets[j].y, pool, scratch);
+      return;
+    }
+    first[i + 1] = first[i] + (w.rows + kGrain - 1) / kGrain * kGrain;
+  }
+  const QuantizedRows* xq = quantized ? scratch.Quantize(k, x, num_tokens, targets[0].w->cols, &pool) : nullptr;
+  pool.ParallelFor(first[num_targets], kGrain, [&](int64_t begin, int64_t end) {
+    for (int i = 0; i < num_targets; ++i) {
+      const int64_t b = std::max(begin, first[i]), e = std::min(end, first[i + 1]);
+      if (b >= e) continue;
+      const TensorView& w = *targets[i].w;
+      const int64_t rb = b - first[i], re = std::min(e - first[i], w.rows);
+      if (rb < re) k.matmul_rows(w, rb, re, x, xq, num_tokens, targets[i].y, w.rows);
+    }
   });
 }
 

@@ -55,9 +55,13 @@ struct KernelTable {
   // One query head against cached positions: out[head_dim] = softmax(scale * q . K_j) . V_j
   // over positions 0..n-1 reached through the block table (element offset head_offset in
   // each K/V row).
-  // scores: n floats of scratch.
+  // scores: 2 n floats of scratch.
   void (*attend_head)(const KvLayerView& kv, const int32_t* block_table, int32_t n, int64_t head_offset,
                       int32_t head_dim, float scale, const float* q, float* out, float* scores);
+  // gate[i] = silu(gate[i]) * up[i]
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+  // out[i] = x[i] as IEEE half, rounded to nearest even (the K/V store).
+  void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
 };
 
 const KernelTable& GetKernels(SimdLevel level);
@@ -96,6 +100,19 @@ class MatMulScratch {
 // y[num_tokens, w.rows] = x[num_tokens, w.cols] @ W^T, split over rows on the pool.
 void MatMul(const TensorView& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool,
             MatMulScratch& scratch);
+
+// One weight matrix of a MatMulGroup and where its product goes.
+struct MatMulTarget {
+  const TensorView* w;
+  float* y;  // [num_tokens, w->rows]
+};
+
+// Several products of the same input (Q/K/V, gate/up): the input is quantized once and all
+// matrices' rows are split over the pool in one pass, so a decode step pays one quantization
+// and one synchronisation instead of one per matrix. Every matrix must have x's column count
+// (at most 8 matrices). Each output row is computed exactly as MatMul computes it.
+void MatMulGroup(const MatMulTarget* targets, int num_targets, const float* x, int64_t num_tokens,
+                 ThreadPool& pool, MatMulScratch& scratch);
 
 // Dequantize one row of any weight type to F32 (embedding lookup, tests).
 void DequantizeRow(const TensorView& w, int64_t row, float* out);

@@ -381,31 +381,78 @@ float SumExpAvx512(const float* x, int64_t n, float mx) {
   return _mm512_reduce_add_ps(sum);
 }
 
+// Sums of 16 vectors: out[i] = sum of the 16 floats of a[i]. Three rounds of pairwise
+// folds (512 -> 256 -> 128 bits, then within 128-bit lanes) leave the sums in a fixed
+// permutation that one permutexvar undoes. The fold order is fixed, so each sum is the same
+// whatever the other 15 vectors are.
+inline __m512 ReduceAdd16(const __m512* a) {
+  __m512 c[8], d[4], e[2];
+  for (int i = 0; i < 8; ++i) {
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 8], 0xEE));
+  }
+  for (int i = 0; i < 4; ++i) {
+    d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[i], c[i + 4], 0x88), _mm512_shuffle_f32x4(c[i], c[i + 4], 0xDD));
+  }
+  for (int i = 0; i < 2; ++i) {
+    e[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[i], d[i + 2]), _mm512_unpackhi_ps(d[i], d[i + 2]));
+  }
+  const __m512 f = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(e[0]), _mm512_castps_pd(e[1]))),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(e[0]), _mm512_castps_pd(e[1]))));
+  const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+  return _mm512_permutexvar_ps(order, f);
+}
+
+// Cache slots of positions 0..n-1 in a paged K/V layer, walking the block table once (no
+// division per position).
+inline void SlotsOf(const KvLayerView& kv, const int32_t* table, int32_t n, int32_t* slots) {
+  const int32_t tpb = kv.tokens_per_block;
+  for (int32_t j = 0, b = 0; j < n; ++b) {
+    const int32_t base = table[b] * tpb;
+    for (int32_t i = 0; i < tpb && j < n; ++i, ++j) slots[j] = base + i;
+  }
+}
+
+// One query head over n cached positions (F32 or F16 K/V, head_dim = 16 * kChunks). Scores
+// are made 16 positions at a time: per position a vector of partial products, then one
+// ReduceAdd16 for the 16, instead of a horizontal reduction per position.
+// scratch: 2 n floats (the scores, then the slots).
 template <DType kKv, int kChunks>
 void AttendHeadVec(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, float scale,
-                   const float* q, float* out, float* scores) {
+                   const float* q, float* out, float* scratch) {
+  float* scores = scratch;
+  auto* slots = reinterpret_cast<int32_t*>(scratch + n);
+  SlotsOf(kv, table, n, slots);
+  auto row_of = [&](int32_t j) { return static_cast<int64_t>(slots[j]) * kv.kv_dim + head_off; };
   __m512 qv[kChunks];
   for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
-  const int32_t tpb = kv.tokens_per_block;
-  auto row_of = [&](int32_t j) {
-    return (static_cast<int64_t>(table[j / tpb]) * tpb + j % tpb) * kv.kv_dim + head_off;
-  };
   auto load = [&](const void* base, int64_t i) {
     if constexpr (kKv == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(base) + i);
     else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
   };
-  __m512 vmax = _mm512_set1_ps(-INFINITY);
-  for (int32_t j = 0; j < n; ++j) {
-    const int64_t row = row_of(j);
+  auto dot = [&](int64_t row) {
     __m512 acc = _mm512_mul_ps(qv[0], load(kv.k, row));
     for (int c = 1; c < kChunks; ++c) acc = _mm512_fmadd_ps(qv[c], load(kv.k, row + 16 * c), acc);
-    scores[j] = _mm512_reduce_add_ps(acc) * scale;
-  }
+    return acc;
+  };
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
   int32_t j = 0;
-  for (; j + 16 <= n; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(scores + j));
-  float mx = _mm512_reduce_max_ps(vmax);
-  for (; j < n; ++j) mx = std::max(mx, scores[j]);
-  const __m512 vmx = _mm512_set1_ps(mx);
+  for (; j + 16 <= n; j += 16) {
+    __m512 part[16];
+    for (int i = 0; i < 16; ++i) part[i] = dot(row_of(j + i));
+    const __m512 sv = _mm512_mul_ps(ReduceAdd16(part), vscale);
+    _mm512_storeu_ps(scores + j, sv);
+    vmax = _mm512_max_ps(vmax, sv);
+  }
+  if (j < n) {
+    __m512 part[16];
+    for (int i = 0; i < 16; ++i) part[i] = j + i < n ? dot(row_of(j + i)) : _mm512_setzero_ps();
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 sv = _mm512_mul_ps(ReduceAdd16(part), vscale);
+    _mm512_mask_storeu_ps(scores + j, m, sv);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, sv);
+  }
+  const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
   __m512 vsum = _mm512_setzero_ps();
   for (j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
@@ -443,10 +490,34 @@ void AttendHeadAvx512(const KvLayerView& kv, const int32_t* table, int32_t n, in
   GetKernels(SimdLevel::kScalar).attend_head(kv, table, n, head_off, hd, scale, q, out, scores);
 }
 
+// silu(g) * up with sigmoid from exp(-|g|) (never overflows): 1 / (1 + e) for g >= 0,
+// e / (1 + e) below.
+void SiluMulAvx512(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
+    const __mmask16 negative = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 numerator = _mm512_mask_blend_ps(negative, one, e);
+    const __m512 sigmoid = _mm512_div_ps(numerator, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(_mm512_mul_ps(g, sigmoid), _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
+void F32ToF16Avx512(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(out + i, m, h);
+  }
+}
+
 const KernelTable& Avx512KernelTable() {
   static const KernelTable table = {SimdLevel::kAvx512, QuantizeRowsQ8Avx512, MatMulRowsAvx512,
                                     DotF32Avx512,       DotF32F16Avx512,      AxpyF32Avx512,
-                                    AxpyF16Avx512,      SumExpAvx512,         AttendHeadAvx512};
+                                    AxpyF16Avx512,      SumExpAvx512,         AttendHeadAvx512,
+                                    SiluMulAvx512,      F32ToF16Avx512};
   return table;
 }
 

@@ -185,12 +185,24 @@ void AttendHeadScalar(const KvLayerView& kv, const int32_t* table, int32_t n, in
   }
 }
 
+void SiluMulScalar(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void F32ToF16Scalar(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToFp16(x[i]);
+}
+
 }  // namespace
 
 const KernelTable& ScalarKernelTable() {
   static const KernelTable table = {SimdLevel::kScalar, QuantizeRowsQ8Scalar, MatMulRowsScalar,
                                     DotF32Scalar,       DotF32F16Scalar,      AxpyF32Scalar,
-                                    AxpyF16Scalar,      SumExpScalar,         AttendHeadScalar};
+                                    AxpyF16Scalar,      SumExpScalar,         AttendHeadScalar,
+                                    SiluMulScalar,      F32ToF16Scalar};
   return table;
 }
 

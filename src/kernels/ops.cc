@@ -1,6 +1,9 @@
 #include "kernels/ops.h"
 
 #include <cmath>
+#include <vector>
+
+#include "kernels/kernels.h"
 
 namespace inflight::kernels {
 
@@ -43,12 +46,7 @@ void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void SiluMul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
+void SiluMul(float* gate, const float* up, int64_t n) { ActiveKernels().silu_mul(gate, up, n); }
 
 void GeluTanh(float* x, int64_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -80,22 +78,34 @@ void RopeInvFreq(float base, int rope_dim, const float* freq_factors, float line
   }
 }
 
-void ApplyRope(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style,
-               const float* inv_freq, int32_t pos) {
-  const int half = rope_dim / 2;
-  for (int i = 0; i < half; ++i) {
+void RopeAngles(const float* inv_freq, int rope_dim, int32_t pos, float* cos_out, float* sin_out) {
+  for (int i = 0; i < rope_dim / 2; ++i) {
     const double theta = static_cast<double>(pos) * inv_freq[i];
-    const float c = static_cast<float>(std::cos(theta));
-    const float s = static_cast<float>(std::sin(theta));
-    for (int h = 0; h < num_heads; ++h) {
-      float* hx = x + h * head_dim;
+    cos_out[i] = static_cast<float>(std::cos(theta));
+    sin_out[i] = static_cast<float>(std::sin(theta));
+  }
+}
+
+void ApplyRopeAngles(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style, const float* cos,
+                     const float* sin) {
+  const int half = rope_dim / 2;
+  for (int h = 0; h < num_heads; ++h) {
+    float* hx = x + h * head_dim;
+    for (int i = 0; i < half; ++i) {
       const int a = style == RopeStyle::kAdjacentPairs ? 2 * i : i;
       const int b = style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half;
       const float x0 = hx[a], x1 = hx[b];
-      hx[a] = x0 * c - x1 * s;
-      hx[b] = x0 * s + x1 * c;
+      hx[a] = x0 * cos[i] - x1 * sin[i];
+      hx[b] = x0 * sin[i] + x1 * cos[i];
     }
   }
+}
+
+void ApplyRope(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style,
+               const float* inv_freq, int32_t pos) {
+  std::vector<float> angles(rope_dim);
+  RopeAngles(inv_freq, rope_dim, pos, angles.data(), angles.data() + rope_dim / 2);
+  ApplyRopeAngles(x, num_heads, head_dim, rope_dim, style, angles.data(), angles.data() + rope_dim / 2);
 }
 
 }  // namespace inflight::kernels

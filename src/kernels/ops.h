@@ -34,5 +34,11 @@ void RopeInvFreq(float base, int rope_dim, const float* freq_factors, float line
 // Rotates the first rope_dim dims of each of num_heads heads of one token in place.
 void ApplyRope(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style,
                const float* inv_freq, int32_t pos);
+// The same in two parts, so a step computes a token's angles once for every layer, Q and K:
+// cos/sin of pos * inv_freq[i] for i < rope_dim / 2 (in double, as ApplyRope does), then the
+// rotation with them. Equal to ApplyRope bit for bit.
+void RopeAngles(const float* inv_freq, int rope_dim, int32_t pos, float* cos_out, float* sin_out);
+void ApplyRopeAngles(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style, const float* cos,
+                     const float* sin);
 
 }  // namespace inflight::kernels

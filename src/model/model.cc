@@ -46,13 +46,13 @@ void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int64_t p
                            num_tokens * c.ffn_size,
                            num_tokens * c.ffn_size,
                            num_tokens * c.hidden_size,
-                           num_threads * positions,
-                           c.head_dim};
+                           2 * num_threads * positions,
+                           num_tokens * c.rope_dim};
   int64_t total = 0;
   for (int64_t s : sizes) total += (s + 15) / 16 * 16;
   buffer_.Resize(total * sizeof(float));
   float* p = buffer_.as<float>();
-  float** slots[] = {&x, &h, &q, &k, &v, &attn, &gate, &up, &out, &scores, &rope_inv_freq};
+  float** slots[] = {&x, &h, &q, &k, &v, &attn, &gate, &up, &out, &scores, &rope_angles};
   for (int i = 0; i < 11; ++i) {
     *slots[i] = p;
     p += (sizes[i] + 15) / 16 * 16;
@@ -186,9 +186,8 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
       std::memmove(q + t * qd, s.q + t * fused, qd * sizeof(float));
     }
   } else {
-    kernels::MatMul(lw.wq, s.h, T, q, pool, s.matmul);
-    kernels::MatMul(lw.wk, s.h, T, k, pool, s.matmul);
-    kernels::MatMul(lw.wv, s.h, T, v, pool, s.matmul);
+    const kernels::MatMulTarget qkv[] = {{&lw.wq, q}, {&lw.wk, k}, {&lw.wv, v}};
+    kernels::MatMulGroup(qkv, 3, s.h, T, pool, s.matmul);
     if (!lw.bq.empty()) kernels::AddBias(q, lw.bq.data(), T, qd);
     if (!lw.bk.empty()) kernels::AddBias(k, lw.bk.data(), T, kvd);
     if (!lw.bv.empty()) kernels::AddBias(v, lw.bv.data(), T, kvd);
@@ -209,11 +208,11 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
     for (int64_t si = begin; si < end; ++si) {
       const kernels::AttentionSeq& seq = seqs[si];
       if (!c.learned_positions) {
-        for (int32_t i = 0; i < seq.num_tokens; ++i) {
-          kernels::ApplyRope(q + (seq.row_offset + i) * qd, c.num_heads, c.head_dim, c.rope_dim, c.rope_style,
-                             rope_inv_freq_.data(), seq.start_pos + i);
-          kernels::ApplyRope(k + (seq.row_offset + i) * kvd, c.num_kv_heads, c.head_dim, c.rope_dim, c.rope_style,
-                             rope_inv_freq_.data(), seq.start_pos + i);
+        for (int64_t row = seq.row_offset; row < seq.row_offset + seq.num_tokens; ++row) {
+          const float* cos = s.rope_angles + row * c.rope_dim;
+          const float* sin = cos + c.rope_dim / 2;
+          kernels::ApplyRopeAngles(q + row * qd, c.num_heads, c.head_dim, c.rope_dim, c.rope_style, cos, sin);
+          kernels::ApplyRopeAngles(k + row * kvd, c.num_kv_heads, c.head_dim, c.rope_dim, c.rope_style, cos, sin);
         }
       }
       kernels::WriteKv(kv.layers[layer], seq, k + seq.row_offset * kvd, v + seq.row_offset * kvd);
@@ -236,8 +235,8 @@ void Model::FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& p
     pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) { kernels::GeluTanh(s.up + t0 * c.ffn_size, (t1 - t0) * c.ffn_size); });
     kernels::MatMul(lw.w_down, s.up, T, s.out, pool, s.matmul);
   } else {
-    kernels::MatMul(lw.w_gate, s.h, T, s.gate, pool, s.matmul);
-    kernels::MatMul(lw.w_up, s.h, T, s.up, pool, s.matmul);
+    const kernels::MatMulTarget gate_up[] = {{&lw.w_gate, s.gate}, {&lw.w_up, s.up}};
+    kernels::MatMulGroup(gate_up, 2, s.h, T, pool, s.matmul);
     pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
       kernels::SiluMul(s.gate + t0 * c.ffn_size, s.up + t0 * c.ffn_size, (t1 - t0) * c.ffn_size);
     });
@@ -267,6 +266,16 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
       if (c.learned_positions) {
         kernels::DequantizeRow(weights_.position_embedding, ch.start_pos + i, pos_row.data());
         kernels::AddInPlace(xr, pos_row.data(), c.hidden_size);
+      }
+    }
+  }
+  // RoPE angles of every token, once for all layers.
+  if (!c.learned_positions) {
+    row = 0;
+    for (const SequenceChunk& ch : plan.chunks) {
+      for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
+        float* cos = s.rope_angles + row * c.rope_dim;
+        kernels::RopeAngles(rope_inv_freq_.data(), c.rope_dim, ch.start_pos + i, cos, cos + c.rope_dim / 2);
       }
     }
   }

@@ -1,0 +1,190 @@
+// Google Benchmark of the pieces of one engine step: a batched decode forward pass of a real
+// model shape (random weights) at 1..32 sequences, and the int8 matmul alone. Counters give
+// tokens/s and int8 GOPS so the batched cost can be read against the ~940 GOPS VNNI peak of
+// this machine; compare rows of one run, not absolute times.
+//
+// Usage: step_bench [--preset small|tinyllama-1.1b] [--threads N] [--model-dir DIR]
+//                   [google benchmark flags, e.g. --benchmark_filter=Decode]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/fp16.h"
+#include "base/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/interleave.h"
+#include "kernels/kernels.h"
+#include "kernels/quantize.h"
+#include "kvcache/kv_storage.h"
+#include "model/model.h"
+#include "model/random_model.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace inflight;
+
+namespace {
+
+std::string g_preset = "small";
+std::string g_model_dir = "bench-models";
+int g_threads = 2;
+
+const Model& BenchModel() {
+  static std::unique_ptr<Model> model = [] {
+    std::filesystem::create_directories(g_model_dir);
+    const std::string path = g_model_dir + "/" + g_preset + "-random-q8_0.gguf";
+    if (!std::filesystem::exists(path)) {
+      const std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+      auto spec = LoadTokenizerSpecFile(tokenizer);
+      if (!spec.ok()) { std::fprintf(stderr, "%s\n", spec.status().ToString().c_str()); std::exit(1); }
+      RandomModelParams params;
+      params.config = *PresetConfig(Architecture::kLlama, g_preset);
+      params.dtype = DType::kQ8_0;
+      params.tied_embeddings = false;
+      if (Status s = WriteRandomGguf(params, *spec, path); !s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); std::exit(1); }
+    }
+    auto m = Model::Load(path);
+    if (!m.ok()) { std::fprintf(stderr, "%s\n", m.status().ToString().c_str()); std::exit(1); }
+    return std::move(*m);
+  }();
+  return *model;
+}
+
+// Multiply-adds of one token through every matrix (the int8 work of a decode token).
+double MacsPerToken(const Model& model) {
+  const ModelWeights& w = model.weights();
+  double macs = static_cast<double>(w.output.rows) * w.output.cols;
+  for (const LayerWeights& l : w.layers) {
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (!t->empty()) macs += static_cast<double>(t->rows) * t->cols;
+    }
+  }
+  return macs;
+}
+
+// One decode step of `batch` sequences, each with `context` tokens already in the cache.
+void BM_DecodeStep(benchmark::State& state) {
+  const Model& model = BenchModel();
+  const ModelConfig& c = model.config();
+  const int32_t batch = static_cast<int32_t>(state.range(0)), context = static_cast<int32_t>(state.range(1));
+  constexpr int32_t kTokensPerBlock = 32;
+  const int32_t blocks_per_seq = (context + 1 + kTokensPerBlock - 1) / kTokensPerBlock;
+  KvStorage storage(KvStorageConfig{c.num_layers, batch * blocks_per_seq, kTokensPerBlock, c.kv_dim(), DType::kF16});
+  KvCacheView kv;
+  kv.layers = storage.LayerViews();
+  kv.num_blocks = storage.config().num_blocks;
+  ThreadPool pool(g_threads);
+  ForwardScratch scratch;
+  std::mt19937 rng(1);
+  std::vector<std::vector<int32_t>> tables(batch), tokens(batch);
+  BatchPlan prefill;
+  for (int32_t i = 0; i < batch; ++i) {
+    for (int32_t b = 0; b < blocks_per_seq; ++b) tables[i].push_back(i * blocks_per_seq + b);
+    for (int32_t t = 0; t <= context; ++t) tokens[i].push_back(static_cast<int32_t>(rng() % c.vocab_size));
+    prefill.chunks.push_back({tokens[i].data(), context, 0, tables[i].data(), blocks_per_seq, false});
+  }
+  std::vector<float> logits(static_cast<size_t>(batch) * c.vocab_size);
+  if (Status s = model.Forward(prefill, kv, scratch, pool, logits.data()); !s.ok()) {
+    state.SkipWithError(s.ToString().c_str());
+    return;
+  }
+  BatchPlan decode;
+  for (int32_t i = 0; i < batch; ++i) {
+    decode.chunks.push_back({tokens[i].data() + context, 1, context, tables[i].data(), blocks_per_seq, false});
+  }
+  for (auto _ : state) {
+    // Rewrites the same cache slot each time: the cost of the step, not of a growing context.
+    Status s = model.Forward(decode, kv, scratch, pool, logits.data());
+    benchmark::DoNotOptimize(logits.data());
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["int8_GOPS"] = benchmark::Counter(2e-9 * MacsPerToken(model) * batch, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeStep)->ArgNames({"batch", "context"})->Args({1, 128})->Args({2, 128})->Args({4, 128})->Args({8, 128})->Args({16, 128})->Args({32, 128})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// y = x W^T for an interleaved Q8_0 matrix (rows x cols) and `tokens` activation rows.
+void BM_MatMulQ8(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> f(cols);
+  std::vector<uint8_t> q8(DTypeRowBytes(DType::kQ8_0, cols) * rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : f) v = nd(rng);
+    kernels::QuantizeRow(DType::kQ8_0, f.data(), cols, q8.data() + r * DTypeRowBytes(DType::kQ8_0, cols));
+  }
+  const TensorView source{q8.data(), DType::kQ8_0, rows, cols};
+  std::vector<uint8_t> interleaved(kernels::InterleavedBytes(source) + 64);
+  const TensorView w = kernels::Interleave(source, interleaved.data());
+  std::vector<float> x(tokens * cols), y(tokens * rows);
+  for (float& v : x) v = nd(rng);
+  ThreadPool pool(g_threads);
+  kernels::MatMulScratch scratch;
+  for (auto _ : state) {
+    kernels::MatMul(w, x.data(), tokens, y.data(), pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["int8_GOPS"] = benchmark::Counter(2e-9 * rows * cols * tokens, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_MatMulQ8)->ArgNames({"rows", "cols", "tokens"})
+    ->Args({512, 512, 1})->Args({512, 512, 16})->Args({1408, 512, 16})->Args({512, 1408, 16})
+    ->Args({32000, 512, 1})->Args({32000, 512, 16})
+    ->Args({2048, 2048, 1})->Args({2048, 2048, 16})->Args({5632, 2048, 16})->Args({2048, 5632, 16})->Args({2048, 2048, 128})
+    ->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Attention of one decode token per sequence: `batch` sequences of `context` cached
+// positions, small-model heads (8 query heads over 4 KV heads of 64), F16 cache.
+void BM_DecodeAttention(benchmark::State& state) {
+  const int32_t batch = static_cast<int32_t>(state.range(0)), context = static_cast<int32_t>(state.range(1));
+  const kernels::AttentionShape shape{8, 4, 64, 0.125f};
+  const int32_t kv_dim = shape.num_kv_heads * shape.head_dim, tpb = 32, blocks_per_seq = (context + tpb - 1) / tpb;
+  const int64_t slots = static_cast<int64_t>(batch) * blocks_per_seq * tpb;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> k(slots * kv_dim), v(slots * kv_dim);
+  for (auto* buf : {&k, &v}) for (uint16_t& x : *buf) x = Fp32ToFp16(nd(rng));
+  const kernels::KvLayerView kv{k.data(), v.data(), DType::kF16, tpb, kv_dim};
+  std::vector<int32_t> table(static_cast<size_t>(batch) * blocks_per_seq);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<kernels::AttentionSeq> seqs;
+  for (int32_t i = 0; i < batch; ++i) seqs.push_back({table.data() + i * blocks_per_seq, context - 1, 1, i});
+  std::vector<float> q(static_cast<size_t>(batch) * shape.num_heads * shape.head_dim), out(q.size());
+  for (float& x : q) x = nd(rng);
+  ThreadPool pool(g_threads);
+  std::vector<float> scratch(2 * static_cast<size_t>(g_threads) * context);
+  for (auto _ : state) {
+    kernels::PagedAttention(kv, shape, seqs.data(), batch, q.data(), out.data(), pool, scratch.data(), context);
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Multiply-adds: q.K and p.V over every position of every head.
+  state.counters["GFLOPS"] = benchmark::Counter(4e-9 * batch * shape.num_heads * shape.head_dim * context, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeAttention)->ArgNames({"batch", "context"})->Args({16, 128})->Args({16, 1024})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (f == "--preset" && has_value) g_preset = argv[++i];
+    else if (f == "--threads" && has_value) g_threads = std::stoi(argv[++i]);
+    else if (f == "--model-dir" && has_value) g_model_dir = argv[++i];
+    else rest.push_back(argv[i]);
+  }
+  int n = static_cast<int>(rest.size());
+  benchmark::Initialize(&n, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
