@@ -110,8 +110,12 @@ void BM_DecodeStep(benchmark::State& state) {
 BENCHMARK(BM_DecodeStep)->ArgNames({"batch", "context"})->Args({1, 128})->Args({2, 128})->Args({4, 128})->Args({8, 128})->Args({16, 128})->Args({32, 128})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // y = x W^T for an interleaved Q8_0 matrix (rows x cols) and `tokens` activation rows.
+// cold = 1: the call cycles through copies of the matrix totalling >= 96 MB, so the weights
+// come from memory as in a real step (the model is larger than the caches); cold = 0: one
+// copy, cache-resident when it fits.
 void BM_MatMulQ8(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
+  const bool cold = state.range(3) != 0;
   std::mt19937 rng(2);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> f(cols);
@@ -121,22 +125,34 @@ void BM_MatMulQ8(benchmark::State& state) {
     kernels::QuantizeRow(DType::kQ8_0, f.data(), cols, q8.data() + r * DTypeRowBytes(DType::kQ8_0, cols));
   }
   const TensorView source{q8.data(), DType::kQ8_0, rows, cols};
-  std::vector<uint8_t> interleaved(kernels::InterleavedBytes(source) + 64);
-  const TensorView w = kernels::Interleave(source, interleaved.data());
+  const int64_t bytes = kernels::InterleavedBytes(source);
+  const int64_t copies = cold ? std::max<int64_t>(2, (int64_t{96} << 20) / bytes + 1) : 1;
+  std::vector<std::vector<uint8_t>> buffers(copies);
+  std::vector<TensorView> views;
+  for (auto& b : buffers) {
+    b.resize(bytes + 64);
+    views.push_back(kernels::Interleave(source, b.data()));
+  }
   std::vector<float> x(tokens * cols), y(tokens * rows);
   for (float& v : x) v = nd(rng);
   ThreadPool pool(g_threads);
   kernels::MatMulScratch scratch;
+  size_t i = 0;
   for (auto _ : state) {
-    kernels::MatMul(w, x.data(), tokens, y.data(), pool, scratch);
+    kernels::MatMul(views[i], x.data(), tokens, y.data(), pool, scratch);
+    i = (i + 1) % views.size();
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["int8_GOPS"] = benchmark::Counter(2e-9 * rows * cols * tokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] = benchmark::Counter(1e-9 * bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_MatMulQ8)->ArgNames({"rows", "cols", "tokens"})
-    ->Args({512, 512, 1})->Args({512, 512, 16})->Args({1408, 512, 16})->Args({512, 1408, 16})
-    ->Args({32000, 512, 1})->Args({32000, 512, 16})
-    ->Args({2048, 2048, 1})->Args({2048, 2048, 16})->Args({5632, 2048, 16})->Args({2048, 5632, 16})->Args({2048, 2048, 128})
+BENCHMARK(BM_MatMulQ8)->ArgNames({"rows", "cols", "tokens", "cold"})
+    ->ArgsProduct({{512}, {512}, {1, 16}, {0}})
+    ->ArgsProduct({{32000}, {512}, {1, 16}, {0, 1}})
+    ->ArgsProduct({{2048}, {2048}, {1, 16}, {0, 1}})
+    ->ArgsProduct({{5632}, {2048}, {16}, {0, 1}})
+    ->ArgsProduct({{2048}, {5632}, {16}, {0, 1}})
+    ->ArgsProduct({{2048}, {2048}, {128}, {0}})
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // Attention of one decode token per sequence: `batch` sequences of `context` cached

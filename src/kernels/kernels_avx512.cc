@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
@@ -201,17 +202,25 @@ inline void ForTokenGroups(int64_t num_tokens, float* y, int64_t y_stride, int64
 // Per block: the 16 rows' int32 dots accumulate over 8 dpbusd (4 columns each), then one
 // correction, conversion and fma per token scales them: the float work per block is shared by
 // 16 rows. Each (row, token) result is acc = fma(float(dot - corr), dw * dx, acc) in block
-// order, whatever NT is: bit-identical to the scalar twin and batch-invariant.
+// order, whatever NT is and however the blocks are tiled (a tile's partial sums wait in
+// `partial` as floats, exactly): bit-identical to the scalar twin and batch-invariant.
+// Blocks [b0, b1) of one 16-row group for tokens t0..t0+NT-1; acc starts from `partial`
+// (zero at b0 == 0) and is left there. `prefetch`: pull the next tile into L2 (during the first of several token passes, so the
+// memory transfer overlaps the passes that follow).
 template <bool kQ8, int NT>
-inline void InterleavedGroup(const uint8_t* group, int64_t nb, const QuantizedRows& x, int64_t t0, float* y,
-                             int64_t y_stride, int64_t r0, __mmask16 row_mask) {
+inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb, const QuantizedRows& x,
+                             int64_t t0, float* partial, bool prefetch) {
   constexpr int64_t kBlockBytes = kInterleaveRows * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+  constexpr int64_t kAhead = 32;  // blocks: the next column tile (or group), one tile ahead
   const int64_t cols = x.cols;
   __m512 acc[NT];
-  for (int k = 0; k < NT; ++k) acc[k] = _mm512_setzero_ps();
+  for (int k = 0; k < NT; ++k) acc[k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * k);
   const __m512i low4 = _mm512_set1_epi8(15);
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* blk = group + b * kBlockBytes;
+    if (prefetch) {
+      for (int64_t off = 0; off < kBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead * kBlockBytes + off), _MM_HINT_T1);
+    }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     const uint8_t* data = blk + 2 * kInterleaveRows;
     __m512i dot[NT];
@@ -247,30 +256,40 @@ inline void InterleavedGroup(const uint8_t* group, int64_t nb, const QuantizedRo
       acc[k] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(x.d[tb])), acc[k]);
     }
   }
-  for (int k = 0; k < NT; ++k) _mm512_mask_storeu_ps(y + (t0 + k) * y_stride + r0, row_mask, acc[k]);
+  for (int k = 0; k < NT; ++k) _mm512_storeu_ps(partial + 16 * k, acc[k]);
 }
 
 template <bool kQ8>
 void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x,
                        int64_t num_tokens, float* y, int64_t y_stride) {
   constexpr int64_t kBlockBytes = kInterleaveRows * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+  // Column tiles of 32 blocks (1024 columns, ~17 KB of a Q8_0 group) keep a group's tile and
+  // the tokens' activations in L1 across the token passes, however wide the matrix.
+  constexpr int64_t kTileBlocks = 32;
+  constexpr int kNT = 6;
   const int64_t nb = w.cols / kQBlock;
   const auto* base = static_cast<const uint8_t*>(w.data);
+  thread_local std::vector<float> partial;  // [num_tokens, 16]
+  if (partial.size() < static_cast<size_t>(num_tokens) * 16) partial.resize(static_cast<size_t>(num_tokens) * 16);
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kInterleaveRows) {
     const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - r0);
     const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
     const uint8_t* group = base + (r0 / kInterleaveRows) * nb * kBlockBytes;
-    constexpr int kNT = 6;
-    int64_t t = 0;
-    for (; t + kNT <= num_tokens; t += kNT) InterleavedGroup<kQ8, kNT>(group, nb, x, t, y, y_stride, r0, mask);
-    switch (num_tokens - t) {
-      case 5: InterleavedGroup<kQ8, 5>(group, nb, x, t, y, y_stride, r0, mask); break;
-      case 4: InterleavedGroup<kQ8, 4>(group, nb, x, t, y, y_stride, r0, mask); break;
-      case 3: InterleavedGroup<kQ8, 3>(group, nb, x, t, y, y_stride, r0, mask); break;
-      case 2: InterleavedGroup<kQ8, 2>(group, nb, x, t, y, y_stride, r0, mask); break;
-      case 1: InterleavedGroup<kQ8, 1>(group, nb, x, t, y, y_stride, r0, mask); break;
-      default: break;
+    for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
+      const int64_t b1 = std::min(nb, b0 + kTileBlocks);
+      int64_t t = 0;
+      for (; t + kNT <= num_tokens; t += kNT) InterleavedGroup<kQ8, kNT>(group, b0, b1, nb, x, t, partial.data() + 16 * t, t == 0 && num_tokens > kNT);
+      float* p = partial.data() + 16 * t;
+      switch (num_tokens - t) {
+        case 5: InterleavedGroup<kQ8, 5>(group, b0, b1, nb, x, t, p, false); break;
+        case 4: InterleavedGroup<kQ8, 4>(group, b0, b1, nb, x, t, p, false); break;
+        case 3: InterleavedGroup<kQ8, 3>(group, b0, b1, nb, x, t, p, false); break;
+        case 2: InterleavedGroup<kQ8, 2>(group, b0, b1, nb, x, t, p, false); break;
+        case 1: InterleavedGroup<kQ8, 1>(group, b0, b1, nb, x, t, p, false); break;
+        default: break;
+      }
     }
+    for (int64_t t = 0; t < num_tokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride + r0, mask, _mm512_loadu_ps(partial.data() + 16 * t));
   }
 }
 
