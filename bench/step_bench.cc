@@ -175,7 +175,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   std::vector<float> q(static_cast<size_t>(batch) * shape.num_heads * shape.head_dim), out(q.size());
   for (float& x : q) x = nd(rng);
   ThreadPool pool(g_threads);
-  std::vector<float> scratch(2 * static_cast<size_t>(g_threads) * context);
+  std::vector<float> scratch((shape.num_heads / shape.num_kv_heads + 1) * static_cast<size_t>(g_threads) * context);
   for (auto _ : state) {
     kernels::PagedAttention(kv, shape, seqs.data(), batch, q.data(), out.data(), pool, scratch.data(), context);
     benchmark::DoNotOptimize(out.data());

@@ -130,7 +130,7 @@ TEST(Interleave, SameWeightsAndNearlySameProducts) {
   }
 }
 
-TEST(Attention, HeadMatchesScalarTwinThroughShuffledBlockTables) {
+TEST(Attention, HeadGroupsMatchScalarTwinThroughShuffledBlockTables) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -153,14 +153,22 @@ TEST(Attention, HeadMatchesScalarTwinThroughShuffledBlockTables) {
       for (int32_t i = 0; i < blocks; ++i) table[i] = i;
       std::shuffle(table.begin(), table.end(), rng);
       for (int32_t n : {1, 7, 16, 17, 100, 255}) {
-        std::vector<float> q(hd), want(hd), got(hd), scores(2 * n);
-        for (float& v : q) v = nd(rng);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        GetKernels(SimdLevel::kScalar).attend_head(kv, table.data(), n, hd, hd, scale, q.data(), want.data(), scores.data());
-        for (SimdLevel level : Levels()) {
-          GetKernels(level).attend_head(kv, table.data(), n, hd, hd, scale, q.data(), got.data(), scores.data());
-          for (int32_t i = 0; i < hd; ++i) {
-            ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << DTypeName(dt) << " hd " << hd << " n " << n;
+        for (int32_t heads : {1, 2, 3, 8}) {
+          std::vector<float> q(heads * hd), want(heads * hd), got(heads * hd), one(hd), scratch((heads + 1) * n);
+          for (float& v : q) v = nd(rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          GetKernels(SimdLevel::kScalar).attend_heads(kv, table.data(), n, hd, heads, hd, scale, q.data(), want.data(), scratch.data());
+          for (SimdLevel level : Levels()) {
+            const KernelTable& k = GetKernels(level);
+            k.attend_heads(kv, table.data(), n, hd, heads, hd, scale, q.data(), got.data(), scratch.data());
+            for (int32_t i = 0; i < heads * hd; ++i) {
+              ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << DTypeName(dt) << " hd " << hd << " n " << n << " heads " << heads;
+            }
+            // A head's result does not depend on the group it is computed in.
+            for (int32_t h = 0; h < heads; ++h) {
+              k.attend_heads(kv, table.data(), n, hd, 1, hd, scale, q.data() + h * hd, one.data(), scratch.data());
+              for (int32_t i = 0; i < hd; ++i) ASSERT_EQ(one[i], got[h * hd + i]) << "head " << h << " of " << heads;
+            }
           }
         }
       }

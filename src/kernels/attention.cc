@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -49,29 +50,33 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
                     int num_seqs, const float* q, float* out, ThreadPool& pool, float* scratch,
                     int64_t max_positions) {
   const KernelTable& k = ActiveKernels();
-  // Work item = (token row, head); items are numbered sequence by sequence.
+  const int32_t group = shape.num_heads / shape.num_kv_heads;
+  // Work item = (token row, K/V head): the query heads of a group share their K/V reads.
+  // Items are numbered sequence by sequence and handed out in chunks as threads free up.
   std::vector<int64_t> first_item(num_seqs + 1, 0);
   for (int s = 0; s < num_seqs; ++s) {
-    first_item[s + 1] = first_item[s] + static_cast<int64_t>(seqs[s].num_tokens) * shape.num_heads;
+    first_item[s + 1] = first_item[s] + static_cast<int64_t>(seqs[s].num_tokens) * shape.num_kv_heads;
   }
   const int64_t total = first_item[num_seqs];
   const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
-  pool.Run([&](int thread_index, int num_threads) {
-    const int64_t begin = total * thread_index / num_threads;
-    const int64_t end = total * (thread_index + 1) / num_threads;
-    float* scores = scratch + 2 * thread_index * max_positions;
-    int s = static_cast<int>(std::upper_bound(first_item.begin(), first_item.end(), begin) -
-                             first_item.begin()) - 1;
-    for (int64_t item = begin; item < end; ++item) {
-      while (item >= first_item[s + 1]) ++s;
-      const int64_t local = item - first_item[s];
-      const int32_t t = static_cast<int32_t>(local / shape.num_heads);
-      const int32_t h = static_cast<int32_t>(local % shape.num_heads);
-      const int64_t row = seqs[s].row_offset + t;
-      const int32_t group = shape.num_heads / shape.num_kv_heads;
-      k.attend_head(kv, seqs[s].block_table, seqs[s].start_pos + t + 1, static_cast<int64_t>(h / group) * shape.head_dim,
-                    shape.head_dim, shape.scale, q + row * q_stride + h * shape.head_dim,
-                    out + row * q_stride + h * shape.head_dim, scores);
+  const int64_t chunk = std::max<int64_t>(1, total / (8 * pool.num_threads()));
+  std::atomic<int64_t> next{0};
+  pool.Run([&](int thread_index, int) {
+    float* thread_scratch = scratch + thread_index * (group + 1) * max_positions;
+    for (;;) {
+      const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (begin >= total) return;
+      const int64_t end = std::min(total, begin + chunk);
+      int s = static_cast<int>(std::upper_bound(first_item.begin(), first_item.end(), begin) - first_item.begin()) - 1;
+      for (int64_t item = begin; item < end; ++item) {
+        while (item >= first_item[s + 1]) ++s;
+        const int64_t local = item - first_item[s];
+        const int32_t t = static_cast<int32_t>(local / shape.num_kv_heads);
+        const int32_t kvh = static_cast<int32_t>(local % shape.num_kv_heads);
+        const int64_t offset = seqs[s].row_offset * q_stride + t * q_stride + static_cast<int64_t>(kvh) * group * shape.head_dim;
+        k.attend_heads(kv, seqs[s].block_table, seqs[s].start_pos + t + 1, static_cast<int64_t>(kvh) * shape.head_dim, group,
+                       shape.head_dim, shape.scale, q + offset, out + offset, thread_scratch);
+      }
     }
   });
 }

@@ -52,12 +52,12 @@ struct KernelTable {
   void (*axpy_f16)(float* y, float a, const uint16_t* x, int64_t n);
   // sum_i exp(x[i] - max), with max >= every x[i] (log-softmax normalisers).
   float (*sum_exp)(const float* x, int64_t n, float max);
-  // One query head against cached positions: out[head_dim] = softmax(scale * q . K_j) . V_j
-  // over positions 0..n-1 reached through the block table (element offset head_offset in
-  // each K/V row).
-  // scores: 2 n floats of scratch.
-  void (*attend_head)(const KvLayerView& kv, const int32_t* block_table, int32_t n, int64_t head_offset,
-                      int32_t head_dim, float scale, const float* q, float* out, float* scores);
+  // The num_heads query heads that share one K/V head, against cached positions:
+  // out[h] = softmax(scale * q[h] . K_j) . V_j over positions 0..n-1 reached through the block
+  // table (element offset head_offset in each K/V row). q and out hold the heads one after
+  // another (head_dim floats each). scratch: (num_heads + 1) * n floats.
+  void (*attend_heads)(const KvLayerView& kv, const int32_t* block_table, int32_t n, int64_t head_offset,
+                       int32_t num_heads, int32_t head_dim, float scale, const float* q, float* out, float* scratch);
   // gate[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   // out[i] = x[i] as IEEE half, rounded to nearest even (the K/V store).

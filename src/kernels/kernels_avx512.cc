@@ -431,82 +431,110 @@ inline void SlotsOf(const KvLayerView& kv, const int32_t* table, int32_t n, int3
   }
 }
 
-// One query head over n cached positions (F32 or F16 K/V, head_dim = 16 * kChunks). Scores
-// are made 16 positions at a time: per position a vector of partial products, then one
-// ReduceAdd16 for the 16, instead of a horizontal reduction per position.
-// scratch: 2 n floats (the scores, then the slots).
+// The query heads that share one K/V head (grouped-query attention) over n cached
+// positions, F32 or F16 K/V, head_dim = 16 * kChunks. K and V rows are read and converted
+// once for the whole group. Scores are made 16 positions at a time: per position a vector of
+// partial products, then one ReduceAdd16 for the 16, instead of a horizontal reduction per
+// position. Each head's arithmetic is the same whatever the group size.
+// scratch: (num_heads + 1) * n floats (each head's scores, then the slots).
 template <DType kKv, int kChunks>
-void AttendHeadVec(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, float scale,
-                   const float* q, float* out, float* scratch) {
-  float* scores = scratch;
-  auto* slots = reinterpret_cast<int32_t*>(scratch + n);
+void AttendGroupVec(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t num_heads,
+                    float scale, const float* q, float* out, float* scratch) {
+  constexpr int kHd = 16 * kChunks;
+  auto* slots = reinterpret_cast<int32_t*>(scratch + static_cast<int64_t>(num_heads) * n);
   SlotsOf(kv, table, n, slots);
   auto row_of = [&](int32_t j) { return static_cast<int64_t>(slots[j]) * kv.kv_dim + head_off; };
-  __m512 qv[kChunks];
-  for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
   auto load = [&](const void* base, int64_t i) {
     if constexpr (kKv == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(base) + i);
     else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
   };
-  auto dot = [&](int64_t row) {
-    __m512 acc = _mm512_mul_ps(qv[0], load(kv.k, row));
-    for (int c = 1; c < kChunks; ++c) acc = _mm512_fmadd_ps(qv[c], load(kv.k, row + 16 * c), acc);
-    return acc;
-  };
   const __m512 vscale = _mm512_set1_ps(scale);
-  __m512 vmax = _mm512_set1_ps(-INFINITY);
-  int32_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m512 part[16];
-    for (int i = 0; i < 16; ++i) part[i] = dot(row_of(j + i));
-    const __m512 sv = _mm512_mul_ps(ReduceAdd16(part), vscale);
-    _mm512_storeu_ps(scores + j, sv);
-    vmax = _mm512_max_ps(vmax, sv);
-  }
-  if (j < n) {
-    __m512 part[16];
-    for (int i = 0; i < 16; ++i) part[i] = j + i < n ? dot(row_of(j + i)) : _mm512_setzero_ps();
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1);
-    const __m512 sv = _mm512_mul_ps(ReduceAdd16(part), vscale);
-    _mm512_mask_storeu_ps(scores + j, m, sv);
-    vmax = _mm512_mask_max_ps(vmax, m, vmax, sv);
-  }
-  const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
-  __m512 vsum = _mm512_setzero_ps();
-  for (j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
-    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmx));
-    _mm512_mask_storeu_ps(scores + j, m, e);
-    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
-  }
-  const float inv = 1.0f / _mm512_reduce_add_ps(vsum);
-  __m512 acc[kChunks];
-  for (int c = 0; c < kChunks; ++c) acc[c] = _mm512_setzero_ps();
-  for (j = 0; j < n; ++j) {
-    const int64_t row = row_of(j);
-    const __m512 p = _mm512_set1_ps(scores[j] * inv);
-    for (int c = 0; c < kChunks; ++c) acc[c] = _mm512_fmadd_ps(p, load(kv.v, row + 16 * c), acc[c]);
-  }
-  for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(out + 16 * c, acc[c]);
-}
-
-void AttendHeadAvx512(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t hd, float scale,
-                      const float* q, float* out, float* scores) {
-  if (kv.dtype == DType::kF16 || kv.dtype == DType::kF32) {
-    const bool f16 = kv.dtype == DType::kF16;
-    switch (hd) {
-      case 16: return f16 ? AttendHeadVec<DType::kF16, 1>(kv, table, n, head_off, scale, q, out, scores)
-                          : AttendHeadVec<DType::kF32, 1>(kv, table, n, head_off, scale, q, out, scores);
-      case 32: return f16 ? AttendHeadVec<DType::kF16, 2>(kv, table, n, head_off, scale, q, out, scores)
-                          : AttendHeadVec<DType::kF32, 2>(kv, table, n, head_off, scale, q, out, scores);
-      case 64: return f16 ? AttendHeadVec<DType::kF16, 4>(kv, table, n, head_off, scale, q, out, scores)
-                          : AttendHeadVec<DType::kF32, 4>(kv, table, n, head_off, scale, q, out, scores);
-      case 128: return f16 ? AttendHeadVec<DType::kF16, 8>(kv, table, n, head_off, scale, q, out, scores)
-                           : AttendHeadVec<DType::kF32, 8>(kv, table, n, head_off, scale, q, out, scores);
-      default: break;
+  // Scores: K rows of 16 positions converted once into kbuf, then every head against them.
+  alignas(64) float kbuf[16 * kHd];
+  for (int32_t j = 0; j < n; j += 16) {
+    const int32_t m = std::min(16, n - j);
+    for (int i = 0; i < 16; ++i) {
+      for (int c = 0; c < kChunks; ++c) {
+        _mm512_store_ps(kbuf + i * kHd + 16 * c, i < m ? load(kv.k, row_of(j + i) + 16 * c) : _mm512_setzero_ps());
+      }
+    }
+    const __mmask16 mask = m == 16 ? 0xffff : static_cast<__mmask16>((1u << m) - 1);
+    for (int32_t h = 0; h < num_heads; ++h) {
+      const float* qh = q + static_cast<int64_t>(h) * kHd;
+      __m512 qv[kChunks];
+      for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_loadu_ps(qh + 16 * c);
+      __m512 part[16];
+      for (int i = 0; i < 16; ++i) {
+        __m512 acc = _mm512_mul_ps(qv[0], _mm512_load_ps(kbuf + i * kHd));
+        for (int c = 1; c < kChunks; ++c) acc = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kbuf + i * kHd + 16 * c), acc);
+        part[i] = acc;
+      }
+      _mm512_mask_storeu_ps(scratch + static_cast<int64_t>(h) * n + j, mask, _mm512_mul_ps(ReduceAdd16(part), vscale));
     }
   }
-  GetKernels(SimdLevel::kScalar).attend_head(kv, table, n, head_off, hd, scale, q, out, scores);
+  // Softmax per head; the probabilities stay in the score rows.
+  for (int32_t h = 0; h < num_heads; ++h) {
+    float* scores = scratch + static_cast<int64_t>(h) * n;
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int32_t j = 0; j < n; j += 16) {
+      const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+      mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, scores + j));
+    }
+    const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 vsum = _mm512_setzero_ps();
+    for (int32_t j = 0; j < n; j += 16) {
+      const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmx));
+      _mm512_mask_storeu_ps(scores + j, m, e);
+      vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+    for (int32_t j = 0; j < n; j += 16) {
+      const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+      _mm512_mask_storeu_ps(scores + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, scores + j), inv));
+    }
+  }
+  // Weighted V: each V row converted once per pass of up to 4 heads (4 x kChunks accumulators).
+  constexpr int kHeadsPerPass = kChunks <= 4 ? 4 : 2;
+  for (int32_t h0 = 0; h0 < num_heads; h0 += kHeadsPerPass) {
+    const int heads = std::min<int32_t>(kHeadsPerPass, num_heads - h0);
+    __m512 acc[kHeadsPerPass][kChunks];
+    for (int g = 0; g < kHeadsPerPass; ++g) {
+      for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_setzero_ps();
+    }
+    for (int32_t j = 0; j < n; ++j) {
+      const int64_t row = row_of(j);
+      __m512 v[kChunks];
+      for (int c = 0; c < kChunks; ++c) v[c] = load(kv.v, row + 16 * c);
+      for (int g = 0; g < kHeadsPerPass; ++g) {
+        if (g >= heads) break;
+        const __m512 p = _mm512_set1_ps(scratch[static_cast<int64_t>(h0 + g) * n + j]);
+        for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+      }
+    }
+    for (int g = 0; g < heads; ++g) {
+      for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(out + static_cast<int64_t>(h0 + g) * kHd + 16 * c, acc[g][c]);
+    }
+  }
+}
+
+void AttendHeadsAvx512(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t num_heads,
+                       int32_t hd, float scale, const float* q, float* out, float* scratch) {
+  if (kv.dtype == DType::kF16 || kv.dtype == DType::kF32) {
+    const bool f16 = kv.dtype == DType::kF16;
+#define INFLIGHT_ATTEND(chunks)                                                                                      \
+  return f16 ? AttendGroupVec<DType::kF16, chunks>(kv, table, n, head_off, num_heads, scale, q, out, scratch)        \
+             : AttendGroupVec<DType::kF32, chunks>(kv, table, n, head_off, num_heads, scale, q, out, scratch)
+    switch (hd) {
+      case 16: INFLIGHT_ATTEND(1);
+      case 32: INFLIGHT_ATTEND(2);
+      case 64: INFLIGHT_ATTEND(4);
+      case 128: INFLIGHT_ATTEND(8);
+      default: break;
+    }
+#undef INFLIGHT_ATTEND
+  }
+  GetKernels(SimdLevel::kScalar).attend_heads(kv, table, n, head_off, num_heads, hd, scale, q, out, scratch);
 }
 
 // silu(g) * up with sigmoid from exp(-|g|) (never overflows): 1 / (1 + e) for g >= 0,
@@ -535,7 +563,7 @@ void F32ToF16Avx512(const float* x, uint16_t* out, int64_t n) {
 const KernelTable& Avx512KernelTable() {
   static const KernelTable table = {SimdLevel::kAvx512, QuantizeRowsQ8Avx512, MatMulRowsAvx512,
                                     DotF32Avx512,       DotF32F16Avx512,      AxpyF32Avx512,
-                                    AxpyF16Avx512,      SumExpAvx512,         AttendHeadAvx512,
+                                    AxpyF16Avx512,      SumExpAvx512,         AttendHeadsAvx512,
                                     SiluMulAvx512,      F32ToF16Avx512};
   return table;
 }

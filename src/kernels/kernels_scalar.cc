@@ -185,6 +185,13 @@ void AttendHeadScalar(const KvLayerView& kv, const int32_t* table, int32_t n, in
   }
 }
 
+void AttendHeadsScalar(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t num_heads,
+                       int32_t hd, float scale, const float* q, float* out, float* scratch) {
+  for (int32_t h = 0; h < num_heads; ++h) {
+    AttendHeadScalar(kv, table, n, head_off, hd, scale, q + static_cast<int64_t>(h) * hd, out + static_cast<int64_t>(h) * hd, scratch);
+  }
+}
+
 void SiluMulScalar(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
@@ -201,7 +208,7 @@ void F32ToF16Scalar(const float* x, uint16_t* out, int64_t n) {
 const KernelTable& ScalarKernelTable() {
   static const KernelTable table = {SimdLevel::kScalar, QuantizeRowsQ8Scalar, MatMulRowsScalar,
                                     DotF32Scalar,       DotF32F16Scalar,      AxpyF32Scalar,
-                                    AxpyF16Scalar,      SumExpScalar,         AttendHeadScalar,
+                                    AxpyF16Scalar,      SumExpScalar,         AttendHeadsScalar,
                                     SiluMulScalar,      F32ToF16Scalar};
   return table;
 }
