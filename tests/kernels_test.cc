@@ -212,6 +212,24 @@ TEST(VectorKernels, F32ToF16IsExactlyScalarRounding) {
   }
 }
 
+TEST(VectorKernels, ArgMaxIsTheScalarFirstMaximum) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> cases = {{1.0f}, {nan, 5.0f}, {2.0f, nan, 3.0f}, {-inf, -inf, -inf}, {1.0f, 3.0f, 3.0f}};
+  for (int64_t n : {15, 16, 17, 32000}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = std::round(nd(rng) * 4) / 4;  // coarse values: many ties
+    cases.push_back(x);
+    x[n / 2] = nan;
+    cases.push_back(x);
+  }
+  for (const auto& x : cases) {
+    const int64_t want = GetKernels(SimdLevel::kScalar).argmax(x.data(), static_cast<int64_t>(x.size()));
+    for (SimdLevel level : Levels()) EXPECT_EQ(GetKernels(level).argmax(x.data(), static_cast<int64_t>(x.size())), want) << x.size();
+  }
+}
+
 TEST(VectorKernels, SumExpMatchesScalar) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 3.0f);

@@ -62,6 +62,8 @@ struct KernelTable {
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   // out[i] = x[i] as IEEE half, rounded to nearest even (the K/V store).
   void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
+  // The first index of the largest value (NaNs never win, except at index 0), n >= 1.
+  int64_t (*argmax)(const float* x, int64_t n);
 };
 
 const KernelTable& GetKernels(SimdLevel level);

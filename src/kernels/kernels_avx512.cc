@@ -560,11 +560,30 @@ void F32ToF16Avx512(const float* x, uint16_t* out, int64_t n) {
   }
 }
 
+// Two passes: the maximum (max_ps with the running value second skips NaNs), then the
+// first position equal to it; the scalar twin's answer, including its tie and NaN rules.
+int64_t ArgMaxAvx512(const float* x, int64_t n) {
+  if (std::isnan(x[0])) return 0;
+  __m512 mx = _mm512_set1_ps(x[0]);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+    mx = _mm512_mask_max_ps(mx, m, _mm512_maskz_loadu_ps(m, x + i), mx);
+  }
+  const float best = _mm512_reduce_max_ps(mx);
+  const __m512 vb = _mm512_set1_ps(best);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 eq = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), vb, _CMP_EQ_OQ);
+    if (eq != 0) return i + __builtin_ctz(eq);
+  }
+  return 0;
+}
+
 const KernelTable& Avx512KernelTable() {
   static const KernelTable table = {SimdLevel::kAvx512, QuantizeRowsQ8Avx512, MatMulRowsAvx512,
                                     DotF32Avx512,       DotF32F16Avx512,      AxpyF32Avx512,
                                     AxpyF16Avx512,      SumExpAvx512,         AttendHeadsAvx512,
-                                    SiluMulAvx512,      F32ToF16Avx512};
+                                    SiluMulAvx512,      F32ToF16Avx512,       ArgMaxAvx512};
   return table;
 }
 

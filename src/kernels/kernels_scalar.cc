@@ -203,13 +203,21 @@ void F32ToF16Scalar(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = Fp32ToFp16(x[i]);
 }
 
+int64_t ArgMaxScalar(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
 }  // namespace
 
 const KernelTable& ScalarKernelTable() {
   static const KernelTable table = {SimdLevel::kScalar, QuantizeRowsQ8Scalar, MatMulRowsScalar,
                                     DotF32Scalar,       DotF32F16Scalar,      AxpyF32Scalar,
                                     AxpyF16Scalar,      SumExpScalar,         AttendHeadsScalar,
-                                    SiluMulScalar,      F32ToF16Scalar};
+                                    SiluMulScalar,      F32ToF16Scalar,       ArgMaxScalar};
   return table;
 }
 

@@ -18,13 +18,7 @@ Status SamplingParams::Validate() const {
   return OkStatus();
 }
 
-int32_t ArgMax(const float* x, int32_t n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i) {
-    if (x[i] > x[best]) best = i;
-  }
-  return best;
-}
+int32_t ArgMax(const float* x, int32_t n) { return static_cast<int32_t>(kernels::ActiveKernels().argmax(x, n)); }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
