@@ -109,6 +109,35 @@ void BM_DecodeStep(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeStep)->ArgNames({"batch", "context"})->Args({1, 128})->Args({2, 128})->Args({4, 128})->Args({8, 128})->Args({16, 128})->Args({32, 128})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// One prompt of `tokens` tokens in one forward pass (prefill, causal attention over itself).
+void BM_PrefillStep(benchmark::State& state) {
+  const Model& model = BenchModel();
+  const ModelConfig& c = model.config();
+  const int32_t tokens = static_cast<int32_t>(state.range(0));
+  constexpr int32_t kTokensPerBlock = 32;
+  const int32_t blocks = (tokens + kTokensPerBlock - 1) / kTokensPerBlock;
+  KvStorage storage(KvStorageConfig{c.num_layers, blocks, kTokensPerBlock, c.kv_dim(), DType::kF16});
+  KvCacheView kv;
+  kv.layers = storage.LayerViews();
+  kv.num_blocks = storage.config().num_blocks;
+  ThreadPool pool(g_threads);
+  ForwardScratch scratch;
+  std::mt19937 rng(1);
+  std::vector<int32_t> table(blocks), prompt(tokens);
+  for (int32_t b = 0; b < blocks; ++b) table[b] = b;
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+  BatchPlan plan;
+  plan.chunks.push_back({prompt.data(), tokens, 0, table.data(), blocks, false});
+  std::vector<float> logits(c.vocab_size);
+  for (auto _ : state) {
+    Status s = model.Forward(plan, kv, scratch, pool, logits.data());
+    benchmark::DoNotOptimize(logits.data());
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PrefillStep)->ArgNames({"tokens"})->Arg(128)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // y = x W^T for an interleaved Q8_0 matrix (rows x cols) and `tokens` activation rows.
 // cold = 1: the call cycles through copies of the matrix totalling >= 96 MB, so the weights
 // come from memory as in a real step (the model is larger than the caches); cold = 0: one
@@ -175,7 +204,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   std::vector<float> q(static_cast<size_t>(batch) * shape.num_heads * shape.head_dim), out(q.size());
   for (float& x : q) x = nd(rng);
   ThreadPool pool(g_threads);
-  std::vector<float> scratch((shape.num_heads / shape.num_kv_heads + 1) * static_cast<size_t>(g_threads) * context);
+  std::vector<float> scratch(kernels::AttentionScratchFloats(shape, g_threads, context));
   for (auto _ : state) {
     kernels::PagedAttention(kv, shape, seqs.data(), batch, q.data(), out.data(), pool, scratch.data(), context);
     benchmark::DoNotOptimize(out.data());

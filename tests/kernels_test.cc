@@ -153,21 +153,32 @@ TEST(Attention, HeadGroupsMatchScalarTwinThroughShuffledBlockTables) {
       for (int32_t i = 0; i < blocks; ++i) table[i] = i;
       std::shuffle(table.begin(), table.end(), rng);
       for (int32_t n : {1, 7, 16, 17, 100, 255}) {
-        for (int32_t heads : {1, 2, 3, 8}) {
-          std::vector<float> q(heads * hd), want(heads * hd), got(heads * hd), one(hd), scratch((heads + 1) * n);
+        for (int32_t rows : {1, 2, 3, 8}) {
+          // Rows of different causal lengths (a tile of tokens), as PagedAttention makes them.
+          std::vector<int32_t> len(rows);
+          for (int32_t r = 0; r < rows; ++r) len[r] = std::max(1, n - (rows - 1 - r) * 3);
+          std::vector<float> q(rows * hd), want(rows * hd), got(rows * hd), one(hd), scratch((rows + 1) * n);
+          std::vector<const float*> q_rows(rows);
+          std::vector<float*> want_rows(rows), got_rows(rows);
+          for (int32_t r = 0; r < rows; ++r) {
+            q_rows[r] = q.data() + r * hd;
+            want_rows[r] = want.data() + r * hd;
+            got_rows[r] = got.data() + r * hd;
+          }
           for (float& v : q) v = nd(rng);
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-          GetKernels(SimdLevel::kScalar).attend_heads(kv, table.data(), n, hd, heads, hd, scale, q.data(), want.data(), scratch.data());
+          GetKernels(SimdLevel::kScalar).attend_rows(kv, table.data(), hd, hd, scale, rows, len.data(), q_rows.data(), want_rows.data(), scratch.data());
           for (SimdLevel level : Levels()) {
             const KernelTable& k = GetKernels(level);
-            k.attend_heads(kv, table.data(), n, hd, heads, hd, scale, q.data(), got.data(), scratch.data());
-            for (int32_t i = 0; i < heads * hd; ++i) {
-              ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << DTypeName(dt) << " hd " << hd << " n " << n << " heads " << heads;
+            k.attend_rows(kv, table.data(), hd, hd, scale, rows, len.data(), q_rows.data(), got_rows.data(), scratch.data());
+            for (int32_t i = 0; i < rows * hd; ++i) {
+              ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << DTypeName(dt) << " hd " << hd << " n " << n << " rows " << rows;
             }
-            // A head's result does not depend on the group it is computed in.
-            for (int32_t h = 0; h < heads; ++h) {
-              k.attend_heads(kv, table.data(), n, hd, 1, hd, scale, q.data() + h * hd, one.data(), scratch.data());
-              for (int32_t i = 0; i < hd; ++i) ASSERT_EQ(one[i], got[h * hd + i]) << "head " << h << " of " << heads;
+            // A row's result does not depend on the rows it is computed with.
+            for (int32_t r = 0; r < rows; ++r) {
+              float* one_row = one.data();
+              k.attend_rows(kv, table.data(), hd, hd, scale, 1, &len[r], &q_rows[r], &one_row, scratch.data());
+              for (int32_t i = 0; i < hd; ++i) ASSERT_EQ(one[i], got[r * hd + i]) << "row " << r << " of " << rows;
             }
           }
         }

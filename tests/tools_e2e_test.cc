@@ -211,8 +211,14 @@ TEST(ToolsFailureTest, BenchCountsErrorsAndExitsWhenTheServerStops) {
   auto server = StartServer(DemoModel(), repo);
   ASSERT_NE(server, nullptr);
   const pid_t pid = server->pid();
-  std::thread killer([pid] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const int metrics_port = server->metrics_port;
+  // Killed once the server has answered some requests (however slow a loaded CI machine makes
+  // the start), while most of the 100 (5 s of arrivals) are still to come.
+  std::thread killer([pid, metrics_port] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (Sum(Metrics(metrics_port), "nv_inference_request_success") < 3 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     kill(pid, SIGKILL);
   });
   const auto start = std::chrono::steady_clock::now();

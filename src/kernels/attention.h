@@ -43,7 +43,8 @@ struct AttentionSeq {
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v);
 
 // out[row, h * head_dim ..] = softmax(q . K^T * scale) V for every sequence's new tokens.
-// scratch: num_threads * (num_heads / num_kv_heads + 1) * max_positions floats.
+// scratch: AttentionScratchFloats(shape, pool threads, max_positions) floats.
+int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads, int64_t max_positions);
 void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const AttentionSeq* seqs,
                     int num_seqs, const float* q, float* out, ThreadPool& pool, float* scratch,
                     int64_t max_positions);

@@ -431,25 +431,31 @@ inline void SlotsOf(const KvLayerView& kv, const int32_t* table, int32_t n, int3
   }
 }
 
-// The query heads that share one K/V head (grouped-query attention) over n cached
-// positions, F32 or F16 K/V, head_dim = 16 * kChunks. K and V rows are read and converted
-// once for the whole group. Scores are made 16 positions at a time: per position a vector of
-// partial products, then one ReduceAdd16 for the 16, instead of a horizontal reduction per
-// position. Each head's arithmetic is the same whatever the group size.
-// scratch: (num_heads + 1) * n floats (each head's scores, then the slots).
+// Query rows against one K/V head (F32 or F16 K/V, head_dim = 16 * kChunks): the heads of
+// a grouped-query group, for one or several consecutive tokens of a sequence; row r sees
+// positions 0..len[r]-1 (causal). K and V rows are read and converted once for all rows.
+// Scores are made 16 positions at a time: per position a vector of partial products, then
+// one ReduceAdd16 for the 16, instead of a horizontal reduction per position. Each row's
+// arithmetic is the same whatever other rows share the call (batch invariance).
+// scratch: (num_rows + 1) * max(len) floats (each row's scores, then the slots).
 template <DType kKv, int kChunks>
-void AttendGroupVec(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t num_heads,
-                    float scale, const float* q, float* out, float* scratch) {
+void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int64_t head_off, float scale, int32_t num_rows,
+                   const int32_t* len, const float* const* q, float* const* out, float* scratch) {
   constexpr int kHd = 16 * kChunks;
-  auto* slots = reinterpret_cast<int32_t*>(scratch + static_cast<int64_t>(num_heads) * n);
+  int32_t n = 0;
+  for (int32_t r = 0; r < num_rows; ++r) n = std::max(n, len[r]);
+  auto* slots = reinterpret_cast<int32_t*>(scratch + static_cast<int64_t>(num_rows) * n);
   SlotsOf(kv, table, n, slots);
   auto row_of = [&](int32_t j) { return static_cast<int64_t>(slots[j]) * kv.kv_dim + head_off; };
   auto load = [&](const void* base, int64_t i) {
     if constexpr (kKv == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(base) + i);
     else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
   };
+  auto tail_mask = [](int32_t count) {
+    return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1);
+  };
   const __m512 vscale = _mm512_set1_ps(scale);
-  // Scores: K rows of 16 positions converted once into kbuf, then every head against them.
+  // Scores: K rows of 16 positions converted once into kbuf, then every row against them.
   alignas(64) float kbuf[16 * kHd];
   for (int32_t j = 0; j < n; j += 16) {
     const int32_t m = std::min(16, n - j);
@@ -458,73 +464,75 @@ void AttendGroupVec(const KvLayerView& kv, const int32_t* table, int32_t n, int6
         _mm512_store_ps(kbuf + i * kHd + 16 * c, i < m ? load(kv.k, row_of(j + i) + 16 * c) : _mm512_setzero_ps());
       }
     }
-    const __mmask16 mask = m == 16 ? 0xffff : static_cast<__mmask16>((1u << m) - 1);
-    for (int32_t h = 0; h < num_heads; ++h) {
-      const float* qh = q + static_cast<int64_t>(h) * kHd;
+    for (int32_t r = 0; r < num_rows; ++r) {
+      if (len[r] <= j) continue;
       __m512 qv[kChunks];
-      for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_loadu_ps(qh + 16 * c);
+      for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_loadu_ps(q[r] + 16 * c);
       __m512 part[16];
       for (int i = 0; i < 16; ++i) {
         __m512 acc = _mm512_mul_ps(qv[0], _mm512_load_ps(kbuf + i * kHd));
         for (int c = 1; c < kChunks; ++c) acc = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kbuf + i * kHd + 16 * c), acc);
         part[i] = acc;
       }
-      _mm512_mask_storeu_ps(scratch + static_cast<int64_t>(h) * n + j, mask, _mm512_mul_ps(ReduceAdd16(part), vscale));
+      _mm512_mask_storeu_ps(scratch + static_cast<int64_t>(r) * n + j, tail_mask(len[r] - j), _mm512_mul_ps(ReduceAdd16(part), vscale));
     }
   }
-  // Softmax per head; the probabilities stay in the score rows.
-  for (int32_t h = 0; h < num_heads; ++h) {
-    float* scores = scratch + static_cast<int64_t>(h) * n;
+  // Softmax per row; the probabilities stay in the score rows.
+  for (int32_t r = 0; r < num_rows; ++r) {
+    float* scores = scratch + static_cast<int64_t>(r) * n;
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int32_t j = 0; j < n; j += 16) {
-      const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+    for (int32_t j = 0; j < len[r]; j += 16) {
+      const __mmask16 m = tail_mask(len[r] - j);
       mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, scores + j));
     }
     const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
     __m512 vsum = _mm512_setzero_ps();
-    for (int32_t j = 0; j < n; j += 16) {
-      const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+    for (int32_t j = 0; j < len[r]; j += 16) {
+      const __mmask16 m = tail_mask(len[r] - j);
       const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmx));
       _mm512_mask_storeu_ps(scores + j, m, e);
       vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
-    for (int32_t j = 0; j < n; j += 16) {
-      const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+    for (int32_t j = 0; j < len[r]; j += 16) {
+      const __mmask16 m = tail_mask(len[r] - j);
       _mm512_mask_storeu_ps(scores + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, scores + j), inv));
     }
   }
-  // Weighted V: each V row converted once per pass of up to 4 heads (4 x kChunks accumulators).
-  constexpr int kHeadsPerPass = kChunks <= 4 ? 4 : 2;
-  for (int32_t h0 = 0; h0 < num_heads; h0 += kHeadsPerPass) {
-    const int heads = std::min<int32_t>(kHeadsPerPass, num_heads - h0);
-    __m512 acc[kHeadsPerPass][kChunks];
-    for (int g = 0; g < kHeadsPerPass; ++g) {
+  // Weighted V: each V row converted once per pass of up to 4 rows (4 x kChunks accumulators).
+  constexpr int kRowsPerPass = kChunks <= 4 ? 4 : 2;
+  for (int32_t r0 = 0; r0 < num_rows; r0 += kRowsPerPass) {
+    const int rows = std::min<int32_t>(kRowsPerPass, num_rows - r0);
+    int32_t pass_len = 0;
+    for (int g = 0; g < rows; ++g) pass_len = std::max(pass_len, len[r0 + g]);
+    __m512 acc[kRowsPerPass][kChunks];
+    for (int g = 0; g < kRowsPerPass; ++g) {
       for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_setzero_ps();
     }
-    for (int32_t j = 0; j < n; ++j) {
+    for (int32_t j = 0; j < pass_len; ++j) {
       const int64_t row = row_of(j);
       __m512 v[kChunks];
       for (int c = 0; c < kChunks; ++c) v[c] = load(kv.v, row + 16 * c);
-      for (int g = 0; g < kHeadsPerPass; ++g) {
-        if (g >= heads) break;
-        const __m512 p = _mm512_set1_ps(scratch[static_cast<int64_t>(h0 + g) * n + j]);
+      for (int g = 0; g < kRowsPerPass; ++g) {
+        if (g >= rows) break;
+        if (j >= len[r0 + g]) continue;
+        const __m512 p = _mm512_set1_ps(scratch[static_cast<int64_t>(r0 + g) * n + j]);
         for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
       }
     }
-    for (int g = 0; g < heads; ++g) {
-      for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(out + static_cast<int64_t>(h0 + g) * kHd + 16 * c, acc[g][c]);
+    for (int g = 0; g < rows; ++g) {
+      for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(out[r0 + g] + 16 * c, acc[g][c]);
     }
   }
 }
 
-void AttendHeadsAvx512(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t num_heads,
-                       int32_t hd, float scale, const float* q, float* out, float* scratch) {
+void AttendRowsAvx512(const KvLayerView& kv, const int32_t* table, int64_t head_off, int32_t hd, float scale,
+                      int32_t num_rows, const int32_t* len, const float* const* q, float* const* out, float* scratch) {
   if (kv.dtype == DType::kF16 || kv.dtype == DType::kF32) {
     const bool f16 = kv.dtype == DType::kF16;
-#define INFLIGHT_ATTEND(chunks)                                                                                      \
-  return f16 ? AttendGroupVec<DType::kF16, chunks>(kv, table, n, head_off, num_heads, scale, q, out, scratch)        \
-             : AttendGroupVec<DType::kF32, chunks>(kv, table, n, head_off, num_heads, scale, q, out, scratch)
+#define INFLIGHT_ATTEND(chunks)                                                                                 \
+  return f16 ? AttendRowsVec<DType::kF16, chunks>(kv, table, head_off, scale, num_rows, len, q, out, scratch)  \
+             : AttendRowsVec<DType::kF32, chunks>(kv, table, head_off, scale, num_rows, len, q, out, scratch)
     switch (hd) {
       case 16: INFLIGHT_ATTEND(1);
       case 32: INFLIGHT_ATTEND(2);
@@ -534,7 +542,7 @@ void AttendHeadsAvx512(const KvLayerView& kv, const int32_t* table, int32_t n, i
     }
 #undef INFLIGHT_ATTEND
   }
-  GetKernels(SimdLevel::kScalar).attend_heads(kv, table, n, head_off, num_heads, hd, scale, q, out, scratch);
+  GetKernels(SimdLevel::kScalar).attend_rows(kv, table, head_off, hd, scale, num_rows, len, q, out, scratch);
 }
 
 // silu(g) * up with sigmoid from exp(-|g|) (never overflows): 1 / (1 + e) for g >= 0,
@@ -582,7 +590,7 @@ int64_t ArgMaxAvx512(const float* x, int64_t n) {
 const KernelTable& Avx512KernelTable() {
   static const KernelTable table = {SimdLevel::kAvx512, QuantizeRowsQ8Avx512, MatMulRowsAvx512,
                                     DotF32Avx512,       DotF32F16Avx512,      AxpyF32Avx512,
-                                    AxpyF16Avx512,      SumExpAvx512,         AttendHeadsAvx512,
+                                    AxpyF16Avx512,      SumExpAvx512,         AttendRowsAvx512,
                                     SiluMulAvx512,      F32ToF16Avx512,       ArgMaxAvx512};
   return table;
 }

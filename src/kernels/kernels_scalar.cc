@@ -185,11 +185,9 @@ void AttendHeadScalar(const KvLayerView& kv, const int32_t* table, int32_t n, in
   }
 }
 
-void AttendHeadsScalar(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t num_heads,
-                       int32_t hd, float scale, const float* q, float* out, float* scratch) {
-  for (int32_t h = 0; h < num_heads; ++h) {
-    AttendHeadScalar(kv, table, n, head_off, hd, scale, q + static_cast<int64_t>(h) * hd, out + static_cast<int64_t>(h) * hd, scratch);
-  }
+void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int64_t head_off, int32_t hd, float scale,
+                      int32_t num_rows, const int32_t* len, const float* const* q, float* const* out, float* scratch) {
+  for (int32_t r = 0; r < num_rows; ++r) AttendHeadScalar(kv, table, len[r], head_off, hd, scale, q[r], out[r], scratch);
 }
 
 void SiluMulScalar(float* gate, const float* up, int64_t n) {
@@ -216,7 +214,7 @@ int64_t ArgMaxScalar(const float* x, int64_t n) {
 const KernelTable& ScalarKernelTable() {
   static const KernelTable table = {SimdLevel::kScalar, QuantizeRowsQ8Scalar, MatMulRowsScalar,
                                     DotF32Scalar,       DotF32F16Scalar,      AxpyF32Scalar,
-                                    AxpyF16Scalar,      SumExpScalar,         AttendHeadsScalar,
+                                    AxpyF16Scalar,      SumExpScalar,         AttendRowsScalar, 
                                     SiluMulScalar,      F32ToF16Scalar,       ArgMaxScalar};
   return table;
 }

@@ -46,7 +46,7 @@ void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int64_t p
                            num_tokens * c.ffn_size,
                            num_tokens * c.ffn_size,
                            num_tokens * c.hidden_size,
-                           (c.num_heads / c.num_kv_heads + 1) * num_threads * positions,
+                           kernels::AttentionScratchFloats({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f}, num_threads, positions),
                            num_tokens * c.rope_dim};
   int64_t total = 0;
   for (int64_t s : sizes) total += (s + 15) / 16 * 16;

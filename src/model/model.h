@@ -76,7 +76,7 @@ class ForwardScratch {
   float* gate = nullptr;    // [T, ffn]
   float* up = nullptr;      // [T, ffn]
   float* out = nullptr;     // [T, hidden]
-  float* scores = nullptr;  // [num_threads, (heads per K/V head + 1) * max_positions]
+  float* scores = nullptr;  // attention scratch: kernels::AttentionScratchFloats
   float* rope_angles = nullptr;  // [T, rope_dim]: cos then sin of each token's RoPE angles
   int64_t max_positions = 0;
   kernels::MatMulScratch matmul;
