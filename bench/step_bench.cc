@@ -68,17 +68,26 @@ double MacsPerToken(const Model& model) {
   return macs;
 }
 
+// A paged F16 KV cache of `blocks` blocks of 32 tokens for the bench model, and its view.
+struct BenchCache {
+  static constexpr int32_t kTokensPerBlock = 32;
+  BenchCache(const ModelConfig& c, int32_t blocks)
+      : storage(KvStorageConfig{c.num_layers, blocks, kTokensPerBlock, c.kv_dim(), DType::kF16}) {
+    view.layers = storage.LayerViews();
+    view.num_blocks = storage.config().num_blocks;
+  }
+  KvStorage storage;
+  KvCacheView view;
+};
+
 // One decode step of `batch` sequences, each with `context` tokens already in the cache.
 void BM_DecodeStep(benchmark::State& state) {
   const Model& model = BenchModel();
   const ModelConfig& c = model.config();
   const int32_t batch = static_cast<int32_t>(state.range(0)), context = static_cast<int32_t>(state.range(1));
-  constexpr int32_t kTokensPerBlock = 32;
-  const int32_t blocks_per_seq = (context + 1 + kTokensPerBlock - 1) / kTokensPerBlock;
-  KvStorage storage(KvStorageConfig{c.num_layers, batch * blocks_per_seq, kTokensPerBlock, c.kv_dim(), DType::kF16});
-  KvCacheView kv;
-  kv.layers = storage.LayerViews();
-  kv.num_blocks = storage.config().num_blocks;
+  const int32_t blocks_per_seq = (context + BenchCache::kTokensPerBlock) / BenchCache::kTokensPerBlock;
+  BenchCache cache(c, batch * blocks_per_seq);
+  const KvCacheView& kv = cache.view;
   ThreadPool pool(g_threads);
   ForwardScratch scratch;
   std::mt19937 rng(1);
@@ -114,12 +123,9 @@ void BM_PrefillStep(benchmark::State& state) {
   const Model& model = BenchModel();
   const ModelConfig& c = model.config();
   const int32_t tokens = static_cast<int32_t>(state.range(0));
-  constexpr int32_t kTokensPerBlock = 32;
-  const int32_t blocks = (tokens + kTokensPerBlock - 1) / kTokensPerBlock;
-  KvStorage storage(KvStorageConfig{c.num_layers, blocks, kTokensPerBlock, c.kv_dim(), DType::kF16});
-  KvCacheView kv;
-  kv.layers = storage.LayerViews();
-  kv.num_blocks = storage.config().num_blocks;
+  const int32_t blocks = (tokens + BenchCache::kTokensPerBlock - 1) / BenchCache::kTokensPerBlock;
+  BenchCache cache(c, blocks);
+  const KvCacheView& kv = cache.view;
   ThreadPool pool(g_threads);
   ForwardScratch scratch;
   std::mt19937 rng(1);

@@ -1,7 +1,6 @@
 #include "kernels/ops.h"
 
 #include <cmath>
-#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -99,13 +98,6 @@ void ApplyRopeAngles(float* x, int num_heads, int head_dim, int rope_dim, RopeSt
       hx[b] = x0 * sin[i] + x1 * cos[i];
     }
   }
-}
-
-void ApplyRope(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style,
-               const float* inv_freq, int32_t pos) {
-  std::vector<float> angles(rope_dim);
-  RopeAngles(inv_freq, rope_dim, pos, angles.data(), angles.data() + rope_dim / 2);
-  ApplyRopeAngles(x, num_heads, head_dim, rope_dim, style, angles.data(), angles.data() + rope_dim / 2);
 }
 
 }  // namespace inflight::kernels

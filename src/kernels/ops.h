@@ -31,12 +31,9 @@ enum class RopeStyle {
 // freq_factors may be null (Llama 3 scaling supplies them).
 void RopeInvFreq(float base, int rope_dim, const float* freq_factors, float linear_scale,
                  float* inv_freq);
-// Rotates the first rope_dim dims of each of num_heads heads of one token in place.
-void ApplyRope(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style,
-               const float* inv_freq, int32_t pos);
-// The same in two parts, so a step computes a token's angles once for every layer, Q and K:
-// cos/sin of pos * inv_freq[i] for i < rope_dim / 2 (in double, as ApplyRope does), then the
-// rotation with them. Equal to ApplyRope bit for bit.
+// RoPE in two parts, so a step computes a token's angles once for every layer, Q and K:
+// cos/sin of pos * inv_freq[i] for i < rope_dim / 2 (in double), then the in-place rotation
+// of the first rope_dim dims of each of num_heads heads of one token.
 void RopeAngles(const float* inv_freq, int rope_dim, int32_t pos, float* cos_out, float* sin_out);
 void ApplyRopeAngles(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style, const float* cos,
                      const float* sin);
