@@ -31,7 +31,10 @@ int main(int argc, char** argv) {
   app.set_config("--config-file", "", "TOML/INI file with any of the flags below");
   serving::ServerOptions so;
   std::string control_mode = "none", http_address = "0.0.0.0", grpc_address = "0.0.0.0", metrics_address = "0.0.0.0";
-  int http_port = 8000, grpc_port = 8001, metrics_port = 8002, log_verbose = 0, http_threads = 128;
+  int http_port = 8000, grpc_port = 8001, metrics_port = 8002, log_verbose = 0;
+  frontends::HttpServerOptions ho;
+  int64_t http_header_timeout_ms = ho.header_timeout.count(), http_idle_timeout_ms = ho.idle_timeout.count(),
+          http_body_timeout_ms = ho.body_timeout.count(), http_write_timeout_ms = ho.write_timeout.count();
   bool allow_http = true, allow_grpc = true, allow_metrics = true;
   app.add_option("--model-repository", so.repository, "Model repository folder")->envname("INFLIGHT_MODEL_REPOSITORY");
   app.add_option("--http-port", http_port, "KServe HTTP port (0: any free port)")->envname("INFLIGHT_HTTP_PORT");
@@ -40,8 +43,28 @@ int main(int argc, char** argv) {
   app.add_option("--http-address", http_address)->envname("INFLIGHT_HTTP_ADDRESS");
   app.add_option("--grpc-address", grpc_address)->envname("INFLIGHT_GRPC_ADDRESS");
   app.add_option("--metrics-address", metrics_address)->envname("INFLIGHT_METRICS_ADDRESS");
-  app.add_option("--http-thread-count", http_threads, "HTTP threads (each open stream holds one)")
-      ->envname("INFLIGHT_HTTP_THREAD_COUNT")->check(CLI::Range(4, 4096));
+  app.add_option("--http-thread-count", ho.num_threads, "HTTP I/O threads (connections and streams do not hold one)")
+      ->envname("INFLIGHT_HTTP_THREAD_COUNT")->check(CLI::Range(1, 256));
+  app.add_option("--http-max-connections", ho.max_connections, "Open HTTP connections beyond which new ones are closed")
+      ->envname("INFLIGHT_HTTP_MAX_CONNECTIONS")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--http-max-header-bytes", ho.max_header_bytes, "Largest request line + headers (431 beyond)")
+      ->envname("INFLIGHT_HTTP_MAX_HEADER_BYTES")->check(CLI::Range(1024, 1 << 24));
+  app.add_option("--http-max-header-count", ho.max_header_count, "Most request headers (431 beyond)")
+      ->envname("INFLIGHT_HTTP_MAX_HEADER_COUNT")->check(CLI::Range(8, 100000));
+  app.add_option("--http-max-body-bytes", ho.max_body_bytes, "Largest request body (400 beyond)")
+      ->envname("INFLIGHT_HTTP_MAX_BODY_BYTES")->check(CLI::Range(1024LL, 1LL << 34));
+  app.add_option("--http-header-timeout-ms", http_header_timeout_ms, "From a request's first byte to the end of its headers")
+      ->envname("INFLIGHT_HTTP_HEADER_TIMEOUT_MS")->check(CLI::Range(1, 3600000));
+  app.add_option("--http-body-timeout-ms", http_body_timeout_ms, "For a request's body")
+      ->envname("INFLIGHT_HTTP_BODY_TIMEOUT_MS")->check(CLI::Range(1, 3600000));
+  app.add_option("--http-idle-timeout-ms", http_idle_timeout_ms, "Keep-alive connection with no request")
+      ->envname("INFLIGHT_HTTP_IDLE_TIMEOUT_MS")->check(CLI::Range(1, 86400000));
+  app.add_option("--http-write-timeout-ms", http_write_timeout_ms,
+                 "A response write that makes no progress this long ends the connection (and cancels its request)")
+      ->envname("INFLIGHT_HTTP_WRITE_TIMEOUT_MS")->check(CLI::Range(1, 3600000));
+  app.add_option("--http-max-stream-buffer-bytes", ho.max_stream_buffer_bytes,
+                 "Unread output a streamed response may hold; beyond it the request is cancelled with an error")
+      ->envname("INFLIGHT_HTTP_MAX_STREAM_BUFFER_BYTES")->check(CLI::Range(4096LL, 1LL << 34));
   app.add_option("--allow-http", allow_http)->envname("INFLIGHT_ALLOW_HTTP");
   app.add_option("--allow-grpc", allow_grpc)->envname("INFLIGHT_ALLOW_GRPC");
   app.add_option("--allow-metrics", allow_metrics)->envname("INFLIGHT_ALLOW_METRICS");
@@ -104,10 +127,12 @@ int main(int argc, char** argv) {
     INFLIGHT_LOG(kInfo) << "Started GRPCInferenceService at " << grpc_address << ":" << *port;
   }
   if (allow_http) {
-    frontends::HttpOptions ho;
     ho.address = http_address;
     ho.port = http_port;
-    ho.num_threads = http_threads;
+    ho.header_timeout = std::chrono::milliseconds(http_header_timeout_ms);
+    ho.body_timeout = std::chrono::milliseconds(http_body_timeout_ms);
+    ho.idle_timeout = std::chrono::milliseconds(http_idle_timeout_ms);
+    ho.write_timeout = std::chrono::milliseconds(http_write_timeout_ms);
     http = std::make_unique<frontends::HttpFrontend>(server->get(), ho);
     auto port = http->Start();
     if (!port.ok()) return Fail(port.status());
@@ -123,9 +148,14 @@ int main(int argc, char** argv) {
   sigwait(&signals, &sig);
   INFLIGHT_LOG(kInfo) << "signal " << sig << ": waiting up to " << so.exit_timeout_secs
                       << " s for " << (*server)->num_inflight() << " running requests";
+  // Stop taking connections, let running requests finish within the exit timeout (the
+  // server then ends the rest with an error each stream reports), give the last events a
+  // moment to leave, and close whatever is still open: the exit never waits on a client.
+  if (http) http->StopAccepting();
   (*server)->Shutdown();
-  if (http) http->Stop();
+  if (http) http->Stop(std::chrono::milliseconds(500));
   if (grpc) grpc->Stop();
   if (metrics) metrics->Stop();
+  INFLIGHT_LOG(kInfo) << "exiting";
   return 0;
 }

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
   libsentencepiece-dev python3-sentencepiece libcli11-dev clang libclang-rt-14-dev nodejs npm
-  libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev prometheus-cpp-dev
+  libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev libboost-dev prometheus-cpp-dev
   prometheus curl)
 
 missing=()

@@ -371,6 +371,26 @@ TEST_F(ExecutorTest, ShutdownFinishesEveryOutstandingRequest) {
 
 // ---- Refusals: never left waiting ----
 
+// As TensorRT-LLM's executor: prompt + max_tokens beyond the context clamps max_tokens (the
+// request is served up to the context), only a prompt that fills the context is refused.
+TEST_F(ExecutorTest, MaxTokensBeyondTheContextIsClamped) {
+  ExecutorConfig c;
+  c.tokens_per_block = 16;
+  c.enable_chunked_context = true;
+  auto e = Make(c);
+  const int32_t context = model_->config().context_length;
+  const std::vector<int32_t> prompt(context - 3, 5);
+  Request r = Greedy(prompt, 1000);
+  r.exclude_input_in_output = true;
+  auto id = e->Enqueue(std::move(r));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  std::vector<int32_t> out;
+  for (const Result& x : Collect(*e, *id)) out.insert(out.end(), x.output_token_ids.begin(), x.output_token_ids.end());
+  EXPECT_EQ(out.size(), 3u);
+  EXPECT_EQ(out, Alone(prompt, 3));
+  ExpectNoLeaks(*e);
+}
+
 TEST_F(ExecutorTest, RefusesRequestsItCanNeverServe) {
   ExecutorConfig c;
   c.max_tokens_in_paged_kv_cache = 256;  // 16 blocks of 16
@@ -382,9 +402,10 @@ TEST_F(ExecutorTest, RefusesRequestsItCanNeverServe) {
   EXPECT_EQ(code(Greedy({3, 999999}, 4)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(code(Greedy({3, -1}, 4)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(code(Greedy({3}, 0)).code(), StatusCode::kInvalidArgument);
-  Status over_context = code(Greedy({3}, 5000));
+  const int32_t context = model_->config().context_length;
+  Status over_context = code(Greedy(std::vector<int32_t>(context, 3), 1));
   EXPECT_EQ(over_context.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(over_context.message().find("context length"), std::string::npos) << over_context.message();
+  EXPECT_NE(over_context.message().find("maximum input length"), std::string::npos) << over_context.message();
   Status over_cache = code(Greedy(std::vector<int32_t>(100, 3), 200));
   EXPECT_EQ(over_cache.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(over_cache.message().find("KV cache"), std::string::npos) << over_cache.message();

@@ -102,10 +102,13 @@ TEST(OfflineBatchCli, BadLinesAndImpossibleRequestsAreReportedClearly) {
   EXPECT_NE(r.out.find("line 2"), std::string::npos) << r.out;
 
   const std::string too_long = ::testing::TempDir() + "/offline_too_long.jsonl";
-  std::ofstream(too_long) << R"({"prompt": "ok", "max_tokens": 100000})" << "\n" << R"({"prompt": "ok", "max_tokens": 2})" << "\n";
+  std::string long_prompt;
+  for (int i = 0; i < 3000; ++i) long_prompt += "word ";
+  std::ofstream(too_long) << R"({"prompt": ")" << long_prompt << R"(", "max_tokens": 2})" << "\n"
+                          << R"({"prompt": "ok", "max_tokens": 2})" << "\n";
   r = Exec(kBinary + " --model " + kModel + " --prompts-file " + too_long);
   EXPECT_EQ(r.exit_code, 2) << r.out;  // one request refused, the other served
-  EXPECT_NE(r.out.find("context length"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("maximum input length"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"failed\":1"), std::string::npos) << r.out;
 
   r = Exec(kBinary + " --model " + kModel + " --prompts-file /nonexistent.jsonl");

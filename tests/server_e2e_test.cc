@@ -423,8 +423,18 @@ TEST_F(ServerE2eTest, BadInputGetsTheSpecErrorAndTheServerKeepsServing) {
        json{{"text_input", long_text}, {"max_tokens", 4}}.dump(), 400, "context"},
       {"max_tokens 0", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi", "max_tokens": 0})", 400,
        "request_output_len must be at least 1"},
-      {"huge max_tokens", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi", "max_tokens": 100000000})", 400,
-       ""},
+      // The two requests that crashed the server: a shape whose product wraps int64 around to
+      // 1 (7 x 7905747460161236407 = 2^64 x 3 + 1) and 10^5 nested arrays.
+      {"shape product overflows int64", "POST", "/v2/models/tensorrt_llm_sync/infer",
+       infer(ids + "," + len + "," + out +
+             R"(, {"name": "prompt_embedding_table", "datatype": "FP16", "shape": [1, 7, 7905747460161236407], "data": [1]})"),
+       400, "overflows"},
+      {"10^5 nested arrays in infer data", "POST", "/v2/models/tensorrt_llm_sync/infer",
+       infer(R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 1], "data": )" + std::string(100000, '[') + "1" +
+             std::string(100000, ']') + "}"),
+       400, "nesting deeper than"},
+      {"10^5 nested arrays in generate", "POST", "/v2/models/ensemble/generate",
+       R"({"text_input": )" + std::string(100000, '[') + std::string(100000, ']') + "}", 400, "nesting deeper than"},
       {"generate on a decoupled stream", "POST", "/v2/models/tensorrt_llm/generate",
        R"({"input_ids": [1, 2, 3], "input_lengths": 3, "request_output_len": 4, "streaming": true})", 200,
        "generate expects model to produce exactly 1 response"},

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "base/logging.h"
 
 namespace inflight {
 namespace {
@@ -51,6 +52,11 @@ Status Executor::Validate(const Request& r) const {
     if (id < 0 || id >= vocab_size_) return InvalidArgumentError("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(vocab_size_) + ")");
   }
   if (r.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
+  if (prompt >= context_length_) {
+    return InvalidArgumentError("prompt (" + std::to_string(prompt) + " tokens) exceeds the maximum input length " +
+                                std::to_string(context_length_ - 1) + " (the model's context length is " +
+                                std::to_string(context_length_) + ")");
+  }
   if (prompt + r.max_tokens > context_length_) {
     return InvalidArgumentError("prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
                                 ") exceeds the model's context length " + std::to_string(context_length_));
@@ -84,6 +90,14 @@ Status Executor::Validate(const Request& r) const {
 }
 
 StatusOr<RequestId> Executor::Enqueue(Request request) {
+  // As TensorRT-LLM's executor: max_tokens is clamped to what fits in the context (with a
+  // warning); only a prompt that leaves no room is refused (by Validate).
+  const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+  if (prompt > 0 && prompt < context_length_ && prompt + request.max_tokens > context_length_) {
+    INFLIGHT_LOG(kWarning) << "max_tokens " << request.max_tokens << " + prompt " << prompt << " exceeds the context length "
+                           << context_length_ << "; max_tokens clamped to " << context_length_ - prompt;
+    request.max_tokens = static_cast<int32_t>(context_length_ - prompt);
+  }
   RETURN_IF_ERROR(Validate(request));
   if (request.arrival_time == Clock::time_point{}) request.arrival_time = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);

@@ -308,7 +308,10 @@ class GrpcService final : public inference::GRPCInferenceService::Service {
         return grpc::Status::OK;
       }
     }
-    return grpc::Status(grpc::StatusCode::INTERNAL, "the model produced no response");
+    // Only an empty final response (e.g. the answer to a `stop` request): the reference
+    // answers with no tensors.
+    ToProto(w->responses.back(), out);
+    return grpc::Status::OK;
   }
 
   grpc::Status ModelStreamInfer(grpc::ServerContext* ctx,
@@ -409,7 +412,7 @@ StatusOr<int> GrpcFrontend::Start() {
 
 void GrpcFrontend::Stop() {
   if (grpc_) {
-    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     grpc_.reset();
   }
 }

@@ -1,13 +1,10 @@
 #include "frontends/http_frontend.h"
 
-#include <httplib.h>
-
-#include <condition_variable>
-#include <deque>
-#include <mutex>
+#include <cerrno>
+#include <cstdlib>
+#include <thread>
 
 #include "base/logging.h"
-#include "frontends/connection_watch.h"
 #include "frontends/kserve_json.h"
 #include "serving/model_config_util.h"
 
@@ -31,39 +28,18 @@ int HttpStatus(const Status& s) {
   }
 }
 
-void SendError(httplib::Response& res, int status, const std::string& message) {
-  res.status = status;
-  res.set_content(Dump(json{{"error", message}}), "application/json");
+HttpResponse Json(int status, const json& j) { return {status, "application/json", Dump(j), {}}; }
+
+HttpResponse Error(int status, const std::string& message) {
+  HttpResponse r = Json(status, json{{"error", message}});
+  // Overload (queue full, shutting down): tell the client when to come back.
+  if (status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
-void SendError(httplib::Response& res, const Status& s) { SendError(res, HttpStatus(s), s.message()); }
+HttpResponse Error(const Status& s) { return Error(HttpStatus(s), s.message()); }
 
-// Responses of one request, handed from the engine thread to the HTTP thread.
-struct ResponseQueue {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<InferResponse> items;
-  bool finished = false;
-
-  // The sink keeps the queue alive: the engine may answer after the client has gone.
-  static serving::ResponseSink SinkFor(const std::shared_ptr<ResponseQueue>& q) {
-    return [q](InferResponse&& r) {
-      std::lock_guard<std::mutex> lock(q->mu);
-      q->finished = q->finished || r.final;
-      q->items.push_back(std::move(r));
-      q->cv.notify_all();
-    };
-  }
-  // Waits up to `wait` for a response. Empty optional on timeout.
-  std::optional<InferResponse> Pop(std::chrono::milliseconds wait) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, wait, [&] { return !items.empty(); });
-    if (items.empty()) return std::nullopt;
-    InferResponse r = std::move(items.front());
-    items.pop_front();
-    return r;
-  }
-};
+std::string SseEvent(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 
 struct Route {
   std::string model, version, action;  // action: "", ready, config, infer, generate, generate_stream, stats
@@ -105,92 +81,102 @@ std::vector<std::string> Split(const std::string& path) {
   return out;
 }
 
+// Collects one request's responses. The serving core calls the sink on whatever thread
+// produced a response (the engine's, for LLM steps); each response is handed to the
+// connection's strand, where it is encoded and written.
+template <typename OnResponse>
+serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply, OnResponse on_response) {
+  auto handler = std::make_shared<OnResponse>(std::move(on_response));
+  return [reply, handler](InferResponse&& r) {
+    auto resp = std::make_shared<InferResponse>(std::move(r));
+    reply->Post([handler, resp] { (*handler)(std::move(*resp)); });
+  };
+}
+
 class Handlers {
  public:
   explicit Handlers(serving::Server* s) : s_(s) {}
 
-  void Dispatch(const httplib::Request& req, httplib::Response& res) {
+  void Dispatch(HttpRequest req, std::shared_ptr<HttpReply> reply) {
     const auto seg = Split(req.path);
     const bool get = req.method == "GET", post = req.method == "POST";
     auto method = [&](bool ok) {
-      if (!ok) SendError(res, 405, "Method Not Allowed");
+      if (!ok) reply->Send(Error(405, "Method Not Allowed"));
       return ok;
     };
+    auto status_only = [&](int status) { reply->Send({status, "", "", {}}); };
     if (seg == std::vector<std::string>{"v2", "health", "live"}) {
-      if (method(get)) res.status = s_->live() ? 200 : 400;
+      if (method(get)) status_only(s_->live() ? 200 : 400);
       return;
     }
     if (seg == std::vector<std::string>{"v2", "health", "ready"}) {
-      if (method(get)) res.status = s_->ready() ? 200 : 400;
+      if (method(get)) status_only(s_->ready() ? 200 : 400);
       return;
     }
     if (seg == std::vector<std::string>{"v2"}) {
-      if (method(get)) ServerMetadata(res);
+      if (method(get)) reply->Send(Json(200, ServerMetadata()));
       return;
     }
     if (seg == std::vector<std::string>{"v2", "models", "stats"}) {
-      if (method(get)) Stats("", "", res);
+      if (method(get)) reply->Send(Stats("", ""));
       return;
     }
     if (seg.size() >= 3 && seg[0] == "v2" && seg[1] == "repository") {
-      return Repository(seg, req, res);
+      return Repository(seg, req, std::move(reply));
     }
     if (auto r = ParseModelRoute(seg)) {
       if (r->action.empty()) {
         if (!method(get)) return;
         auto m = s_->GetModelMetadata(r->model, r->version);
-        if (!m.ok()) return SendError(res, m.status());
-        return res.set_content(Dump(MetadataToJson(*m)), "application/json");
+        return reply->Send(m.ok() ? Json(200, MetadataToJson(*m)) : Error(m.status()));
       }
       if (r->action == "ready") {
         if (!method(get)) return;
-        if (s_->ModelReady(r->model, r->version)) {
-          res.status = 200;
-        } else {
-          SendError(res, 400, "Model version not ready");
-        }
-        return;
+        if (s_->ModelReady(r->model, r->version)) return status_only(200);
+        return reply->Send(Error(400, "Model version not ready"));
       }
       if (r->action == "config") {
         if (!method(get)) return;
         auto c = s_->GetModelConfig(r->model, r->version);
-        if (!c.ok()) return SendError(res, c.status());
-        return res.set_content(ModelConfigToJson(*c), "application/json");
+        return reply->Send(c.ok() ? HttpResponse{200, "application/json", ModelConfigToJson(*c), {}} : Error(c.status()));
       }
       if (r->action == "stats") {
-        if (method(get)) Stats(r->model, r->version, res);
+        if (method(get)) reply->Send(Stats(r->model, r->version));
         return;
       }
       if (!method(post)) return;
-      if (r->action == "infer") return Infer(*r, req, res);
-      return Generate(*r, req, res, r->action == "generate_stream");
+      if (r->action == "infer") return Infer(*r, req, std::move(reply));
+      return Generate(*r, req, std::move(reply), r->action == "generate_stream");
     }
-    SendError(res, 404, "Not Found");
+    reply->Send(Error(404, "Not Found"));
   }
 
  private:
-  void ServerMetadata(httplib::Response& res) {
-    json j = {{"name", "inflight"},
-              {"version", "0.4.0"},
-              {"extensions", {"model_repository", "model_configuration", "binary_tensor_data", "parameters",
-                              "statistics", "generate"}}};
-    res.set_content(Dump(j), "application/json");
+  static json ServerMetadata() {
+    return {{"name", "inflight"},
+            {"version", "0.4.0"},
+            {"extensions", {"model_repository", "model_configuration", "binary_tensor_data", "parameters",
+                            "statistics", "generate"}}};
   }
 
-  void Stats(const std::string& model, const std::string& version, httplib::Response& res) {
+  HttpResponse Stats(const std::string& model, const std::string& version) {
     auto st = s_->Statistics(model, version);
-    if (!st.ok()) return SendError(res, st.status());
-    res.set_content(Dump(StatisticsToJson(*st)), "application/json");
+    if (!st.ok()) return Error(st.status());
+    return Json(200, StatisticsToJson(*st));
   }
 
-  void Repository(const std::vector<std::string>& seg, const httplib::Request& req, httplib::Response& res) {
+  void Repository(const std::vector<std::string>& seg, const HttpRequest& req, std::shared_ptr<HttpReply> reply) {
     // /v2/repository[/{repo}]/index and /v2/repository[/{repo}]/models/{m}/load|unload
     size_t i = 2;
     if (seg.size() == 4 && seg[3] == "index") i = 3;
     if (seg.size() == 6 && seg[3] == "models") i = 3;
-    if (req.method != "POST") return SendError(res, 405, "Method Not Allowed");
-    json body = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) return SendError(res, 400, "failed to parse the request JSON buffer");
+    if (req.method != "POST") return reply->Send(Error(405, "Method Not Allowed"));
+    // tritonclient.http posts the index request with no body at all.
+    auto parsed = req.body.empty() ? StatusOr<json>(json::object()) : ParseJsonBounded(req.body);
+    if (!parsed.ok() || !parsed->is_object()) {
+      return reply->Send(Error(400, "failed to parse the request JSON buffer"));
+    }
+    const json body = std::move(parsed).value();
     if (seg.size() == i + 1 && seg[i] == "index") {
       const bool ready = body.contains("ready") && body["ready"].is_boolean() && body["ready"].get<bool>();
       json arr = json::array();
@@ -201,164 +187,134 @@ class Handlers {
         if (!e.reason.empty()) x["reason"] = e.reason;
         arr.push_back(std::move(x));
       }
-      return res.set_content(Dump(arr), "application/json");
+      return reply->Send(Json(200, arr));
     }
     if (seg.size() == i + 3 && seg[i] == "models" && (seg[i + 2] == "load" || seg[i + 2] == "unload")) {
-      const std::string& model = seg[i + 1];
+      const std::string model = seg[i + 1];
       const json params = body.contains("parameters") && body["parameters"].is_object() ? body["parameters"] : json::object();
-      Status s;
-      if (seg[i + 2] == "load") {
-        std::optional<std::string> config;
+      const bool load = seg[i + 2] == "load";
+      std::optional<std::string> config;
+      if (load) {
         if (params.contains("config")) {
-          if (!params["config"].is_string()) return SendError(res, 400, "load parameter 'config' must be a string");
+          if (!params["config"].is_string()) return reply->Send(Error(400, "load parameter 'config' must be a string"));
           config = params["config"].get<std::string>();
         }
         for (const auto& [k, v] : params.items()) {
-          if (k.rfind("file:", 0) == 0) return SendError(res, 501, "load parameter '" + k + "': file overrides are not supported");
+          if (k.rfind("file:", 0) == 0) {
+            return reply->Send(Error(501, "load parameter '" + k + "': file overrides are not supported"));
+          }
         }
-        s = s_->LoadModel(model, config);
-      } else {
-        const bool deps = params.contains("unload_dependents") && params["unload_dependents"].is_boolean() &&
-                          params["unload_dependents"].get<bool>();
-        s = s_->UnloadModel(model, deps);
       }
-      if (!s.ok()) return SendError(res, s);
-      res.status = 200;
+      const bool deps = params.contains("unload_dependents") && params["unload_dependents"].is_boolean() &&
+                        params["unload_dependents"].get<bool>();
+      // Loading a model takes seconds: off the I/O threads.
+      std::thread([this, reply, model, config, load, deps] {
+        const Status s = load ? s_->LoadModel(model, config) : s_->UnloadModel(model, deps);
+        reply->Send(s.ok() ? HttpResponse{200, "", "", {}} : Error(s));
+      }).detach();
       return;
     }
-    SendError(res, 404, "Not Found");
+    reply->Send(Error(404, "Not Found"));
   }
 
-  // Waits for the request's responses, cancelling it when the client disconnects.
-  static std::vector<InferResponse> AwaitAll(ResponseQueue& q, const ConnectionWatch& watch, serving::CancelToken& cancel) {
-    std::vector<InferResponse> out;
-    while (true) {
-      auto r = q.Pop(std::chrono::milliseconds(20));
-      if (!r) {
-        if (watch.PeerClosed()) cancel.Cancel();
-        continue;
-      }
-      const bool final = r->final;
-      out.push_back(std::move(*r));
-      if (final) return out;
-    }
-  }
-
-  void Infer(const Route& route, const httplib::Request& req, httplib::Response& res) {
+  void Infer(const Route& route, const HttpRequest& req, std::shared_ptr<HttpReply> reply) {
     auto config = s_->GetModelConfig(route.model, route.version);
-    if (!config.ok()) return SendError(res, config.status());
+    if (!config.ok()) return reply->Send(Error(config.status()));
     if (serving::IsDecoupled(*config)) {
-      return SendError(res, 501, "HTTP end point doesn't support models with decoupled transaction policy");
+      return reply->Send(Error(501, "HTTP end point doesn't support models with decoupled transaction policy"));
     }
     int64_t header_len = -1;
-    if (req.has_header("Inference-Header-Content-Length")) {
-      const std::string v = req.get_header_value("Inference-Header-Content-Length");
+    if (req.HasHeader("Inference-Header-Content-Length")) {
+      const std::string v = req.Header("Inference-Header-Content-Length");
       char* end = nullptr;
+      errno = 0;
       header_len = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || header_len < 0 || header_len > static_cast<int64_t>(req.body.size())) {
-        return SendError(res, 400, "Inference-Header-Content-Length header value '" + v + "' is out of range");
+      if (v.empty() || *end != '\0' || errno != 0 || header_len < 0 || header_len > static_cast<int64_t>(req.body.size())) {
+        return reply->Send(Error(400, "Inference-Header-Content-Length header value '" + v + "' is out of range"));
       }
     }
     auto parsed = ParseInferRequest(req.body, header_len);
-    if (!parsed.ok()) return SendError(res, parsed.status());
-    InferRequest r = std::move(parsed->request);
+    if (!parsed.ok()) return reply->Send(Error(parsed.status()));
+    auto shape = std::make_shared<ParsedInfer>(std::move(parsed).value());
+    InferRequest r = std::move(shape->request);
     r.model_name = route.model;
     r.model_version = route.version.empty() ? -1 : std::stoll(route.version);
     auto cancel = r.cancel;
-    auto q = std::make_shared<ResponseQueue>();
-    s_->Infer(std::move(r), ResponseQueue::SinkFor(q));
-    ConnectionWatch watch(req.local_port, req.remote_addr, req.remote_port);
-    auto responses = AwaitAll(*q, watch, *cancel);
-    const InferResponse* data = nullptr;
-    for (const auto& resp : responses) {
-      if (!resp.error.ok()) return SendError(res, resp.error);
-      if (!resp.empty() && !data) data = &resp;
-    }
-    if (!data) return SendError(res, 500, "the model produced no response");
-    std::string binary;
-    const std::string header = Dump(InferResponseToJson(*data, *parsed, &binary));
-    if (binary.empty()) return res.set_content(header, "application/json");
-    res.set_header("Inference-Header-Content-Length", std::to_string(header.size()));
-    res.set_content(header + binary, "application/octet-stream");
+    reply->OnClientGone([cancel](const std::string&) { cancel->Cancel(); });
+    auto responses = std::make_shared<std::vector<InferResponse>>();
+    s_->Infer(std::move(r), SinkOnStrand(reply, [reply, responses, shape](InferResponse&& resp) {
+      const bool final = resp.final;
+      responses->push_back(std::move(resp));
+      if (!final) return;
+      const InferResponse* data = nullptr;
+      for (const auto& x : *responses) {
+        if (!x.error.ok()) return reply->Send(Error(x.error));
+        if (!x.empty() && !data) data = &x;
+      }
+      // Only an empty final response (e.g. the answer to a `stop` request): the reference
+      // answers with no tensors.
+      if (!data) data = &responses->back();
+      std::string binary;
+      const std::string header = Dump(InferResponseToJson(*data, *shape, &binary));
+      if (binary.empty()) return reply->Send({200, "application/json", header, {}});
+      reply->Send({200, "application/octet-stream", header + binary,
+                   {{"Inference-Header-Content-Length", std::to_string(header.size())}}});
+    }));
   }
 
-  void Generate(const Route& route, const httplib::Request& req, httplib::Response& res, bool stream) {
-    const std::string encoding = req.get_header_value("Content-Encoding");
+  void Generate(const Route& route, const HttpRequest& req, std::shared_ptr<HttpReply> reply, bool stream) {
+    const std::string encoding = req.Header("Content-Encoding");
     if (!encoding.empty() && encoding != "identity") {
-      return SendError(res, 400, "Unsupported content-encoding '" + encoding + "' for generate");
+      return reply->Send(Error(400, "Unsupported content-encoding '" + encoding + "' for generate"));
     }
     auto config = s_->GetModelConfig(route.model, route.version);
-    if (!config.ok()) return SendError(res, config.status());
+    if (!config.ok()) return reply->Send(Error(config.status()));
     auto parsed = ParseGenerateRequest(req.body, *config);
-    if (!parsed.ok()) return SendError(res, parsed.status());
+    if (!parsed.ok()) return reply->Send(Error(parsed.status()));
     InferRequest r = std::move(parsed).value();
     r.model_name = route.model;
     r.model_version = route.version.empty() ? -1 : std::stoll(route.version);
     auto cancel = r.cancel;
-    auto q = std::make_shared<ResponseQueue>();
-    s_->Infer(std::move(r), ResponseQueue::SinkFor(q));
-    {
-      // Errors before inference started (checks against the config) are plain JSON errors.
-      std::lock_guard<std::mutex> lock(q->mu);
-      if (q->finished && q->items.size() == 1 && !q->items.front().error.ok()) {
-        return SendError(res, q->items.front().error);
-      }
-    }
-    auto watch = std::make_shared<ConnectionWatch>(req.local_port, req.remote_addr, req.remote_port);
+    // Why the client is gone, if the server gave up on it (a slow reader): its last event.
+    auto gone_reason = std::make_shared<std::string>();
+    reply->OnClientGone([cancel, gone_reason](const std::string& reason) {
+      *gone_reason = reason;
+      cancel->Cancel();
+    });
     if (!stream) {
-      auto responses = AwaitAll(*q, *watch, *cancel);
-      std::vector<const InferResponse*> data;
-      for (const auto& resp : responses) {
-        if (!resp.error.ok() && data.empty()) return SendError(res, resp.error);
-        if (!resp.empty()) data.push_back(&resp);
-      }
-      if (data.size() != 1) {
-        res.status = 200;
-        return res.set_content(Dump(json{{"error", "generate expects model to produce exactly 1 response, use generate "
-                                               "stream for model that generates various number of responses"}}),
-                               "application/json");
-      }
-      return res.set_content(Dump(GenerateResponseToJson(*data[0])), "application/json");
+      auto data = std::make_shared<std::vector<InferResponse>>();
+      s_->Infer(std::move(r), SinkOnStrand(reply, [reply, data](InferResponse&& resp) {
+        if (!resp.error.ok() && data->empty()) return reply->Send(Error(resp.error));
+        const bool final = resp.final;
+        if (!resp.empty()) data->push_back(std::move(resp));
+        if (!final) return;
+        if (data->size() != 1) {
+          return reply->Send(Json(200, json{{"error", "generate expects model to produce exactly 1 response, use generate "
+                                                      "stream for model that generates various number of responses"}}));
+        }
+        reply->Send(Json(200, GenerateResponseToJson(data->front())));
+      }));
+      return;
     }
-    res.status = 200;
-    res.set_chunked_content_provider(
-        "text/event-stream; charset=utf-8",
-        [q, watch, cancel](size_t, httplib::DataSink& sink) {
-          // Nothing may escape a content provider (it runs outside httplib's handler guard).
-          try {
-          while (true) {
-            auto r = q->Pop(std::chrono::milliseconds(20));
-            if (!r) {
-              if (watch->PeerClosed()) {
-                cancel->Cancel();
-                return false;
-              }
-              continue;
-            }
-            if (!r->empty()) {
-              const std::string event = "data: " + Dump(GenerateResponseToJson(*r)) + "\n\n";
-              if (!sink.write(event.data(), event.size())) {
-                cancel->Cancel();
-                return false;
-              }
-            }
-            if (r->final) {
-              sink.done();
-              return true;
-            }
-          }
-          } catch (const std::exception& e) {
-            cancel->Cancel();
-            const std::string event = "data: " + Dump(json{{"error", std::string("internal error: ") + e.what()}}) + "\n\n";
-            sink.write(event.data(), event.size());
-            sink.done();
-            return true;
-          }
-        },
-        [q, cancel](bool success) {
-          // The provider ended early (write failed or the client left): free the engine request.
-          if (!success) cancel->Cancel();
-        });
+    auto started = std::make_shared<bool>(false);
+    s_->Infer(std::move(r), SinkOnStrand(reply, [reply, started, gone_reason](InferResponse&& resp) {
+      if (!*started) {
+        // A request refused before any output (config checks, the engine's refusals) is a
+        // plain JSON error with its status, as the reference answers.
+        if (!resp.error.ok() && resp.final) return reply->Send(Error(resp.error));
+        reply->StartStream(200, "text/event-stream; charset=utf-8");
+        *started = true;
+      }
+      if (!resp.error.ok()) {
+        // Ended by an error after output started (shutdown, a slow reader, an engine error):
+        // the stream says so in a last event instead of looking complete.
+        const std::string message = gone_reason->empty() ? resp.error.message() : *gone_reason;
+        reply->Write(SseEvent(json{{"error", message}}), /*force=*/true);
+      } else if (!resp.empty()) {
+        reply->Write(SseEvent(GenerateResponseToJson(resp)));
+      }
+      if (resp.final) reply->EndStream();
+    }));
   }
 
   serving::Server* s_;
@@ -366,49 +322,30 @@ class Handlers {
 
 }  // namespace
 
-HttpFrontend::HttpFrontend(serving::Server* server, HttpOptions options) : server_(server), options_(std::move(options)) {}
+HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options)
+    : server_(server), options_(std::move(options)) {}
 
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 StatusOr<int> HttpFrontend::Start() {
-  http_ = std::make_unique<httplib::Server>();
-  const int threads = options_.num_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(options_.max_input_bytes);
-  http_->set_read_timeout(60);
-  http_->set_write_timeout(60);
   auto handlers = std::make_shared<Handlers>(server_);
-  auto h = [handlers](const httplib::Request& req, httplib::Response& res) { handlers->Dispatch(req, res); };
-  http_->Get(".*", h);
-  http_->Post(".*", h);
-  http_->Put(".*", h);
-  http_->Delete(".*", h);
-  http_->Patch(".*", h);
-  http_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) {
-      if (res.status == 413) {
-        res.status = 400;
-        res.set_content(Dump(json{{"error", "request exceeds the maximum allowed input size"}}), "application/json");
-      } else {
-        res.set_content(Dump(json{{"error", res.status == 404 ? "Not Found" : res.status == 405 ? "Method Not Allowed" : "Bad Request"}}), "application/json");
-      }
+  http_ = std::make_unique<HttpServer>(options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
+    try {
+      handlers->Dispatch(std::move(req), reply);
+    } catch (const std::exception& e) {
+      // Nothing a client sends may take an I/O thread down.
+      reply->Send(Error(500, std::string("internal error: ") + e.what()));
     }
   });
-  int port = options_.port;
-  if (port == 0) {
-    port = http_->bind_to_any_port(options_.address);
-  } else if (!http_->bind_to_port(options_.address, port)) {
-    port = -1;
-  }
-  if (port < 0) return UnavailableError("HTTP: cannot bind " + options_.address + ":" + std::to_string(options_.port));
-  RaiseListenBacklog(port);
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
-  return port;
+  return http_->Start();
 }
 
-void HttpFrontend::Stop() {
-  if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
+void HttpFrontend::StopAccepting() {
+  if (http_) http_->StopAccepting();
+}
+
+void HttpFrontend::Stop(std::chrono::milliseconds grace) {
+  if (http_) http_->Stop(grace);
 }
 
 MetricsFrontend::MetricsFrontend(serving::Server* server, std::string address, int port)
@@ -417,20 +354,21 @@ MetricsFrontend::MetricsFrontend(serving::Server* server, std::string address, i
 MetricsFrontend::~MetricsFrontend() { Stop(); }
 
 StatusOr<int> MetricsFrontend::Start() {
-  http_ = std::make_unique<httplib::Server>();
-  http_->new_task_queue = [] { return new httplib::ThreadPool(4); };
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(server_->metrics().Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+  HttpServerOptions o;
+  o.address = address_;
+  o.port = port_;
+  o.num_threads = 1;
+  o.max_body_bytes = 1 << 20;
+  http_ = std::make_unique<HttpServer>(o, [this](HttpRequest req, std::shared_ptr<HttpReply> reply) {
+    if (req.path != "/metrics") return reply->Send(Error(404, "Not Found"));
+    if (req.method != "GET") return reply->Send(Error(405, "Method Not Allowed"));
+    reply->Send({200, "text/plain; version=0.0.4; charset=utf-8", server_->metrics().Serialize(), {}});
   });
-  int port = port_ == 0 ? http_->bind_to_any_port(address_) : (http_->bind_to_port(address_, port_) ? port_ : -1);
-  if (port < 0) return UnavailableError("metrics: cannot bind " + address_ + ":" + std::to_string(port_));
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
-  return port;
+  return http_->Start();
 }
 
 void MetricsFrontend::Stop() {
-  if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (http_) http_->Stop();
 }
 
 }  // namespace inflight::frontends

@@ -1,41 +1,32 @@
 // KServe v2 over HTTP/REST with Triton's extensions (generate, generate_stream, repository,
-// statistics), and the Prometheus /metrics endpoint. Translation only: every decision is the
-// serving::Server's.
+// statistics), and the Prometheus /metrics endpoint, on the asynchronous HttpServer.
+// Translation only: every decision is the serving::Server's.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 
+#include "frontends/http_server.h"
 #include "serving/server.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace inflight::frontends {
 
-struct HttpOptions {
-  std::string address = "0.0.0.0";
-  int port = 8000;          // 0: any free port
-  int num_threads = 128;    // each open stream holds one
-  size_t max_input_bytes = 64 << 20;
-};
-
 class HttpFrontend {
  public:
-  HttpFrontend(serving::Server* server, HttpOptions options);
+  HttpFrontend(serving::Server* server, HttpServerOptions options);
   ~HttpFrontend();
-  // Binds and serves on a background thread. Returns the bound port; UNAVAILABLE if the
+  // Binds and serves on background threads. Returns the bound port; UNAVAILABLE if the
   // address cannot be bound.
   StatusOr<int> Start();
-  void Stop();
+  void StopAccepting();
+  // Gives replies in progress up to `grace`, then closes every connection.
+  void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
  private:
   serving::Server* server_;
-  HttpOptions options_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
+  HttpServerOptions options_;
+  std::unique_ptr<HttpServer> http_;
 };
 
 // GET /metrics in the Prometheus text format.
@@ -50,8 +41,7 @@ class MetricsFrontend {
   serving::Server* server_;
   std::string address_;
   int port_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
+  std::unique_ptr<HttpServer> http_;
 };
 
 }  // namespace inflight::frontends

@@ -16,16 +16,32 @@ using serving::DataTypeProtocolName;
 using serving::DataTypeSize;
 using serving::InferTensor;
 
-void Flatten(const json& j, std::vector<const json*>* out) {
-  if (j.is_array()) {
-    for (const json& x : j) Flatten(x, out);
-  } else {
-    out->push_back(&j);
+// The leaves of nested arrays in order, without recursion (the nesting depth is the
+// client's; ParseJsonBounded bounds it, this does not rely on that).
+void Flatten(const json& root, std::vector<const json*>* out) {
+  std::vector<std::pair<const json*, size_t>> stack;  // array, next index
+  if (!root.is_array()) return out->push_back(&root);
+  stack.push_back({&root, 0});
+  while (!stack.empty()) {
+    auto& [arr, next] = stack.back();
+    if (next == arr->size()) {
+      stack.pop_back();
+      continue;
+    }
+    const json& x = (*arr)[next++];
+    if (x.is_array()) {
+      stack.push_back({&x, 0});
+    } else {
+      out->push_back(&x);
+    }
   }
 }
 
 // JSON `data` -> raw bytes of `dtype`.
 Status EncodeData(const json& data, InferTensor* t) {
+  if (t->num_elements() < 0) {
+    return InvalidArgumentError("input '" + t->name + "': the element count of its shape overflows");
+  }
   std::vector<const json*> flat;
   Flatten(data, &flat);
   if (static_cast<int64_t>(flat.size()) != t->num_elements()) {
@@ -121,6 +137,42 @@ json TensorValues(const InferTensor& t) {
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+int JsonNestingDepth(std::string_view text) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+StatusOr<json> ParseJsonBounded(std::string_view text, int max_depth) {
+  // nlohmann's dump and our walks recurse per level: refuse deep documents before parsing.
+  if (JsonNestingDepth(text) > max_depth) {
+    return InvalidArgumentError("failed to parse the request JSON buffer: nesting deeper than " +
+                                std::to_string(max_depth) + " levels");
+  }
+  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded()) return InvalidArgumentError("failed to parse the request JSON buffer: invalid JSON");
+  return j;
+}
+
 StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_length) {
   if (header_length == 0) {
     return UnimplementedError("raw binary requests (Inference-Header-Content-Length: 0) are not supported");
@@ -130,8 +182,9 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
                                 " is larger than the request body");
   }
   const size_t json_len = header_length < 0 ? body.size() : static_cast<size_t>(header_length);
-  json j = json::parse(body.begin(), body.begin() + json_len, nullptr, false);
-  if (j.is_discarded()) return InvalidArgumentError("failed to parse the request JSON buffer: invalid JSON");
+  auto parsed = ParseJsonBounded(std::string_view(body).substr(0, json_len));
+  if (!parsed.ok()) return parsed.status();
+  json& j = *parsed;
   if (!j.is_object()) return InvalidArgumentError("the request body must be a JSON object");
   ParsedInfer p;
   serving::InferRequest& r = p.request;
@@ -192,7 +245,7 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
       if (header_length < 0) {
         return InvalidArgumentError("input '" + t.name + "' has binary_data_size but the request has no Inference-Header-Content-Length");
       }
-      if (offset + binary_size > body.size()) {
+      if (static_cast<uint64_t>(binary_size) > body.size() - offset) {
         return InvalidArgumentError("unexpected size for input '" + t.name + "': the binary data is shorter than binary_data_size");
       }
       t.data = body.substr(offset, binary_size);
@@ -250,8 +303,9 @@ json InferResponseToJson(const serving::InferResponse& resp, const ParsedInfer& 
 }
 
 StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body, const inference::ModelConfig& config) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) return InvalidArgumentError("failed to parse the request JSON buffer: invalid JSON");
+  auto parsed = ParseJsonBounded(body);
+  if (!parsed.ok()) return parsed.status();
+  json& j = *parsed;
   if (!j.is_object()) return InvalidArgumentError("the generate request must be a JSON object");
   serving::InferRequest r;
   auto find_input = [&](const std::string& name) -> const inference::ModelInput* {

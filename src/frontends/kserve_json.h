@@ -14,6 +14,12 @@ namespace inflight::frontends {
 // of throwing.
 std::string Dump(const nlohmann::json& j);
 
+// Deepest nesting of arrays and objects in JSON text (strings skipped); a linear scan, no
+// parse.
+int JsonNestingDepth(std::string_view text);
+// Parses client JSON; INVALID_ARGUMENT when it is malformed or nests deeper than max_depth.
+StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth = 64);
+
 struct ParsedInfer {
   serving::InferRequest request;
   bool binary_output_default = false;

@@ -88,7 +88,10 @@ int64_t DataTypeSize(DataType t) {
 
 int64_t InferTensor::num_elements() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    // A client names the shape: its product must not wrap around to a small count.
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
   return n;
 }
 
@@ -97,6 +100,7 @@ Status InferTensor::CheckSize() const {
     if (d < 0) return InvalidArgumentError("input '" + name + "' has a negative dimension");
   }
   const int64_t n = num_elements();
+  if (n < 0) return InvalidArgumentError("input '" + name + "': the element count of its shape overflows");
   if (dtype == inference::TYPE_STRING) {
     int64_t count = 0;
     size_t pos = 0;
@@ -116,9 +120,13 @@ Status InferTensor::CheckSize() const {
   }
   const int64_t size = DataTypeSize(dtype);
   if (size == 0) return InvalidArgumentError("input '" + name + "' has an invalid datatype");
-  if (static_cast<int64_t>(data.size()) != n * size) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(n, size, &bytes)) {
+    return InvalidArgumentError("input '" + name + "': the byte size of its shape overflows");
+  }
+  if (static_cast<int64_t>(data.size()) != bytes) {
     return InvalidArgumentError("unexpected total byte size " + std::to_string(data.size()) +
-                                " for inference input '" + name + "', expecting " + std::to_string(n * size));
+                                " for inference input '" + name + "', expecting " + std::to_string(bytes));
   }
   return OkStatus();
 }

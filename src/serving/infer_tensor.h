@@ -27,6 +27,7 @@ struct InferTensor {
   std::vector<int64_t> shape;
   std::string data;  // row-major, little-endian; BYTES: [u32 length][bytes] per element
 
+  // Product of the shape; -1 when a dimension is negative or the product overflows int64.
   int64_t num_elements() const;
   // INVALID_ARGUMENT when data does not hold exactly num_elements() elements.
   Status CheckSize() const;

@@ -104,6 +104,7 @@ class LlmBackend : public ModelBackend {
     }
     stats_cv_.notify_all();
     stats_thread_.join();
+    unloading_ = true;  // requests the shutdown cancels end with an error, not as complete
     executor_->Shutdown();
   }
 
@@ -124,6 +125,8 @@ class LlmBackend : public ModelBackend {
 
   std::mutex ids_mu_;  // Triton id -> live executor ids, for `stop` requests
   std::unordered_multimap<std::string, RequestId> live_;
+
+  std::atomic<bool> unloading_{false};
 
   std::mutex stats_mu_;
   std::condition_variable stats_cv_;
@@ -314,7 +317,9 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     if (!words.ok()) return words.status();
     (std::string(list) == "stop_words_list" ? q.stop_words : q.bad_words) = std::move(words).value();
   }
-  for (const char* unsupported : {"embedding_bias", "decoder_input_ids", "prompt_embedding_table", "prompt_table_extra_ids",
+  // decoder_input_ids / decoder_input_lengths are ignored: every supported model is
+  // decoder-only, and the reference ensemble always sends them (one pad id per row).
+  for (const char* unsupported : {"embedding_bias", "prompt_embedding_table", "prompt_table_extra_ids",
                                   "lora_task_id", "lora_weights", "lora_config", "guided_decoding_guide_type",
                                   "guided_decoding_guide"}) {
     if (const InferTensor* t = r.FindInput(unsupported); t && t->num_elements() > 0) {
@@ -357,6 +362,8 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   if (res.finish_reason == FinishReason::kCancelled && p->cancel->cancelled() && p->failure.ok()) {
     // The client is gone (disconnect, cancelled stream): end as CANCELLED, not as a success.
     p->failure = CancelledError("Request was cancelled");
+  } else if (res.finish_reason == FinishReason::kCancelled && unloading_ && p->failure.ok()) {
+    p->failure = UnavailableError("the model was unloaded (server shutdown) before the request finished");
   } else if (!res.error.ok() && p->failure.ok()) {
     p->failure = InternalError("Executor failed process requestId " + std::to_string(res.request_id) +
                                " due to the following error: " + res.error.message());

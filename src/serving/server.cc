@@ -338,7 +338,7 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
       }
     }
   }
-  if (!e->versions.empty()) UnloadLocked(name, lock);
+  if (!e->versions.empty()) UnloadLocked(name, lock, UnloadDeadline());
   e->state = "LOADING";
   e->reason.clear();
   std::map<int64_t, std::shared_ptr<Loaded>> loaded;
@@ -372,7 +372,7 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
   return OkStatus();
 }
 
-void Server::UnloadLocked(const std::string& name, std::unique_lock<std::mutex>& lock) {
+void Server::UnloadLocked(const std::string& name, std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
   auto it = models_.find(name);
   if (it == models_.end()) return;
   std::shared_ptr<Entry> e = it->second;
@@ -381,7 +381,6 @@ void Server::UnloadLocked(const std::string& name, std::unique_lock<std::mutex>&
   e->state = "UNLOADING";
   // New requests no longer find the model; running ones finish (or time out) first.
   lock.unlock();
-  const auto deadline = Clock::now() + std::chrono::seconds(options_.exit_timeout_secs);
   for (auto& [v, l] : versions) {
     while (l->inflight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -416,8 +415,8 @@ Status Server::UnloadModel(const std::string& name, bool unload_dependents) {
       for (const auto& s : l->config.ensemble_scheduling().step()) steps.push_back(s.model_name());
     }
   }
-  UnloadLocked(name, lock);
-  for (const std::string& s : steps) UnloadLocked(s, lock);
+  UnloadLocked(name, lock, UnloadDeadline());
+  for (const std::string& s : steps) UnloadLocked(s, lock, UnloadDeadline());
   return OkStatus();
 }
 
@@ -445,7 +444,7 @@ void Server::PollLoop() {
     for (const auto& [n, e] : models_) {
       if (!present.count(n) && !e->versions.empty()) gone.push_back(n);
     }
-    for (const std::string& n : gone) UnloadLocked(n, lock);
+    for (const std::string& n : gone) UnloadLocked(n, lock, UnloadDeadline());
   }
 }
 
@@ -456,7 +455,8 @@ void Server::Shutdown() {
   const auto deadline = Clock::now() + std::chrono::seconds(options_.exit_timeout_secs);
   while (inflight_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::unique_lock<std::mutex> lock(mu_);
-  // Ensembles first: they call the others.
+  // LLM models first: unloading one cancels what still runs there, and those requests end
+  // with an error that still flows through the ensembles and text models calling them.
   std::vector<std::string> names;
   for (const auto& [n, e] : models_) names.push_back(n);
   for (int pass = 0; pass < 2; ++pass) {
@@ -465,7 +465,7 @@ void Server::Shutdown() {
       if (e->versions.empty()) continue;
       bool ensemble = false;
       for (const auto& [v, l] : e->versions) ensemble = ensemble || l->config.platform() == "ensemble" || l->config.backend() == "python";
-      if ((pass == 0) == ensemble) UnloadLocked(n, lock);
+      if ((pass == 1) == ensemble) UnloadLocked(n, lock, deadline);
     }
   }
 }
@@ -601,7 +601,10 @@ void Server::Infer(InferRequest r, ResponseSink sink) {
     resp.id = r.id;
     sink(std::move(resp));
   };
-  if (shutting_down_) return reject(UnavailableError("Server is shutting down, no new requests are accepted"));
+  // An ensemble's steps (they carry its request context) still run while the server drains.
+  if (shutting_down_ && !r.context) {
+    return reject(UnavailableError("Server is shutting down, no new requests are accepted"));
+  }
   if (!found.ok()) return reject(found.status());
   std::shared_ptr<Loaded> l = *found;
   const std::string version = std::to_string(l->version);

@@ -106,7 +106,12 @@ class Server : public InferenceRunner {
   explicit Server(const ServerOptions& options);
   Status LoadLocked(const std::string& name, const std::optional<std::string>& config_json,
                     std::unique_lock<std::mutex>& lock);
-  void UnloadLocked(const std::string& name, std::unique_lock<std::mutex>& lock);
+  // Waits for the model's running requests until `deadline`, then destroys its backends.
+  void UnloadLocked(const std::string& name, std::unique_lock<std::mutex>& lock,
+                    std::chrono::steady_clock::time_point deadline);
+  std::chrono::steady_clock::time_point UnloadDeadline() const {
+    return std::chrono::steady_clock::now() + std::chrono::seconds(options_.exit_timeout_secs);
+  }
   StatusOr<std::shared_ptr<Loaded>> Find(const std::string& name, const std::string& version) const;
   std::shared_ptr<Loaded> FindByNumber(const std::string& name, int64_t version) const;
   std::vector<std::string> ScanRepository() const;

@@ -35,6 +35,19 @@ StatusOr<int64_t> RowInt(const InferTensor* t, int64_t b, int64_t fallback) {
   return (*v)[v->size() == 1 ? 0 : std::min<size_t>(b, v->size() - 1)];
 }
 
+// Rows of token ids as one [B, longest] tensor, each row right-padded with its pad id.
+InferTensor RightPadded(const std::string& name, const std::vector<std::vector<int32_t>>& rows,
+                        const std::vector<int32_t>& pad_ids) {
+  size_t width = 0;
+  for (const auto& row : rows) width = std::max(width, row.size());
+  std::vector<int32_t> flat;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    flat.insert(flat.end(), rows[b].begin(), rows[b].end());
+    flat.insert(flat.end(), width - rows[b].size(), pad_ids[b]);
+  }
+  return InferTensor::Int32(name, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(width)}, flat);
+}
+
 class TokenizerBackend : public ModelBackend {
  public:
   TokenizerBackend(std::shared_ptr<const Tokenizer> tok, bool add_special) : tok_(std::move(tok)), add_special_(add_special) {}
@@ -60,10 +73,8 @@ class TokenizerBackend : public ModelBackend {
     std::vector<std::vector<int32_t>> ids(batch);
     std::vector<WordList> stop(batch), bad(batch);
     std::vector<int32_t> lengths, out_lens, end_ids, pad_ids;
-    size_t width = 0;
     for (int64_t b = 0; b < batch; ++b) {
       ids[b] = tok_->Encode((*texts)[b], add_special_);
-      width = std::max(width, ids[b].size());
       lengths.push_back(static_cast<int32_t>(ids[b].size()));
       auto out_len = RowInt(r.FindInput("REQUEST_OUTPUT_LEN"), b, -1);
       if (!out_len.ok()) return out_len.status();
@@ -85,14 +96,25 @@ class TokenizerBackend : public ModelBackend {
         }
       }
     }
-    std::vector<int32_t> flat;
+    if (const InferTensor* words = r.FindInput("EMBEDDING_BIAS_WORDS"); words && words->num_elements() > 0) {
+      return UnimplementedError("embedding_bias_words is not supported by this server");
+    }
+    // Without a decoder query the reference emits one pad id per row (length 1).
+    std::vector<std::vector<int32_t>> decoder_ids(batch);
+    std::vector<int32_t> decoder_lengths;
     for (int64_t b = 0; b < batch; ++b) {
-      flat.insert(flat.end(), ids[b].begin(), ids[b].end());
-      flat.insert(flat.end(), width - ids[b].size(), pad_ids[b]);  // right-padded
+      auto query = RowStrings(r.FindInput("DECODER_QUERY"), b, batch);
+      if (!query.ok()) return query.status();
+      if (!query->empty()) decoder_ids[b] = tok_->Encode(query->front(), add_special_);
+      if (decoder_ids[b].empty()) decoder_ids[b] = {pad_ids[b]};
+      decoder_lengths.push_back(static_cast<int32_t>(decoder_ids[b].size()));
     }
     std::vector<InferTensor> out;
-    out.push_back(InferTensor::Int32("INPUT_ID", {batch, static_cast<int64_t>(width)}, flat));
+    out.push_back(RightPadded("INPUT_ID", ids, pad_ids));
     out.push_back(InferTensor::Int32("REQUEST_INPUT_LEN", {batch, 1}, lengths));
+    out.push_back(RightPadded("DECODER_INPUT_ID", decoder_ids, pad_ids));
+    out.push_back(InferTensor::Int32("REQUEST_DECODER_INPUT_LEN", {batch, 1}, decoder_lengths));
+    out.push_back(InferTensor::Float32("EMBEDDING_BIAS", {batch, 0}, {}));
     out.push_back(InferTensor::Int32("REQUEST_OUTPUT_LEN", {batch, 1}, out_lens));
     out.push_back(PackWordLists("STOP_WORDS_IDS", stop));
     out.push_back(PackWordLists("BAD_WORDS_IDS", bad));

@@ -39,7 +39,7 @@ StatusOr<WordList> WordListRow(const InferTensor& t, int64_t row) {
 }
 
 InferTensor PackWordLists(const std::string& name, const std::vector<WordList>& rows) {
-  int64_t n = 0;
+  int64_t n = 1;  // as the reference's preprocessing: no words pads to [[0], [-1]]
   for (const auto& words : rows) {
     int64_t total = 0;
     for (const auto& w : words) total += static_cast<int64_t>(w.size());
