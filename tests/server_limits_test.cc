@@ -1,0 +1,541 @@
+// End-to-end tests of what a hostile or careless client can do to inflight-server, and of
+// where it used to differ from Triton + TensorRT-LLM: each names the defect it guards
+// against. The real binary on loopback, a repository from its own init-repo.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "grpc_service.grpc.pb.h"
+#include "server_harness.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+using testing::MetricValue;
+using testing::ServerProcess;
+using testing::SseEvents;
+
+std::string DemoModel() { return testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf"; }
+constexpr int kDemoContext = 512;
+
+// A raw HTTP connection, for what a well-behaved client library will not send.
+class RawConnection {
+ public:
+  explicit RawConnection(int port, int receive_buffer = 0) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~RawConnection() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool connected() const { return connected_; }
+  // False once the peer has closed or reset the connection.
+  bool Send(std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+  // Reads until the peer closes, `until` has arrived, or `timeout` passes.
+  std::string Read(milliseconds timeout, const std::string& until = "") {
+    std::string out;
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline && (until.empty() || out.find(until) == std::string::npos)) {
+      pollfd p{fd_, POLLIN, 0};
+      const int left = static_cast<int>(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+      if (poll(&p, 1, std::max(1, left)) <= 0) continue;
+      char buf[65536];
+      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = true;
+        break;
+      }
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  // True when the server has closed this connection (without reading what it sent).
+  bool ClosedByPeer(milliseconds timeout) {
+    Read(timeout);
+    return closed_;
+  }
+  // Still open and nothing to read.
+  bool OpenAndQuiet() {
+    char c;
+    const ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool closed_ = false;
+};
+
+int64_t RssKb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+std::string WriteRepository(const std::string& model, const std::string& tag) {
+  const fs::path repo = fs::temp_directory_path() / ("inflight_limits_" + tag + "_" + std::to_string(getpid()));
+  fs::remove_all(repo);
+  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + model +
+                          " --out " + repo.string() + " > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  // A non-decoupled copy of tensorrt_llm, for /infer and gRPC ModelInfer.
+  std::ifstream in(repo / "tensorrt_llm" / "config.pbtxt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  for (auto [from, to] : {std::pair{"name: \"tensorrt_llm\"", "name: \"tensorrt_llm_sync\""},
+                          std::pair{"decoupled: true", "decoupled: false"}}) {
+    text.replace(text.find(from), std::string(from).size(), to);
+  }
+  fs::create_directories(repo / "tensorrt_llm_sync" / "1");
+  std::ofstream(repo / "tensorrt_llm_sync" / "config.pbtxt") << text;
+  return repo.string();
+}
+
+class ServerLimitsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    repo_ = new std::string(WriteRepository(DemoModel(), "demo"));
+    server_ = ServerProcess::Start({"--model-repository", *repo_, "--http-header-timeout-ms", "1000",
+                                    "--http-write-timeout-ms", "3000", "--http-max-stream-buffer-bytes", "65536",
+                                    "--http-max-header-count", "100"})
+                  .release();
+  }
+  static void TearDownTestSuite() {
+    if (server_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0) {
+      std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server_->log().c_str());
+    }
+    delete server_;
+    fs::remove_all(*repo_);
+    delete repo_;
+  }
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << "the server did not start";
+  }
+
+  static httplib::Client Http() {
+    httplib::Client c("127.0.0.1", server_->http_port);
+    c.set_read_timeout(60);
+    return c;
+  }
+  static json PostJson(const std::string& path, const json& body, int* status = nullptr) {
+    auto r = Http().Post(path.c_str(), body.dump(), "application/json");
+    if (!r) return json();
+    if (status) *status = r->status;
+    return json::parse(r->body, nullptr, false);
+  }
+  static std::string Metrics() {
+    httplib::Client c("127.0.0.1", server_->metrics_port);
+    auto r = c.Get("/metrics");
+    return r ? r->body : "";
+  }
+  static double Canceled(const std::string& model) {
+    return std::max(0.0, MetricValue(Metrics(), "nv_inference_request_failure", {{"model", model}, {"reason", "CANCELED"}}));
+  }
+  static bool WaitIdle(const std::string& model) {
+    for (int i = 0; i < 200; ++i) {
+      const std::string m = Metrics();
+      const double used = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "used"}});
+      const double active = MetricValue(m, "nv_trt_llm_request_metrics", {{"model", model}, {"request_type", "active"}});
+      if (used == 0 && active == 0) return true;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return false;
+  }
+  // Latency of one GET /v2/health/ready on a new connection.
+  static double HealthMs() {
+    const auto t0 = Clock::now();
+    auto r = Http().Get("/v2/health/ready");
+    EXPECT_TRUE(r && r->status == 200);
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+
+  static std::string* repo_;
+  static ServerProcess* server_;
+};
+
+std::string* ServerLimitsTest::repo_ = nullptr;
+ServerProcess* ServerLimitsTest::server_ = nullptr;
+
+// tritonclient.http posts the index request with no body and no Content-Length: it hung
+// until the client timed out. Chunked request bodies work too.
+TEST_F(ServerLimitsTest, RequestsWithoutABodyOrWithAChunkedBodyAreAnswered) {
+  RawConnection c(server_->http_port);
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send("POST /v2/repository/index HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  const std::string index = c.Read(milliseconds(5000), "]");
+  EXPECT_EQ(index.rfind("HTTP/1.1 200", 0), 0u) << index;
+  EXPECT_NE(index.find("\"name\":\"ensemble\""), std::string::npos) << index;
+
+  const std::string body = R"({"text_input": "Once upon a time", "max_tokens": 5})";
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  ASSERT_TRUE(c.Send("POST /v2/models/ensemble/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                     std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n"));
+  const std::string generated = c.Read(milliseconds(10000), "}");
+  EXPECT_EQ(generated.rfind("HTTP/1.1 200", 0), 0u) << generated;
+  EXPECT_NE(generated.find("\"text_output\":\"Once upon a time"), std::string::npos) << generated;
+}
+
+// The reference's preprocessing always returns all its outputs; clients that chain the
+// three models by hand failed on the missing ones. Empty word lists pad to [[0], [-1]].
+TEST_F(ServerLimitsTest, PreprocessingReturnsEveryOutputOfTheReference) {
+  int status = 0;
+  json r = PostJson("/v2/models/preprocessing/infer",
+                    {{"inputs",
+                      {{{"name", "QUERY"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {"Once upon a time"}}},
+                       {{"name", "REQUEST_OUTPUT_LEN"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {8}}}}}},
+                    &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  std::map<std::string, json> out;
+  for (const json& o : r["outputs"]) out[o["name"].get<std::string>()] = o;
+  for (const char* name : {"INPUT_ID", "REQUEST_INPUT_LEN", "DECODER_INPUT_ID", "REQUEST_DECODER_INPUT_LEN", "BAD_WORDS_IDS",
+                           "STOP_WORDS_IDS", "EMBEDDING_BIAS", "REQUEST_OUTPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"}) {
+    EXPECT_TRUE(out.count(name)) << name << " missing in " << r.dump();
+  }
+  EXPECT_EQ(out["DECODER_INPUT_ID"]["shape"], json({1, 1}));
+  EXPECT_EQ(out["DECODER_INPUT_ID"]["data"], out["OUT_PAD_ID"]["data"]);
+  EXPECT_EQ(out["REQUEST_DECODER_INPUT_LEN"]["data"], json({1}));
+  EXPECT_EQ(out["EMBEDDING_BIAS"]["shape"], json({1, 0}));
+  EXPECT_EQ(out["STOP_WORDS_IDS"]["shape"], json({1, 2, 1}));
+  EXPECT_EQ(out["STOP_WORDS_IDS"]["data"], json({0, -1}));
+  EXPECT_EQ(out["BAD_WORDS_IDS"]["data"], json({0, -1}));
+  // The ensemble passes them on to tensorrt_llm, which still generates.
+  json g = PostJson("/v2/models/ensemble/generate", {{"text_input", "Once upon a time"}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(status, 200) << g.dump();
+}
+
+// A `stop` request answered non-streaming: the reference sends an empty final response
+// (no tensors); we answered with an error.
+TEST_F(ServerLimitsTest, StopRequestGetsAnEmptyResponse) {
+  int status = 0;
+  auto tensor = [](const char* name, const char* dtype, json data) {
+    return json{{"name", name}, {"datatype", dtype}, {"shape", {1, data.size()}}, {"data", data}};
+  };
+  json r = PostJson("/v2/models/tensorrt_llm_sync/infer",
+                    {{"id", "to-stop"},
+                     {"inputs",
+                      {tensor("input_ids", "INT32", {1, 2, 3}), tensor("input_lengths", "INT32", {3}),
+                       tensor("request_output_len", "INT32", {4}), tensor("stop", "BOOL", {true})}}},
+                    &status);
+  EXPECT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["id"], "to-stop");
+  EXPECT_EQ(r["outputs"], json::array()) << r.dump();
+
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  inference::ModelInferRequest q;
+  q.set_model_name("tensorrt_llm_sync");
+  q.set_id("to-stop");
+  auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape) {
+    auto* in = q.add_inputs();
+    in->set_name(name);
+    in->set_datatype(dtype);
+    for (int64_t d : shape) in->add_shape(d);
+    return in->mutable_contents();
+  };
+  add("input_ids", "INT32", {1, 1})->add_int_contents(1);
+  add("input_lengths", "INT32", {1, 1})->add_int_contents(1);
+  add("request_output_len", "INT32", {1, 1})->add_int_contents(4);
+  add("stop", "BOOL", {1, 1})->add_bool_contents(true);
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse resp;
+  grpc::Status s = stub->ModelInfer(&ctx, q, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.outputs_size(), 0);
+}
+
+// prompt + max_tokens over the context: the reference clamps max_tokens (with a warning) and
+// refuses only a prompt that leaves no room; we refused the request.
+TEST_F(ServerLimitsTest, MaxTokensBeyondTheContextIsClamped) {
+  int status = 0;
+  json r = PostJson("/v2/models/tensorrt_llm_sync/generate",
+                    {{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 100000000},
+                     {"end_id", -1}, {"exclude_input_in_output", true}},
+                    &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["output_ids"].size(), static_cast<size_t>(kDemoContext - 3)) << r.dump().substr(0, 300);
+  EXPECT_NE(server_->log().find("clamped to"), std::string::npos);
+  std::vector<int32_t> full(kDemoContext, 450);
+  r = PostJson("/v2/models/tensorrt_llm_sync/generate",
+               {{"input_ids", full}, {"input_lengths", full.size()}, {"request_output_len", 1}}, &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  EXPECT_NE(r["error"].get<std::string>().find("maximum input length"), std::string::npos) << r.dump();
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
+}
+
+// The shape whose product wraps around int64 also came over gRPC (raw contents of one
+// element matched the wrapped count) and read out of bounds.
+TEST_F(ServerLimitsTest, OverflowingShapeOverGrpcIsRefused) {
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  for (const auto& [name, dtype, bytes] : {std::tuple{"prompt_embedding_table", "FP16", 2}, std::tuple{"input_ids", "INT32", 4}}) {
+    inference::ModelInferRequest q;
+    q.set_model_name("tensorrt_llm_sync");
+    auto add = [&](const char* n, const char* t, std::vector<int64_t> shape, std::string raw) {
+      auto* in = q.add_inputs();
+      in->set_name(n);
+      in->set_datatype(t);
+      for (int64_t d : shape) in->add_shape(d);
+      q.add_raw_input_contents(std::move(raw));
+    };
+    const int32_t one = 1;
+    const std::string raw_one(reinterpret_cast<const char*>(&one), 4);
+    if (std::string(name) != "input_ids") add("input_ids", "INT32", {1, 1}, raw_one);
+    add("input_lengths", "INT32", {1, 1}, raw_one);
+    add("request_output_len", "INT32", {1, 1}, raw_one);
+    // 7 x 7905747460161236407 = 3 x 2^64 + 1: one element after wrapping.
+    add(name, dtype, {1, 7, 7905747460161236407LL}, std::string(bytes, '\1'));
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse resp;
+    grpc::Status s = stub->ModelInfer(&ctx, q, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name << ": " << s.error_message();
+  }
+  auto r = Http().Get("/v2/health/live");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// Any number of headers and any header size were accepted (8 requests with 10^6 headers
+// cost 830 MB): now 431 past the count or byte limit, and the memory comes back.
+TEST_F(ServerLimitsTest, HeaderCountAndSizeAreBounded) {
+  {
+    RawConnection c(server_->http_port);
+    std::string req = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n";
+    for (int i = 0; i < 150; ++i) req += "X-" + std::to_string(i) + ": y\r\n";
+    ASSERT_TRUE(c.Send(req + "\r\n"));
+    const std::string resp = c.Read(milliseconds(5000), "}");
+    EXPECT_EQ(resp.rfind("HTTP/1.1 431", 0), 0u) << resp;
+    EXPECT_NE(resp.find("more than 100 request headers"), std::string::npos) << resp;
+  }
+  {
+    RawConnection c(server_->http_port);
+    c.Send("GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(100000, 'a') + "\r\n\r\n");
+    const std::string resp = c.Read(milliseconds(5000), "}");
+    EXPECT_EQ(resp.rfind("HTTP/1.1 431", 0), 0u) << resp.substr(0, 200);
+  }
+  const int64_t before = RssKb(server_->pid());
+  std::vector<std::thread> senders;
+  for (int k = 0; k < 8; ++k) {
+    senders.emplace_back([] {
+      RawConnection c(server_->http_port);
+      std::string chunk;
+      for (int i = 0; i < 10000; ++i) chunk += "X-h: v\r\n";
+      c.Send("GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n");
+      for (int i = 0; i < 100 && c.Send(chunk); ++i) {  // 10^6 headers, until the server closes
+      }
+      c.Read(milliseconds(2000));
+    });
+  }
+  for (auto& t : senders) t.join();
+  std::this_thread::sleep_for(milliseconds(200));
+  const int64_t after = RssKb(server_->pid());
+  EXPECT_LE(after, before + before / 10) << "RSS " << before << " kB -> " << after << " kB";
+  EXPECT_LT(HealthMs(), 1000);
+}
+
+// 130 slowloris connections (headers at a few bytes a second) timed every other client
+// out: now they are closed at the header deadline and others are served meanwhile.
+TEST_F(ServerLimitsTest, SlowlorisConnectionsNeitherStallOthersNorStay) {
+  std::vector<std::unique_ptr<RawConnection>> slow;
+  for (int i = 0; i < 300; ++i) {
+    slow.push_back(std::make_unique<RawConnection>(server_->http_port));
+    ASSERT_TRUE(slow.back()->connected());
+    slow.back()->Send("POST /v2/models/ensemble/generate HTTP/1.1\r\nHost: x\r\n");
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (auto& c : slow) c->Send("X");
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+  });
+  std::vector<double> ms;
+  for (int i = 0; i < 30; ++i) ms.push_back(HealthMs());
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms.back(), 500) << "slowest health check";
+  // The header deadline is 1 s: every trickling connection is answered 408 and closed.
+  std::this_thread::sleep_for(milliseconds(1500));
+  stop = true;
+  trickle.join();
+  int closed = 0;
+  for (auto& c : slow) closed += c->ClosedByPeer(milliseconds(2000));
+  EXPECT_EQ(closed, 300);
+}
+
+// Idle keep-alive connections cost a socket each, not a thread: health stays fast and the
+// connections stay open.
+TEST_F(ServerLimitsTest, ThousandsOfIdleConnectionsDoNotDelayHealth) {
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 2000; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(server_->http_port));
+    ASSERT_TRUE(idle.back()->connected()) << i;
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < 50; ++i) ms.push_back(HealthMs());
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[ms.size() * 99 / 100], 100) << "p99 health latency with 2000 idle connections";
+  int open = 0;
+  for (auto& c : idle) open += c->OpenAndQuiet();
+  EXPECT_EQ(open, 2000);
+}
+
+// A client that reads a logits stream slowly made the server buffer ~300 MB for it: now
+// the unread output is bounded and the request is cancelled, its KV blocks freed.
+TEST_F(ServerLimitsTest, SlowReadersAreCancelledAndCostABoundedAmount) {
+  const double canceled_before = Canceled("tensorrt_llm");
+  const int64_t rss_before = RssKb(server_->pid());
+  const std::string body = json{{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 400},
+                                {"end_id", -1}, {"streaming", true}, {"return_generation_logits", true}}
+                               .dump();
+  std::vector<std::unique_ptr<RawConnection>> readers;
+  for (int i = 0; i < 4; ++i) {
+    readers.push_back(std::make_unique<RawConnection>(server_->http_port, /*receive_buffer=*/4096));
+    ASSERT_TRUE(readers.back()->Send("POST /v2/models/tensorrt_llm/generate_stream HTTP/1.1\r\nHost: x\r\n"
+                                     "Content-Type: application/json\r\nContent-Length: " +
+                                     std::to_string(body.size()) + "\r\n\r\n" + body));
+  }
+  bool cancelled = false;
+  for (int i = 0; i < 200 && !cancelled; ++i) {
+    cancelled = Canceled("tensorrt_llm") >= canceled_before + 4;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_TRUE(cancelled) << "slow readers were not cancelled";
+  const int64_t rss_peak = RssKb(server_->pid());
+  // 400 tokens x 1024 logits as JSON is ~5 MB per stream; the bound is 64 kB each.
+  EXPECT_LT(rss_peak - rss_before, 4 * 1024) << "kB held for 4 slow readers";
+  EXPECT_TRUE(WaitIdle("tensorrt_llm"));
+  // A reader that comes back gets what was buffered and then the reason, as a last event.
+  const std::string got = readers[0]->Read(milliseconds(10000), "0\r\n\r\n");
+  EXPECT_NE(got.find("data: {"), std::string::npos);
+  const size_t error = got.rfind("data: {\"error\"");
+  ASSERT_NE(error, std::string::npos) << got.substr(got.size() > 300 ? got.size() - 300 : 0);
+  EXPECT_NE(got.find("too slowly", error), std::string::npos) << got.substr(error);
+}
+
+// SIGTERM: ensemble streams kept running during the drain (their steps used to be refused
+// at once), streams still open at the exit timeout end with an error event instead of
+// looking complete, and the process exits within the timeout plus a second.
+TEST(ServerShutdownTest, DrainsEnsembleStreamsThenEndsTheRestWithAnError) {
+  const std::string tokenizer = testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  REQUIRE_SHARED_FILE(tokenizer);
+  const fs::path dir = fs::temp_directory_path() / ("inflight_shutdown_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string model = (dir / "small-f32.gguf").string();
+  const std::string make = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-model make-random --arch llama --preset small " +
+                           "--dtype f32 --tokenizer " + tokenizer + " -o " + model + " > /dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0);
+  const std::string repo = WriteRepository(model, "shutdown");
+  auto server = ServerProcess::Start({"--model-repository", repo, "--exit-timeout-secs", "1"});
+  ASSERT_NE(server, nullptr);
+
+  struct Stream {
+    std::string path, body, text;
+    std::vector<Clock::time_point> event_times;
+    std::mutex mu;
+  };
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (const char* model_name : {"ensemble", "tensorrt_llm_bls"}) {
+    auto s = std::make_unique<Stream>();
+    s->path = std::string("/v2/models/") + model_name + "/generate_stream";
+    s->body = json{{"text_input", "Once upon a time"}, {"max_tokens", 1800}, {"stream", true}}.dump();
+    streams.push_back(std::move(s));
+  }
+  {
+    auto s = std::make_unique<Stream>();
+    s->path = "/v2/models/tensorrt_llm/generate_stream";
+    s->body = json{{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 1800}, {"end_id", -1},
+                   {"streaming", true}}
+                  .dump();
+    streams.push_back(std::move(s));
+  }
+  std::vector<std::thread> clients;
+  for (auto& sp : streams) {
+    clients.emplace_back([&server, s = sp.get()] {
+      httplib::Client c("127.0.0.1", server->http_port);
+      c.set_read_timeout(30);
+      httplib::Request req;
+      req.method = "POST";
+      req.path = s->path;
+      req.body = s->body;
+      req.set_header("Content-Type", "application/json");
+      req.content_receiver = [s](const char* data, size_t n, uint64_t, uint64_t) {
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->text.append(data, n);
+        s->event_times.push_back(Clock::now());
+        return true;
+      };
+      c.send(req);
+    });
+  }
+  auto all_started = [&] {
+    for (auto& s : streams) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (s->text.find("data: ") == std::string::npos) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 600 && !all_started(); ++i) std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(all_started());
+  const auto signalled = Clock::now();
+  kill(server->pid(), SIGTERM);
+  int status = 0;
+  bool exited = false;
+  while (!exited && Clock::now() - signalled < std::chrono::seconds(10)) {
+    exited = waitpid(server->pid(), &status, WNOHANG) == server->pid();
+    if (!exited) std::this_thread::sleep_for(milliseconds(10));
+  }
+  const double exit_s = std::chrono::duration<double>(Clock::now() - signalled).count();
+  ASSERT_TRUE(exited);
+  EXPECT_LT(exit_s, 1.0 + 1.0) << "exit took " << exit_s << " s with --exit-timeout-secs 1";
+  for (auto& t : clients) t.join();
+  for (auto& s : streams) {
+    const auto events = SseEvents(s->text);
+    ASSERT_FALSE(events.empty()) << s->path;
+    int after_signal = 0;
+    for (auto t : s->event_times) after_signal += t > signalled + milliseconds(100);
+    EXPECT_GE(after_signal, 2) << s->path << ": the stream stopped at the signal";
+    EXPECT_TRUE(events.back().contains("error")) << s->path << " ended without an error: " << events.back().dump();
+    if (events.back().contains("error")) {
+      EXPECT_NE(events.back()["error"].get<std::string>().find("shutdown"), std::string::npos) << events.back().dump();
+    }
+  }
+  fs::remove_all(dir);
+  fs::remove_all(repo);
+}
+
+}  // namespace
+}  // namespace inflight
