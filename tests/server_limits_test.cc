@@ -110,17 +110,25 @@ std::string WriteRepository(const std::string& model, const std::string& tag) {
   const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + model +
                           " --out " + repo.string() + " > /dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
-  // A non-decoupled copy of tensorrt_llm, for /infer and gRPC ModelInfer.
   std::ifstream in(repo / "tensorrt_llm" / "config.pbtxt");
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string text = ss.str();
-  for (auto [from, to] : {std::pair{"name: \"tensorrt_llm\"", "name: \"tensorrt_llm_sync\""},
-                          std::pair{"decoupled: true", "decoupled: false"}}) {
-    text.replace(text.find(from), std::string(from).size(), to);
-  }
-  fs::create_directories(repo / "tensorrt_llm_sync" / "1");
-  std::ofstream(repo / "tensorrt_llm_sync" / "config.pbtxt") << text;
+  auto add_variant = [&](const std::string& name, std::vector<std::pair<std::string, std::string>> edits) {
+    std::string text = ss.str();
+    edits.emplace_back("name: \"tensorrt_llm\"", "name: \"" + name + "\"");
+    for (const auto& [from, to] : edits) {
+      const size_t pos = text.find(from);
+      ASSERT_NE(pos, std::string::npos) << from;
+      text.replace(pos, from.size(), to);
+    }
+    fs::create_directories(repo / name / "1");
+    std::ofstream(repo / name / "config.pbtxt") << text;
+  };
+  // A non-decoupled copy of tensorrt_llm, for /infer and gRPC ModelInfer.
+  add_variant("tensorrt_llm_sync", {{"decoupled: true", "decoupled: false"}});
+  // One with a 1024-token KV cache (64 blocks) and the default queue bound.
+  add_variant("tensorrt_llm_small_kv", {{"decoupled: true", "decoupled: false"},
+                                        {"${max_tokens_in_paged_kv_cache}", "1024"}});
   return repo.string();
 }
 
@@ -443,6 +451,39 @@ TEST_F(ServerLimitsTest, SlowReadersAreCancelledAndCostABoundedAmount) {
   const size_t error = got.rfind("data: {\"error\"");
   ASSERT_NE(error, std::string::npos) << got.substr(got.size() > 300 ? got.size() - 300 : 0);
   EXPECT_NE(got.find("too slowly", error), std::string::npos) << got.substr(error);
+}
+
+// The admission queue is bounded by default (the reference's 0 meant unbounded): derived
+// from the KV cache (as many waiting requests as blocks, at least 64); beyond it 503 with
+// Retry-After, and every admitted request completes.
+TEST_F(ServerLimitsTest, DefaultQueueBoundRefusesWith503AndRetryAfter) {
+  std::atomic<int> refused{0}, served{0}, other{0};
+  std::atomic<bool> retry_after{true};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 160; ++i) {
+    clients.emplace_back([&] {
+      auto r = Http().Post("/v2/models/tensorrt_llm_small_kv/generate",
+                           json{{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 200},
+                                {"end_id", -1}}
+                               .dump(),
+                           "application/json");
+      if (r && r->status == 503) {
+        ++refused;
+        retry_after = retry_after && r->get_header_value("Retry-After") == "1" &&
+                      r->body.find("Maximum queue size of 64 has been reached") != std::string::npos;
+      } else if (r && r->status == 200 && json::parse(r->body)["output_ids"].size() == 203) {
+        ++served;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_GT(refused, 0);
+  EXPECT_GE(served, 64);
+  EXPECT_EQ(other, 0);
+  EXPECT_TRUE(retry_after);
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_small_kv"));
 }
 
 // SIGTERM: ensemble streams kept running during the drain (their steps used to be refused

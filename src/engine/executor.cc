@@ -285,7 +285,9 @@ void Executor::RunStep() {
     }
   }
   if (logits_.size() < static_cast<size_t>(rows) * vocab_size_) logits_.resize(static_cast<size_t>(rows) * vocab_size_);
+  const Clock::time_point forward_start = Clock::now();
   const Status st = runner_->Forward(plan_, logits_.data());
+  last_forward_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
   if (!st.ok()) {
     for (const ScheduledChunk& c : out.chunks) {
       if (c.seq->state != SequenceState::kFinished) FailRequest(c.seq->request, st);
@@ -536,6 +538,8 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   IterationStats s;
   s.iteration = iteration_;
   s.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  s.forward_ms = last_forward_ms_;
+  last_forward_ms_ = 0;
   s.num_active = static_cast<int32_t>(scheduler_.running().size());
   s.num_queued = static_cast<int32_t>(scheduler_.waiting().size());
   s.num_scheduled_context = context_seqs;

@@ -71,6 +71,8 @@ class Executor {
   const ExecutorConfig& config() const { return config_; }
   // Requests enqueued and not finished yet.
   int64_t num_unfinished_requests() const { return num_unfinished_.load(); }
+  // Requests enqueued and not yet admitted by the engine thread.
+  int64_t num_queued_requests() const { return num_queued_.load(); }
 
  private:
   struct Channel {
@@ -102,6 +104,7 @@ class Executor {
   std::unique_ptr<ModelRunner> runner_;
   const int32_t vocab_size_;
   const int32_t context_length_;
+  double last_forward_ms_ = 0;  // of the step being recorded
   const int32_t num_kv_blocks_;
 
   // Engine-thread state.

@@ -50,6 +50,7 @@ Status ExecutorConfig::Validate() const {
 std::string IterationStats::ToJson() const {
   nlohmann::json j = {{"iter", iteration},
                       {"step_ms", step_ms},
+                      {"forward_ms", forward_ms},
                       {"num_active", num_active},
                       {"num_queued", num_queued},
                       {"num_scheduled_context", num_scheduled_context},

@@ -45,6 +45,8 @@ struct ExecutorConfig {
 struct IterationStats {
   int64_t iteration = 0;
   double step_ms = 0;
+  double forward_ms = 0;  // of step_ms, inside the model's forward pass (the rest is the
+                          // engine thread's own work: scheduling, sampling, handing results out)
   int32_t num_active = 0;   // sequences holding KV state or running
   int32_t num_queued = 0;   // requests not started (or paused)
   int32_t num_scheduled_context = 0;     // sequences with a context chunk this step

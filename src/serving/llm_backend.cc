@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "base/logging.h"
+#include "base/serial_worker.h"
 #include "engine/executor.h"
 #include "model/model.h"
 #include "serving/metrics.h"
@@ -71,6 +72,7 @@ struct LlmParams {
   ExecutorConfig executor;
   bool exclude_input_in_output = false;
   int64_t stats_period_ms = 100;
+  bool unbounded_queue = false;  // max_queue_size < 0
 };
 
 // What one Triton request became in the executor: one executor request per batch row.
@@ -94,6 +96,10 @@ class LlmBackend : public ModelBackend {
   LlmBackend(std::unique_ptr<Model> model, std::unique_ptr<Executor> executor, const LlmParams& params,
              const inference::ModelConfig& config, const BackendContext& context)
       : model_(std::move(model)), executor_(std::move(executor)), params_(params), config_(config), context_(context) {
+    // max_queue_size 0 (unbounded in the reference) is bounded here: a request waiting
+    // needs at least one KV block to ever run, so the cache's block count bounds the queue.
+    // A negative max_queue_size is unbounded.
+    if (params_.executor.max_queue_size == 0 && !params_.unbounded_queue) queue_bound_ = std::max<int64_t>(64, executor_->num_kv_blocks());
     stats_thread_ = std::thread([this] { StatsLoop(); });
   }
 
@@ -106,6 +112,7 @@ class LlmBackend : public ModelBackend {
     stats_thread_.join();
     unloading_ = true;  // requests the shutdown cancels end with an error, not as complete
     executor_->Shutdown();
+    delivery_.Stop();  // after the executor's last results have been delivered
   }
 
   void Execute(InferRequest request, ResponseSink sink) override;
@@ -127,6 +134,11 @@ class LlmBackend : public ModelBackend {
   std::unordered_multimap<std::string, RequestId> live_;
 
   std::atomic<bool> unloading_{false};
+  // Results leave the engine thread here (one serving thread, in order): the LLM response,
+  // the ensemble steps downstream of it (detokenizer), statistics and the frontends' sinks
+  // all run on it instead of between engine steps.
+  SerialWorker delivery_;
+  int64_t queue_bound_ = 0;  // derived admission bound; 0 when the executor's own applies
 
   std::mutex stats_mu_;
   std::condition_variable stats_cv_;
@@ -189,6 +201,10 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     rows.push_back(std::move(row).value());
   }
 
+  if (queue_bound_ > 0 && executor_->num_queued_requests() + batch > queue_bound_) {
+    return fail(ResourceExhaustedError("Maximum queue size of " + std::to_string(queue_bound_) +
+                                       " has been reached, please try again later"));
+  }
   auto p = std::make_shared<Pending>();
   p->sink = std::move(sink);
   p->model_name = context_.model_name;
@@ -202,7 +218,11 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     Request& row = rows[b];
     p->multi_sequence = row.num_return_sequences > 1;
     p->return_log_probs = row.return_log_probs;
-    row.on_result = [this, p, b](Result&& res) { OnResult(p, b, std::move(res)); };
+    // The engine thread only queues the result; the response path runs on delivery_.
+    row.on_result = [this, p, b](Result&& res) {
+      auto r = std::make_shared<Result>(std::move(res));
+      delivery_.Post([this, p, b, r] { OnResult(p, b, std::move(*r)); });
+    };
     std::unique_lock<std::mutex> lock(p->mu);  // results may arrive before Enqueue returns
     auto id = executor_->Enqueue(std::move(row));
     if (!id.ok()) {
@@ -425,6 +445,7 @@ void LlmBackend::StatsLoop() {
       g.static_batching = params_.executor.batching == BatchingStrategy::kStatic;
       g.num_queued = executor_->num_unfinished_requests();
       context_.metrics->SetLlmGauges(context_.model_name, std::to_string(context_.version), g);
+      context_.metrics->RecordEngineSteps(context_.model_name, std::to_string(context_.version), stats);
     }
     lock.lock();
   }
@@ -461,6 +482,8 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   e.num_threads = static_cast<int32_t>(GetIntParameter(config, "num_threads", std::max(1u, std::thread::hardware_concurrency())));
   const int64_t queue = config.has_dynamic_batching() ? config.dynamic_batching().default_queue_policy().max_queue_size() : 0;
   e.max_queue_size = static_cast<int32_t>(GetIntParameter(config, "max_queue_size", queue));
+  p.unbounded_queue = e.max_queue_size < 0;
+  if (p.unbounded_queue) e.max_queue_size = 0;
   if (auto kv = GetParameter(config, "kv_cache_dtype")) {
     auto dt = DTypeFromName(*kv);
     if (!dt) return InvalidArgumentError("parameter kv_cache_dtype: '" + *kv + "' is not f16, bf16 or f32");

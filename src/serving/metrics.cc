@@ -21,6 +21,9 @@ using prometheus::Histogram;
 using prometheus::Labels;
 
 struct Metrics::Families {
+  Family<Counter>* engine_steps;
+  Family<Counter>* engine_step_s;
+  Family<Counter>* engine_forward_s;
   Family<Counter>* success;
   Family<Counter>* failure;
   Family<Counter>* count;
@@ -103,6 +106,26 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(std
   f_->itl = &Build(BuildHistogram(), "inflight_inter_token_latency_seconds", "Mean time between generated tokens of a request", r);
   f_->e2e = &Build(BuildHistogram(), "inflight_request_latency_seconds", "Time from arrival to the last generated token", r);
   f_->queue = &Build(BuildHistogram(), "inflight_queue_time_seconds", "Time from arrival to the first scheduled step", r);
+  f_->engine_steps = &Build(BuildCounter(), "inflight_engine_steps_total", "Engine steps that ran the model", r);
+  f_->engine_step_s = &Build(BuildCounter(), "inflight_engine_step_seconds_total",
+                             "Engine thread time in steps (scheduling, forward pass, sampling, handing results out)", r);
+  f_->engine_forward_s = &Build(BuildCounter(), "inflight_engine_forward_seconds_total",
+                                "Of inflight_engine_step_seconds_total, the time inside the model's forward pass", r);
+}
+
+void Metrics::RecordEngineSteps(const std::string& model, const std::string& version,
+                                const std::vector<IterationStats>& steps) {
+  double step_ms = 0, forward_ms = 0, n = 0;
+  for (const IterationStats& s : steps) {
+    if (s.forward_ms <= 0) continue;  // idle loop turns
+    step_ms += s.step_ms;
+    forward_ms += s.forward_ms;
+    ++n;
+  }
+  const Labels l = ModelLabels(model, version);
+  f_->engine_steps->Add(l).Increment(n);
+  f_->engine_step_s->Add(l).Increment(step_ms / 1e3);
+  f_->engine_forward_s->Add(l).Increment(forward_ms / 1e3);
 }
 
 Metrics::~Metrics() = default;

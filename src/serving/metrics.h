@@ -56,6 +56,8 @@ class Metrics {
   void AddPending(const std::string& model, const std::string& version, int64_t delta);
   void SetModelLoadDuration(const std::string& model, const std::string& version, double seconds);
   void SetLlmGauges(const std::string& model, const std::string& version, const LlmGaugeInput& in);
+  // Engine steps since the last call: counts, step time and the forward pass's share of it.
+  void RecordEngineSteps(const std::string& model, const std::string& version, const std::vector<IterationStats>& steps);
   // One finished LLM request: token-length and latency histograms.
   void ObserveLlmRequest(const std::string& model, const std::string& version, const RequestStats& stats);
 
