@@ -212,7 +212,9 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
     rs->stats.arrival_time = r.arrival_time;
     rs->stats.num_prompt_tokens = static_cast<int32_t>(r.prompt_ids.size());
     if (r.timeout_ms > 0) rs->deadline = r.arrival_time + std::chrono::milliseconds(r.timeout_ms);
-    auto seq = std::make_unique<Sequence>(rs.get(), 0, r.sampling);
+    SamplingParams sampling = r.sampling;
+    sampling.compute_logprobs = r.return_log_probs;  // nothing else reads them
+    auto seq = std::make_unique<Sequence>(rs.get(), 0, sampling);
     seq->order = next_order_++;
     seq->tokens = r.prompt_ids;
     seq->prompt_len = static_cast<int32_t>(r.prompt_ids.size());
@@ -284,7 +286,11 @@ void Executor::RunStep() {
       context_tokens += c.num_tokens;
     }
   }
-  if (logits_.size() < static_cast<size_t>(rows) * vocab_size_) logits_.resize(static_cast<size_t>(rows) * vocab_size_);
+  if (logits_.size() < static_cast<size_t>(rows) * vocab_size_) {
+    // Geometric growth: a batch that grows by one sequence per step would otherwise copy
+    // and zero the whole logits buffer every step.
+    logits_.resize(std::max(static_cast<size_t>(rows) * vocab_size_, 2 * logits_.size()));
+  }
   const Clock::time_point forward_start = Clock::now();
   const Status st = runner_->Forward(plan_, logits_.data());
   last_forward_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
@@ -331,6 +337,11 @@ void Executor::ProcessChunk(const ScheduledChunk& c, bool all_logits, const floa
 SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* scratch) {
   const Request& r = seq->request->request;
   if (r.return_generation_logits) seq->generation_logits.insert(seq->generation_logits.end(), logits_row, logits_row + vocab_size_);
+  const bool ban_end = r.end_id >= 0 && seq->num_generated() < r.min_tokens;
+  if (r.bad_words.empty() && !ban_end && !seq->sampler.modifies_logits()) {
+    // Nothing to write into the row: sample it where it is (no copy of the vocabulary).
+    return seq->sampler.Sample(const_cast<float*>(logits_row), vocab_size_);
+  }
   float* x = scratch;
   std::copy(logits_row, logits_row + vocab_size_, x);
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
@@ -341,7 +352,7 @@ SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* s
     if (prefix > seq->tokens.size()) continue;
     if (std::equal(w.begin(), w.end() - 1, seq->tokens.end() - static_cast<std::ptrdiff_t>(prefix))) x[w.back()] = kBanned;
   }
-  if (r.end_id >= 0 && seq->num_generated() < r.min_tokens) x[r.end_id] = kBanned;
+  if (ban_end) x[r.end_id] = kBanned;
   return seq->sampler.Sample(x, vocab_size_);
 }
 
@@ -409,6 +420,7 @@ void Executor::Fork(Sequence* parent, const float* logits_row) {
   for (int32_t i = 1; i < rs->request.num_return_sequences; ++i) {
     SamplingParams sp = rs->request.sampling;
     sp.seed += static_cast<uint64_t>(i);  // sibling i draws with seed + i
+    sp.compute_logprobs = rs->request.return_log_probs;
     auto seq = std::make_unique<Sequence>(rs, i, sp);
     seq->order = parent->order;
     seq->tokens.assign(rs->request.prompt_ids.begin(), rs->request.prompt_ids.end());

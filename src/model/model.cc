@@ -33,6 +33,10 @@ void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int64_t p
       num_threads <= capacity_threads_) {
     return;
   }
+  // Grow geometrically: decode steps reach one more position each, and reallocating (and
+  // zeroing) a buffer sized for the largest prefill on every step cost milliseconds per step.
+  if (num_tokens > capacity_tokens_) num_tokens = std::max(num_tokens, 2 * capacity_tokens_);
+  if (positions > capacity_positions_) positions = std::max(positions, 2 * capacity_positions_);
   num_tokens = std::max(num_tokens, capacity_tokens_);
   positions = std::max(positions, capacity_positions_);
   num_threads = std::max(num_threads, capacity_threads_);

@@ -52,6 +52,10 @@ SampledToken Sampler::Sample(float* logits, int32_t vocab) {
   out.id = params_.greedy() ? ArgMax(logits, vocab) : Draw(logits, vocab);
   // Log-probabilities of the penalised distribution (one extra pass over the vocabulary).
   // The greedy pick is already the maximum; only a sampled token needs another pass.
+  if (!params_.compute_logprobs && params_.num_top_logprobs == 0) {
+    output_counts_[out.id]++;
+    return out;
+  }
   const float mx = logits[params_.greedy() ? out.id : ArgMax(logits, vocab)];
   const float log_z = mx + std::log(kernels::ActiveKernels().sum_exp(logits, vocab, mx));
   out.logprob = logits[out.id] - log_z;

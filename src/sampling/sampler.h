@@ -22,6 +22,8 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // over output
   uint64_t seed = 0;
   int32_t num_top_logprobs = 0;     // top-N log-probs returned per token
+  // False: SampledToken::logprob is left 0 (saves a pass over the vocabulary per token).
+  bool compute_logprobs = true;
 
   bool greedy() const { return temperature <= 0.0f || top_k == 1; }
   // INVALID_ARGUMENT naming the field for out-of-range values.
@@ -41,6 +43,10 @@ class Sampler {
   void AddPromptTokens(const int32_t* ids, int64_t n);
   // Picks a token from logits[vocab] (modified in place) and records it as output.
   SampledToken Sample(float* logits, int32_t vocab);
+  // Whether Sample writes to the logits (penalties); when not, the caller need not copy them.
+  bool modifies_logits() const {
+    return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  }
 
  private:
   void ApplyPenalties(float* logits, int32_t vocab) const;
