@@ -152,26 +152,8 @@ class ServerE2eTest : public ::testing::Test {
     return Http().Post(path.c_str(), body, "application/json");
   }
 
-  static std::string Metrics() {
-    httplib::Client c("127.0.0.1", server_->metrics_port);
-    auto r = c.Get("/metrics");
-    return r ? r->body : "";
-  }
-
-  // Waits until the LLM model `model` holds no KV block and runs nothing (the gauges are set
-  // every stats_check_period_ms).
-  static bool WaitIdle(const std::string& model) {
-    for (int i = 0; i < 100; ++i) {
-      const std::string m = Metrics();
-      const double used = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "used"}});
-      const double active = MetricValue(m, "nv_trt_llm_request_metrics", {{"model", model}, {"request_type", "active"}});
-      const double free = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "free"}});
-      const double max = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "max"}});
-      if (used == 0 && active == 0 && free == max && max > 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
+  static std::string Metrics() { return testing::MetricsText(server_->metrics_port); }
+  static bool WaitIdle(const std::string& model) { return testing::WaitLlmIdle(server_->metrics_port, model); }
 
   // Greedy generated ids of the engine alone (no server, no other request).
   static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int max_tokens) {

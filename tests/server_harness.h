@@ -137,4 +137,26 @@ inline double MetricValue(const std::string& text, const std::string& name,
   return -1;
 }
 
+// GET /metrics of the server's metrics port ("" when it does not answer).
+inline std::string MetricsText(int metrics_port) {
+  httplib::Client c("127.0.0.1", metrics_port);
+  auto r = c.Get("/metrics");
+  return r ? r->body : "";
+}
+
+// Waits (up to 10 s) until the LLM model `model` holds no KV block and runs nothing; the
+// gauges are set every stats_check_period_ms.
+inline bool WaitLlmIdle(int metrics_port, const std::string& model) {
+  for (int i = 0; i < 200; ++i) {
+    const std::string m = MetricsText(metrics_port);
+    const double used = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "used"}});
+    const double active = MetricValue(m, "nv_trt_llm_request_metrics", {{"model", model}, {"request_type", "active"}});
+    const double free = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "free"}});
+    const double max = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "max"}});
+    if (used == 0 && active == 0 && free == max && max > 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 }  // namespace inflight::testing

@@ -164,24 +164,11 @@ class ServerLimitsTest : public ::testing::Test {
     if (status) *status = r->status;
     return json::parse(r->body, nullptr, false);
   }
-  static std::string Metrics() {
-    httplib::Client c("127.0.0.1", server_->metrics_port);
-    auto r = c.Get("/metrics");
-    return r ? r->body : "";
-  }
+  static std::string Metrics() { return testing::MetricsText(server_->metrics_port); }
   static double Canceled(const std::string& model) {
     return std::max(0.0, MetricValue(Metrics(), "nv_inference_request_failure", {{"model", model}, {"reason", "CANCELED"}}));
   }
-  static bool WaitIdle(const std::string& model) {
-    for (int i = 0; i < 200; ++i) {
-      const std::string m = Metrics();
-      const double used = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "used"}});
-      const double active = MetricValue(m, "nv_trt_llm_request_metrics", {{"model", model}, {"request_type", "active"}});
-      if (used == 0 && active == 0) return true;
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-    return false;
-  }
+  static bool WaitIdle(const std::string& model) { return testing::WaitLlmIdle(server_->metrics_port, model); }
   // Latency of one GET /v2/health/ready on a new connection.
   static double HealthMs() {
     const auto t0 = Clock::now();
