@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
                  "A response write that makes no progress this long ends the connection (and cancels its request)")
       ->envname("INFLIGHT_HTTP_WRITE_TIMEOUT_MS")->check(CLI::Range(1, 3600000));
   app.add_option("--http-max-stream-buffer-bytes", ho.max_stream_buffer_bytes,
-                 "Unread output a streamed response may hold; beyond it the request is cancelled with an error")
+                 "Unread output a stream (HTTP SSE or gRPC ModelStreamInfer) may hold; beyond it its requests are cancelled with an error")
       ->envname("INFLIGHT_HTTP_MAX_STREAM_BUFFER_BYTES")->check(CLI::Range(4096LL, 1LL << 34));
   app.add_option("--allow-http", allow_http)->envname("INFLIGHT_ALLOW_HTTP");
   app.add_option("--allow-grpc", allow_grpc)->envname("INFLIGHT_ALLOW_GRPC");
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<frontends::GrpcFrontend> grpc;
   std::unique_ptr<frontends::MetricsFrontend> metrics;
   if (allow_grpc) {
-    grpc = std::make_unique<frontends::GrpcFrontend>(server->get(), grpc_address, grpc_port);
+    grpc = std::make_unique<frontends::GrpcFrontend>(server->get(), grpc_address, grpc_port, ho.max_stream_buffer_bytes);
     auto port = grpc->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started GRPCInferenceService at " << grpc_address << ":" << *port;

@@ -2,8 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <deque>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "grpc_service.grpc.pb.h"
@@ -140,72 +141,305 @@ void ToProto(const InferResponse& r, inference::ModelInferResponse* p) {
   }
 }
 
-// Responses waiting to be written to one stream, by its own writer thread (a slow client
-// never blocks the engine thread).
-struct StreamWriter {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<inference::ModelStreamInferResponse> items;
-  int64_t outstanding = 0;  // requests without their final response yet
-  bool closed = false;
-  std::vector<std::shared_ptr<serving::CancelToken>> cancels;
+// The reactor of one ModelInfer call: the request runs in the serving core and the call
+// finishes from whichever thread delivers its final response; a client cancel cancels it.
+class InferReactor final : public grpc::ServerUnaryReactor {
+ public:
+  InferReactor(serving::Server* s, InferRequest r, inference::ModelInferResponse* out) : out_(out), cancel_(r.cancel) {
+    s->Infer(std::move(r), [this](InferResponse&& resp) { OnResponse(std::move(resp)); });
+  }
+  void OnCancel() override { cancel_->Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  void OnResponse(InferResponse&& resp) {
+    const bool final = resp.final;
+    if (!resp.error.ok() && error_.ok()) error_ = resp.error;
+    if (!resp.empty() && !data_) data_ = std::move(resp);
+    if (!final) return;
+    if (!error_.ok()) return Finish(ToGrpc(error_));
+    // Only an empty final response (e.g. the answer to a `stop` request): the reference
+    // answers with no tensors.
+    ToProto(data_ ? *data_ : resp, out_);
+    Finish(grpc::Status::OK);
+  }
+
+  inference::ModelInferResponse* out_;
+  std::shared_ptr<serving::CancelToken> cancel_;
+  Status error_;
+  std::optional<InferResponse> data_;
+};
+
+// The reactor of one ModelStreamInfer call. Requests are read one at a time and run
+// concurrently; their responses are written in arrival order, one write in flight. Output
+// the client has not read is bounded: past the bound its requests are cancelled and the call
+// ends with RESOURCE_EXHAUSTED. The call ends once the client stopped sending and every
+// request has its final response written (or the call was cancelled).
+class StreamReactor final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  StreamReactor(serving::Server* s, size_t max_unread_bytes) : s_(s), max_unread_(max_unread_bytes) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_done_ = true;
+      return MaybeFinishLocked();
+    }
+    bool empty_final = false;
+    if (auto it = request_.parameters().find("triton_enable_empty_final_response"); it != request_.parameters().end()) {
+      empty_final = it->second.bool_param();
+    }
+    auto r = FromProto(request_);
+    const std::string id = request_.id(), model = request_.model_name(), version = request_.model_version();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++outstanding_;
+      if (r.ok()) cancels_.push_back(r->cancel);
+    }
+    auto push = [this, empty_final](InferResponse&& resp) { Push(std::move(resp), empty_final); };
+    if (!r.ok()) {
+      InferResponse e = serving::ErrorResponse(r.status());
+      e.id = id;
+      e.model_name = model;
+      e.model_version = version;
+      push(std::move(e));
+    } else {
+      s_->Infer(std::move(r).value(), push);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!finished_) StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    unread_ -= queue_.front().ByteSizeLong();
+    queue_.pop_front();
+    if (!ok) {
+      // The client is gone: nothing more can be written.
+      broken_ = true;
+      queue_.clear();
+      unread_ = 0;
+      CancelAllLocked();
+    }
+    WriteNextLocked();
+    MaybeFinishLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    broken_ = true;
+    CancelAllLocked();
+    MaybeFinishLocked();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    delete this;
+  }
+
+ private:
+  void Push(InferResponse&& resp, bool empty_final) {
+    inference::ModelStreamInferResponse out;
+    const bool final = resp.final;
+    if (!resp.error.ok()) {
+      out.set_error_message(ToValidUtf8(resp.error.message()));
+      out.mutable_infer_response()->set_id(resp.id);
+      out.mutable_infer_response()->set_model_name(resp.model_name);
+      out.mutable_infer_response()->set_model_version(resp.model_version);
+    } else {
+      ToProto(resp, out.mutable_infer_response());
+    }
+    (*out.mutable_infer_response()->mutable_parameters())["triton_final_response"].set_bool_param(final);
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool keep = !resp.empty() || !resp.error.ok() || empty_final;
+    if (keep && !broken_) {
+      unread_ += out.ByteSizeLong();
+      queue_.push_back(std::move(out));
+      if (unread_ > max_unread_ && !overflowed_) {
+        overflowed_ = true;
+        CancelAllLocked();
+      }
+      WriteNextLocked();
+    }
+    if (final) --outstanding_;
+    MaybeFinishLocked();
+  }
+
+  void WriteNextLocked() {
+    if (writing_ || queue_.empty() || finished_) return;
+    writing_ = true;
+    StartWrite(&queue_.front());
+  }
+
+  void CancelAllLocked() {
+    for (auto& c : cancels_) c->Cancel();  // CancelToken callbacks only enqueue cancels
+  }
+
+  void MaybeFinishLocked() {
+    if (finished_ || writing_ || outstanding_ > 0 || !queue_.empty()) return;
+    if (!reads_done_ && !cancelled_ && !overflowed_) return;
+    finished_ = true;
+    if (overflowed_) {
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "the client read the stream too slowly (more than " + std::to_string(max_unread_) +
+                              " bytes unread); its requests were cancelled"));
+    } else {
+      Finish(cancelled_ ? grpc::Status::CANCELLED : grpc::Status::OK);
+    }
+  }
+
+  serving::Server* s_;
+  const size_t max_unread_;
+  inference::ModelInferRequest request_;  // the read in flight
+  std::mutex mu_;
+  std::deque<inference::ModelStreamInferResponse> queue_;  // front: the write in flight
+  size_t unread_ = 0;
+  int64_t outstanding_ = 0;  // requests without their final response
+  std::vector<std::shared_ptr<serving::CancelToken>> cancels_;
+  bool writing_ = false, reads_done_ = false, cancelled_ = false, broken_ = false, overflowed_ = false;
+  bool finished_ = false, done_ = false;
 };
 
 }  // namespace
 
-class GrpcService final : public inference::GRPCInferenceService::Service {
+// KServe over gRPC's callback API: no call holds a thread while it waits for the engine.
+class GrpcService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  explicit GrpcService(serving::Server* s) : s_(s) {}
+  GrpcService(serving::Server* s, size_t max_stream_buffer_bytes) : s_(s), max_stream_buffer_(max_stream_buffer_bytes) {}
 
-  grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*, inference::ServerLiveResponse* r) override {
-    r->set_live(s_->live());
-    return grpc::Status::OK;
+  template <typename Fn>
+  static grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Fn fn) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(fn());
+    return reactor;
   }
-  grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*, inference::ServerReadyResponse* r) override {
-    r->set_ready(s_->ready());
-    return grpc::Status::OK;
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* r) override {
+    return Unary(ctx, [&] {
+      r->set_live(s_->live());
+      return grpc::Status::OK;
+    });
   }
-  grpc::Status ModelReady(grpc::ServerContext*, const inference::ModelReadyRequest* q, inference::ModelReadyResponse* r) override {
-    r->set_ready(s_->ModelReady(q->name(), q->version()));
-    return grpc::Status::OK;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* r) override {
+    return Unary(ctx, [&] {
+      r->set_ready(s_->ready());
+      return grpc::Status::OK;
+    });
   }
-  grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*, inference::ServerMetadataResponse* r) override {
-    r->set_name("inflight");
-    r->set_version("0.4.0");
-    for (const char* e : {"model_repository", "model_configuration", "binary_tensor_data", "parameters", "statistics"}) {
-      r->add_extensions(e);
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* q,
+                                       inference::ModelReadyResponse* r) override {
+    return Unary(ctx, [&] {
+      r->set_ready(s_->ModelReady(q->name(), q->version()));
+      return grpc::Status::OK;
+    });
+  }
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* r) override {
+    return Unary(ctx, [&] {
+      r->set_name("inflight");
+      r->set_version("0.4.0");
+      for (const char* e : {"model_repository", "model_configuration", "binary_tensor_data", "parameters", "statistics"}) {
+        r->add_extensions(e);
+      }
+      return grpc::Status::OK;
+    });
+  }
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* q,
+                                          inference::ModelMetadataResponse* r) override {
+    return Unary(ctx, [&] {
+      auto m = s_->GetModelMetadata(q->name(), q->version());
+      if (!m.ok()) return ToGrpc(m.status());
+      r->set_name(m->name);
+      for (const auto& v : m->versions) r->add_versions(v);
+      r->set_platform(m->platform);
+      auto add = [](const serving::TensorMetadata& t, inference::ModelMetadataResponse::TensorMetadata* x) {
+        x->set_name(t.name);
+        x->set_datatype(t.datatype);
+        for (int64_t d : t.shape) x->add_shape(d);
+      };
+      for (const auto& t : m->inputs) add(t, r->add_inputs());
+      for (const auto& t : m->outputs) add(t, r->add_outputs());
+      return grpc::Status::OK;
+    });
+  }
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* q,
+                                        inference::ModelConfigResponse* r) override {
+    return Unary(ctx, [&] {
+      auto c = s_->GetModelConfig(q->name(), q->version());
+      if (!c.ok()) return ToGrpc(c.status());
+      *r->mutable_config() = *c;
+      return grpc::Status::OK;
+    });
+  }
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx, const inference::ModelStatisticsRequest* q,
+                                            inference::ModelStatisticsResponse* r) override {
+    return Unary(ctx, [&] { return Statistics(*q, r); });
+  }
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest* q,
+                                            inference::RepositoryIndexResponse* r) override {
+    return Unary(ctx, [&] {
+      for (const auto& e : s_->RepositoryIndex(q->ready())) {
+        auto* m = r->add_models();
+        m->set_name(e.name);
+        m->set_version(e.version);
+        m->set_state(e.state);
+        m->set_reason(e.reason);
+      }
+      return grpc::Status::OK;
+    });
+  }
+  // Loading takes seconds: off gRPC's threads, the call finishes when it is done.
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* q,
+                                                inference::RepositoryModelLoadResponse*) override {
+    std::optional<std::string> config;
+    auto it = q->parameters().find("config");
+    if (it != q->parameters().end()) config = it->second.string_param();
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    std::thread([this, reactor, name = q->model_name(), config] { reactor->Finish(ToGrpc(s_->LoadModel(name, config))); }).detach();
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* q,
+                                                  inference::RepositoryModelUnloadResponse*) override {
+    auto it = q->parameters().find("unload_dependents");
+    const bool deps = it != q->parameters().end() && it->second.bool_param();
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    std::thread([this, reactor, name = q->model_name(), deps] { reactor->Finish(ToGrpc(s_->UnloadModel(name, deps))); }).detach();
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* q,
+                                       inference::ModelInferResponse* out) override {
+    auto r = FromProto(*q);
+    if (!r.ok()) return Unary(ctx, [&] { return ToGrpc(r.status()); });
+    auto config = s_->ModelConfigOf(r->model_name, r->model_version);
+    if (!config.ok()) return Unary(ctx, [&] { return ToGrpc(config.status()); });
+    if (serving::IsDecoupled(*config)) {
+      return Unary(ctx, [] {
+        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                            "ModelInfer RPC doesn't support models with decoupled transaction policy");
+      });
     }
-    return grpc::Status::OK;
+    return new InferReactor(s_, std::move(r).value(), out);
   }
-  grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest* q, inference::ModelMetadataResponse* r) override {
-    auto m = s_->GetModelMetadata(q->name(), q->version());
-    if (!m.ok()) return ToGrpc(m.status());
-    r->set_name(m->name);
-    for (const auto& v : m->versions) r->add_versions(v);
-    r->set_platform(m->platform);
-    for (const auto& t : m->inputs) {
-      auto* x = r->add_inputs();
-      x->set_name(t.name);
-      x->set_datatype(t.datatype);
-      for (int64_t d : t.shape) x->add_shape(d);
-    }
-    for (const auto& t : m->outputs) {
-      auto* x = r->add_outputs();
-      x->set_name(t.name);
-      x->set_datatype(t.datatype);
-      for (int64_t d : t.shape) x->add_shape(d);
-    }
-    return grpc::Status::OK;
+
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
+      grpc::CallbackServerContext*) override {
+    return new StreamReactor(s_, max_stream_buffer_);
   }
-  grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* q, inference::ModelConfigResponse* r) override {
-    auto c = s_->GetModelConfig(q->name(), q->version());
-    if (!c.ok()) return ToGrpc(c.status());
-    *r->mutable_config() = *c;
-    return grpc::Status::OK;
-  }
-  grpc::Status ModelStatistics(grpc::ServerContext*, const inference::ModelStatisticsRequest* q,
-                               inference::ModelStatisticsResponse* r) override {
-    auto st = s_->Statistics(q->name(), q->version());
+
+ private:
+  grpc::Status Statistics(const inference::ModelStatisticsRequest& q, inference::ModelStatisticsResponse* r) {
+    auto st = s_->Statistics(q.name(), q.version());
     if (!st.ok()) return ToGrpc(st.status());
     auto dur = [](const serving::Duration& d, inference::StatisticDuration* p) {
       p->set_count(d.count);
@@ -246,159 +480,18 @@ class GrpcService final : public inference::GRPCInferenceService::Service {
     }
     return grpc::Status::OK;
   }
-  grpc::Status RepositoryIndex(grpc::ServerContext*, const inference::RepositoryIndexRequest* q,
-                               inference::RepositoryIndexResponse* r) override {
-    for (const auto& e : s_->RepositoryIndex(q->ready())) {
-      auto* m = r->add_models();
-      m->set_name(e.name);
-      m->set_version(e.version);
-      m->set_state(e.state);
-      m->set_reason(e.reason);
-    }
-    return grpc::Status::OK;
-  }
-  grpc::Status RepositoryModelLoad(grpc::ServerContext*, const inference::RepositoryModelLoadRequest* q,
-                                   inference::RepositoryModelLoadResponse*) override {
-    std::optional<std::string> config;
-    auto it = q->parameters().find("config");
-    if (it != q->parameters().end()) config = it->second.string_param();
-    return ToGrpc(s_->LoadModel(q->model_name(), config));
-  }
-  grpc::Status RepositoryModelUnload(grpc::ServerContext*, const inference::RepositoryModelUnloadRequest* q,
-                                     inference::RepositoryModelUnloadResponse*) override {
-    auto it = q->parameters().find("unload_dependents");
-    const bool deps = it != q->parameters().end() && it->second.bool_param();
-    return ToGrpc(s_->UnloadModel(q->model_name(), deps));
-  }
 
-  grpc::Status ModelInfer(grpc::ServerContext* ctx, const inference::ModelInferRequest* q,
-                          inference::ModelInferResponse* out) override {
-    auto r = FromProto(*q);
-    if (!r.ok()) return ToGrpc(r.status());
-    auto config = s_->ModelConfigOf(r->model_name, r->model_version);
-    if (!config.ok()) return ToGrpc(config.status());
-    if (serving::IsDecoupled(*config)) {
-      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "ModelInfer RPC doesn't support models with decoupled transaction policy");
-    }
-    struct Wait {
-      std::mutex mu;
-      std::condition_variable cv;
-      std::vector<InferResponse> responses;
-      bool done = false;
-    };
-    auto w = std::make_shared<Wait>();
-    auto cancel = r->cancel;
-    s_->Infer(std::move(r).value(), [w](InferResponse&& resp) {
-      std::lock_guard<std::mutex> lock(w->mu);
-      w->done = w->done || resp.final;
-      w->responses.push_back(std::move(resp));
-      w->cv.notify_all();
-    });
-    std::unique_lock<std::mutex> lock(w->mu);
-    while (!w->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return w->done; })) {
-      if (ctx->IsCancelled()) cancel->Cancel();
-    }
-    for (const auto& resp : w->responses) {
-      if (!resp.error.ok()) return ToGrpc(resp.error);
-    }
-    for (const auto& resp : w->responses) {
-      if (!resp.empty()) {
-        ToProto(resp, out);
-        return grpc::Status::OK;
-      }
-    }
-    // Only an empty final response (e.g. the answer to a `stop` request): the reference
-    // answers with no tensors.
-    ToProto(w->responses.back(), out);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ModelStreamInfer(grpc::ServerContext* ctx,
-                                grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>* stream) override {
-    auto w = std::make_shared<StreamWriter>();
-    std::thread writer([w, stream] {
-      std::unique_lock<std::mutex> lock(w->mu);
-      while (true) {
-        w->cv.wait(lock, [&] { return !w->items.empty() || (w->closed && w->outstanding == 0); });
-        if (w->items.empty()) return;
-        auto item = std::move(w->items.front());
-        w->items.pop_front();
-        lock.unlock();
-        stream->Write(item);
-        lock.lock();
-      }
-    });
-    inference::ModelInferRequest q;
-    while (stream->Read(&q)) {
-      bool empty_final = false;
-      if (auto it = q.parameters().find("triton_enable_empty_final_response"); it != q.parameters().end()) {
-        empty_final = it->second.bool_param();
-      }
-      auto r = FromProto(q);
-      {
-        std::lock_guard<std::mutex> lock(w->mu);
-        ++w->outstanding;
-      }
-      auto push = [w, empty_final](InferResponse&& resp) {
-        inference::ModelStreamInferResponse out;
-        const bool final = resp.final;
-        if (!resp.error.ok()) {
-          out.set_error_message(ToValidUtf8(resp.error.message()));
-          out.mutable_infer_response()->set_id(resp.id);
-          out.mutable_infer_response()->set_model_name(resp.model_name);
-          out.mutable_infer_response()->set_model_version(resp.model_version);
-        } else {
-          ToProto(resp, out.mutable_infer_response());
-        }
-        (*out.mutable_infer_response()->mutable_parameters())["triton_final_response"].set_bool_param(final);
-        std::lock_guard<std::mutex> lock(w->mu);
-        if (!resp.empty() || !resp.error.ok() || empty_final) w->items.push_back(std::move(out));
-        if (final) --w->outstanding;
-        w->cv.notify_all();
-      };
-      if (!r.ok()) {
-        InferResponse e = serving::ErrorResponse(r.status());
-        e.id = q.id();
-        e.model_name = q.model_name();
-        e.model_version = q.model_version();
-        push(std::move(e));
-        continue;
-      }
-      {
-        std::lock_guard<std::mutex> lock(w->mu);
-        w->cancels.push_back(r->cancel);
-      }
-      s_->Infer(std::move(r).value(), push);
-    }
-    // The client closed its side (or cancelled): finish what runs, cancelling on a cancel.
-    std::unique_lock<std::mutex> lock(w->mu);
-    w->closed = true;
-    w->cv.notify_all();
-    while (!w->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return w->outstanding == 0; })) {
-      if (ctx->IsCancelled()) {
-        auto cancels = w->cancels;
-        lock.unlock();
-        for (auto& c : cancels) c->Cancel();
-        lock.lock();
-      }
-    }
-    lock.unlock();
-    writer.join();
-    return grpc::Status::OK;
-  }
-
- private:
   serving::Server* s_;
+  const size_t max_stream_buffer_;
 };
 
-GrpcFrontend::GrpcFrontend(serving::Server* server, std::string address, int port)
-    : server_(server), address_(std::move(address)), port_(port) {}
+GrpcFrontend::GrpcFrontend(serving::Server* server, std::string address, int port, size_t max_stream_buffer_bytes)
+    : server_(server), address_(std::move(address)), port_(port), max_stream_buffer_bytes_(max_stream_buffer_bytes) {}
 
 GrpcFrontend::~GrpcFrontend() { Stop(); }
 
 StatusOr<int> GrpcFrontend::Start() {
-  service_ = std::make_unique<GrpcService>(server_);
+  service_ = std::make_unique<GrpcService>(server_, max_stream_buffer_bytes_);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(address_ + ":" + std::to_string(port_), grpc::InsecureServerCredentials(), &bound);

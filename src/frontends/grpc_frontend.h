@@ -1,5 +1,6 @@
-// KServe v2 gRPC (inference.GRPCInferenceService) over the serving core: unary RPCs,
-// ModelInfer, and the bidirectional ModelStreamInfer with triton_final_response.
+// KServe v2 gRPC (inference.GRPCInferenceService) over the serving core on gRPC's callback
+// API (open calls hold no thread): unary RPCs, ModelInfer, and the bidirectional
+// ModelStreamInfer with triton_final_response and a bound on output the client has not read.
 #pragma once
 
 #include <memory>
@@ -17,7 +18,9 @@ class GrpcService;
 
 class GrpcFrontend {
  public:
-  GrpcFrontend(serving::Server* server, std::string address, int port);
+  // max_stream_buffer_bytes: unread output one ModelStreamInfer call may hold; past it the
+  // call's requests are cancelled and it ends with RESOURCE_EXHAUSTED.
+  GrpcFrontend(serving::Server* server, std::string address, int port, size_t max_stream_buffer_bytes = 8 << 20);
   ~GrpcFrontend();
   // Returns the bound port (port 0 picks a free one); UNAVAILABLE when it cannot bind.
   StatusOr<int> Start();
@@ -27,6 +30,7 @@ class GrpcFrontend {
   serving::Server* server_;
   std::string address_;
   int port_;
+  size_t max_stream_buffer_bytes_;
   std::unique_ptr<GrpcService> service_;
   std::unique_ptr<grpc::Server> grpc_;
 };
