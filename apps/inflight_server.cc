@@ -117,11 +117,13 @@ int main(int argc, char** argv) {
 
   auto server = serving::Server::Create(so);
   if (!server.ok()) return Fail(server.status());
+  frontends::SharedMemoryRegistry shared_memory;  // both protocols see the same regions
   std::unique_ptr<frontends::HttpFrontend> http;
   std::unique_ptr<frontends::GrpcFrontend> grpc;
   std::unique_ptr<frontends::MetricsFrontend> metrics;
   if (allow_grpc) {
-    grpc = std::make_unique<frontends::GrpcFrontend>(server->get(), grpc_address, grpc_port, ho.max_stream_buffer_bytes);
+    grpc = std::make_unique<frontends::GrpcFrontend>(server->get(), grpc_address, grpc_port, &shared_memory,
+                                                   ho.max_stream_buffer_bytes);
     auto port = grpc->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started GRPCInferenceService at " << grpc_address << ":" << *port;
@@ -133,7 +135,7 @@ int main(int argc, char** argv) {
     ho.body_timeout = std::chrono::milliseconds(http_body_timeout_ms);
     ho.idle_timeout = std::chrono::milliseconds(http_idle_timeout_ms);
     ho.write_timeout = std::chrono::milliseconds(http_write_timeout_ms);
-    http = std::make_unique<frontends::HttpFrontend>(server->get(), ho);
+    http = std::make_unique<frontends::HttpFrontend>(server->get(), ho, &shared_memory);
     auto port = http->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started HTTPService at " << http_address << ":" << *port;
@@ -152,6 +154,7 @@ int main(int argc, char** argv) {
   // server then ends the rest with an error each stream reports), give the last events a
   // moment to leave, and close whatever is still open: the exit never waits on a client.
   if (http) http->StopAccepting();
+  if (grpc) grpc->SetNotServing();
   (*server)->Shutdown();
   if (http) http->Stop(std::chrono::milliseconds(500));
   if (grpc) grpc->Stop();

@@ -1,12 +1,15 @@
 #include "frontends/grpc_frontend.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "frontends/log_settings.h"
 #include "grpc_service.grpc.pb.h"
 #include "serving/model_config_util.h"
 #include "tokenizer/utf8.h"
@@ -64,7 +67,34 @@ Status ContentsToRaw(const inference::InferTensorContents& c, InferTensor* t) {
   return OkStatus();
 }
 
-StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p) {
+// A tensor's shared_memory_* parameters (gRPC form); nullopt when it names no region.
+StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefOf(
+    const google::protobuf::Map<std::string, inference::InferParameter>& params, const std::string& tensor) {
+  auto region = params.find("shared_memory_region");
+  if (region == params.end()) return std::optional<SharedMemoryRef>();
+  SharedMemoryRef ref;
+  ref.region = region->second.string_param();
+  auto number = [&](const char* key, bool required, uint64_t* out) -> Status {
+    auto it = params.find(key);
+    if (it == params.end()) {
+      return required ? InvalidArgumentError("'" + tensor + "': shared_memory_region needs " + key) : OkStatus();
+    }
+    if (it->second.has_int64_param() && it->second.int64_param() >= 0) {
+      *out = static_cast<uint64_t>(it->second.int64_param());
+    } else if (it->second.has_uint64_param()) {
+      *out = it->second.uint64_param();
+    } else {
+      return InvalidArgumentError("'" + tensor + "': " + key + " must be a non-negative integer");
+    }
+    return OkStatus();
+  };
+  Status s = number("shared_memory_byte_size", true, &ref.byte_size);
+  if (s.ok()) s = number("shared_memory_offset", false, &ref.offset);
+  if (!s.ok()) return s;
+  return std::optional<SharedMemoryRef>(ref);
+}
+
+StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p, const SharedMemoryRegistry& shm) {
   InferRequest r;
   r.model_name = p.model_name();
   if (!p.model_version().empty()) {
@@ -101,7 +131,13 @@ StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p) {
       if (d < 0) return InvalidArgumentError("input '" + t.name + "': shape must hold non-negative integers");
       t.shape.push_back(d);
     }
-    if (raw) {
+    auto shm_ref = SharedMemoryRefOf(in.parameters(), t.name);
+    if (!shm_ref.ok()) return shm_ref.status();
+    if (shm_ref->has_value()) {
+      auto data = shm.Read((*shm_ref)->region, (*shm_ref)->offset, (*shm_ref)->byte_size);
+      if (!data.ok()) return data.status();
+      t.data = std::move(data).value();
+    } else if (raw) {
       if (in.has_contents()) {
         return InvalidArgumentError("contents field must not be specified when using raw_input_contents for '" + t.name + "'");
       }
@@ -116,7 +152,33 @@ StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p) {
   return r;
 }
 
-void ToProto(const InferResponse& r, inference::ModelInferResponse* p) {
+// Requested outputs that go to shared memory, by name.
+StatusOr<std::map<std::string, SharedMemoryRef>> SharedMemoryOutputs(const inference::ModelInferRequest& p) {
+  std::map<std::string, SharedMemoryRef> out;
+  for (const auto& o : p.outputs()) {
+    auto ref = SharedMemoryRefOf(o.parameters(), o.name());
+    if (!ref.ok()) return ref.status();
+    if (ref->has_value()) out[o.name()] = **ref;
+  }
+  return out;
+}
+
+// Writes the outputs that go to shared memory there.
+Status WriteSharedMemoryOutputs(const InferResponse& r, const std::map<std::string, SharedMemoryRef>& refs,
+                                const SharedMemoryRegistry& shm) {
+  for (const InferTensor& t : r.outputs) {
+    auto it = refs.find(t.name);
+    if (it == refs.end()) continue;
+    Status s = shm.Write(it->second.region, it->second.offset, it->second.byte_size, t.data);
+    if (!s.ok()) return s;
+  }
+  return OkStatus();
+}
+
+// Outputs in `shm_outputs` carry their region parameters and an empty raw entry (their
+// bytes are in shared memory), keeping raw_output_contents aligned with outputs.
+void ToProto(const InferResponse& r, inference::ModelInferResponse* p,
+             const std::map<std::string, SharedMemoryRef>& shm_outputs = {}) {
   p->set_model_name(r.model_name);
   p->set_model_version(r.model_version);
   p->set_id(r.id);
@@ -137,7 +199,14 @@ void ToProto(const InferResponse& r, inference::ModelInferResponse* p) {
     o->set_name(t.name);
     o->set_datatype(serving::DataTypeProtocolName(t.dtype));
     for (int64_t d : t.shape) o->add_shape(d);
-    p->add_raw_output_contents(t.data);
+    if (auto shm = shm_outputs.find(t.name); shm != shm_outputs.end()) {
+      (*o->mutable_parameters())["shared_memory_region"].set_string_param(shm->second.region);
+      if (shm->second.offset != 0) (*o->mutable_parameters())["shared_memory_offset"].set_uint64_param(shm->second.offset);
+      (*o->mutable_parameters())["shared_memory_byte_size"].set_uint64_param(t.data.size());
+      p->add_raw_output_contents();
+    } else {
+      p->add_raw_output_contents(t.data);
+    }
   }
 }
 
@@ -145,7 +214,9 @@ void ToProto(const InferResponse& r, inference::ModelInferResponse* p) {
 // finishes from whichever thread delivers its final response; a client cancel cancels it.
 class InferReactor final : public grpc::ServerUnaryReactor {
  public:
-  InferReactor(serving::Server* s, InferRequest r, inference::ModelInferResponse* out) : out_(out), cancel_(r.cancel) {
+  InferReactor(serving::Server* s, InferRequest r, inference::ModelInferResponse* out, const SharedMemoryRegistry& shm,
+               std::map<std::string, SharedMemoryRef> shm_outputs)
+      : out_(out), cancel_(r.cancel), shm_(shm), shm_outputs_(std::move(shm_outputs)) {
     s->Infer(std::move(r), [this](InferResponse&& resp) { OnResponse(std::move(resp)); });
   }
   void OnCancel() override { cancel_->Cancel(); }
@@ -160,12 +231,17 @@ class InferReactor final : public grpc::ServerUnaryReactor {
     if (!error_.ok()) return Finish(ToGrpc(error_));
     // Only an empty final response (e.g. the answer to a `stop` request): the reference
     // answers with no tensors.
-    ToProto(data_ ? *data_ : resp, out_);
+    const InferResponse& answer = data_ ? *data_ : resp;
+    const Status written = WriteSharedMemoryOutputs(answer, shm_outputs_, shm_);
+    if (!written.ok()) return Finish(ToGrpc(written));
+    ToProto(answer, out_, shm_outputs_);
     Finish(grpc::Status::OK);
   }
 
   inference::ModelInferResponse* out_;
   std::shared_ptr<serving::CancelToken> cancel_;
+  const SharedMemoryRegistry& shm_;
+  const std::map<std::string, SharedMemoryRef> shm_outputs_;
   Status error_;
   std::optional<InferResponse> data_;
 };
@@ -178,7 +254,8 @@ class InferReactor final : public grpc::ServerUnaryReactor {
 class StreamReactor final
     : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
  public:
-  StreamReactor(serving::Server* s, size_t max_unread_bytes) : s_(s), max_unread_(max_unread_bytes) {
+  StreamReactor(serving::Server* s, const SharedMemoryRegistry& shm, size_t max_unread_bytes)
+      : s_(s), shm_(shm), max_unread_(max_unread_bytes) {
     StartRead(&request_);
   }
 
@@ -192,7 +269,7 @@ class StreamReactor final
     if (auto it = request_.parameters().find("triton_enable_empty_final_response"); it != request_.parameters().end()) {
       empty_final = it->second.bool_param();
     }
-    auto r = FromProto(request_);
+    auto r = FromProto(request_, shm_);
     const std::string id = request_.id(), model = request_.model_name(), version = request_.model_version();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -297,6 +374,7 @@ class StreamReactor final
   }
 
   serving::Server* s_;
+  const SharedMemoryRegistry& shm_;
   const size_t max_unread_;
   inference::ModelInferRequest request_;  // the read in flight
   std::mutex mu_;
@@ -313,7 +391,8 @@ class StreamReactor final
 // KServe over gRPC's callback API: no call holds a thread while it waits for the engine.
 class GrpcService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  GrpcService(serving::Server* s, size_t max_stream_buffer_bytes) : s_(s), max_stream_buffer_(max_stream_buffer_bytes) {}
+  GrpcService(serving::Server* s, SharedMemoryRegistry* shm, size_t max_stream_buffer_bytes)
+      : s_(s), shm_(*shm), max_stream_buffer_(max_stream_buffer_bytes) {}
 
   template <typename Fn>
   static grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Fn fn) {
@@ -348,7 +427,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
     return Unary(ctx, [&] {
       r->set_name("inflight");
       r->set_version("0.4.0");
-      for (const char* e : {"model_repository", "model_configuration", "binary_tensor_data", "parameters", "statistics"}) {
+      for (const char* e : {"model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data",
+                            "parameters", "statistics", "logging"}) {
         r->add_extensions(e);
       }
       return grpc::Status::OK;
@@ -417,10 +497,65 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
     return reactor;
   }
 
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx,
+                                                     const inference::SystemSharedMemoryStatusRequest* q,
+                                                     inference::SystemSharedMemoryStatusResponse* r) override {
+    return Unary(ctx, [&] {
+      auto st = shm_.GetStatus(q->name());
+      if (!st.ok()) return ToGrpc(st.status());
+      for (const auto& region : *st) {
+        auto& x = (*r->mutable_regions())[region.name];
+        x.set_name(region.name);
+        x.set_key(region.key);
+        x.set_offset(region.offset);
+        x.set_byte_size(region.byte_size);
+      }
+      return grpc::Status::OK;
+    });
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx,
+                                                       const inference::SystemSharedMemoryRegisterRequest* q,
+                                                       inference::SystemSharedMemoryRegisterResponse*) override {
+    return Unary(ctx, [&] { return ToGrpc(shm_.Register(q->name(), q->key(), q->offset(), q->byte_size())); });
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* ctx,
+                                                         const inference::SystemSharedMemoryUnregisterRequest* q,
+                                                         inference::SystemSharedMemoryUnregisterResponse*) override {
+    return Unary(ctx, [&] { return ToGrpc(shm_.Unregister(q->name())); });
+  }
+
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx, const inference::LogSettingsRequest* q,
+                                        inference::LogSettingsResponse* r) override {
+    return Unary(ctx, [&] {
+      inflight::LogSettings settings = GetLogSettings();
+      for (const auto& [key, v] : q->settings()) {
+        LogSettingValue value;
+        switch (v.parameter_choice_case()) {
+          case inference::LogSettingsRequest::SettingValue::kBoolParam: value = v.bool_param(); break;
+          case inference::LogSettingsRequest::SettingValue::kUint32Param: value = static_cast<uint64_t>(v.uint32_param()); break;
+          case inference::LogSettingsRequest::SettingValue::kStringParam: value = v.string_param(); break;
+          default: break;
+        }
+        const Status s = ApplyLogSetting(&settings, key, value);
+        if (!s.ok()) return ToGrpc(s);
+      }
+      if (!q->settings().empty()) SetLogSettings(settings);
+      for (const auto& [key, v] : LogSettingsView(settings)) {
+        auto& x = (*r->mutable_settings())[key];
+        if (const bool* b = std::get_if<bool>(&v)) x.set_bool_param(*b);
+        if (const uint64_t* u = std::get_if<uint64_t>(&v)) x.set_uint32_param(static_cast<uint32_t>(*u));
+        if (const std::string* str = std::get_if<std::string>(&v)) x.set_string_param(*str);
+      }
+      return grpc::Status::OK;
+    });
+  }
+
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* q,
                                        inference::ModelInferResponse* out) override {
-    auto r = FromProto(*q);
+    auto r = FromProto(*q, shm_);
     if (!r.ok()) return Unary(ctx, [&] { return ToGrpc(r.status()); });
+    auto shm_outputs = SharedMemoryOutputs(*q);
+    if (!shm_outputs.ok()) return Unary(ctx, [&] { return ToGrpc(shm_outputs.status()); });
     auto config = s_->ModelConfigOf(r->model_name, r->model_version);
     if (!config.ok()) return Unary(ctx, [&] { return ToGrpc(config.status()); });
     if (serving::IsDecoupled(*config)) {
@@ -429,12 +564,12 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
                             "ModelInfer RPC doesn't support models with decoupled transaction policy");
       });
     }
-    return new InferReactor(s_, std::move(r).value(), out);
+    return new InferReactor(s_, std::move(r).value(), out, shm_, std::move(shm_outputs).value());
   }
 
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
       grpc::CallbackServerContext*) override {
-    return new StreamReactor(s_, max_stream_buffer_);
+    return new StreamReactor(s_, shm_, max_stream_buffer_);
   }
 
  private:
@@ -482,16 +617,20 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   }
 
   serving::Server* s_;
+  SharedMemoryRegistry& shm_;
   const size_t max_stream_buffer_;
 };
 
-GrpcFrontend::GrpcFrontend(serving::Server* server, std::string address, int port, size_t max_stream_buffer_bytes)
-    : server_(server), address_(std::move(address)), port_(port), max_stream_buffer_bytes_(max_stream_buffer_bytes) {}
+GrpcFrontend::GrpcFrontend(serving::Server* server, std::string address, int port, SharedMemoryRegistry* shm,
+                           size_t max_stream_buffer_bytes)
+    : server_(server), address_(std::move(address)), port_(port), shm_(shm), max_stream_buffer_bytes_(max_stream_buffer_bytes) {}
 
 GrpcFrontend::~GrpcFrontend() { Stop(); }
 
 StatusOr<int> GrpcFrontend::Start() {
-  service_ = std::make_unique<GrpcService>(server_, max_stream_buffer_bytes_);
+  service_ = std::make_unique<GrpcService>(server_, shm_, max_stream_buffer_bytes_);
+  // The standard grpc.health.v1.Health service (Kubernetes gRPC probes): SERVING until Stop.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(address_ + ":" + std::to_string(port_), grpc::InsecureServerCredentials(), &bound);
@@ -501,6 +640,10 @@ StatusOr<int> GrpcFrontend::Start() {
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || bound == 0) return UnavailableError("gRPC: cannot bind " + address_ + ":" + std::to_string(port_));
   return bound;
+}
+
+void GrpcFrontend::SetNotServing() {
+  if (grpc_ && grpc_->GetHealthCheckService()) grpc_->GetHealthCheckService()->SetServingStatus(false);
 }
 
 void GrpcFrontend::Stop() {

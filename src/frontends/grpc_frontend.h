@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "frontends/shared_memory.h"
 #include "serving/server.h"
 
 namespace grpc {
@@ -20,16 +21,21 @@ class GrpcFrontend {
  public:
   // max_stream_buffer_bytes: unread output one ModelStreamInfer call may hold; past it the
   // call's requests are cancelled and it ends with RESOURCE_EXHAUSTED.
-  GrpcFrontend(serving::Server* server, std::string address, int port, size_t max_stream_buffer_bytes = 8 << 20);
+  // shm: the system shared-memory regions (outlives the frontend; shared with HTTP).
+  GrpcFrontend(serving::Server* server, std::string address, int port, SharedMemoryRegistry* shm,
+               size_t max_stream_buffer_bytes = 8 << 20);
   ~GrpcFrontend();
   // Returns the bound port (port 0 picks a free one); UNAVAILABLE when it cannot bind.
   StatusOr<int> Start();
+  // grpc.health.v1 answers NOT_SERVING from now on (the server is draining).
+  void SetNotServing();
   void Stop();
 
  private:
   serving::Server* server_;
   std::string address_;
   int port_;
+  SharedMemoryRegistry* shm_;
   size_t max_stream_buffer_bytes_;
   std::unique_ptr<GrpcService> service_;
   std::unique_ptr<grpc::Server> grpc_;

@@ -6,6 +6,8 @@
 
 #include "base/logging.h"
 #include "frontends/kserve_json.h"
+#include "frontends/log_settings.h"
+#include "frontends/shared_memory.h"
 #include "serving/model_config_util.h"
 
 namespace inflight::frontends {
@@ -95,7 +97,7 @@ serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply, OnRe
 
 class Handlers {
  public:
-  explicit Handlers(serving::Server* s) : s_(s) {}
+  Handlers(serving::Server* s, SharedMemoryRegistry* shm) : s_(s), shm_(*shm) {}
 
   void Dispatch(HttpRequest req, std::shared_ptr<HttpReply> reply) {
     const auto seg = Split(req.path);
@@ -123,6 +125,16 @@ class Handlers {
     }
     if (seg.size() >= 3 && seg[0] == "v2" && seg[1] == "repository") {
       return Repository(seg, req, std::move(reply));
+    }
+    if (seg == std::vector<std::string>{"v2", "logging"}) {
+      if (req.method != "GET" && req.method != "POST") return reply->Send(Error(405, "Method Not Allowed"));
+      return reply->Send(Logging(req));
+    }
+    if (seg.size() >= 3 && seg[0] == "v2" && seg[1] == "systemsharedmemory") {
+      return reply->Send(SharedMemory(seg, req));
+    }
+    if (seg.size() >= 3 && seg[0] == "v2" && seg[1] == "cudasharedmemory") {
+      return reply->Send(Error(501, "CUDA shared memory is not supported by this server"));
     }
     if (auto r = ParseModelRoute(seg)) {
       if (r->action.empty()) {
@@ -155,8 +167,86 @@ class Handlers {
   static json ServerMetadata() {
     return {{"name", "inflight"},
             {"version", "0.4.0"},
-            {"extensions", {"model_repository", "model_configuration", "binary_tensor_data", "parameters",
-                            "statistics", "generate"}}};
+            {"extensions", {"model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data",
+                            "parameters", "statistics", "logging", "generate"}}};
+  }
+
+  // GET: the logging settings; POST: change the given ones (all or none), answer all.
+  static HttpResponse Logging(const HttpRequest& req) {
+    LogSettings settings = GetLogSettings();
+    if (req.method == "POST") {
+      auto body = ParseJsonBounded(req.body);
+      if (!body.ok() || !body->is_object()) return Error(400, "failed to parse the request JSON buffer");
+      for (const auto& [key, v] : body->items()) {
+        LogSettingValue value;
+        if (v.is_boolean()) {
+          value = v.get<bool>();
+        } else if (v.is_number_unsigned()) {
+          value = v.get<uint64_t>();
+        } else if (v.is_string()) {
+          value = v.get<std::string>();
+        } else if (!v.is_null()) {
+          return Error(400, "invalid value for logging setting '" + key + "'");
+        }
+        const Status s = ApplyLogSetting(&settings, key, value);
+        if (!s.ok()) return Error(s);
+      }
+      SetLogSettings(settings);
+    }
+    json out = json::object();
+    for (const auto& [k, v] : LogSettingsView(settings)) {
+      std::visit([&, k = k](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) out[k] = nullptr;
+        else out[k] = x;
+      }, v);
+    }
+    return Json(200, out);
+  }
+
+  // /v2/systemsharedmemory[/region/{name}]/{status,register,unregister}
+  HttpResponse SharedMemory(const std::vector<std::string>& seg, const HttpRequest& req) {
+    std::string name, action;
+    if (seg.size() == 3) {
+      action = seg[2];
+    } else if (seg.size() == 5 && seg[2] == "region") {
+      name = seg[3];
+      action = seg[4];
+    } else {
+      return Error(404, "Not Found");
+    }
+    if (action == "status") {
+      if (req.method != "GET") return Error(405, "Method Not Allowed");
+      auto st = shm_.GetStatus(name);
+      if (!st.ok()) return Error(st.status());
+      json arr = json::array();
+      for (const auto& r : *st) {
+        arr.push_back({{"name", r.name}, {"key", r.key}, {"offset", r.offset}, {"byte_size", r.byte_size}});
+      }
+      return Json(200, arr);
+    }
+    if (req.method != "POST") return Error(405, "Method Not Allowed");
+    if (action == "unregister") {
+      const Status s = shm_.Unregister(name);
+      return s.ok() ? HttpResponse{200, "", "", {}} : Error(s);
+    }
+    if (action != "register" || name.empty()) return Error(404, "Not Found");
+    auto body = ParseJsonBounded(req.body);
+    if (!body.ok() || !body->is_object()) return Error(400, "failed to parse the request JSON buffer");
+    const json& b = *body;
+    auto u64 = [&](const char* key, uint64_t* out) {
+      if (!b.contains(key)) return key == std::string("offset");
+      const json& v = b[key];
+      if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) return false;
+      *out = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+      return true;
+    };
+    uint64_t offset = 0, byte_size = 0;
+    if (!b.contains("key") || !b["key"].is_string() || !u64("offset", &offset) || !u64("byte_size", &byte_size)) {
+      return Error(400, "shared memory register needs a string 'key' and unsigned 'byte_size' (and 'offset')");
+    }
+    const Status s = shm_.Register(name, b["key"].get<std::string>(), offset, byte_size);
+    return s.ok() ? HttpResponse{200, "", "", {}} : Error(s);
   }
 
   HttpResponse Stats(const std::string& model, const std::string& version) {
@@ -233,7 +323,10 @@ class Handlers {
         return reply->Send(Error(400, "Inference-Header-Content-Length header value '" + v + "' is out of range"));
       }
     }
-    auto parsed = ParseInferRequest(req.body, header_len);
+    const SharedMemoryReader shm_reader = [this](const SharedMemoryRef& ref) {
+      return shm_.Read(ref.region, ref.offset, ref.byte_size);
+    };
+    auto parsed = ParseInferRequest(req.body, header_len, &shm_reader);
     if (!parsed.ok()) return reply->Send(Error(parsed.status()));
     auto shape = std::make_shared<ParsedInfer>(std::move(parsed).value());
     InferRequest r = std::move(shape->request);
@@ -242,7 +335,7 @@ class Handlers {
     auto cancel = r.cancel;
     reply->OnClientGone([cancel](const std::string&) { cancel->Cancel(); });
     auto responses = std::make_shared<std::vector<InferResponse>>();
-    s_->Infer(std::move(r), SinkOnStrand(reply, [reply, responses, shape](InferResponse&& resp) {
+    s_->Infer(std::move(r), SinkOnStrand(reply, [this, reply, responses, shape](InferResponse&& resp) {
       const bool final = resp.final;
       responses->push_back(std::move(resp));
       if (!final) return;
@@ -254,6 +347,12 @@ class Handlers {
       // Only an empty final response (e.g. the answer to a `stop` request): the reference
       // answers with no tensors.
       if (!data) data = &responses->back();
+      for (const auto& t : data->outputs) {
+        auto shm = shape->shm_outputs.find(t.name);
+        if (shm == shape->shm_outputs.end()) continue;
+        const Status written = shm_.Write(shm->second.region, shm->second.offset, shm->second.byte_size, t.data);
+        if (!written.ok()) return reply->Send(Error(written));
+      }
       std::string binary;
       const std::string header = Dump(InferResponseToJson(*data, *shape, &binary));
       if (binary.empty()) return reply->Send({200, "application/json", header, {}});
@@ -318,17 +417,18 @@ class Handlers {
   }
 
   serving::Server* s_;
+  SharedMemoryRegistry& shm_;  // shared with the gRPC frontend, as in Triton
 };
 
 }  // namespace
 
-HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options)
-    : server_(server), options_(std::move(options)) {}
+HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm)
+    : server_(server), options_(std::move(options)), shm_(shm) {}
 
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 StatusOr<int> HttpFrontend::Start() {
-  auto handlers = std::make_shared<Handlers>(server_);
+  auto handlers = std::make_shared<Handlers>(server_, shm_);
   http_ = std::make_unique<HttpServer>(options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
     try {
       handlers->Dispatch(std::move(req), reply);

@@ -8,13 +8,15 @@
 #include <string>
 
 #include "frontends/http_server.h"
+#include "frontends/shared_memory.h"
 #include "serving/server.h"
 
 namespace inflight::frontends {
 
 class HttpFrontend {
  public:
-  HttpFrontend(serving::Server* server, HttpServerOptions options);
+  // shm: the system shared-memory regions (outlives the frontend; shared with gRPC).
+  HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm);
   ~HttpFrontend();
   // Binds and serves on background threads. Returns the bound port; UNAVAILABLE if the
   // address cannot be bound.
@@ -26,6 +28,7 @@ class HttpFrontend {
  private:
   serving::Server* server_;
   HttpServerOptions options_;
+  SharedMemoryRegistry* shm_;
   std::unique_ptr<HttpServer> http_;
 };
 

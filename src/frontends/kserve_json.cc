@@ -173,7 +173,30 @@ StatusOr<json> ParseJsonBounded(std::string_view text, int max_depth) {
   return j;
 }
 
-StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_length) {
+StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefFromJson(const json& parameters, const std::string& tensor) {
+  if (!parameters.is_object() || !parameters.contains("shared_memory_region")) return std::optional<SharedMemoryRef>();
+  SharedMemoryRef ref;
+  const json& region = parameters["shared_memory_region"];
+  if (!region.is_string()) return InvalidArgumentError("'" + tensor + "': shared_memory_region must be a string");
+  ref.region = region.get<std::string>();
+  auto unsigned_param = [&](const char* key, bool required, uint64_t* out) -> Status {
+    if (!parameters.contains(key)) {
+      return required ? InvalidArgumentError("'" + tensor + "': shared_memory_region needs " + key) : OkStatus();
+    }
+    const json& v = parameters[key];
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+      return InvalidArgumentError("'" + tensor + "': " + key + " must be a non-negative integer");
+    }
+    *out = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+    return OkStatus();
+  };
+  Status s = unsigned_param("shared_memory_byte_size", true, &ref.byte_size);
+  if (s.ok()) s = unsigned_param("shared_memory_offset", false, &ref.offset);
+  if (!s.ok()) return s;
+  return std::optional<SharedMemoryRef>(ref);
+}
+
+StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_length, const SharedMemoryReader* shm) {
   if (header_length == 0) {
     return UnimplementedError("raw binary requests (Inference-Header-Content-Length: 0) are not supported");
   }
@@ -233,6 +256,17 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
       }
       t.shape.push_back(d.get<int64_t>());
     }
+    const json no_parameters = json::object();
+    auto shm_ref = SharedMemoryRefFromJson(in.contains("parameters") ? in["parameters"] : no_parameters, t.name);
+    if (!shm_ref.ok()) return shm_ref.status();
+    if (shm_ref->has_value()) {
+      if (!shm) return InvalidArgumentError("input '" + t.name + "': shared memory is not available on this endpoint");
+      auto data = (*shm)(**shm_ref);
+      if (!data.ok()) return data.status();
+      t.data = std::move(data).value();
+      r.inputs.push_back(std::move(t));
+      continue;
+    }
     int64_t binary_size = -1;
     if (in.contains("parameters") && in["parameters"].is_object() && in["parameters"].contains("binary_data_size")) {
       const json& b = in["parameters"]["binary_data_size"];
@@ -265,6 +299,11 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
       }
       const std::string name = out["name"].get<std::string>();
       r.requested_outputs.push_back(name);
+      if (out.contains("parameters")) {
+        auto shm_ref = SharedMemoryRefFromJson(out["parameters"], name);
+        if (!shm_ref.ok()) return shm_ref.status();
+        if (shm_ref->has_value()) p.shm_outputs[name] = **shm_ref;
+      }
       if (out.contains("parameters") && out["parameters"].is_object() && out["parameters"].contains("binary_data")) {
         const json& b = out["parameters"]["binary_data"];
         p.binary_output[name] = b.is_boolean() && b.get<bool>();
@@ -291,7 +330,11 @@ json InferResponseToJson(const serving::InferResponse& resp, const ParsedInfer& 
     o["shape"] = t.shape;
     auto it = req.binary_output.find(t.name);
     const bool as_binary = it != req.binary_output.end() ? it->second : req.binary_output_default;
-    if (as_binary) {
+    if (auto shm = req.shm_outputs.find(t.name); shm != req.shm_outputs.end()) {
+      o["parameters"]["shared_memory_region"] = shm->second.region;
+      if (shm->second.offset != 0) o["parameters"]["shared_memory_offset"] = shm->second.offset;
+      o["parameters"]["shared_memory_byte_size"] = t.data.size();
+    } else if (as_binary) {
       o["parameters"]["binary_data_size"] = t.data.size();
       binary->append(t.data);
     } else {
