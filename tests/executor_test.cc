@@ -2,6 +2,7 @@
 // under every scheduling configuration, no leaked KV blocks, cancellation, preemption, request
 // features and refusals.
 #include "engine/executor.h"
+#include "engine/output_stream.h"
 
 #include <gtest/gtest.h>
 
@@ -367,6 +368,30 @@ TEST_F(ExecutorTest, ShutdownFinishesEveryOutstandingRequest) {
     EXPECT_TRUE(rs.back().is_final);
   }
   EXPECT_EQ(e->Enqueue(Greedy({3}, 1)).status().code(), StatusCode::kUnavailable);
+}
+
+// A consumer that does not take its results: past the stream's bound the request is
+// cancelled, its final result still arrives, and its KV blocks are freed.
+TEST_F(ExecutorTest, ConsumerBehindItsOutputBoundIsCancelled) {
+  ExecutorConfig c;
+  c.tokens_per_block = 16;
+  auto e = Make(c);
+  auto stream = std::make_shared<OutputStream>(64 << 10);
+  Request r = Greedy({3, 4, 5}, 200);
+  r.streaming = true;
+  r.return_generation_logits = true;  // a vocabulary of floats per token
+  r.output = stream;
+  ASSERT_TRUE(e->Enqueue(std::move(r)).ok());
+  for (int i = 0; i < 1000 && !stream->final_pushed(); ++i) std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_TRUE(stream->final_pushed());
+  EXPECT_TRUE(stream->overflowed());
+  const auto results = stream->Take();
+  ASSERT_FALSE(results.empty());
+  EXPECT_EQ(results.back().finish_reason, FinishReason::kCancelled);
+  int64_t tokens = 0;
+  for (const Result& x : results) tokens += static_cast<int64_t>(x.output_token_ids.size());
+  EXPECT_LT(tokens, 200);
+  ExpectNoLeaks(*e);
 }
 
 // ---- Refusals: never left waiting ----

@@ -59,7 +59,7 @@ class HttpServerTest : public ::testing::Test {
   void SetUp() override {
     HttpServerOptions o;
     o.address = "127.0.0.1";
-    o.max_stream_buffer_bytes = 64 << 10;
+    o.max_stream_buffer_bytes = 1 << 20;  // more than a whole test stream (200 kB)
     server_ = std::make_unique<HttpServer>(o, [this](HttpRequest r, std::shared_ptr<HttpReply> reply) {
       backend_.Handle(std::move(r), std::move(reply));
     });

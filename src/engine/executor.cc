@@ -107,7 +107,17 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
                                   " has been reached, please try again later");
   }
   const RequestId id = next_id_++;
-  if (!request.on_result) channels_[id] = std::make_shared<Channel>();
+  if (!request.output) {
+    request.output = std::make_shared<OutputStream>(config_.max_unread_output_bytes);
+    if (request.on_result) {
+      // The stream is owned by the request state while the engine pushes into it.
+      request.output->SetNotify([s = request.output.get(), fn = request.on_result] {
+        for (Result& r : s->Take()) fn(std::move(r));
+      });
+    } else {
+      streams_[id] = request.output;
+    }
+  }
   submissions_.emplace_back(id, std::move(request));
   ++num_queued_;
   ++num_unfinished_;
@@ -116,27 +126,20 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
 }
 
 std::vector<Result> Executor::AwaitResponses(RequestId id, std::chrono::milliseconds timeout) {
-  std::shared_ptr<Channel> ch;
+  std::shared_ptr<OutputStream> stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = channels_.find(id);
-    if (it == channels_.end()) return {};
-    ch = it->second;
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return {};
+    stream = it->second;
   }
-  std::vector<Result> out;
-  bool final = false;
-  {
-    std::unique_lock<std::mutex> lock(ch->mu);
-    ch->cv.wait_for(lock, timeout, [&] { return !ch->results.empty(); });
-    while (!ch->results.empty()) {
-      final = final || ch->results.front().is_final;
-      out.push_back(std::move(ch->results.front()));
-      ch->results.pop_front();
+  std::vector<Result> out = stream->Wait(timeout);
+  for (const Result& r : out) {
+    if (r.is_final) {
+      std::lock_guard<std::mutex> lock(mu_);
+      streams_.erase(id);
+      break;
     }
-  }
-  if (final) {
-    std::lock_guard<std::mutex> lock(mu_);
-    channels_.erase(id);
   }
   return out;
 }
@@ -462,22 +465,12 @@ void Executor::FinishSequence(Sequence* seq, FinishReason reason) {
 }
 
 void Executor::Deliver(RequestState* rs, Result&& result) {
-  if (rs->request.on_result) {
-    rs->request.on_result(std::move(result));
-    return;
-  }
-  std::shared_ptr<Channel> ch;
-  {
+  // The only hand-off out of the engine: a consumer that falls behind its stream's bound
+  // gets the request cancelled at the next loop (its final result still arrives).
+  if (!rs->request.output->Push(std::move(result))) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = channels_.find(rs->id);
-    if (it == channels_.end()) return;
-    ch = it->second;
+    cancels_.push_back(rs->id);
   }
-  {
-    std::lock_guard<std::mutex> lock(ch->mu);
-    ch->results.push_back(std::move(result));
-  }
-  ch->cv.notify_all();
 }
 
 void Executor::Publish(Sequence* seq) {

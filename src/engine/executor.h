@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "engine/executor_config.h"
+#include "engine/output_stream.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -75,11 +76,6 @@ class Executor {
   int64_t num_queued_requests() const { return num_queued_.load(); }
 
  private:
-  struct Channel {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Result> results;
-  };
 
   Status Validate(const Request& r) const;
   void Loop();
@@ -130,7 +126,7 @@ class Executor {
   std::condition_variable wake_;
   std::vector<std::pair<RequestId, Request>> submissions_;
   std::vector<RequestId> cancels_;
-  std::unordered_map<RequestId, std::shared_ptr<Channel>> channels_;
+  std::unordered_map<RequestId, std::shared_ptr<OutputStream>> streams_;  // for AwaitResponses
   std::deque<IterationStats> stats_;
   IterationStats last_stats_;
   BlockCounts block_counts_;

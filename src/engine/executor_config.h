@@ -27,6 +27,9 @@ struct ExecutorConfig {
   int32_t max_batch_size = 64;     // sequences per step
   int32_t max_num_tokens = 2048;   // tokens per step (context chunks + generation tokens)
   int32_t max_queue_size = 0;      // waiting requests; 0 = unbounded
+  // Results of one request not yet taken by its consumer, in bytes, beyond which the request
+  // is cancelled (for streams Enqueue makes; 0 = unbounded).
+  size_t max_unread_output_bytes = 0;
   CapacityPolicy policy = CapacityPolicy::kGuaranteedNoEvict;
   BatchingStrategy batching = BatchingStrategy::kInflight;
   bool enable_chunked_context = false;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ enum class FinishReason : int32_t {
 };
 const char* FinishReasonName(FinishReason r);
 
+class OutputStream;
+
 struct Request {
   std::vector<int32_t> prompt_ids;
   int32_t max_tokens = 16;  // new tokens
@@ -47,8 +50,11 @@ struct Request {
   int32_t kv_retention_priority = 35;     // 0..100, for this request's cached blocks
   // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
   Clock::time_point arrival_time{};
-  // When set, results go here (called on the engine thread; keep it short) instead of the
-  // queue that AwaitResponses reads.
+  // Where the results go. Left null, Enqueue makes one (read by AwaitResponses, or drained
+  // into on_result when that is set).
+  std::shared_ptr<OutputStream> output;
+  // Convenience for tools and benchmarks: results handed to this on the engine thread (keep
+  // it short); serving code consumes `output` on its own threads instead.
   std::function<void(struct Result&&)> on_result;
 };
 

@@ -11,6 +11,7 @@
 
 #include "base/logging.h"
 #include "base/serial_worker.h"
+#include "engine/output_stream.h"
 #include "engine/executor.h"
 #include "model/model.h"
 #include "serving/metrics.h"
@@ -67,6 +68,11 @@ void AddPerfMetrics(const RequestStats& st, InferResponse* resp) {
   i32("total_accepted_draft_tokens", 0);
   i32("total_draft_tokens", 0);
 }
+
+// Results of one row the delivery thread may leave untaken before the row is cancelled
+// (it only falls that far behind when the process is starved; frontends bound their own
+// clients' unread output much lower).
+constexpr size_t kMaxUnreadResultBytes = 256 << 20;
 
 struct LlmParams {
   ExecutorConfig executor;
@@ -218,11 +224,23 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     Request& row = rows[b];
     p->multi_sequence = row.num_return_sequences > 1;
     p->return_log_probs = row.return_log_probs;
-    // The engine thread only queues the result; the response path runs on delivery_.
-    row.on_result = [this, p, b](Result&& res) {
-      auto r = std::make_shared<Result>(std::move(res));
-      delivery_.Post([this, p, b, r] { OnResult(p, b, std::move(*r)); });
-    };
+    // The engine thread only pushes into the row's output stream; its notification schedules
+    // the response path on delivery_ (weak: the stream must not own itself).
+    auto stream = std::make_shared<OutputStream>(kMaxUnreadResultBytes);
+    stream->SetNotify([this, p, b, weak = std::weak_ptr<OutputStream>(stream)] {
+      auto s = weak.lock();  // alive: the executor is pushing into it
+      if (!s) return;
+      delivery_.Post([this, p, b, s] {
+        for (Result& r : s->Take()) {
+          if (r.is_final && s->overflowed() && r.error.ok()) {
+            r.error = ResourceExhaustedError("the server's response path fell behind (more than " +
+                                             std::to_string(kMaxUnreadResultBytes) + " bytes of results unread)");
+          }
+          OnResult(p, b, std::move(r));
+        }
+      });
+    });
+    row.output = std::move(stream);
     std::unique_lock<std::mutex> lock(p->mu);  // results may arrive before Enqueue returns
     auto id = executor_->Enqueue(std::move(row));
     if (!id.ok()) {

@@ -1,0 +1,55 @@
+// The results of one request on their way out of the engine: the engine thread only pushes
+// (never blocks, never runs consumer code beyond a notification); consumers take results in
+// order, by waiting or when notified. Whether the request is over is decided here (the
+// final result has been pushed), and so is whether its consumer fell behind: unread output
+// past the bound marks the stream overflowed, and the executor cancels the request.
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace inflight {
+
+class OutputStream {
+ public:
+  // max_unread_bytes: 0 = unbounded.
+  explicit OutputStream(size_t max_unread_bytes = 0) : max_unread_(max_unread_bytes) {}
+
+  // Engine side. False when this push took the unread output past the bound (the stream is
+  // overflowed from then on; the result is still queued, so the final one always arrives).
+  bool Push(Result&& result);
+
+  // Consumer side: everything queued now (possibly nothing), or after waiting up to
+  // `timeout` for at least one result.
+  std::vector<Result> Take();
+  std::vector<Result> Wait(std::chrono::milliseconds timeout);
+  // fn runs on the pushing thread after a push into an empty stream (so once per batch of
+  // results the consumer has not taken yet); it should only schedule a Take elsewhere.
+  void SetNotify(std::function<void()> fn);
+
+  bool final_pushed() const;  // the request is over (its final result is queued or taken)
+  bool overflowed() const;
+  size_t unread_bytes() const;
+
+  // Bytes a result holds (ids, log-probs, logits): what the bound counts.
+  static size_t ResultBytes(const Result& r);
+
+ private:
+  const size_t max_unread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Result> queue_;
+  size_t unread_ = 0;
+  bool final_ = false, overflowed_ = false;
+  std::function<void()> notify_;
+};
+
+}  // namespace inflight
