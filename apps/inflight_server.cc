@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
   app.add_option("--repository-poll-secs", so.repository_poll_secs)->envname("INFLIGHT_REPOSITORY_POLL_SECS")
       ->check(CLI::Range(1, 86400));
   app.add_option("--log-verbose", log_verbose, "0: info, 1 or more: debug")->envname("INFLIGHT_LOG_VERBOSE");
+  app.add_option("--trace-file", so.trace_file, "File for request traces (trace extension; settings over HTTP/gRPC)")
+      ->envname("INFLIGHT_TRACE_FILE");
   app.add_option("--exit-timeout-secs", so.exit_timeout_secs, "Time running requests get at shutdown")
       ->envname("INFLIGHT_EXIT_TIMEOUT_SECS")->check(CLI::Range(0, 86400));
 

@@ -144,7 +144,8 @@ class ServerLimitsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     repo_ = new std::string(WriteRepository(DemoModel(), "demo"));
-    server_ = ServerProcess::Start({"--model-repository", *repo_, "--http-header-timeout-ms", "1000",
+    trace_file_ = new std::string(*repo_ + ".trace.json");
+    server_ = ServerProcess::Start({"--model-repository", *repo_, "--trace-file", *trace_file_, "--http-header-timeout-ms", "1000",
                                     "--http-write-timeout-ms", "3000", "--http-max-stream-buffer-bytes", "65536",
                                     "--http-max-header-count", "100"})
                   .release();
@@ -155,7 +156,9 @@ class ServerLimitsTest : public ::testing::Test {
     }
     delete server_;
     fs::remove_all(*repo_);
+    fs::remove(*trace_file_);
     delete repo_;
+    delete trace_file_;
   }
   void SetUp() override {
     if (!server_) GTEST_SKIP() << "the server did not start";
@@ -186,10 +189,12 @@ class ServerLimitsTest : public ::testing::Test {
   }
 
   static std::string* repo_;
+  static std::string* trace_file_;
   static ServerProcess* server_;
 };
 
 std::string* ServerLimitsTest::repo_ = nullptr;
+std::string* ServerLimitsTest::trace_file_ = nullptr;
 ServerProcess* ServerLimitsTest::server_ = nullptr;
 
 // tritonclient.http posts the index request with no body and no Content-Length: it hung
@@ -669,6 +674,65 @@ TEST_F(ServerLimitsTest, LoggingSettingsOverHttpAndGrpc) {
            {{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 100000}, {"end_id", 2}}, &status);
   for (int i = 0; i < 50 && clamped() == before; ++i) std::this_thread::sleep_for(milliseconds(20));
   EXPECT_EQ(clamped(), before + 1);
+}
+
+// Triton's trace extension: global and per-model settings over HTTP and gRPC, and
+// TIMESTAMPS traces of sampled requests in the trace file (rate, count, log frequency).
+TEST_F(ServerLimitsTest, TraceSettingsAndTimestampTraces) {
+  auto get = Http().Get("/v2/trace/setting");
+  ASSERT_TRUE(get);
+  json global = json::parse(get->body);
+  EXPECT_EQ(global["trace_level"], json({"OFF"}));
+  EXPECT_EQ(global["trace_file"], *trace_file_);
+  int status = 0;
+  PostJson("/v2/trace/setting", {{"trace_file", "/tmp/elsewhere"}}, &status);
+  EXPECT_EQ(status, 501);
+  PostJson("/v2/trace/setting", {{"trace_rate", "often"}}, &status);
+  EXPECT_EQ(status, 400);
+  PostJson("/v2/models/nope/trace/setting", {{"trace_rate", "1"}}, &status);
+  EXPECT_EQ(status, 404);
+  json model = PostJson("/v2/models/ensemble/trace/setting",
+                        {{"trace_level", {"TIMESTAMPS"}}, {"trace_rate", "1"}, {"trace_count", "2"}, {"log_frequency", "1"}},
+                        &status);
+  ASSERT_EQ(status, 200) << model.dump();
+  EXPECT_EQ(model["trace_level"], json({"TIMESTAMPS"}));
+  EXPECT_EQ(json::parse(Http().Get("/v2/trace/setting")->body)["trace_level"], json({"OFF"}));
+  for (int i = 0; i < 3; ++i) {
+    PostJson("/v2/models/ensemble/generate", {{"text_input", "Once upon a time"}, {"max_tokens", 3}}, &status);
+    EXPECT_EQ(status, 200);
+  }
+  // Two traces (trace_count 2), one file line each (log_frequency 1): model then timestamps.
+  std::vector<json> lines;
+  for (int i = 0; i < 100 && lines.size() < 2; ++i) {
+    std::this_thread::sleep_for(milliseconds(20));
+    lines.clear();
+    std::ifstream in(*trace_file_);
+    for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 2u);
+  for (const json& l : lines) {
+    ASSERT_EQ(l.size(), 2u) << l.dump();
+    EXPECT_EQ(l[0]["model_name"], "ensemble");
+    EXPECT_EQ(l[0]["id"], l[1]["id"]);
+    const json& ts = l[1]["timestamps"];
+    ASSERT_EQ(ts.size(), 5u) << l.dump();
+    EXPECT_EQ(ts[0]["name"], "REQUEST_START");
+    EXPECT_EQ(ts[4]["name"], "REQUEST_END");
+    for (size_t i = 1; i < ts.size(); ++i) EXPECT_LE(ts[i - 1]["ns"].get<uint64_t>(), ts[i]["ns"].get<uint64_t>());
+  }
+  // gRPC sees the same settings; an empty value list clears the model's override.
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  inference::TraceSettingRequest q;
+  q.set_model_name("ensemble");
+  grpc::ClientContext ctx;
+  inference::TraceSettingResponse r;
+  ASSERT_TRUE(stub->TraceSetting(&ctx, q, &r).ok());
+  EXPECT_EQ(r.settings().at("trace_count").value(0), "0");
+  (*q.mutable_settings())["trace_level"];  // no values: clear
+  grpc::ClientContext clear_ctx;
+  ASSERT_TRUE(stub->TraceSetting(&clear_ctx, q, &r).ok());
+  EXPECT_EQ(r.settings().at("trace_level").value(0), "OFF");
 }
 
 // The standard gRPC health service answers (what Kubernetes gRPC probes call).

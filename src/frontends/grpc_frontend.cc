@@ -428,7 +428,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       r->set_name("inflight");
       r->set_version("0.4.0");
       for (const char* e : {"model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data",
-                            "parameters", "statistics", "logging"}) {
+                            "parameters", "statistics", "trace", "logging"}) {
         r->add_extensions(e);
       }
       return grpc::Status::OK;
@@ -522,6 +522,33 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
                                                          const inference::SystemSharedMemoryUnregisterRequest* q,
                                                          inference::SystemSharedMemoryUnregisterResponse*) override {
     return Unary(ctx, [&] { return ToGrpc(shm_.Unregister(q->name())); });
+  }
+
+  // An empty value list clears a model's override of that key (as Triton).
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx, const inference::TraceSettingRequest* q,
+                                         inference::TraceSettingResponse* r) override {
+    return Unary(ctx, [&] {
+      if (!q->model_name().empty() && !s_->ModelReady(q->model_name(), "")) {
+        return ToGrpc(NotFoundError("Request for unknown model: '" + q->model_name() + "' is not found"));
+      }
+      std::map<std::string, std::optional<std::vector<std::string>>> values;
+      for (const auto& [key, v] : q->settings()) {
+        if (v.value().empty()) {
+          values[key] = std::nullopt;
+        } else {
+          values[key] = std::vector<std::string>(v.value().begin(), v.value().end());
+        }
+      }
+      if (!values.empty()) {
+        const Status s = s_->tracer().Update(q->model_name(), values);
+        if (!s.ok()) return ToGrpc(s);
+      }
+      for (const auto& [key, v] : s_->tracer().Settings(q->model_name())) {
+        auto& x = (*r->mutable_settings())[key];
+        for (const auto& e : v) x.add_value(e);
+      }
+      return grpc::Status::OK;
+    });
   }
 
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx, const inference::LogSettingsRequest* q,

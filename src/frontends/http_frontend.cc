@@ -1,5 +1,6 @@
 #include "frontends/http_frontend.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <thread>
@@ -126,6 +127,15 @@ class Handlers {
     if (seg.size() >= 3 && seg[0] == "v2" && seg[1] == "repository") {
       return Repository(seg, req, std::move(reply));
     }
+    if (seg == std::vector<std::string>{"v2", "trace", "setting"}) {
+      if (req.method != "GET" && req.method != "POST") return reply->Send(Error(405, "Method Not Allowed"));
+      return reply->Send(TraceSetting("", req));
+    }
+    if (seg.size() == 5 && seg[0] == "v2" && seg[1] == "models" && seg[3] == "trace" && seg[4] == "setting") {
+      if (req.method != "GET" && req.method != "POST") return reply->Send(Error(405, "Method Not Allowed"));
+      if (!s_->ModelReady(seg[2], "")) return reply->Send(Error(404, "Request for unknown model: '" + seg[2] + "' is not found"));
+      return reply->Send(TraceSetting(seg[2], req));
+    }
     if (seg == std::vector<std::string>{"v2", "logging"}) {
       if (req.method != "GET" && req.method != "POST") return reply->Send(Error(405, "Method Not Allowed"));
       return reply->Send(Logging(req));
@@ -168,7 +178,36 @@ class Handlers {
     return {{"name", "inflight"},
             {"version", "0.4.0"},
             {"extensions", {"model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data",
-                            "parameters", "statistics", "logging", "generate"}}};
+                            "parameters", "statistics", "trace", "logging", "generate"}}};
+  }
+
+  // GET: the trace settings (global, or a model's); POST: change the given ones (all or
+  // none; null clears a model's override), answer all.
+  HttpResponse TraceSetting(const std::string& model, const HttpRequest& req) {
+    serving::Tracer& tracer = s_->tracer();
+    if (req.method == "POST") {
+      auto body = ParseJsonBounded(req.body);
+      if (!body.ok() || !body->is_object()) return Error(400, "failed to parse the request JSON buffer");
+      std::map<std::string, std::optional<std::vector<std::string>>> values;
+      for (const auto& [key, v] : body->items()) {
+        if (v.is_null()) {
+          values[key] = std::nullopt;
+        } else if (v.is_string()) {
+          values[key] = std::vector<std::string>{v.get<std::string>()};
+        } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); })) {
+          values[key] = v.get<std::vector<std::string>>();
+        } else {
+          return Error(400, "trace setting '" + key + "' must be a string, a list of strings or null");
+        }
+      }
+      const Status s = tracer.Update(model, values);
+      if (!s.ok()) return Error(s);
+    }
+    json out = json::object();
+    for (const auto& [k, v] : tracer.Settings(model)) {
+      out[k] = k == "trace_level" ? json(v) : json(v.front());
+    }
+    return Json(200, out);
   }
 
   // GET: the logging settings; POST: change the given ones (all or none), answer all.

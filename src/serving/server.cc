@@ -207,7 +207,7 @@ StatusOr<ModelControlMode> ModelControlModeFromName(const std::string& name) {
   return InvalidArgumentError("--model-control-mode must be none, poll or explicit, got '" + name + "'");
 }
 
-Server::Server(const ServerOptions& options) : options_(options) {}
+Server::Server(const ServerOptions& options) : options_(options), tracer_(options.trace_file) {}
 
 StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   std::error_code ec;
@@ -468,6 +468,7 @@ void Server::Shutdown() {
       if ((pass == 1) == ensemble) UnloadLocked(n, lock, deadline);
     }
   }
+  tracer_.Flush();
 }
 
 bool Server::ready() const {
@@ -594,6 +595,7 @@ StatusOr<std::vector<ModelStatistics>> Server::Statistics(const std::string& nam
 
 void Server::Infer(InferRequest r, ResponseSink sink) {
   const auto arrival = Clock::now();
+  const uint64_t arrival_ns = Tracer::NowNs();
   auto found = Find(r.model_name, r.model_version < 0 ? "" : std::to_string(r.model_version));
   auto reject = [&](const Status& s) {
     InferResponse resp = ErrorResponse(s);
@@ -626,12 +628,16 @@ void Server::Infer(InferRequest r, ResponseSink sink) {
   }
   auto call = std::make_shared<CallTimes>();
   call->arrival = arrival;
+  // Client requests only: an ensemble's steps belong to its trace's request.
+  const uint64_t trace_id = r.context ? 0 : tracer_.Sample(l->name);
   ++inflight_;
   ++l->inflight;
   Loaded* loaded = l.get();  // alive until inflight drops (Unload waits for it)
   std::vector<std::string> wanted = r.requested_outputs;
   const std::string id = r.id;
-  auto wrapped = [this, loaded, call, sink = std::move(sink), wanted, id, version](InferResponse&& resp) {
+  const uint64_t handed_ns = Tracer::NowNs();
+  auto wrapped = [this, loaded, call, sink = std::move(sink), wanted, id, version, trace_id, arrival_ns,
+                  handed_ns](InferResponse&& resp) {
     resp.model_name = loaded->name;
     resp.model_version = version;
     resp.id = id;
@@ -644,6 +650,12 @@ void Server::Infer(InferRequest r, ResponseSink sink) {
       RecordResponse(resp, now, call.get(), &loaded->stats);
     }
     if (final) metrics_.RecordInference(loaded->name, version, FinalRecord(*call, error, now));
+    if (final && trace_id != 0) {
+      const uint64_t end_ns = Tracer::NowNs();
+      tracer_.Record({trace_id, loaded->name, version,
+                      {{"REQUEST_START", arrival_ns}, {"QUEUE_START", handed_ns}, {"COMPUTE_START", handed_ns},
+                       {"COMPUTE_END", end_ns}, {"REQUEST_END", end_ns}}});
+    }
     sink(std::move(resp));
     if (final) {
       --loaded->inflight;

@@ -16,6 +16,7 @@
 
 #include "serving/backend.h"
 #include "serving/metrics.h"
+#include "serving/trace.h"
 
 namespace inflight::serving {
 
@@ -28,6 +29,7 @@ struct ServerOptions {
   std::vector<std::string> load_models;  // explicit mode: loaded at start ("*" = all)
   int32_t repository_poll_secs = 15;
   int32_t exit_timeout_secs = 30;
+  std::string trace_file;  // where sampled request traces go (Triton's --trace-file)
 };
 
 struct TensorMetadata {
@@ -95,6 +97,7 @@ class Server : public InferenceRunner {
   StatusOr<inference::ModelConfig> ModelConfigOf(const std::string& name, int64_t version) override;
 
   Metrics& metrics() { return metrics_; }
+  Tracer& tracer() { return tracer_; }
   // Requests started and not finished, over all models.
   int64_t num_inflight() const { return inflight_.load(); }
   // Stops taking requests, waits up to exit_timeout_secs for running ones, then unloads all.
@@ -119,6 +122,7 @@ class Server : public InferenceRunner {
 
   ServerOptions options_;
   Metrics metrics_;
+  Tracer tracer_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<Entry>> models_;
