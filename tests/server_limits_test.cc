@@ -103,6 +103,16 @@ class RawConnection {
   bool closed_ = false;
 };
 
+// Adds an input with typed `contents` to a gRPC request; returns them to fill.
+inference::InferTensorContents* AddTypedInput(inference::ModelInferRequest* q, const char* name, const char* dtype,
+                                              const std::vector<int64_t>& shape) {
+  auto* in = q->add_inputs();
+  in->set_name(name);
+  in->set_datatype(dtype);
+  for (int64_t d : shape) in->add_shape(d);
+  return in->mutable_contents();
+}
+
 int64_t RssKb(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
@@ -176,6 +186,10 @@ class ServerLimitsTest : public ::testing::Test {
     return json::parse(r->body, nullptr, false);
   }
   static std::string Metrics() { return testing::MetricsText(server_->metrics_port); }
+  static std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub() {
+    return inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  }
   static double Canceled(const std::string& model) {
     return std::max(0.0, MetricValue(Metrics(), "nv_inference_request_failure", {{"model", model}, {"reason", "CANCELED"}}));
   }
@@ -262,17 +276,12 @@ TEST_F(ServerLimitsTest, StopRequestGetsAnEmptyResponse) {
   EXPECT_EQ(r["id"], "to-stop");
   EXPECT_EQ(r["outputs"], json::array()) << r.dump();
 
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  auto stub = GrpcStub();
   inference::ModelInferRequest q;
   q.set_model_name("tensorrt_llm_sync");
   q.set_id("to-stop");
   auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape) {
-    auto* in = q.add_inputs();
-    in->set_name(name);
-    in->set_datatype(dtype);
-    for (int64_t d : shape) in->add_shape(d);
-    return in->mutable_contents();
+    return AddTypedInput(&q, name, dtype, shape);
   };
   add("input_ids", "INT32", {1, 1})->add_int_contents(1);
   add("input_lengths", "INT32", {1, 1})->add_int_contents(1);
@@ -334,8 +343,7 @@ TEST_F(ServerLimitsTest, SystemSharedMemoryCarriesInputsAndOutputs) {
 
   // gRPC sees the same regions and reads/writes them the same way.
   {
-    auto stub = inference::GRPCInferenceService::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+    auto stub = GrpcStub();
     grpc::ClientContext status_ctx;
     inference::SystemSharedMemoryStatusResponse regions;
     ASSERT_TRUE(stub->SystemSharedMemoryStatus(&status_ctx, inference::SystemSharedMemoryStatusRequest(), &regions).ok());
@@ -425,8 +433,7 @@ TEST_F(ServerLimitsTest, MaxTokensBeyondTheContextIsClamped) {
 // The shape whose product wraps around int64 also came over gRPC (raw contents of one
 // element matched the wrapped count) and read out of bounds.
 TEST_F(ServerLimitsTest, OverflowingShapeOverGrpcIsRefused) {
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  auto stub = GrpcStub();
   for (const auto& [name, dtype, bytes] : {std::tuple{"prompt_embedding_table", "FP16", 2}, std::tuple{"input_ids", "INT32", 4}}) {
     inference::ModelInferRequest q;
     q.set_model_name("tensorrt_llm_sync");
@@ -576,19 +583,14 @@ TEST_F(ServerLimitsTest, SlowReadersAreCancelledAndCostABoundedAmount) {
 // The same bound on a gRPC stream (the sync server buffered without limit), and open
 // streams do not hold threads: 300 of them wait while a unary call is answered at once.
 TEST_F(ServerLimitsTest, GrpcStreamsAreBoundedAndHoldNoThreads) {
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  auto stub = GrpcStub();
   const double canceled_before = Canceled("tensorrt_llm");
   grpc::ClientContext ctx;
   auto stream = stub->ModelStreamInfer(&ctx);
   inference::ModelInferRequest q;
   q.set_model_name("tensorrt_llm");
   auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape) {
-    auto* in = q.add_inputs();
-    in->set_name(name);
-    in->set_datatype(dtype);
-    for (int64_t d : shape) in->add_shape(d);
-    return in->mutable_contents();
+    return AddTypedInput(&q, name, dtype, shape);
   };
   auto* ids = add("input_ids", "INT32", {1, 3});
   for (int32_t id : {1, 450, 471}) ids->add_int_contents(id);
@@ -661,8 +663,7 @@ TEST_F(ServerLimitsTest, LoggingSettingsOverHttpAndGrpc) {
   std::this_thread::sleep_for(milliseconds(100));
   EXPECT_EQ(clamped(), before);
   // Back on over gRPC, and the same view there.
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  auto stub = GrpcStub();
   inference::LogSettingsRequest q;
   (*q.mutable_settings())["log_warning"].set_bool_param(true);
   grpc::ClientContext ctx;
@@ -721,8 +722,7 @@ TEST_F(ServerLimitsTest, TraceSettingsAndTimestampTraces) {
     for (size_t i = 1; i < ts.size(); ++i) EXPECT_LE(ts[i - 1]["ns"].get<uint64_t>(), ts[i]["ns"].get<uint64_t>());
   }
   // gRPC sees the same settings; an empty value list clears the model's override.
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  auto stub = GrpcStub();
   inference::TraceSettingRequest q;
   q.set_model_name("ensemble");
   grpc::ClientContext ctx;
