@@ -2,19 +2,21 @@
 
 #include <cstring>
 
+#include "base/fp16.h"
+#include "kernels/packed_layout.h"
+#include "kernels/quant_blocks.h"
+
 namespace inflight::kernels {
+namespace {
 
-bool CanInterleave(const TensorView& w) {
-  return (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) && w.cols % kQBlock == 0 && w.rows > 0;
+DType InterleavedType(DType t) {
+  if (t == DType::kQ8_0) return DType::kQ8_0x16;
+  if (t == DType::kQ4_0) return DType::kQ4_0x16;
+  const PackedLayout* l = FindPackedLayout(t);
+  return l ? l->packed : t;
 }
 
-int64_t InterleavedBytes(const TensorView& w) {
-  TensorView v = w;
-  v.dtype = w.dtype == DType::kQ8_0 ? DType::kQ8_0x16 : DType::kQ4_0x16;
-  return v.num_bytes();
-}
-
-TensorView Interleave(const TensorView& w, uint8_t* dst) {
+TensorView InterleaveQ8Q4(const TensorView& w, uint8_t* dst) {
   const bool q8 = w.dtype == DType::kQ8_0;
   const int64_t nb = w.cols / kQBlock;
   const int64_t groups = (w.rows + kInterleaveRows - 1) / kInterleaveRows;
@@ -50,6 +52,129 @@ TensorView Interleave(const TensorView& w, uint8_t* dst) {
   v.data = dst;
   v.dtype = q8 ? DType::kQ8_0x16 : DType::kQ4_0x16;
   return v;
+}
+
+// One row's header fields of a record (kernels/packed_layout.h).
+void WriteHeader(const PackedLayout& l, const UnpackedBlock& b, int lane, uint8_t* h) {
+  auto put16 = [&](int at, uint16_t v) { std::memcpy(h + at + 2 * lane, &v, 2); };
+  put16(0, b.d);
+  switch (l.header) {
+    case PackedHeader::kD: break;
+    case PackedHeader::kDM: put16(32, b.dmin); break;
+    case PackedHeader::kK4:
+      put16(32, b.dmin);
+      for (int j = 0; j < 8; ++j) {
+        h[64 + 16 * j + lane] = static_cast<uint8_t>(b.sc[j]);
+        h[192 + 16 * j + lane] = b.m[j];
+      }
+      break;
+    case PackedHeader::kK6:
+      for (int j = 0; j < 16; ++j) h[32 + 16 * j + lane] = static_cast<uint8_t>(b.sc[j]);
+      break;
+    case PackedHeader::kK2:
+      put16(32, b.dmin);
+      for (int j = 0; j < 16; ++j) h[64 + 16 * j + lane] = static_cast<uint8_t>((b.sc[j] & 15) | (b.m[j] << 4));
+      break;
+    case PackedHeader::kXS:
+      for (int j = 0; j < 8; ++j) h[32 + 16 * j + lane] = static_cast<uint8_t>(b.sc[j]);
+      break;
+  }
+}
+
+// One row's 32 stored quants into a block payload's planes.
+void WritePayload(const PackedLayout& l, const uint8_t* q, int lane, uint8_t* payload) {
+  for (int c = 0; c < kQBlock; ++c) {
+    const int p = c / 4, k = 4 * lane + c % 4;
+    const int u = q[c];
+    if (l.nib_at >= 0) payload[l.nib_at + 64 * (p % 4) + k] |= static_cast<uint8_t>((u & 15) << (4 * (p / 4)));
+    if (l.crumb_at >= 0) {
+      payload[l.crumb_at + 64 * (p / 4) + k] |= static_cast<uint8_t>(((u >> l.crumb_shift) & 3) << (2 * (p % 4)));
+    }
+    if (l.bit_at >= 0) payload[l.bit_at + 8 * p + k / 8] |= static_cast<uint8_t>(((u >> l.bit_shift) & 1) << (k % 8));
+  }
+}
+
+TensorView InterleaveBlockFormat(const PackedLayout& l, const TensorView& w, uint8_t* dst) {
+  const int64_t sb_cols = int64_t{kQBlock} * l.blocks_per_record;
+  const int64_t nsb = w.cols / sb_cols;
+  const int64_t groups = (w.rows + kInterleaveRows - 1) / kInterleaveRows;
+  const int64_t src_bytes = DTypeBlockBytes(l.source);
+  std::memset(dst, 0, groups * nsb * l.record_bytes());
+  UnpackedBlock b;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      uint8_t* rec = dst + (g * nsb + sb) * l.record_bytes();
+      for (int lane = 0; lane < kInterleaveRows; ++lane) {
+        const int64_t r = g * kInterleaveRows + lane;
+        if (r >= w.rows) continue;  // padding rows: all zero (scale 0)
+        UnpackBlock(l.source, w.row(r) + sb * src_bytes, &b);
+        WriteHeader(l, b, lane, rec);
+        for (int blk = 0; blk < l.blocks_per_record; ++blk) {
+          WritePayload(l, b.q + kQBlock * blk, lane, rec + l.header_bytes + blk * l.block_bytes);
+        }
+      }
+    }
+  }
+  TensorView v = w;
+  v.data = dst;
+  v.dtype = l.packed;
+  return v;
+}
+
+}  // namespace
+
+int PackedQuant(const PackedLayout& l, const uint8_t* payload, int lane, int col) {
+  const int p = col / 4, k = 4 * lane + col % 4;
+  int u = 0;
+  if (l.nib_at >= 0) u |= (payload[l.nib_at + 64 * (p % 4) + k] >> (4 * (p / 4))) & 15;
+  if (l.crumb_at >= 0) u |= ((payload[l.crumb_at + 64 * (p / 4) + k] >> (2 * (p % 4))) & 3) << l.crumb_shift;
+  if (l.bit_at >= 0) u |= ((payload[l.bit_at + 8 * p + k / 8] >> (k % 8)) & 1) << l.bit_shift;
+  return l.lut ? kIq4Unsigned[u] : u;
+}
+
+void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, int lane, float* s, float* o) {
+  auto half = [&](int at) {
+    uint16_t v;
+    std::memcpy(&v, h + at + 2 * lane, 2);
+    return Fp16ToFp32(v);
+  };
+  const float d = half(0);
+  const int sub16 = 2 * block + sub;
+  *o = 0.0f;
+  switch (l.header) {
+    case PackedHeader::kD: *s = d; break;
+    case PackedHeader::kDM: *s = d, *o = -half(32); break;
+    case PackedHeader::kK4:
+      *s = d * static_cast<float>(h[64 + 16 * block + lane]);
+      *o = half(32) * static_cast<float>(h[192 + 16 * block + lane]);
+      break;
+    case PackedHeader::kK6: *s = d * static_cast<float>(static_cast<int8_t>(h[32 + 16 * sub16 + lane])); break;
+    case PackedHeader::kK2: {
+      const uint8_t v = h[64 + 16 * sub16 + lane];
+      *s = d * static_cast<float>(v & 15);
+      *o = half(32) * static_cast<float>(v >> 4);
+      break;
+    }
+    case PackedHeader::kXS: *s = d * static_cast<float>(static_cast<int8_t>(h[32 + 16 * block + lane])); break;
+  }
+}
+
+bool CanInterleave(const TensorView& w) {
+  if (w.rows <= 0) return false;
+  if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) return w.cols % kQBlock == 0;
+  const PackedLayout* l = FindPackedLayout(w.dtype);
+  return l && l->source == w.dtype && w.cols % DTypeBlockSize(w.dtype) == 0;
+}
+
+int64_t InterleavedBytes(const TensorView& w) {
+  TensorView v = w;
+  v.dtype = InterleavedType(w.dtype);
+  return v.num_bytes();
+}
+
+TensorView Interleave(const TensorView& w, uint8_t* dst) {
+  if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) return InterleaveQ8Q4(w, dst);
+  return InterleaveBlockFormat(*FindPackedLayout(w.dtype), w, dst);
 }
 
 }  // namespace inflight::kernels

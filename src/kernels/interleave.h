@@ -1,8 +1,10 @@
-// Repacks Q8_0 / Q4_0 matrices into 16-row interleaved groups for the VNNI matmul, once at
-// load time. Per group and per 32-column block: the 16 rows' F16 scales (32 bytes), then
+// Repacks quantized matrices into 16-row interleaved groups for the VNNI matmul, once at load
+// time. Q8_0 / Q4_0, per group and per 32-column block: the 16 rows' F16 scales (32 bytes),
+// then
 // Q8_0: 8 quads x 16 rows x 4 bytes, each weight stored as w + 128 (unsigned for VNNI);
 // Q4_0: 4 quads x 16 rows x 4 bytes, each byte holding element 4q+i in its low nibble and
 //       element 16+4q+i in its high nibble (exactly the source byte qs[4q+i]).
+// The other block formats (Q4_1 ... IQ4_XS) use the records of kernels/packed_layout.h.
 // One 64-byte load then feeds 16 rows x 4 columns to a dpbusd against 4 broadcast activation
 // bytes, so the per-block scale work is shared by 16 rows instead of 1.
 #pragma once
@@ -13,7 +15,7 @@
 
 namespace inflight::kernels {
 
-// Whether `w` is a Q8_0/Q4_0 matrix the interleaved kernels take.
+// Whether `w` is a quantized matrix the interleaved kernels take (every quantized file type).
 bool CanInterleave(const TensorView& w);
 // Bytes the interleaved copy needs.
 int64_t InterleavedBytes(const TensorView& w);

@@ -9,6 +9,8 @@
 #include "base/fp16.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/packed_layout.h"
+#include "kernels/quant_blocks.h"
 
 namespace inflight::kernels {
 namespace {
@@ -71,6 +73,7 @@ MatMulScratch::~MatMulScratch() {
   std::free(qu_);
   std::free(d_);
   std::free(sum_);
+  std::free(sum16_);
 }
 
 void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
@@ -80,23 +83,25 @@ void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
   std::free(qu_);
   std::free(d_);
   std::free(sum_);
+  std::free(sum16_);
   const size_t bytes = static_cast<size_t>((need + 63) / 64 * 64);
   qs_ = static_cast<int8_t*>(std::aligned_alloc(64, bytes));
   qu_ = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
   const size_t nblocks = static_cast<size_t>(need / kQBlock + 16);
   d_ = static_cast<float*>(std::aligned_alloc(64, (nblocks * 4 + 63) / 64 * 64));
   sum_ = static_cast<int32_t*>(std::aligned_alloc(64, (nblocks * 4 + 63) / 64 * 64));
-  INFLIGHT_CHECK(qs_ && qu_ && d_ && sum_);
+  sum16_ = static_cast<int32_t*>(std::aligned_alloc(64, (nblocks * 8 + 63) / 64 * 64));
+  INFLIGHT_CHECK(qs_ && qu_ && d_ && sum_ && sum16_);
   capacity_elems_ = need;
 }
 
 QuantizedRows* MatMulScratch::Quantize(const KernelTable& k, const float* x, int64_t num_tokens,
                                        int64_t cols, ThreadPool* pool) {
   Reserve(num_tokens, cols);
-  rows_ = QuantizedRows{qs_, qu_, d_, sum_, cols};
+  rows_ = QuantizedRows{qs_, qu_, d_, sum_, sum16_, cols};
   auto rows = [&](int64_t t0, int64_t t1) {
     const int64_t nb = cols / kQBlock;
-    QuantizedRows part{qs_ + t0 * cols, qu_ + t0 * cols, d_ + t0 * nb, sum_ + t0 * nb, cols};
+    QuantizedRows part{qs_ + t0 * cols, qu_ + t0 * cols, d_ + t0 * nb, sum_ + t0 * nb, sum16_ + 2 * t0 * nb, cols};
     k.quantize_rows_q8(x + t0 * cols, t1 - t0, cols, &part);
   };
   // Rows are independent: split them over the pool when there are enough.
@@ -149,6 +154,29 @@ void MatMulGroup(const MatMulTarget* targets, int num_targets, const float* x, i
 }
 
 void DequantizeRow(const TensorView& w, int64_t row, float* out) {
+  if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
+    const int64_t sb_cols = int64_t{kQBlock} * l->blocks_per_record, nsb = w.cols / sb_cols;
+    const int lane = static_cast<int>(row % kInterleaveRows);
+    const uint8_t* group = static_cast<const uint8_t*>(w.data) + row / kInterleaveRows * nsb * l->record_bytes();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      const uint8_t* rec = group + sb * l->record_bytes();
+      for (int blk = 0; blk < l->blocks_per_record; ++blk) {
+        const uint8_t* payload = rec + l->header_bytes + blk * l->block_bytes;
+        for (int c = 0; c < kQBlock; ++c) {
+          float s, o;
+          PackedScales(*l, rec, blk, c / 16, lane, &s, &o);
+          const int u = PackedQuant(*l, payload, lane, c);
+          out[sb * sb_cols + blk * kQBlock + c] = s * static_cast<float>(u - l->offset) - o;
+        }
+      }
+    }
+    return;
+  }
+  if (IsBlockFormat(w.dtype)) {
+    const int64_t bs = DTypeBlockSize(w.dtype), bb = DTypeBlockBytes(w.dtype);
+    for (int64_t b = 0; b < w.cols / bs; ++b) DequantizeBlock(w.dtype, w.row(row) + b * bb, out + b * bs);
+    return;
+  }
   if (w.interleaved()) {
     const bool q8 = w.dtype == DType::kQ8_0x16;
     const int64_t nb = w.cols / kQBlock, g = row / kInterleaveRows, j = row % kInterleaveRows;

@@ -25,13 +25,14 @@ SimdLevel BestSimdLevel();
 bool CpuSupports(SimdLevel level);
 
 // Activations quantized to Q8_0 blocks the way llama.cpp does it (d = amax / 127 rounded to
-// F16, q = round(x / d)), one row per token. [num_tokens, cols] for qs/qu and
-// [num_tokens, cols / 32] for d/sum.
+// F16, q = round(x / d)), one row per token. [num_tokens, cols] for qs/qu,
+// [num_tokens, cols / 32] for d/sum and [num_tokens, cols / 16] for sum16.
 struct QuantizedRows {
-  int8_t* qs = nullptr;    // q
-  uint8_t* qu = nullptr;   // q + 128, for the unsigned operand of VNNI
-  float* d = nullptr;      // block scale (already rounded through F16)
-  int32_t* sum = nullptr;  // sum of q in the block
+  int8_t* qs = nullptr;      // q
+  uint8_t* qu = nullptr;     // q + 128, for the unsigned operand of VNNI
+  float* d = nullptr;        // block scale (already rounded through F16)
+  int32_t* sum = nullptr;    // sum of q in the block
+  int32_t* sum16 = nullptr;  // sums of q over each half block (16 columns)
   int64_t cols = 0;
 };
 
@@ -74,9 +75,11 @@ const KernelTable& ActiveKernels();
 // For tests and benchmarks; returns false if the CPU cannot run `level`.
 bool SetActiveSimdLevel(SimdLevel level);
 
-// Whether a weight of this type takes quantized activations.
+// Whether a weight of this type takes quantized activations (every quantized type; the block
+// formats beyond Q8_0/Q4_0 are multiplied only in their interleaved layouts).
 inline bool UsesQuantizedActivations(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ8_0x16 || t == DType::kQ4_0x16;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || IsQuantizedFileType(t) ||
+         static_cast<uint32_t>(t) >= static_cast<uint32_t>(DType::kQ8_0x16);
 }
 
 // Scratch for MatMul: the quantized copy of the activations. Sized on first use and reused.
@@ -92,6 +95,7 @@ class MatMulScratch {
   uint8_t* qu_ = nullptr;
   float* d_ = nullptr;
   int32_t* sum_ = nullptr;
+  int32_t* sum16_ = nullptr;
   QuantizedRows rows_;
 
  public:

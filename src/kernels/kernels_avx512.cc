@@ -11,6 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/packed_layout.h"
 
 namespace inflight::kernels {
 namespace {
@@ -49,7 +50,10 @@ void QuantizeRowsQ8Avx512(const float* x, int64_t num_tokens, int64_t cols, Quan
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qu), _mm_xor_si128(b0, bias));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qu + 16), _mm_xor_si128(b1, bias));
       out->d[t * nb + b] = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
-      out->sum[t * nb + b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
+      out->sum[t * nb + b] = s0 + s1;
+      out->sum16[2 * (t * nb + b)] = s0;
+      out->sum16[2 * (t * nb + b) + 1] = s1;
     }
   }
 }
@@ -297,6 +301,9 @@ void MatMulRowsAvx512(const TensorView& w, int64_t row_begin, int64_t row_end, c
                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
   if (w.dtype == DType::kQ8_0x16) return MatMulInterleaved<true>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   if (w.dtype == DType::kQ4_0x16) return MatMulInterleaved<false>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
+  if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
+    return MatMulPackedAvx512(*l, w, row_begin, row_end, *xq, num_tokens, y, y_stride);
+  }
   const int64_t cols = w.cols;
   const int64_t nb = cols / kQBlock;
   // Row tiles keep a few weight rows hot in L1/L2 while all tokens pass over them.

@@ -7,6 +7,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/packed_layout.h"
 
 namespace inflight::kernels {
 namespace {
@@ -20,15 +21,17 @@ void QuantizeRowsQ8Scalar(const float* x, int64_t num_tokens, int64_t cols, Quan
       for (int j = 0; j < kQBlock; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
       const float d = amax / 127.0f;
       const float id = d != 0 ? 1.0f / d : 0.0f;
-      int32_t sum = 0;
+      int32_t half_sums[2] = {0, 0};
       for (int j = 0; j < kQBlock; ++j) {
         const int q = static_cast<int>(std::nearbyint(xb[j] * id));
         out->qs[t * cols + b * kQBlock + j] = static_cast<int8_t>(q);
         out->qu[t * cols + b * kQBlock + j] = static_cast<uint8_t>(q + 128);
-        sum += q;
+        half_sums[j / 16] += q;
       }
       out->d[t * nb + b] = Fp16ToFp32(Fp32ToFp16(d));
-      out->sum[t * nb + b] = sum;
+      out->sum[t * nb + b] = half_sums[0] + half_sums[1];
+      out->sum16[2 * (t * nb + b)] = half_sums[0];
+      out->sum16[2 * (t * nb + b) + 1] = half_sums[1];
     }
   }
 }
@@ -122,8 +125,57 @@ void MatMulInterleavedScalar(const TensorView& w, int64_t row_begin, int64_t row
   }
 }
 
+// The block formats' interleaved records (kernels/packed_layout.h): per row and token, in
+// block order, the integer dot of each sub-block (minus the zero point times the activations'
+// sum) scaled in float, the mins subtracted, then acc = fma(v, dx, acc). The AVX-512 kernel
+// does exactly these float operations in this order, so the two agree bit for bit.
+void MatMulPackedScalar(const PackedLayout& l, const TensorView& w, int64_t row_begin, int64_t row_end,
+                        const QuantizedRows& x, int64_t num_tokens, float* y, int64_t y_stride) {
+  const int64_t cols = w.cols, nb = cols / kQBlock, nsb = nb / l.blocks_per_record;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int lane = static_cast<int>(r % kInterleaveRows);
+    const uint8_t* group = base + r / kInterleaveRows * nsb * l.record_bytes();
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* rec = group + b / l.blocks_per_record * l.record_bytes();
+        const int blk = static_cast<int>(b % l.blocks_per_record);
+        const uint8_t* payload = rec + l.header_bytes + blk * l.block_bytes;
+        const int8_t* xs = x.qs + t * cols + b * kQBlock;
+        int32_t dots[2] = {0, 0};
+        for (int c = 0; c < kQBlock; ++c) dots[c / 16] += PackedQuant(l, payload, lane, c) * xs[c];
+        const int32_t* sum16 = x.sum16 + 2 * (t * nb + b);
+        float v;
+        if (l.sub16) {
+          float s0, o0, s1, o1;
+          PackedScales(l, rec, blk, 0, lane, &s0, &o0);
+          PackedScales(l, rec, blk, 1, lane, &s1, &o1);
+          v = static_cast<float>(dots[0] - l.offset * sum16[0]) * s0;
+          v = std::fma(static_cast<float>(dots[1] - l.offset * sum16[1]), s1, v);
+          if (l.has_min) {
+            v = std::fma(-o0, static_cast<float>(sum16[0]), v);
+            v = std::fma(-o1, static_cast<float>(sum16[1]), v);
+          }
+        } else {
+          float s, o;
+          PackedScales(l, rec, blk, 0, lane, &s, &o);
+          const int32_t sum = x.sum[t * nb + b];
+          v = static_cast<float>(dots[0] + dots[1] - l.offset * sum) * s;
+          if (l.has_min) v = std::fma(-o, static_cast<float>(sum), v);
+        }
+        acc = std::fma(v, x.d[t * nb + b], acc);
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
 void MatMulRowsScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
+  if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
+    return MatMulPackedScalar(*l, w, row_begin, row_end, *xq, num_tokens, y, y_stride);
+  }
   if (w.interleaved()) return MatMulInterleavedScalar(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   const int64_t cols = w.cols;
   const int64_t nb = cols / kQBlock;

@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "kernels/quant_blocks.h"
 
 namespace inflight::kernels {
 
@@ -57,7 +58,12 @@ void QuantizeRow(DType dtype, const float* x, int64_t n, uint8_t* out) {
       }
       return;
     }
-    default: INFLIGHT_CHECK(false);
+    default: {
+      INFLIGHT_CHECK(IsBlockFormat(dtype));
+      const int64_t bs = DTypeBlockSize(dtype), bb = DTypeBlockBytes(dtype);
+      for (int64_t i = 0; i < n / bs; ++i) QuantizeBlock(dtype, x + i * bs, out + i * bb);
+      return;
+    }
   }
 }
 

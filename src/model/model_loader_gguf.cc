@@ -19,7 +19,7 @@ class GgufWeightReader : public WeightSource {
     if (!t) return NotFoundError("tensor '" + name + "' is missing");
     if (!t->dtype) {
       return UnimplementedError("tensor '" + name + "' has type " + GgmlTypeName(t->ggml_type) +
-                                ", which is not supported (f32, f16, bf16, q8_0, q4_0)");
+                                ", which is not supported (supported: " + WeightDTypeNames() + ")");
     }
     RawTensor r;
     r.data = t->data;

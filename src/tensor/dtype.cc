@@ -1,58 +1,86 @@
 #include "tensor/dtype.h"
 
+#include <cctype>
+
 namespace inflight {
+namespace {
+
+struct DTypeInfo {
+  DType type;
+  const char* name;
+  int64_t block_size;   // elements
+  int64_t block_bytes;  // bytes
+  bool in_files;
+};
+
+// Block sizes from the GGUF spec (ggml-common.h); x16 layouts from kernels/packed_layout.h
+// (one super-block's record for 16 rows, divided by 16).
+constexpr DTypeInfo kInfo[] = {
+    {DType::kF32, "f32", 1, 4, true},
+    {DType::kF16, "f16", 1, 2, true},
+    {DType::kBF16, "bf16", 1, 2, true},
+    {DType::kQ8_0, "q8_0", 32, 34, true},
+    {DType::kQ4_0, "q4_0", 32, 18, true},
+    {DType::kQ4_1, "q4_1", 32, 20, true},
+    {DType::kQ5_0, "q5_0", 32, 22, true},
+    {DType::kQ5_1, "q5_1", 32, 24, true},
+    {DType::kQ2_K, "q2_k", 256, 84, true},
+    {DType::kQ3_K, "q3_k", 256, 110, true},
+    {DType::kQ4_K, "q4_k", 256, 144, true},
+    {DType::kQ5_K, "q5_k", 256, 176, true},
+    {DType::kQ6_K, "q6_k", 256, 210, true},
+    {DType::kIQ4_NL, "iq4_nl", 32, 18, true},
+    {DType::kIQ4_XS, "iq4_xs", 256, 136, true},
+    {DType::kI8, "i8", 1, 1, true},
+    {DType::kI32, "i32", 1, 4, true},
+    {DType::kQ8_0x16, "q8_0x16", 32, 34, false},
+    {DType::kQ4_0x16, "q4_0x16", 32, 18, false},
+    {DType::kQ4_1x16, "q4_1x16", 32, 20, false},
+    {DType::kQ5_0x16, "q5_0x16", 32, 22, false},
+    {DType::kQ5_1x16, "q5_1x16", 32, 24, false},
+    {DType::kQ2_Kx16, "q2_kx16", 256, 84, false},
+    {DType::kQ3_Kx16, "q3_kx16", 256, 114, false},
+    {DType::kQ4_Kx16, "q4_kx16", 256, 148, false},
+    {DType::kQ5_Kx16, "q5_kx16", 256, 180, false},
+    {DType::kQ6_Kx16, "q6_kx16", 256, 210, false},
+    {DType::kIQ4_NLx16, "iq4_nlx16", 32, 18, false},
+    {DType::kIQ4_XSx16, "iq4_xsx16", 256, 138, false},
+};
+
+const DTypeInfo* Find(DType t) {
+  for (const DTypeInfo& i : kInfo) {
+    if (i.type == t) return &i;
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 int64_t DTypeBlockSize(DType t) {
-  switch (t) {
-    case DType::kQ4_0:
-    case DType::kQ8_0:
-    case DType::kQ4_0x16:
-    case DType::kQ8_0x16: return kQBlock;
-    default: return 1;
-  }
+  const DTypeInfo* i = Find(t);
+  return i ? i->block_size : 1;
 }
 
 int64_t DTypeBlockBytes(DType t) {
-  switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kQ8_0: return sizeof(BlockQ8_0);
-    case DType::kQ4_0: return sizeof(BlockQ4_0);
-    case DType::kQ8_0x16: return sizeof(BlockQ8_0);
-    case DType::kQ4_0x16: return sizeof(BlockQ4_0);
-    case DType::kI8: return 1;
-    case DType::kI32: return 4;
-  }
-  return 0;
+  const DTypeInfo* i = Find(t);
+  return i ? i->block_bytes : 0;
 }
 
 const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kQ8_0: return "q8_0";
-    case DType::kQ4_0: return "q4_0";
-    case DType::kQ8_0x16: return "q8_0x16";
-    case DType::kQ4_0x16: return "q4_0x16";
-    case DType::kI8: return "i8";
-    case DType::kI32: return "i32";
-  }
-  return "?";
+  const DTypeInfo* i = Find(t);
+  return i ? i->name : "?";
+}
+
+bool IsQuantizedFileType(DType t) {
+  const DTypeInfo* i = Find(t);
+  return i && i->in_files && i->block_size > 1;
 }
 
 std::optional<DType> DTypeFromGgmlId(uint32_t id) {
-  switch (id) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return DType::kQ4_0;
-    case 8: return DType::kQ8_0;
-    case 30: return DType::kBF16;
-    case 24: return DType::kI8;
-    case 26: return DType::kI32;
-    default: return std::nullopt;
+  for (const DTypeInfo& i : kInfo) {
+    if (i.in_files && static_cast<uint32_t>(i.type) == id) return i.type;
   }
+  return std::nullopt;
 }
 
 std::string GgmlTypeName(uint32_t id) {
@@ -66,10 +94,16 @@ std::string GgmlTypeName(uint32_t id) {
 }
 
 std::optional<DType> DTypeFromName(std::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
-    if (name == DTypeName(t)) return t;
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const DTypeInfo& i : kInfo) {
+    if (i.in_files && i.type != DType::kI8 && i.type != DType::kI32 && lower == i.name) return i.type;
   }
   return std::nullopt;
+}
+
+const char* WeightDTypeNames() {
+  return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs";
 }
 
 }  // namespace inflight

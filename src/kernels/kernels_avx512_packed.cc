@@ -1,0 +1,227 @@
+// AVX-512 VNNI matmul over the interleaved block-format records of kernels/packed_layout.h
+// (Q4_1 ... IQ4_XS), one instantiation per format. Built with AVX-512 flags; only called
+// after the CPU check in kernels.cc. Every (row, token) result follows the scalar twin's
+// float operations exactly (kernels_scalar.cc, MatMulPackedScalar): lanes are rows, and a
+// row's sums never meet another row's or token's, so results are bit-identical to the twin
+// and independent of the batch.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels_internal.h"
+#include "kernels/packed_layout.h"
+
+namespace inflight::kernels {
+namespace {
+
+inline __m512 HalfVector(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 U8Vector(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 I8Vector(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 Negate(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.0f)); }
+
+// Scales (s) and mins (o) of the 16 rows for block `blk` of a record: A for columns 0..15, B
+// for 16..31 (equal when the format has one scale per 32 columns).
+template <int kIdx>
+inline void Scales(const uint8_t* rec, int blk, __m512* sa, __m512* sb, __m512* oa, __m512* ob) {
+  constexpr const PackedLayout& L = kPackedLayouts[kIdx];
+  const __m512 d = HalfVector(rec);
+  *oa = *ob = _mm512_setzero_ps();
+  if constexpr (L.header == PackedHeader::kD) {
+    *sa = *sb = d;
+  } else if constexpr (L.header == PackedHeader::kDM) {
+    *sa = *sb = d;
+    *oa = *ob = Negate(HalfVector(rec + 32));
+  } else if constexpr (L.header == PackedHeader::kK4) {
+    *sa = *sb = _mm512_mul_ps(d, U8Vector(rec + 64 + 16 * blk));
+    *oa = *ob = _mm512_mul_ps(HalfVector(rec + 32), U8Vector(rec + 192 + 16 * blk));
+  } else if constexpr (L.header == PackedHeader::kK6) {
+    *sa = _mm512_mul_ps(d, I8Vector(rec + 32 + 32 * blk));
+    *sb = _mm512_mul_ps(d, I8Vector(rec + 48 + 32 * blk));
+  } else if constexpr (L.header == PackedHeader::kK2) {
+    const __m512 dmin = HalfVector(rec + 32);
+    const __m512i low4 = _mm512_set1_epi32(15);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 64 + 32 * blk + 16 * h)));
+      const __m512 s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(v, low4)));
+      const __m512 o = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)));
+      if (h == 0) *sa = s, *oa = o;
+      else *sb = s, *ob = o;
+    }
+  } else {  // kXS
+    *sa = *sb = _mm512_mul_ps(d, I8Vector(rec + 32 + 16 * blk));
+  }
+}
+
+// The 8 operand vectors of one block payload (vector p: columns 4p..4p+3 of the 16 rows).
+template <int kIdx>
+inline void Unpack(const uint8_t* payload, __m512i* u) {
+  constexpr const PackedLayout& L = kPackedLayouts[kIdx];
+  if constexpr (L.nib_at >= 0) {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    for (int q = 0; q < 4; ++q) {
+      const __m512i v = _mm512_loadu_si512(payload + L.nib_at + 64 * q);
+      u[q] = _mm512_and_si512(v, low4);
+      u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+  }
+  if constexpr (L.crumb_at >= 0) {
+    const __m512i mask = _mm512_set1_epi8(static_cast<char>(3 << L.crumb_shift));
+    for (int c = 0; c < 2; ++c) {
+      const __m512i v = _mm512_loadu_si512(payload + L.crumb_at + 64 * c);
+      for (int q = 0; q < 4; ++q) {
+        // Field q (bits 2q, 2q+1) moved to bit crumb_shift; 16-bit shifts only pull bits across
+        // bytes into positions the mask clears.
+        const int shift = L.crumb_shift - 2 * q;
+        __m512i f = v;
+        if (shift > 0) f = _mm512_slli_epi16(v, shift);
+        else if (shift < 0) f = _mm512_srli_epi16(v, -shift);
+        f = _mm512_and_si512(f, mask);
+        u[4 * c + q] = L.nib_at >= 0 ? _mm512_or_si512(u[4 * c + q], f) : f;
+      }
+    }
+  }
+  if constexpr (L.bit_at >= 0) {
+    const __m512i bit = _mm512_set1_epi8(static_cast<char>(1 << L.bit_shift));
+    for (int p = 0; p < 8; ++p) {
+      uint64_t m;
+      std::memcpy(&m, payload + L.bit_at + 8 * p, 8);
+      u[p] = _mm512_mask_add_epi8(u[p], _cvtu64_mask64(m), u[p], bit);
+    }
+  }
+  if constexpr (L.lut) {
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Unsigned)));
+    for (int p = 0; p < 8; ++p) u[p] = _mm512_shuffle_epi8(table, u[p]);
+  }
+}
+
+inline __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Blocks [b0, b1) of one 16-row group for tokens t0..t0+NT-1; acc starts from `partial` (zero
+// at b0 == 0) and is left there. `prefetch`: pull the next tile into L2 (during the first of
+// several token passes).
+template <int kIdx, int NT>
+inline void PackedTile(const uint8_t* group, int64_t b0, int64_t b1, const QuantizedRows& x, int64_t t0,
+                       float* partial, bool prefetch) {
+  constexpr const PackedLayout& L = kPackedLayouts[kIdx];
+  constexpr int64_t kRecord = L.record_bytes();
+  constexpr int kPer = L.blocks_per_record;
+  constexpr int64_t kBytesPerBlock = kRecord / kPer;
+  constexpr int64_t kAhead = 32;  // blocks: one column tile ahead
+  const int64_t cols = x.cols, nb = cols / kQBlock;
+  __m512 acc[NT];
+  for (int k = 0; k < NT; ++k) acc[k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * k);
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* rec = group + b / kPer * kRecord;
+    const int blk = static_cast<int>(b % kPer);
+    if (prefetch) {
+      const uint8_t* ahead = group + (b + kAhead) * kBytesPerBlock;
+      for (int64_t off = 0; off < kBytesPerBlock; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T1);
+    }
+    __m512 sa, sb, oa, ob;
+    Scales<kIdx>(rec, blk, &sa, &sb, &oa, &ob);
+    __m512i u[8];
+    Unpack<kIdx>(rec + L.header_bytes + blk * L.block_bytes, u);
+    for (int k = 0; k < NT; ++k) {
+      const int64_t tb = (t0 + k) * nb + b;
+      const int8_t* xs = x.qs + (t0 + k) * cols + b * kQBlock;
+      __m512i da = _mm512_setzero_si512(), db = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {
+        da = _mm512_dpbusd_epi32(da, u[p], Broadcast4(xs + 4 * p));
+        db = _mm512_dpbusd_epi32(db, u[p + 4], Broadcast4(xs + 16 + 4 * p));
+      }
+      __m512 v;
+      if constexpr (L.sub16) {
+        const int32_t s0 = x.sum16[2 * tb], s1 = x.sum16[2 * tb + 1];
+        if constexpr (L.offset != 0) {
+          da = _mm512_sub_epi32(da, _mm512_set1_epi32(L.offset * s0));
+          db = _mm512_sub_epi32(db, _mm512_set1_epi32(L.offset * s1));
+        }
+        v = _mm512_mul_ps(_mm512_cvtepi32_ps(da), sa);
+        v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), sb, v);
+        if constexpr (L.has_min) {
+          v = _mm512_fnmadd_ps(oa, _mm512_set1_ps(static_cast<float>(s0)), v);
+          v = _mm512_fnmadd_ps(ob, _mm512_set1_ps(static_cast<float>(s1)), v);
+        }
+      } else {
+        const int32_t sum = x.sum[tb];
+        __m512i dot = _mm512_add_epi32(da, db);
+        if constexpr (L.offset != 0) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(L.offset * sum));
+        v = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), sa);
+        if constexpr (L.has_min) v = _mm512_fnmadd_ps(oa, _mm512_set1_ps(static_cast<float>(sum)), v);
+      }
+      acc[k] = _mm512_fmadd_ps(v, _mm512_set1_ps(x.d[tb]), acc[k]);
+    }
+  }
+  for (int k = 0; k < NT; ++k) _mm512_storeu_ps(partial + 16 * k, acc[k]);
+}
+
+template <int kIdx>
+void MatMulPacked(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x, int64_t num_tokens,
+                  float* y, int64_t y_stride) {
+  constexpr const PackedLayout& L = kPackedLayouts[kIdx];
+  // Column tiles of 32 blocks keep a group's tile and the tokens' activations in L1 across the
+  // token passes (a multiple of every format's super-block).
+  constexpr int64_t kTileBlocks = 32;
+  constexpr int kNT = 6;
+  const int64_t nb = w.cols / kQBlock, nsb = nb / L.blocks_per_record;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  thread_local std::vector<float> partial;  // [num_tokens, 16]
+  if (partial.size() < static_cast<size_t>(num_tokens) * 16) partial.resize(static_cast<size_t>(num_tokens) * 16);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += kInterleaveRows) {
+    const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - r0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+    const uint8_t* group = base + (r0 / kInterleaveRows) * nsb * L.record_bytes();
+    for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
+      const int64_t b1 = std::min(nb, b0 + kTileBlocks);
+      int64_t t = 0;
+      for (; t + kNT <= num_tokens; t += kNT) {
+        PackedTile<kIdx, kNT>(group, b0, b1, x, t, partial.data() + 16 * t, t == 0 && num_tokens > kNT);
+      }
+      float* p = partial.data() + 16 * t;
+      switch (num_tokens - t) {
+        case 5: PackedTile<kIdx, 5>(group, b0, b1, x, t, p, false); break;
+        case 4: PackedTile<kIdx, 4>(group, b0, b1, x, t, p, false); break;
+        case 3: PackedTile<kIdx, 3>(group, b0, b1, x, t, p, false); break;
+        case 2: PackedTile<kIdx, 2>(group, b0, b1, x, t, p, false); break;
+        case 1: PackedTile<kIdx, 1>(group, b0, b1, x, t, p, false); break;
+        default: break;
+      }
+    }
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      _mm512_mask_storeu_ps(y + t * y_stride + r0, mask, _mm512_loadu_ps(partial.data() + 16 * t));
+    }
+  }
+}
+
+using PackedFn = void (*)(const TensorView&, int64_t, int64_t, const QuantizedRows&, int64_t, float*, int64_t);
+
+template <size_t... I>
+constexpr auto MakePackedTable(std::index_sequence<I...>) {
+  return std::array<PackedFn, sizeof...(I)>{&MatMulPacked<static_cast<int>(I)>...};
+}
+
+constexpr size_t kNumLayouts = sizeof(kPackedLayouts) / sizeof(kPackedLayouts[0]);
+constexpr auto kPackedFns = MakePackedTable(std::make_index_sequence<kNumLayouts>{});
+
+}  // namespace
+
+void MatMulPackedAvx512(const PackedLayout& l, const TensorView& w, int64_t row_begin, int64_t row_end,
+                        const QuantizedRows& x, int64_t num_tokens, float* y, int64_t y_stride) {
+  kPackedFns[&l - kPackedLayouts](w, row_begin, row_end, x, num_tokens, y, y_stride);
+}
+
+}  // namespace inflight::kernels
