@@ -317,6 +317,26 @@ void DequantizeBlock(DType t, const uint8_t* s, float* y) {
   }
 }
 
+int64_t FirstNonFiniteBlock(DType t, const uint8_t* data, int64_t num_blocks) {
+  // Byte offsets of the F16 fields in each block (ggml-common.h).
+  int at[2] = {0, -1};
+  switch (t) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: case DType::kIQ4_NL: case DType::kIQ4_XS: break;
+    case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K: at[1] = 2; break;
+    case DType::kQ2_K: at[0] = 80, at[1] = 82; break;
+    case DType::kQ3_K: at[0] = 108; break;
+    case DType::kQ6_K: at[0] = 208; break;
+    default: return -1;
+  }
+  const int64_t bytes = DTypeBlockBytes(t);
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    for (int f : at) {
+      if (f >= 0 && (Load16(data + b * bytes + f) & 0x7c00) == 0x7c00) return b;
+    }
+  }
+  return -1;
+}
+
 namespace {
 
 // Affine quantization of one sub-block to 0..nmax: returns the scale and the (non-negative)

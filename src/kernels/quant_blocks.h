@@ -42,6 +42,10 @@ void PackBlock(DType t, const UnpackedBlock& in, uint8_t* dst);
 // dequantize_row_* (and gguf-py's dequantize). out: DTypeBlockSize(t) floats.
 void DequantizeBlock(DType t, const uint8_t* src, float* out);
 
+// Index of the first of num_blocks blocks of a quantized file type (Q8_0, Q4_0 or the formats
+// above) whose F16 scale or min is NaN or infinite (a corrupt file), or -1 when all are finite.
+int64_t FirstNonFiniteBlock(DType t, const uint8_t* data, int64_t num_blocks);
+
 // Our quantizer for these formats (used by the converter and by tests): min/max scales per
 // sub-block, integer sub-scales relative to a super-scale, quants re-rounded against the
 // final scales; IQ4 scales are searched over a few candidates. n = DTypeBlockSize(t) floats.

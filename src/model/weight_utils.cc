@@ -2,6 +2,7 @@
 
 #include "base/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
 
 namespace inflight {
 namespace {
@@ -14,6 +15,17 @@ std::string ShapeString(const std::vector<int64_t>& dims) {
 
 }  // namespace
 
+// A quantized tensor whose scales are NaN or infinite is corrupt: refuse it at load rather
+// than serve NaN logits.
+Status CheckBlockScales(const std::string& name, const RawTensor& t, int64_t num_elements) {
+  if (!IsQuantizedFileType(t.dtype)) return OkStatus();
+  const int64_t bad = kernels::FirstNonFiniteBlock(t.dtype, static_cast<const uint8_t*>(t.data),
+                                                    num_elements / DTypeBlockSize(t.dtype));
+  if (bad < 0) return OkStatus();
+  return DataLossError("tensor '" + name + "' (" + DTypeName(t.dtype) + ") has a NaN or infinite scale in block " +
+                       std::to_string(bad) + ": the file is corrupt");
+}
+
 StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std::string& name, int64_t expected) {
   ASSIGN_OR_RETURN(RawTensor t, src.Get(name));
   int64_t n = 1;
@@ -24,6 +36,7 @@ StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std::stri
   std::vector<float> out(n);
   TensorView view{t.data, t.dtype, 1, n};
   if (n % DTypeBlockSize(t.dtype) != 0) return InvalidArgumentError("tensor '" + name + "' has a bad length for its type");
+  RETURN_IF_ERROR(CheckBlockScales(name, t, n));
   kernels::DequantizeRow(view, 0, out.data());
   return out;
 }
@@ -37,6 +50,11 @@ StatusOr<TensorView> LoadMatrix(const WeightSource& src, const std::string& name
   if (t.dtype == DType::kI8 || t.dtype == DType::kI32) {
     return UnimplementedError("tensor '" + name + "' has integer type " + DTypeName(t.dtype));
   }
+  if (cols % DTypeBlockSize(t.dtype) != 0) {
+    return InvalidArgumentError("tensor '" + name + "' row length " + std::to_string(cols) + " is not a multiple of the " +
+                                DTypeName(t.dtype) + " block size");
+  }
+  RETURN_IF_ERROR(CheckBlockScales(name, t, rows * cols));
   return TensorView{t.data, t.dtype, rows, cols};
 }
 
