@@ -5,6 +5,7 @@
 #include "format/gguf.h"
 #include "model/model.h"
 #include "model/gguf_export.h"
+#include "model/quant_mix.h"
 #include "model/random_model.h"
 
 using namespace inflight;
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
   auto* mk = app.add_subcommand("make-random", "Write a GGUF with random weights and a real tokenizer");
   mk->add_option("--arch", arch_name, "llama, qwen2, qwen3, gpt2");
   mk->add_option("--preset", preset, "tiny, small, tinyllama-1.1b");
-  mk->add_option("--dtype", dtype_name, "f32, f16, bf16, q8_0, q4_0");
+  mk->add_option("--dtype", dtype_name, QuantMix::Names());
   mk->add_option("--tokenizer", tokenizer_path, "tokenizer.model or tokenizer.json")->required();
   mk->add_option("--seed", seed);
   mk->add_flag("--untied", untied, "Separate output matrix");
@@ -66,31 +67,31 @@ int main(int argc, char** argv) {
   std::string convert_in, convert_out, convert_dtype = "f16";
   auto* cv = app.add_subcommand("convert", "Write a Hugging Face folder (or any loadable model) as GGUF");
   cv->add_option("input", convert_in, "HF folder with config.json + *.safetensors, or a .gguf / llama2.c .bin")->required();
-  cv->add_option("--dtype", convert_dtype, "f32, f16, bf16, q8_0, q4_0");
+  cv->add_option("--dtype", convert_dtype, QuantMix::Names());
   cv->add_option("--out,-o", convert_out)->required();
   CLI11_PARSE(app, argc, argv);
 
   if (*info) return Info(info_path);
   if (*cv) {
-    auto dtype = DTypeFromName(convert_dtype);
-    if (!dtype) return Fail(InvalidArgumentError("unknown --dtype " + convert_dtype + " (f32, f16, bf16, q8_0, q4_0)"));
+    auto mix = QuantMix::FromName(convert_dtype);
+    if (!mix.ok()) return Fail(mix.status());
     auto model = Model::Load(convert_in);
     if (!model.ok()) return Fail(model.status());
-    if (Status s = ExportGguf(**model, *dtype, convert_out); !s.ok()) return Fail(s);
-    std::printf("wrote %s (%s)\n", convert_out.c_str(), DTypeName(*dtype));
+    if (Status s = ExportGguf(**model, *mix, convert_out); !s.ok()) return Fail(s);
+    std::printf("wrote %s (%s)\n", convert_out.c_str(), mix->name().c_str());
     return 0;
   }
   auto arch = ArchitectureFromName(arch_name);
   if (!arch.ok()) return Fail(arch.status());
   auto config = PresetConfig(*arch, preset);
   if (!config.ok()) return Fail(config.status());
-  auto dtype = DTypeFromName(dtype_name);
-  if (!dtype) return Fail(InvalidArgumentError("unknown --dtype " + dtype_name));
+  auto mix = QuantMix::FromName(dtype_name);
+  if (!mix.ok()) return Fail(mix.status());
   auto spec = LoadTokenizerSpecFile(tokenizer_path);
   if (!spec.ok()) return Fail(spec.status());
   RandomModelParams params;
   params.config = *config;
-  params.dtype = *dtype;
+  params.mix = dtype_name;
   params.seed = seed;
   params.tied_embeddings = !untied;
   if (Status s = WriteRandomGguf(params, *spec, out); !s.ok()) return Fail(s);

@@ -24,7 +24,9 @@
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "format/gguf.h"
+#include "kernels/quant_blocks.h"
 #include "model/gguf_export.h"
+#include "model/quant_mix.h"
 #include "model/model.h"
 #include "model/random_model.h"
 #include "test_util.h"
@@ -61,6 +63,22 @@ std::vector<double> Dequantize(const GgufTensorInfo& t) {
         out[i] = HalfToDouble(h);
       }
       break;
+    case 2: case 8: break;  // below
+    default:  // the other block formats: kernels::DequantizeBlock, checked bit for bit against
+              // the reference layout in quant_formats_test
+      if (t.dtype && kernels::IsBlockFormat(*t.dtype)) {
+        const int64_t bs = DTypeBlockSize(*t.dtype), bb = DTypeBlockBytes(*t.dtype);
+        std::vector<float> f(bs);
+        for (int64_t b = 0; b < n / bs; ++b) {
+          kernels::DequantizeBlock(*t.dtype, p + b * bb, f.data());
+          for (int64_t j = 0; j < bs; ++j) out[b * bs + j] = f[j];
+        }
+        return out;
+      }
+      ADD_FAILURE() << "type " << t.ggml_type;
+      return out;
+  }
+  switch (t.ggml_type) {
     case 8:  // Q8_0: 2-byte scale + 32 int8
       for (int64_t b = 0; b < n / 32; ++b) {
         const uint8_t* blk = p + 34 * b;
@@ -83,7 +101,7 @@ std::vector<double> Dequantize(const GgufTensorInfo& t) {
       }
       break;
     default:
-      ADD_FAILURE() << "unexpected tensor type " << t.ggml_type;
+      break;  // F32 / F16: done above
   }
   return out;
 }
@@ -100,7 +118,7 @@ struct RefModel {
   bool Has(const std::string& name) const { return gguf->FindTensor(name) != nullptr; }
   bool Quantized(const std::string& name) const {
     const GgufTensorInfo* t = gguf->FindTensor(name);
-    return t != nullptr && (t->ggml_type == 2 || t->ggml_type == 8);
+    return t != nullptr && t->dtype && IsQuantizedFileType(*t->dtype);
   }
   std::vector<double> W(const std::string& name) const {
     const GgufTensorInfo* t = gguf->FindTensor(name);
@@ -280,6 +298,7 @@ std::vector<double> ReferenceLogits(const RefModel& m, const std::vector<int32_t
 struct Case {
   const char* arch;
   DType dtype;
+  const char* mix = nullptr;  // a QuantMix on a model whose rows are multiples of 256
 };
 
 // F32/F16 weights: the 1e-3 against the exact reference (measured ~1e-6).
@@ -299,10 +318,17 @@ TEST_P(ReferenceModelTest, LogitsOf20TokenPromptMatchNaiveReference) {
   RandomModelParams params;
   params.config = *config;
   params.dtype = c.dtype;
+  if (c.mix) {
+    // K-quant super-blocks need rows of 256: hidden 256, ffn 512 (the tiny preset has 64).
+    params.config.hidden_size = 256, params.config.ffn_size = 512, params.config.num_heads = 8;
+    params.config.head_dim = params.config.rope_dim = 32;
+    if (*arch == Architecture::kGpt2) params.config.num_kv_heads = params.config.num_heads;
+    params.mix = c.mix;
+  }
   params.seed = 7;
   params.tied_embeddings = std::string(c.arch) != "qwen2";  // one untied model
   const std::string path = (std::filesystem::temp_directory_path() /
-                             ("inflight_ref_" + std::string(c.arch) + "_" + DTypeName(c.dtype) + ".gguf")).string();
+                             ("inflight_ref_" + std::string(c.arch) + "_" + (c.mix ? c.mix : DTypeName(c.dtype)) + ".gguf")).string();
   ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab({"\u2581the", "\u2581a", "\u2581of", "\u2581and", "\u2581to"}), path).ok());
 
   auto model = Model::Load(path);
@@ -329,7 +355,7 @@ TEST_P(ReferenceModelTest, LogitsOf20TokenPromptMatchNaiveReference) {
     EXPECT_GT(max_abs, 1.0);  // logits are not degenerate
     return max_diff / max_abs;
   };
-  const bool quantized = c.dtype == DType::kQ8_0 || c.dtype == DType::kQ4_0;
+  const bool quantized = c.mix != nullptr || c.dtype == DType::kQ8_0 || c.dtype == DType::kQ4_0;
   const std::vector<double> exact = ReferenceLogits(ref, ids);
   const double err = relative_error(*got, exact);
   if (!quantized) {
@@ -338,15 +364,16 @@ TEST_P(ReferenceModelTest, LogitsOf20TokenPromptMatchNaiveReference) {
   } else {
     ref.quantize_activations = true;
     const double bound = relative_error(ReferenceLogits(ref, ids), exact);
-    EXPECT_LT(err, 1.5 * bound + 1e-3) << c.arch << " " << DTypeName(c.dtype);
-    EXPECT_LT(err, 0.1) << c.arch << " " << DTypeName(c.dtype);
-    std::printf("%s %s: rel err %.2e, Q8_0 activation rounding bound %.2e\n", c.arch, DTypeName(c.dtype), err, bound);
+    const std::string name = c.mix ? c.mix : DTypeName(c.dtype);
+    EXPECT_LT(err, 1.5 * bound + 1e-3) << c.arch << " " << name;
+    EXPECT_LT(err, 0.1) << c.arch << " " << name;
+    std::printf("%s %s: rel err %.2e, Q8_0 activation rounding bound %.2e\n", c.arch, name.c_str(), err, bound);
   }
   std::filesystem::remove(path);
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(info.param.arch) + "_" + DTypeName(info.param.dtype);
+  return std::string(info.param.arch) + "_" + (info.param.mix ? info.param.mix : DTypeName(info.param.dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -359,6 +386,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3", DType::kQ8_0}, Case{"qwen3", DType::kQ4_0},
                       Case{"gpt2", DType::kF32}, Case{"gpt2", DType::kF16},
                       Case{"gpt2", DType::kQ8_0}, Case{"gpt2", DType::kQ4_0}),
+    CaseName);
+
+// Every block format, alone and in llama-quantize's mixes, through the same comparison.
+INSTANTIATE_TEST_SUITE_P(
+    BlockFormats, ReferenceModelTest,
+    ::testing::Values(Case{"llama", DType::kF16, "q4_k_m"}, Case{"llama", DType::kF16, "q5_k_m"},
+                      Case{"llama", DType::kF16, "q3_k_m"}, Case{"llama", DType::kF16, "q2_k_mix"},
+                      Case{"llama", DType::kF16, "q4_0_mix"}, Case{"llama", DType::kF16, "iq4_xs_mix"},
+                      Case{"llama", DType::kF16, "q6_k"}, Case{"llama", DType::kF16, "q4_1"},
+                      Case{"llama", DType::kF16, "q5_0"}, Case{"llama", DType::kF16, "q5_1"},
+                      Case{"llama", DType::kF16, "iq4_nl"}, Case{"qwen2", DType::kF16, "q4_k_m"},
+                      Case{"qwen3", DType::kF16, "q5_k_m"}, Case{"gpt2", DType::kF16, "q4_k_m"}),
     CaseName);
 
 // ---- Hugging Face folders: config.json + safetensors (sharded or not), F32/BF16/F16 ----
@@ -486,7 +525,7 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   ASSERT_TRUE(hf.ok()) << hf.status().ToString();
   ASSERT_NE((*hf)->tokenizer(), nullptr);
   const std::string gguf_path = (dir / "converted.gguf").string();
-  ASSERT_TRUE(ExportGguf(**hf, DType::kF32, gguf_path).ok());
+  ASSERT_TRUE(ExportGguf(**hf, QuantMix::Uniform(DType::kF32), gguf_path).ok());
   auto converted = Model::Load(gguf_path);
   ASSERT_TRUE(converted.ok()) << converted.status().ToString();
   EXPECT_EQ((*converted)->tokenizer()->Encode("Hello world"), (*hf)->tokenizer()->Encode("Hello world"));
@@ -516,7 +555,7 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
 
   // Quantized conversion stays within Q8_0's error of the F32 one.
   const std::string q8_path = (dir / "converted-q8_0.gguf").string();
-  ASSERT_TRUE(ExportGguf(**hf, DType::kQ8_0, q8_path).ok());
+  ASSERT_TRUE(ExportGguf(**hf, QuantMix::Uniform(DType::kQ8_0), q8_path).ok());
   auto q8 = Model::Load(q8_path);
   ASSERT_TRUE(q8.ok());
   EXPECT_EQ((*q8)->weights().layers[0].w_up.dtype, DType::kQ8_0x16);  // interleaved at load

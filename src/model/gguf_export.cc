@@ -85,7 +85,6 @@ std::vector<float> ToF32(const TensorView& t) {
 
 Status AddMatrix(GgufWriter& w, const std::string& name, const std::vector<float>& m, int64_t rows, int64_t cols,
                  DType dtype) {
-  if (cols % DTypeBlockSize(dtype) != 0) dtype = DType::kF16;
   const int64_t row_bytes = DTypeRowBytes(dtype, cols);
   std::vector<uint8_t> bytes(row_bytes * rows);
   for (int64_t r = 0; r < rows; ++r) kernels::QuantizeRow(dtype, m.data() + r * cols, cols, bytes.data() + r * row_bytes);
@@ -101,11 +100,7 @@ Status AddVector(GgufWriter& w, const std::string& name, const std::vector<float
 
 }  // namespace
 
-Status ExportGguf(const Model& model, DType dtype, const std::string& path) {
-  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kQ8_0 &&
-      dtype != DType::kQ4_0) {
-    return InvalidArgumentError(std::string("cannot write weights as ") + DTypeName(dtype) + " (f32, f16, bf16, q8_0, q4_0)");
-  }
+Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& path) {
   if (model.tokenizer() == nullptr) return FailedPreconditionError("the model has no tokenizer to write");
   ModelConfig c = model.config();
   // GGUF's llama expects interleaved RoPE pairs; Qwen and GPT-2 keep their own conventions.
@@ -115,7 +110,7 @@ Status ExportGguf(const Model& model, DType dtype, const std::string& path) {
 
   GgufWriter w;
   WriteModelMetadata(c, "inflight conversion of " + model.path(), w);
-  w.SetString("general.file_type", DTypeName(dtype));
+  w.SetString("general.file_type", mix.name());
   WriteTokenizerMetadata(model.tokenizer()->spec(), w);
 
   const ModelWeights& mw = model.weights();
@@ -123,7 +118,7 @@ Status ExportGguf(const Model& model, DType dtype, const std::string& path) {
     if (t.empty()) return OkStatus();
     std::vector<float> m = ToF32(t);
     if (heads > 0 && interleave) m = InterleaveRopeRows(m, heads, c.head_dim, t.cols);
-    return AddMatrix(w, name, m, t.rows, t.cols, dtype);
+    return AddMatrix(w, name, m, t.rows, t.cols, mix.TypeFor(name, t.cols, c.num_layers, c.tied_embeddings));
   };
   auto bias = [&](const std::string& name, const std::vector<float>& b, int64_t heads = 0) -> Status {
     if (heads > 0 && interleave && !b.empty()) return AddVector(w, name, InterleaveRopeRows(b, heads, c.head_dim, 1));

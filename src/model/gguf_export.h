@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "format/gguf.h"
 #include "model/model.h"
+#include "model/quant_mix.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inflight {
@@ -16,10 +17,10 @@ void WriteModelMetadata(const ModelConfig& config, const std::string& name, Gguf
 // tokenizer.ggml.* keys.
 void WriteTokenizerMetadata(const TokenizerSpec& spec, GgufWriter& w);
 
-// Re-encodes every 2-D weight as `dtype` (F32, F16, BF16, Q8_0 or Q4_0; a matrix whose rows
-// are not a multiple of the block size falls back to F16, as llama.cpp does); norms, biases
-// and position embeddings stay F32. Llama checkpoints whose Q/K rows are in Hugging Face's
-// rotate-half order are permuted to GGUF's interleaved order.
-Status ExportGguf(const Model& model, DType dtype, const std::string& path);
+// Re-encodes every 2-D weight in the type `mix` gives it (one type, or a llama-quantize mix;
+// a matrix whose rows are not a multiple of the block size falls back as llama.cpp does);
+// norms, biases and position embeddings stay F32. Llama checkpoints whose Q/K rows are in
+// Hugging Face's rotate-half order are permuted to GGUF's interleaved order.
+Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& path);
 
 }  // namespace inflight

@@ -5,6 +5,7 @@
 
 #include "format/gguf.h"
 #include "model/gguf_export.h"
+#include "model/quant_mix.h"
 #include "kernels/quantize.h"
 
 namespace inflight {
@@ -62,6 +63,10 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
   WriteModelMetadata(c, std::string("inflight random ") + ArchitectureName(c.arch), w);
   WriteTokenizerMetadata(tokenizer, w);
 
+  QuantMix mix = QuantMix::Uniform(params.dtype);
+  if (!params.mix.empty()) {
+    ASSIGN_OR_RETURN(mix, QuantMix::FromName(params.mix));
+  }
   std::mt19937_64 rng(params.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto add = [&](const std::string& name, std::vector<int64_t> dims, float stddev, float mean, bool matrix) -> Status {
@@ -69,8 +74,7 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
     for (int64_t d : dims) n *= d;
     std::vector<float> f(n);
     for (float& x : f) x = mean + stddev * normal(rng);
-    const DType dt = matrix ? params.dtype : DType::kF32;
-    if (matrix && dims[0] % DTypeBlockSize(dt) != 0) return InvalidArgumentError(name + ": row length not a multiple of the block size");
+    const DType dt = matrix ? mix.TypeFor(name, dims[0], c.num_layers, params.tied_embeddings) : DType::kF32;
     std::vector<uint8_t> bytes(DTypeRowBytes(dt, dims[0]) * (n / dims[0]));
     for (int64_t r = 0; r < n / dims[0]; ++r) kernels::QuantizeRow(dt, f.data() + r * dims[0], dims[0], bytes.data() + r * DTypeRowBytes(dt, dims[0]));
     return w.AddTensor(name, dt, dims, std::move(bytes));

@@ -15,6 +15,7 @@ namespace inflight {
 struct RandomModelParams {
   ModelConfig config;            // vocab_size is taken from the tokenizer when 0
   DType dtype = DType::kF16;     // 2-D weights; norms and biases stay F32
+  std::string mix;               // when set: a QuantMix name (model/quant_mix.h) instead of dtype
   uint64_t seed = 1;
   float embedding_std = 0.5f;    // projections use 2 / sqrt(fan_in) so outputs depend on context
   bool tied_embeddings = true;
