@@ -144,22 +144,25 @@ void BM_PrefillStep(benchmark::State& state) {
 }
 BENCHMARK(BM_PrefillStep)->ArgNames({"tokens"})->Arg(128)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// y = x W^T for an interleaved Q8_0 matrix (rows x cols) and `tokens` activation rows.
-// cold = 1: the call cycles through copies of the matrix totalling >= 96 MB, so the weights
-// come from memory as in a real step (the model is larger than the caches); cold = 0: one
-// copy, cache-resident when it fits.
-void BM_MatMulQ8(benchmark::State& state) {
+// y = x W^T for an interleaved quantized matrix (rows x cols, stored type `type`, a ggml id:
+// 8 Q8_0, 2 Q4_0, 12 Q4_K, ...) and `tokens` activation rows. cold = 1: the call cycles
+// through copies of the matrix totalling >= 96 MB, so the weights come from memory as in a
+// real step (the model is larger than the caches); cold = 0: one copy, cache-resident when
+// it fits.
+void BM_MatMul(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
   const bool cold = state.range(3) != 0;
+  const DType type = static_cast<DType>(state.range(4));
+  state.SetLabel(DTypeName(type));
   std::mt19937 rng(2);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> f(cols);
-  std::vector<uint8_t> q8(DTypeRowBytes(DType::kQ8_0, cols) * rows);
+  std::vector<uint8_t> q8(DTypeRowBytes(type, cols) * rows);
   for (int64_t r = 0; r < rows; ++r) {
     for (float& v : f) v = nd(rng);
-    kernels::QuantizeRow(DType::kQ8_0, f.data(), cols, q8.data() + r * DTypeRowBytes(DType::kQ8_0, cols));
+    kernels::QuantizeRow(type, f.data(), cols, q8.data() + r * DTypeRowBytes(type, cols));
   }
-  const TensorView source{q8.data(), DType::kQ8_0, rows, cols};
+  const TensorView source{q8.data(), type, rows, cols};
   const int64_t bytes = kernels::InterleavedBytes(source);
   const int64_t copies = cold ? std::max<int64_t>(2, (int64_t{96} << 20) / bytes + 1) : 1;
   std::vector<std::vector<uint8_t>> buffers(copies);
@@ -181,13 +184,17 @@ void BM_MatMulQ8(benchmark::State& state) {
   state.counters["int8_GOPS"] = benchmark::Counter(2e-9 * rows * cols * tokens, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GB/s"] = benchmark::Counter(1e-9 * bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_MatMulQ8)->ArgNames({"rows", "cols", "tokens", "cold"})
-    ->ArgsProduct({{512}, {512}, {1, 16}, {0}})
-    ->ArgsProduct({{32000}, {512}, {1, 16}, {0, 1}})
-    ->ArgsProduct({{2048}, {2048}, {1, 16}, {0, 1}})
-    ->ArgsProduct({{5632}, {2048}, {16}, {0, 1}})
-    ->ArgsProduct({{2048}, {5632}, {16}, {0, 1}})
-    ->ArgsProduct({{2048}, {2048}, {128}, {0}})
+BENCHMARK(BM_MatMul)->ArgNames({"rows", "cols", "tokens", "cold", "type"})
+    ->ArgsProduct({{512}, {512}, {1, 16}, {0}, {8}})
+    ->ArgsProduct({{32000}, {512}, {1, 16}, {0, 1}, {8}})
+    ->ArgsProduct({{2048}, {2048}, {1, 16}, {0, 1}, {8}})
+    ->ArgsProduct({{5632}, {2048}, {16}, {0, 1}, {8}})
+    ->ArgsProduct({{2048}, {5632}, {16}, {0, 1}, {8}})
+    ->ArgsProduct({{2048}, {2048}, {128}, {0}, {8}})
+    // Every weight format the files users download carry: decode (1 token, weights from
+    // memory), batched decode (16) and prompt processing (128).
+    ->ArgsProduct({{5632}, {2048}, {1}, {1}, {8, 2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23}})
+    ->ArgsProduct({{5632}, {2048}, {1, 16, 128}, {0}, {8, 2, 10, 11, 12, 13, 14, 23}})
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // Attention of one decode token per sequence: `batch` sequences of `context` cached

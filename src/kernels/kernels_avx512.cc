@@ -284,12 +284,13 @@ void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, 
       int64_t t = 0;
       for (; t + kNT <= num_tokens; t += kNT) InterleavedGroup<kQ8, kNT>(group, b0, b1, nb, x, t, partial.data() + 16 * t, t == 0 && num_tokens > kNT);
       float* p = partial.data() + 16 * t;
+      const bool first = t == 0;  // a single pass prefetches too: the weights stream from memory
       switch (num_tokens - t) {
-        case 5: InterleavedGroup<kQ8, 5>(group, b0, b1, nb, x, t, p, false); break;
-        case 4: InterleavedGroup<kQ8, 4>(group, b0, b1, nb, x, t, p, false); break;
-        case 3: InterleavedGroup<kQ8, 3>(group, b0, b1, nb, x, t, p, false); break;
-        case 2: InterleavedGroup<kQ8, 2>(group, b0, b1, nb, x, t, p, false); break;
-        case 1: InterleavedGroup<kQ8, 1>(group, b0, b1, nb, x, t, p, false); break;
+        case 5: InterleavedGroup<kQ8, 5>(group, b0, b1, nb, x, t, p, first); break;
+        case 4: InterleavedGroup<kQ8, 4>(group, b0, b1, nb, x, t, p, first); break;
+        case 3: InterleavedGroup<kQ8, 3>(group, b0, b1, nb, x, t, p, first); break;
+        case 2: InterleavedGroup<kQ8, 2>(group, b0, b1, nb, x, t, p, first); break;
+        case 1: InterleavedGroup<kQ8, 1>(group, b0, b1, nb, x, t, p, first); break;
         default: break;
       }
     }

@@ -192,12 +192,13 @@ void MatMulPacked(const TensorView& w, int64_t row_begin, int64_t row_end, const
         PackedTile<kIdx, kNT>(group, b0, b1, x, t, partial.data() + 16 * t, t == 0 && num_tokens > kNT);
       }
       float* p = partial.data() + 16 * t;
+      const bool first = t == 0;  // a single pass prefetches too: the weights stream from memory
       switch (num_tokens - t) {
-        case 5: PackedTile<kIdx, 5>(group, b0, b1, x, t, p, false); break;
-        case 4: PackedTile<kIdx, 4>(group, b0, b1, x, t, p, false); break;
-        case 3: PackedTile<kIdx, 3>(group, b0, b1, x, t, p, false); break;
-        case 2: PackedTile<kIdx, 2>(group, b0, b1, x, t, p, false); break;
-        case 1: PackedTile<kIdx, 1>(group, b0, b1, x, t, p, false); break;
+        case 5: PackedTile<kIdx, 5>(group, b0, b1, x, t, p, first); break;
+        case 4: PackedTile<kIdx, 4>(group, b0, b1, x, t, p, first); break;
+        case 3: PackedTile<kIdx, 3>(group, b0, b1, x, t, p, first); break;
+        case 2: PackedTile<kIdx, 2>(group, b0, b1, x, t, p, first); break;
+        case 1: PackedTile<kIdx, 1>(group, b0, b1, x, t, p, first); break;
         default: break;
       }
     }
