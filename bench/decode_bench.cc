@@ -3,8 +3,6 @@
 // FP32 FMA / int8 VNNI peaks are left for the batched benchmark.
 //
 // Usage: decode_bench [--dtype q8_0] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
-#include <immintrin.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -12,49 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "model/model.h"
 #include "model/random_model.h"
+#include "limits.h"
 
 using namespace inflight;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-__attribute__((target("avx512f"))) double SumRange(const float* p, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i < n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-// Best-of-5 read bandwidth over 1 GiB, one range per thread, in bytes/s.
-double MeasureReadBandwidth(ThreadPool& pool) {
-  const int64_t n = (int64_t{1} << 30) / 4;
-  AlignedBuffer buf(n * 4);
-  float* p = buf.as<float>();
-  for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
-  double best = 0;
-  std::vector<double> sinks(pool.num_threads());
-  for (int pass = 0; pass < 5; ++pass) {
-    const auto t0 = Clock::now();
-    pool.Run([&](int ti, int nt) {
-      const int64_t chunk = n / nt / 64 * 64;
-      sinks[ti] = SumRange(p + ti * chunk, chunk);
-    });
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, n * 4.0 / s);
-  }
-  return best;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::string dtype = "q8_0", tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";

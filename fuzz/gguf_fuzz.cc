@@ -1,9 +1,17 @@
-// libFuzzer target: arbitrary bytes as a GGUF file, then as a model. Every input must end in
-// a Status (never a crash, an out-of-bounds read or a leak under ASan/UBSan).
+// libFuzzer target: arbitrary bytes as a GGUF file, then its tensors as weights. Every input
+// must end in a Status (never a crash, an out-of-bounds read or a leak under ASan/UBSan); a
+// quantized tensor with finite scales must dequantize to the same values through its native
+// blocks and through the kernels' interleaved layout.
 #include <cstdint>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "format/gguf.h"
+#include "kernels/interleave.h"
+#include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
 #include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -25,6 +33,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)a;
       (void)b;
     }
+    if (!t.dtype || !inflight::IsQuantizedFileType(*t.dtype) || t.num_bytes == 0 || t.num_bytes > (1u << 20)) continue;
+    // The loader's check: a block with a NaN or infinite scale is refused.
+    const int64_t cols = t.dims[0], rows = t.num_elements() / cols;
+    const int64_t blocks = t.num_elements() / inflight::DTypeBlockSize(*t.dtype);
+    if (inflight::kernels::FirstNonFiniteBlock(*t.dtype, t.data, blocks) >= 0) continue;
+    const inflight::TensorView native{t.data, *t.dtype, rows, cols};
+    std::vector<float> a(cols), b(cols);
+    inflight::kernels::DequantizeRow(native, rows - 1, a.data());
+    if (!inflight::kernels::CanInterleave(native)) continue;
+    std::vector<uint8_t> packed(inflight::kernels::InterleavedBytes(native));
+    const inflight::TensorView view = inflight::kernels::Interleave(native, packed.data());
+    inflight::kernels::DequantizeRow(view, rows - 1, b.data());
+    if (std::memcmp(a.data(), b.data(), cols * sizeof(float)) != 0) std::abort();
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "format/gguf.h"
+#include "kernels/quantize.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -26,6 +27,17 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> f32(32 * 6 * 4, 0), q8(34 * 2, 1);
   if (!w.AddTensor("token_embd.weight", inflight::DType::kF32, {32, 6}, f32).ok()) return 1;
   if (!w.AddTensor("blk.0.attn_q.weight", inflight::DType::kQ8_0, {32, 2}, q8).ok()) return 1;
+  // One small matrix of every block format, quantized from a ramp.
+  std::vector<float> ramp(512);
+  for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i % 37) - 18.0f;
+  for (inflight::DType t : {inflight::DType::kQ4_1, inflight::DType::kQ5_0, inflight::DType::kQ5_1, inflight::DType::kIQ4_NL,
+                            inflight::DType::kQ2_K, inflight::DType::kQ3_K, inflight::DType::kQ4_K, inflight::DType::kQ5_K,
+                            inflight::DType::kQ6_K, inflight::DType::kIQ4_XS}) {
+    const int64_t cols = 256, rows = 2, row_bytes = inflight::DTypeRowBytes(t, cols);
+    std::vector<uint8_t> bytes(row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r) inflight::kernels::QuantizeRow(t, ramp.data() + r * cols, cols, bytes.data() + r * row_bytes);
+    if (!w.AddTensor(std::string("blk.0.") + inflight::DTypeName(t) + ".weight", t, {cols, rows}, bytes).ok()) return 1;
+  }
   if (!w.WriteFile(dir + "/gguf-seed.gguf").ok()) return 1;
   const std::string header = R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"k":"v"}})";
   std::ofstream st(dir + "/seed.safetensors", std::ios::binary);

@@ -2,6 +2,7 @@
 // clear error, never a crash (this test also runs under ASan/UBSan).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -125,6 +126,56 @@ TEST(Gguf, UnsupportedArchitectureAndTypeAreNamed) {
   auto m = Model::Load(path);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("mamba"), std::string::npos);
+}
+
+// The llama.cpp-quantized K-quant files: cut anywhere, they fail with a message; a block whose
+// F16 scale is NaN or infinite is refused at load, naming the tensor and the block.
+TEST(Gguf, TruncatedAndCorruptBlockFormatsFailCleanly) {
+  for (const char* name : {"llama-k-q4_k_m", "llama-k-q2_k", "llama-k-iq4_xs"}) {
+    const std::string src = testing::SharedDir() + "/golden/" + name + ".gguf";
+    REQUIRE_SHARED_FILE(src);
+    std::vector<uint8_t> bytes = ReadBytes(src);
+    const std::string path = TempPath(std::string(name) + "-bad.gguf");
+    std::mt19937_64 rng(9);
+    for (int i = 0; i < 8; ++i) {
+      const size_t cut = bytes.size() / 2 + rng() % (bytes.size() / 2);
+      WriteBytes(path, bytes, cut);
+      auto m = Model::Load(path);
+      ASSERT_FALSE(m.ok()) << name << " cut at " << cut;
+      EXPECT_NE(m.status().message().find("truncated"), std::string::npos) << m.status().message();
+    }
+    auto clean = GgufFile::Open(src);
+    ASSERT_TRUE(clean.ok());
+    const GgufTensorInfo* t = (*clean)->FindTensor("blk.1.ffn_up.weight");
+    ASSERT_NE(t, nullptr);
+    ASSERT_TRUE(t->dtype.has_value());
+    // The F16 super-scale d of block 3 (byte 0 of a block, Q2_K: byte 80), found in the file
+    // by searching for the tensor's first blocks.
+    const size_t block_bytes = DTypeBlockBytes(*t->dtype);
+    const size_t d_at = *t->dtype == DType::kQ2_K ? 80 : 0;
+    std::vector<uint8_t> bad = bytes;
+    const auto pos = std::search(bad.begin(), bad.end(), t->data, t->data + 4 * block_bytes);
+    ASSERT_NE(pos, bad.end());
+    const size_t offset = static_cast<size_t>(pos - bad.begin()) + 3 * block_bytes + d_at;
+    bad[offset] = 0x00, bad[offset + 1] = 0x7e;  // F16 NaN
+    WriteBytes(path, bad, bad.size());
+    auto m = Model::Load(path);
+    ASSERT_FALSE(m.ok()) << name;
+    EXPECT_NE(m.status().message().find("blk.1.ffn_up.weight"), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find("block 3"), std::string::npos) << m.status().message();
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(Gguf, AlignmentBelowEightIsRefused) {
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetU32("general.alignment", 2);
+  const std::string path = TempPath("align2.gguf");
+  ASSERT_TRUE(w.WriteFile(path).ok());
+  auto f = GgufFile::Open(path);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("alignment"), std::string::npos);
 }
 
 }  // namespace

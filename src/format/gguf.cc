@@ -217,8 +217,9 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::shared_ptr<MappedFile> 
     }
   }
   if (const GgufValue* a = gguf->Find("general.alignment")) {
-    if (!a->IsInteger() || a->i <= 0 || a->i > (1 << 20) || (a->i & (a->i - 1)) != 0) {
-      return DataLossError("general.alignment must be a power of two, got " + a->DebugString());
+    // The GGUF spec asks for a multiple of 8; block scales are then read at aligned addresses.
+    if (!a->IsInteger() || a->i < 8 || a->i > (1 << 20) || (a->i & (a->i - 1)) != 0) {
+      return DataLossError("general.alignment must be a power of two of at least 8, got " + a->DebugString());
     }
     gguf->alignment_ = static_cast<uint64_t>(a->i);
   }
