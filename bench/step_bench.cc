@@ -198,10 +198,11 @@ BENCHMARK(BM_MatMul)->ArgNames({"rows", "cols", "tokens", "cold", "type"})
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // Attention of one decode token per sequence: `batch` sequences of `context` cached
-// positions, small-model heads (8 query heads over 4 KV heads of 64), F16 cache.
+// positions, `heads` query heads over 4 KV heads of 64 (8: the small model, 32: the 1.1B
+// shape), F16 cache.
 void BM_DecodeAttention(benchmark::State& state) {
   const int32_t batch = static_cast<int32_t>(state.range(0)), context = static_cast<int32_t>(state.range(1));
-  const kernels::AttentionShape shape{8, 4, 64, 0.125f};
+  const kernels::AttentionShape shape{static_cast<int32_t>(state.range(2)), 4, 64, 0.125f};
   const int32_t kv_dim = shape.num_kv_heads * shape.head_dim, tpb = 32, blocks_per_seq = (context + tpb - 1) / tpb;
   const int64_t slots = static_cast<int64_t>(batch) * blocks_per_seq * tpb;
   std::mt19937 rng(3);
@@ -224,8 +225,12 @@ void BM_DecodeAttention(benchmark::State& state) {
   }
   // Multiply-adds: q.K and p.V over every position of every head.
   state.counters["GFLOPS"] = benchmark::Counter(4e-9 * batch * shape.num_heads * shape.head_dim * context, benchmark::Counter::kIsIterationInvariantRate);
+  // K and V bytes read (F16): the bandwidth the kernel draws from the cache.
+  state.counters["KV_GB/s"] = benchmark::Counter(4e-9 * batch * kv_dim * context, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_DecodeAttention)->ArgNames({"batch", "context"})->Args({16, 128})->Args({16, 1024})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeAttention)->ArgNames({"batch", "context", "heads"})
+    ->Args({16, 128, 8})->Args({16, 1024, 8})->Args({1, 512, 32})->Args({1, 2048, 32})->Args({16, 512, 32})
+    ->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -33,8 +33,11 @@ struct Weights {
 };
 
 Weights MakeWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
-  if (dtype == DType::kQ8_0x16 || dtype == DType::kQ4_0x16) {
-    Weights src = MakeWeights(dtype == DType::kQ8_0x16 ? DType::kQ8_0 : DType::kQ4_0, rows, cols, rng);
+  if (dtype == DType::kQ8_0x16 || dtype == DType::kQ4_0x16 || dtype == DType::kF16x16 || dtype == DType::kBF16x16) {
+    const DType source = dtype == DType::kQ8_0x16 ? DType::kQ8_0
+                         : dtype == DType::kQ4_0x16 ? DType::kQ4_0
+                         : dtype == DType::kF16x16 ? DType::kF16 : DType::kBF16;
+    Weights src = MakeWeights(source, rows, cols, rng);
     Weights w;
     w.source_bytes = std::move(src.bytes);
     w.source = TensorView{w.source_bytes.data(), src.view.dtype, rows, cols};
@@ -61,7 +64,7 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
   const std::vector<int64_t> col_sizes = quant ? std::vector<int64_t>{32, 64, 96, 160, 224, 544}
                                                : std::vector<int64_t>{1, 7, 15, 16, 17, 33, 100, 257};
   for (int64_t cols : col_sizes) {
-    for (int64_t rows : {1, 5, 19, 33}) {
+    for (int64_t rows : {1, 5, 19, 33, 77}) {
       for (int64_t tokens : {1, 2, 3, 4, 5, 7, 13}) {
         Weights w = MakeWeights(dtype, rows, cols, rng);
         std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -78,6 +81,10 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
           const QuantizedRows* q = quant ? scratch.Quantize(k, x.data(), tokens, cols) : nullptr;
           std::vector<float> y(tokens * rows);
           k.matmul_rows(w.view, 0, rows, x.data(), q, tokens, y.data(), rows);
+          // The panel layouts follow their twin's operations exactly.
+          if (dtype == DType::kF16x16 || dtype == DType::kBF16x16) {
+            ASSERT_EQ(y, y_ref) << SimdLevelName(level) << " cols " << cols;
+          }
           for (int64_t i = 0; i < tokens * rows; ++i) {
             // Sum of |terms| bounds the rounding error of any summation order.
             const double tol = 1e-4 * std::sqrt(static_cast<double>(cols)) * (1 + std::fabs(y_ref[i])) + (quant ? 2e-2 * std::sqrt((double)cols) : 0);
@@ -100,13 +107,13 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                                           DType::kQ8_0x16, DType::kQ4_0x16),
+                                           DType::kQ8_0x16, DType::kQ4_0x16, DType::kF16x16, DType::kBF16x16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 // The interleaved layout holds the same weights and computes the same products as its source.
 TEST(Interleave, SameWeightsAndNearlySameProducts) {
   std::mt19937 rng(3);
-  for (DType dt : {DType::kQ8_0x16, DType::kQ4_0x16}) {
+  for (DType dt : {DType::kQ8_0x16, DType::kQ4_0x16, DType::kF16x16, DType::kBF16x16}) {
     for (int64_t rows : {3, 16, 40}) {
       const int64_t cols = 96, tokens = 9;
       Weights w = MakeWeights(dt, rows, cols, rng);

@@ -12,6 +12,8 @@ namespace {
 DType InterleavedType(DType t) {
   if (t == DType::kQ8_0) return DType::kQ8_0x16;
   if (t == DType::kQ4_0) return DType::kQ4_0x16;
+  if (t == DType::kF16) return DType::kF16x16;
+  if (t == DType::kBF16) return DType::kBF16x16;
   const PackedLayout* l = FindPackedLayout(t);
   return l ? l->packed : t;
 }
@@ -51,6 +53,22 @@ TensorView InterleaveQ8Q4(const TensorView& w, uint8_t* dst) {
   TensorView v = w;
   v.data = dst;
   v.dtype = q8 ? DType::kQ8_0x16 : DType::kQ4_0x16;
+  return v;
+}
+
+// F16 / BF16: panels of 16 rows, column-major inside (padding rows zero).
+TensorView PanelRows(const TensorView& w, uint8_t* dst) {
+  const int64_t groups = (w.rows + kInterleaveRows - 1) / kInterleaveRows;
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  std::memset(dst, 0, groups * kInterleaveRows * w.cols * 2);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const auto* src = reinterpret_cast<const uint16_t*>(w.row(r));
+    uint16_t* panel = out + r / kInterleaveRows * w.cols * kInterleaveRows + r % kInterleaveRows;
+    for (int64_t c = 0; c < w.cols; ++c) panel[c * kInterleaveRows] = src[c];
+  }
+  TensorView v = w;
+  v.data = dst;
+  v.dtype = w.dtype == DType::kF16 ? DType::kF16x16 : DType::kBF16x16;
   return v;
 }
 
@@ -161,6 +179,7 @@ void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, i
 
 bool CanInterleave(const TensorView& w) {
   if (w.rows <= 0) return false;
+  if (w.dtype == DType::kF16 || w.dtype == DType::kBF16) return true;
   if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) return w.cols % kQBlock == 0;
   const PackedLayout* l = FindPackedLayout(w.dtype);
   return l && l->source == w.dtype && w.cols % DTypeBlockSize(w.dtype) == 0;
@@ -174,6 +193,7 @@ int64_t InterleavedBytes(const TensorView& w) {
 
 TensorView Interleave(const TensorView& w, uint8_t* dst) {
   if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) return InterleaveQ8Q4(w, dst);
+  if (w.dtype == DType::kF16 || w.dtype == DType::kBF16) return PanelRows(w, dst);
   return InterleaveBlockFormat(*FindPackedLayout(w.dtype), w, dst);
 }
 

@@ -5,6 +5,8 @@
 // Q4_0: 4 quads x 16 rows x 4 bytes, each byte holding element 4q+i in its low nibble and
 //       element 16+4q+i in its high nibble (exactly the source byte qs[4q+i]).
 // The other block formats (Q4_1 ... IQ4_XS) use the records of kernels/packed_layout.h.
+// F16 / BF16 become 16-row panels stored column by column (DType::kF16x16), so one 32-byte
+// load gives the 16 rows' weights of a column for an FMA against a broadcast activation.
 // One 64-byte load then feeds 16 rows x 4 columns to a dpbusd against 4 broadcast activation
 // bytes, so the per-block scale work is shared by 16 rows instead of 1.
 #pragma once
@@ -15,7 +17,7 @@
 
 namespace inflight::kernels {
 
-// Whether `w` is a quantized matrix the interleaved kernels take (every quantized file type).
+// Whether `w` is a matrix the interleaved kernels take (F16, BF16, every quantized file type).
 bool CanInterleave(const TensorView& w);
 // Bytes the interleaved copy needs.
 int64_t InterleavedBytes(const TensorView& w);

@@ -172,6 +172,14 @@ void DequantizeRow(const TensorView& w, int64_t row, float* out) {
     }
     return;
   }
+  if (w.dtype == DType::kF16x16 || w.dtype == DType::kBF16x16) {
+    const auto* panel = static_cast<const uint16_t*>(w.data) + row / kInterleaveRows * w.cols * kInterleaveRows + row % kInterleaveRows;
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const uint16_t h = panel[c * kInterleaveRows];
+      out[c] = w.dtype == DType::kF16x16 ? Fp16ToFp32(h) : Bf16ToFp32(h);
+    }
+    return;
+  }
   if (IsBlockFormat(w.dtype)) {
     const int64_t bs = DTypeBlockSize(w.dtype), bb = DTypeBlockBytes(w.dtype);
     for (int64_t b = 0; b < w.cols / bs; ++b) DequantizeBlock(w.dtype, w.row(row) + b * bb, out + b * bs);

@@ -78,8 +78,8 @@ bool SetActiveSimdLevel(SimdLevel level);
 // Whether a weight of this type takes quantized activations (every quantized type; the block
 // formats beyond Q8_0/Q4_0 are multiplied only in their interleaved layouts).
 inline bool UsesQuantizedActivations(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || IsQuantizedFileType(t) ||
-         static_cast<uint32_t>(t) >= static_cast<uint32_t>(DType::kQ8_0x16);
+  if (t == DType::kF16x16 || t == DType::kBF16x16) return false;
+  return IsQuantizedFileType(t) || static_cast<uint32_t>(t) >= static_cast<uint32_t>(DType::kQ8_0x16);
 }
 
 // Scratch for MatMul: the quantized copy of the activations. Sized on first use and reused.

@@ -298,8 +298,92 @@ void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, 
   }
 }
 
+// ---- F16 / BF16 panels (kernels/interleave.h): 16 rows x NT tokens per pass ----
+// Per column: one 32-byte load converted to the 16 rows' F32 weights, then one FMA per token
+// against the broadcast activation. Each (row, token) result is acc = fma(w, x, acc) in column
+// order whatever NT and the column tiling are: the scalar twin's sequence, batch-invariant.
+template <bool kBf16>
+inline __m512 PanelColumn(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (kBf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  else return _mm512_cvtph_ps(h);
+}
+
+// G panels (16 rows each, G * 16 rows in all) x NT tokens over columns [c0, c1): G * NT
+// independent FMA chains, enough to hide the FMA latency even for one token.
+template <bool kBf16, int NT, int G>
+inline void PanelTile(const uint16_t* panel, int64_t panel_stride, int64_t c0, int64_t c1, const float* x, int64_t cols,
+                      int64_t t0, float* partial, int64_t partial_stride) {
+  __m512 acc[G][NT];
+  for (int g = 0; g < G; ++g) {
+    for (int k = 0; k < NT; ++k) acc[g][k] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + g * partial_stride + 16 * k);
+  }
+  const float* xt = x + t0 * cols;
+  for (int64_t c = c0; c < c1; ++c) {
+    for (int g = 0; g < G; ++g) {
+      const __m512 w = PanelColumn<kBf16>(panel + g * panel_stride + c * kInterleaveRows);
+      for (int k = 0; k < NT; ++k) acc[g][k] = _mm512_fmadd_ps(w, _mm512_set1_ps(xt[k * cols + c]), acc[g][k]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int k = 0; k < NT; ++k) _mm512_storeu_ps(partial + g * partial_stride + 16 * k, acc[g][k]);
+  }
+}
+
+template <bool kBf16>
+void MatMulPanels(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x, int64_t num_tokens,
+                  float* y, int64_t y_stride) {
+  // Column tiles of 256 (8 KB of a panel) stay in L1 across the token passes; 8 tokens per
+  // pass keep 8 independent FMA chains in flight (a single token runs 4 panels at once).
+  constexpr int64_t kTile = 256;
+  constexpr int kNT = 8;
+  const int64_t cols = w.cols, panel_stride = cols * kInterleaveRows;
+  const auto* base = static_cast<const uint16_t*>(w.data);
+  const int64_t partial_stride = std::max<int64_t>(num_tokens, 1) * 16;
+  thread_local std::vector<float> partial;  // [4 panels][num_tokens][16]
+  if (partial.size() < static_cast<size_t>(4 * partial_stride)) partial.resize(static_cast<size_t>(4 * partial_stride));
+  for (int64_t r0 = row_begin; r0 < row_end;) {
+    const uint16_t* panel = base + r0 / kInterleaveRows * panel_stride;
+    // One token: 4 panels at a time while 4 whole panels remain (the tail goes one by one).
+    const int groups = num_tokens == 1 && row_end - r0 >= 4 * kInterleaveRows ? 4 : 1;
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
+      if (groups == 4) {
+        PanelTile<kBf16, 1, 4>(panel, panel_stride, c0, c1, x, cols, 0, partial.data(), partial_stride);
+        continue;
+      }
+      int64_t t = 0;
+      for (; t + kNT <= num_tokens; t += kNT) {
+        PanelTile<kBf16, kNT, 1>(panel, panel_stride, c0, c1, x, cols, t, partial.data() + 16 * t, partial_stride);
+      }
+      float* p = partial.data() + 16 * t;
+      switch (num_tokens - t) {
+        case 7: PanelTile<kBf16, 7, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
+        case 6: PanelTile<kBf16, 6, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
+        case 5: PanelTile<kBf16, 5, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
+        case 4: PanelTile<kBf16, 4, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
+        case 3: PanelTile<kBf16, 3, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
+        case 2: PanelTile<kBf16, 2, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
+        case 1: PanelTile<kBf16, 1, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
+        default: break;
+      }
+    }
+    for (int g = 0; g < groups; ++g) {
+      const int64_t rg = r0 + g * kInterleaveRows;
+      const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - rg);
+      const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        _mm512_mask_storeu_ps(y + t * y_stride + rg, mask, _mm512_loadu_ps(partial.data() + g * partial_stride + 16 * t));
+      }
+    }
+    r0 += groups * kInterleaveRows;
+  }
+}
+
 void MatMulRowsAvx512(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
+  if (w.dtype == DType::kF16x16) return MatMulPanels<false>(w, row_begin, row_end, x, num_tokens, y, y_stride);
+  if (w.dtype == DType::kBF16x16) return MatMulPanels<true>(w, row_begin, row_end, x, num_tokens, y, y_stride);
   if (w.dtype == DType::kQ8_0x16) return MatMulInterleaved<true>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   if (w.dtype == DType::kQ4_0x16) return MatMulInterleaved<false>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {

@@ -171,8 +171,29 @@ void MatMulPackedScalar(const PackedLayout& l, const TensorView& w, int64_t row_
   }
 }
 
+// F16 / BF16 panels: per row and token, acc = fma(w[c], x[c], acc) over the columns in order
+// (the AVX-512 kernel's sequence for each lane), so the two agree bit for bit.
+void MatMulPanelScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x, int64_t num_tokens,
+                       float* y, int64_t y_stride) {
+  const bool f16 = w.dtype == DType::kF16x16;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const auto* panel = static_cast<const uint16_t*>(w.data) + r / kInterleaveRows * w.cols * kInterleaveRows + r % kInterleaveRows;
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const uint16_t h = panel[c * kInterleaveRows];
+        acc = std::fma(f16 ? Fp16ToFp32(h) : Bf16ToFp32(h), x[t * w.cols + c], acc);
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
 void MatMulRowsScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
+  if (w.dtype == DType::kF16x16 || w.dtype == DType::kBF16x16) {
+    return MatMulPanelScalar(w, row_begin, row_end, x, num_tokens, y, y_stride);
+  }
   if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
     return MatMulPackedScalar(*l, w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   }

@@ -122,7 +122,16 @@ std::string Model::Describe() const {
   os << ArchitectureName(c.arch) << ": " << c.num_layers << " layers, hidden " << c.hidden_size
      << ", heads " << c.num_heads << "/" << c.num_kv_heads << " x " << c.head_dim << ", ffn "
      << c.ffn_size << ", vocab " << c.vocab_size << ", context " << c.context_length
-     << ", weights " << DTypeName(weights_.layers.empty() ? DType::kF32 : weights_.layers[0].w_down.dtype);
+     << ", weights";
+  // Every stored type of the matrices with its count (a llama-quantize mix has several).
+  std::map<std::string, int> types;
+  for (const LayerWeights& l : weights_.layers) {
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (!t->empty()) ++types[DTypeName(t->dtype)];
+    }
+  }
+  ++types[DTypeName(weights_.output.dtype)];
+  for (const auto& [name, count] : types) os << " " << name << " x" << count;
   return os.str();
 }
 

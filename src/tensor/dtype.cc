@@ -45,6 +45,8 @@ constexpr DTypeInfo kInfo[] = {
     {DType::kQ6_Kx16, "q6_kx16", 256, 210, false},
     {DType::kIQ4_NLx16, "iq4_nlx16", 32, 18, false},
     {DType::kIQ4_XSx16, "iq4_xsx16", 256, 138, false},
+    {DType::kF16x16, "f16x16", 1, 2, false},
+    {DType::kBF16x16, "bf16x16", 1, 2, false},
 };
 
 const DTypeInfo* Find(DType t) {

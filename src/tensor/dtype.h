@@ -43,6 +43,10 @@ enum class DType : uint32_t {
   kQ6_Kx16 = 1009,
   kIQ4_NLx16 = 1010,
   kIQ4_XSx16 = 1011,
+  // F16 / BF16 matrices as 16-row panels, column-major inside a panel: the 16 rows' values of
+  // column c are 32 consecutive bytes (one vector), for the FMA kernel.
+  kF16x16 = 1012,
+  kBF16x16 = 1013,
 };
 constexpr int kInterleaveRows = 16;
 
