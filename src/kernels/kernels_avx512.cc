@@ -601,15 +601,32 @@ void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int64_t head_off
     for (int g = 0; g < kRowsPerPass; ++g) {
       for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_setzero_ps();
     }
-    for (int32_t j = 0; j < pass_len; ++j) {
-      const int64_t row = row_of(j);
-      __m512 v[kChunks];
-      for (int c = 0; c < kChunks; ++c) v[c] = load(kv.v, row + 16 * c);
-      for (int g = 0; g < kRowsPerPass; ++g) {
-        if (g >= rows) break;
-        if (j >= len[r0 + g]) continue;
-        const __m512 p = _mm512_set1_ps(scratch[static_cast<int64_t>(r0 + g) * n + j]);
-        for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+    // A full pass whose rows share one length (every decode token, every head group of one
+    // token) runs without per-row checks; the arithmetic is the same either way.
+    bool uniform = rows == kRowsPerPass;
+    for (int g = 0; g < rows; ++g) uniform = uniform && len[r0 + g] == pass_len;
+    const float* probs = scratch + static_cast<int64_t>(r0) * n;
+    if (uniform) {
+      for (int32_t j = 0; j < pass_len; ++j) {
+        const int64_t row = row_of(j);
+        __m512 v[kChunks];
+        for (int c = 0; c < kChunks; ++c) v[c] = load(kv.v, row + 16 * c);
+        for (int g = 0; g < kRowsPerPass; ++g) {
+          const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * n + j]);
+          for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+        }
+      }
+    } else {
+      for (int32_t j = 0; j < pass_len; ++j) {
+        const int64_t row = row_of(j);
+        __m512 v[kChunks];
+        for (int c = 0; c < kChunks; ++c) v[c] = load(kv.v, row + 16 * c);
+        for (int g = 0; g < kRowsPerPass; ++g) {
+          if (g >= rows) break;
+          if (j >= len[r0 + g]) continue;
+          const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * n + j]);
+          for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+        }
       }
     }
     for (int g = 0; g < rows; ++g) {
