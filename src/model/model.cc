@@ -29,17 +29,20 @@ int64_t BatchPlan::num_logit_rows() const {
 
 void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int64_t positions,
                              int num_threads) {
-  if (num_tokens <= capacity_tokens_ && positions <= capacity_positions_ &&
-      num_threads <= capacity_threads_) {
-    return;
-  }
   // Grow geometrically: decode steps reach one more position each, and reallocating (and
-  // zeroing) a buffer sized for the largest prefill on every step cost milliseconds per step.
-  if (num_tokens > capacity_tokens_) num_tokens = std::max(num_tokens, 2 * capacity_tokens_);
-  if (positions > capacity_positions_) positions = std::max(positions, 2 * capacity_positions_);
-  num_tokens = std::max(num_tokens, capacity_tokens_);
-  positions = std::max(positions, capacity_positions_);
-  num_threads = std::max(num_threads, capacity_threads_);
+  // zeroing) a buffer on every step cost milliseconds per step.
+  if (positions > capacity_positions_ || num_threads > capacity_threads_) {
+    positions = std::max(positions, 2 * capacity_positions_);
+    num_threads = std::max(num_threads, capacity_threads_);
+    attention_.Resize(kernels::AttentionScratchFloats({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f}, num_threads, positions) *
+                      sizeof(float));
+    scores = attention_.as<float>();
+    max_positions = positions;
+    capacity_positions_ = positions;
+    capacity_threads_ = num_threads;
+  }
+  if (num_tokens <= capacity_tokens_) return;
+  num_tokens = std::max(num_tokens, 2 * capacity_tokens_);
   const int64_t wide = std::max<int64_t>(c.hidden_size, c.q_dim());
   const int64_t sizes[] = {num_tokens * c.hidden_size,
                            num_tokens * wide,
@@ -50,21 +53,17 @@ void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int64_t p
                            num_tokens * c.ffn_size,
                            num_tokens * c.ffn_size,
                            num_tokens * c.hidden_size,
-                           kernels::AttentionScratchFloats({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f}, num_threads, positions),
                            num_tokens * c.rope_dim};
   int64_t total = 0;
   for (int64_t s : sizes) total += (s + 15) / 16 * 16;
   buffer_.Resize(total * sizeof(float));
   float* p = buffer_.as<float>();
-  float** slots[] = {&x, &h, &q, &k, &v, &attn, &gate, &up, &out, &scores, &rope_angles};
-  for (int i = 0; i < 11; ++i) {
+  float** slots[] = {&x, &h, &q, &k, &v, &attn, &gate, &up, &out, &rope_angles};
+  for (int i = 0; i < 10; ++i) {
     *slots[i] = p;
     p += (sizes[i] + 15) / 16 * 16;
   }
-  max_positions = positions;
   capacity_tokens_ = num_tokens;
-  capacity_positions_ = positions;
-  capacity_threads_ = num_threads;
 }
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {

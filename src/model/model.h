@@ -63,7 +63,10 @@ struct KvCacheView {
 };
 
 // Activation buffers for up to max_tokens tokens per step; grown on demand, never per step
-// once warmed up. Engine-thread only.
+// once warmed up. The attention scratch (which grows with the context) is a buffer of its
+// own: a decode step that reaches a longer context than any before reallocates only it, not
+// the activations sized for the largest prefill (tens of MB whose zeroing and page faults
+// cost ~100 ms here). Engine-thread only.
 class ForwardScratch {
  public:
   void Reserve(const ModelConfig& c, int64_t num_tokens, int64_t max_positions, int num_threads);
@@ -82,7 +85,8 @@ class ForwardScratch {
   kernels::MatMulScratch matmul;
 
  private:
-  AlignedBuffer buffer_;
+  AlignedBuffer buffer_;     // the per-token activations
+  AlignedBuffer attention_;  // scores: grows with the context, apart from the activations
   int64_t capacity_tokens_ = 0;
   int64_t capacity_positions_ = 0;
   int capacity_threads_ = 0;
