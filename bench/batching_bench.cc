@@ -20,9 +20,9 @@
 #include <string>
 #include <thread>
 
+#include "bench_models.h"
 #include "engine/executor.h"
 #include "engine/scheduler.h"
-#include "model/random_model.h"
 
 using namespace inflight;
 
@@ -261,21 +261,8 @@ int main(int argc, char** argv) {
     else if (f == "--model-dir") model_dir = v;
     else { std::fprintf(stderr, "unknown flag %s\n", f.c_str()); return 2; }
   }
-  std::filesystem::create_directories(model_dir);
   const std::string path = model_dir + "/" + preset + "-random-" + dtype + ".gguf";
-  if (!std::filesystem::exists(path)) {
-    std::fprintf(stderr, "writing %s ...\n", path.c_str());
-    auto spec = LoadTokenizerSpecFile(tokenizer);
-    if (!spec.ok()) { std::fprintf(stderr, "%s\n", spec.status().ToString().c_str()); return 1; }
-    RandomModelParams params;
-    auto config = PresetConfig(Architecture::kLlama, preset);
-    if (!config.ok()) { std::fprintf(stderr, "%s\n", config.status().ToString().c_str()); return 1; }
-    params.config = *config;
-    params.dtype = *DTypeFromName(dtype);
-    params.tied_embeddings = false;
-    if (Status s = WriteRandomGguf(params, *spec, path); !s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); return 1; }
-  }
-  auto model = Model::Load(path);
+  auto model = LoadOrWriteRandomModel(path, preset, dtype, tokenizer);
   if (!model.ok()) { std::fprintf(stderr, "%s\n", model.status().ToString().c_str()); return 1; }
   std::printf("model %s: %s, %d threads\n", path.c_str(), (*model)->Describe().c_str(), threads);
   ExecutorConfig c;

@@ -13,7 +13,7 @@
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "model/model.h"
-#include "model/random_model.h"
+#include "bench_models.h"
 #include "limits.h"
 
 using namespace inflight;
@@ -33,19 +33,8 @@ int main(int argc, char** argv) {
     else if (f == "--reps") reps = std::stoi(v);
     else { std::fprintf(stderr, "unknown flag %s\n", f.c_str()); return 2; }
   }
-  std::filesystem::create_directories(model_dir);
   const std::string path = model_dir + "/tinyllama-1.1b-random-" + dtype + ".gguf";
-  if (!std::filesystem::exists(path)) {
-    std::fprintf(stderr, "writing %s ...\n", path.c_str());
-    auto spec = LoadTokenizerSpecFile(tokenizer);
-    if (!spec.ok()) { std::fprintf(stderr, "%s\n", spec.status().ToString().c_str()); return 1; }
-    RandomModelParams params;
-    params.config = *PresetConfig(Architecture::kLlama, "tinyllama-1.1b");
-    params.dtype = *DTypeFromName(dtype);
-    params.tied_embeddings = false;
-    if (Status s = WriteRandomGguf(params, *spec, path); !s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); return 1; }
-  }
-  auto model = Model::Load(path);
+  auto model = LoadOrWriteRandomModel(path, "tinyllama-1.1b", dtype, tokenizer);
   if (!model.ok()) { std::fprintf(stderr, "%s\n", model.status().ToString().c_str()); return 1; }
   ThreadPool pool(threads);
   std::vector<int32_t> prompt(prompt_tokens);

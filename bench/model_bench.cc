@@ -25,9 +25,9 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kvcache/kv_storage.h"
+#include "bench_models.h"
 #include "limits.h"
 #include "model/model.h"
-#include "model/random_model.h"
 
 using namespace inflight;
 using Clock = std::chrono::steady_clock;
@@ -121,18 +121,6 @@ std::vector<int32_t> PromptIds(int32_t n, int32_t vocab) {
   return ids;
 }
 
-// Multiply-adds of one token through every matrix.
-double MacsPerToken(const Model& m) {
-  const ModelWeights& w = m.weights();
-  double macs = static_cast<double>(w.output.rows) * w.output.cols;
-  for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
-      if (!t->empty()) macs += static_cast<double>(t->rows) * t->cols;
-    }
-  }
-  return macs;
-}
-
 std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
   char buf[128];
   std::snprintf(buf, sizeof buf, fmt, a, b, c);
@@ -155,7 +143,6 @@ int main(int argc, char** argv) {
     else { std::fprintf(stderr, "unknown flag %s\n", f.c_str()); return 2; }
   }
   ThreadPool pool(threads);
-  std::filesystem::create_directories(model_dir);
   std::ostringstream table;
   table << "| weights | GB read / token | decode tok/s at depth 0 / 512 / 2048 | share of the bandwidth limit (same order) "
            "| depth 2048 / depth 0 | batch 16 / batch 1 decode, 128 / 512-token prompts | batch 32 / batch 1 (same) "
@@ -165,19 +152,8 @@ int main(int argc, char** argv) {
               int8_peak / 1e9, fp32_peak / 1e9, bf16_peak / 1e9);
   std::stringstream list(formats);
   for (std::string fmt; std::getline(list, fmt, ',');) {
-    const std::string path = model_dir + "/tinyllama-1.1b-ctx4096-" + fmt + ".gguf";
-    if (!std::filesystem::exists(path)) {
-      std::fprintf(stderr, "writing %s ...\n", path.c_str());
-      auto spec = LoadTokenizerSpecFile(tokenizer);
-      if (!spec.ok()) { std::fprintf(stderr, "%s\n", spec.status().ToString().c_str()); return 1; }
-      RandomModelParams params;
-      params.config = *PresetConfig(Architecture::kLlama, "tinyllama-1.1b");
-      params.config.context_length = 4096;
-      params.mix = fmt;
-      params.tied_embeddings = false;
-      if (Status s = WriteRandomGguf(params, *spec, path); !s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); return 1; }
-    }
-    auto loaded = Model::Load(path);
+    auto loaded = LoadOrWriteRandomModel(model_dir + "/tinyllama-1.1b-ctx4096-" + fmt + ".gguf", "tinyllama-1.1b", fmt,
+                                         tokenizer, 4096);
     if (!loaded.ok()) { std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str()); return 1; }
     const Model& model = **loaded;
     const ModelConfig& c = model.config();

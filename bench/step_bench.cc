@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_models.h"
 #include "base/fp16.h"
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
@@ -24,7 +25,6 @@
 #include "kernels/quantize.h"
 #include "kvcache/kv_storage.h"
 #include "model/model.h"
-#include "model/random_model.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace inflight;
@@ -37,35 +37,12 @@ int g_threads = 2;
 
 const Model& BenchModel() {
   static std::unique_ptr<Model> model = [] {
-    std::filesystem::create_directories(g_model_dir);
-    const std::string path = g_model_dir + "/" + g_preset + "-random-q8_0.gguf";
-    if (!std::filesystem::exists(path)) {
-      const std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
-      auto spec = LoadTokenizerSpecFile(tokenizer);
-      if (!spec.ok()) { std::fprintf(stderr, "%s\n", spec.status().ToString().c_str()); std::exit(1); }
-      RandomModelParams params;
-      params.config = *PresetConfig(Architecture::kLlama, g_preset);
-      params.dtype = DType::kQ8_0;
-      params.tied_embeddings = false;
-      if (Status s = WriteRandomGguf(params, *spec, path); !s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); std::exit(1); }
-    }
-    auto m = Model::Load(path);
+    const std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+    auto m = LoadOrWriteRandomModel(g_model_dir + "/" + g_preset + "-random-q8_0.gguf", g_preset, "q8_0", tokenizer);
     if (!m.ok()) { std::fprintf(stderr, "%s\n", m.status().ToString().c_str()); std::exit(1); }
     return std::move(*m);
   }();
   return *model;
-}
-
-// Multiply-adds of one token through every matrix (the int8 work of a decode token).
-double MacsPerToken(const Model& model) {
-  const ModelWeights& w = model.weights();
-  double macs = static_cast<double>(w.output.rows) * w.output.cols;
-  for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
-      if (!t->empty()) macs += static_cast<double>(t->rows) * t->cols;
-    }
-  }
-  return macs;
 }
 
 // A paged F16 KV cache of `blocks` blocks of 32 tokens for the bench model, and its view.

@@ -186,9 +186,15 @@ class ServerLimitsTest : public ::testing::Test {
     return json::parse(r->body, nullptr, false);
   }
   static std::string Metrics() { return testing::MetricsText(server_->metrics_port); }
+  // The client's HTTP/2 receive window is pinned at 64 kB (no BDP probing): a reader that
+  // reads nothing then leaves the output in the server's stream, where the bound applies,
+  // instead of a window that grew to megabytes while responses flowed fast.
   static std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub() {
-    return inference::GRPCInferenceService::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+    return inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials(), args));
   }
   static double Canceled(const std::string& model) {
     return std::max(0.0, MetricValue(Metrics(), "nv_inference_request_failure", {{"model", model}, {"reason", "CANCELED"}}));

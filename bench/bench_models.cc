@@ -1,0 +1,38 @@
+#include "bench_models.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "model/random_model.h"
+
+namespace inflight {
+
+StatusOr<std::unique_ptr<Model>> LoadOrWriteRandomModel(const std::string& path, const std::string& preset,
+                                                        const std::string& weights, const std::string& tokenizer,
+                                                        int32_t context_length) {
+  if (!std::filesystem::exists(path)) {
+    std::fprintf(stderr, "writing %s ...\n", path.c_str());
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    ASSIGN_OR_RETURN(TokenizerSpec spec, LoadTokenizerSpecFile(tokenizer));
+    RandomModelParams params;
+    ASSIGN_OR_RETURN(params.config, PresetConfig(Architecture::kLlama, preset));
+    if (context_length > 0) params.config.context_length = context_length;
+    params.mix = weights;
+    params.tied_embeddings = false;
+    RETURN_IF_ERROR(WriteRandomGguf(params, spec, path));
+  }
+  return Model::Load(path);
+}
+
+double MacsPerToken(const Model& model) {
+  const ModelWeights& w = model.weights();
+  double macs = static_cast<double>(w.output.rows) * w.output.cols;
+  for (const LayerWeights& l : w.layers) {
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (!t->empty()) macs += static_cast<double>(t->rows) * t->cols;
+    }
+  }
+  return macs;
+}
+
+}  // namespace inflight
