@@ -43,7 +43,8 @@ struct KernelTable {
   // x: [num_tokens, cols] -> out (buffers sized by the caller, cols % 32 == 0).
   void (*quantize_rows_q8)(const float* x, int64_t num_tokens, int64_t cols, QuantizedRows* out);
   // y[t, r] = dot(W[r, :], x[t, :]) for r in [row_begin, row_end); y row stride y_stride.
-  // For F32/F16/BF16 weights x_f32 is used, for Q8_0/Q4_0 x_q8.
+  // F32/F16/BF16 weights (and their x16 panels) use x_f32, quantized ones x_q8 (see
+  // UsesQuantizedActivations).
   void (*matmul_rows)(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x_f32,
                       const QuantizedRows* x_q8, int64_t num_tokens, float* y, int64_t y_stride);
   float (*dot_f32)(const float* a, const float* b, int64_t n);
