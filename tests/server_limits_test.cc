@@ -545,7 +545,8 @@ TEST_F(ServerLimitsTest, ThousandsOfIdleConnectionsDoNotDelayHealth) {
   std::vector<double> ms;
   for (int i = 0; i < 50; ++i) ms.push_back(HealthMs());
   std::sort(ms.begin(), ms.end());
-  EXPECT_LT(ms[ms.size() * 99 / 100], 100) << "p99 health latency with 2000 idle connections";
+  // Under ASan every request costs a few times more; 100 ms was missed by 17 ms there once.
+  EXPECT_LT(ms[ms.size() * 99 / 100], kAddressSanitizer ? 250 : 100) << "p99 health latency with 2000 idle connections";
   int open = 0;
   for (auto& c : idle) open += c->OpenAndQuiet();
   EXPECT_EQ(open, 2000);
@@ -869,7 +870,9 @@ TEST(ServerShutdownTest, DrainsEnsembleStreamsThenEndsTheRestWithAnError) {
   }
   const double exit_s = std::chrono::duration<double>(Clock::now() - signalled).count();
   ASSERT_TRUE(exited);
-  EXPECT_LT(exit_s, 1.0 + 1.0) << "exit took " << exit_s << " s with --exit-timeout-secs 1";
+  // The drain's timeout plus the step in flight and the teardown (slower under ASan, where
+  // 2.08 s was seen once).
+  EXPECT_LT(exit_s, 1.0 + (kAddressSanitizer ? 2.0 : 1.0)) << "exit took " << exit_s << " s with --exit-timeout-secs 1";
   for (auto& t : clients) t.join();
   for (auto& s : streams) {
     const auto events = SseEvents(s->text);
