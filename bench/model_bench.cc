@@ -43,7 +43,7 @@ double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Cloc
 struct Cache {
   Cache(const ModelConfig& c, int32_t num_seqs, int32_t max_tokens)
       : blocks_per_seq((max_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
-        storage(KvStorageConfig{c.num_layers, num_seqs * blocks_per_seq, kTokensPerBlock, c.kv_dim(), DType::kF16}) {
+        storage(KvStorageConfig{c.num_layers, num_seqs * blocks_per_seq, kTokensPerBlock, c.kv_dim(), DType::kF16, c.head_dim}) {
     view.layers = storage.LayerViews();
     view.num_blocks = storage.config().num_blocks;
     tables.resize(num_seqs);
@@ -51,14 +51,15 @@ struct Cache {
       for (int32_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
     }
   }
-  // Copies sequence 0's first `tokens` positions to every other sequence (same content: the
-  // cost of a decode step does not depend on it; prefilling each would only cost bench time).
+  // Copies sequence 0's blocks holding its first `tokens` positions to every other sequence
+  // (same content: the cost of a decode step does not depend on it; prefilling each would
+  // only cost bench time).
   void Replicate(int32_t tokens) {
-    const int64_t row = static_cast<int64_t>(storage.config().kv_dim) * 2;  // F16 bytes
-    const int64_t bytes = static_cast<int64_t>((tokens + kTokensPerBlock - 1) / kTokensPerBlock) * kTokensPerBlock * row;
+    const int64_t block = static_cast<int64_t>(storage.config().kv_dim) * 2 * kTokensPerBlock;  // F16 bytes
+    const int64_t bytes = static_cast<int64_t>((tokens + kTokensPerBlock - 1) / kTokensPerBlock) * block;
     for (auto& l : view.layers) {
       for (size_t s = 1; s < tables.size(); ++s) {
-        const int64_t dst = static_cast<int64_t>(tables[s][0]) * kTokensPerBlock * row;
+        const int64_t dst = static_cast<int64_t>(tables[s][0]) * block;
         std::memcpy(static_cast<uint8_t*>(l.k) + dst, l.k, bytes);
         std::memcpy(static_cast<uint8_t*>(l.v) + dst, l.v, bytes);
       }

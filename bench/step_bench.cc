@@ -49,7 +49,7 @@ const Model& BenchModel() {
 struct BenchCache {
   static constexpr int32_t kTokensPerBlock = 32;
   BenchCache(const ModelConfig& c, int32_t blocks)
-      : storage(KvStorageConfig{c.num_layers, blocks, kTokensPerBlock, c.kv_dim(), DType::kF16}) {
+      : storage(KvStorageConfig{c.num_layers, blocks, kTokensPerBlock, c.kv_dim(), DType::kF16, c.head_dim}) {
     view.layers = storage.LayerViews();
     view.num_blocks = storage.config().num_blocks;
   }
@@ -186,7 +186,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<uint16_t> k(slots * kv_dim), v(slots * kv_dim);
   for (auto* buf : {&k, &v}) for (uint16_t& x : *buf) x = Fp32ToFp16(nd(rng));
-  const kernels::KvLayerView kv{k.data(), v.data(), DType::kF16, tpb, kv_dim};
+  const kernels::KvLayerView kv{k.data(), v.data(), DType::kF16, tpb, kv_dim, shape.head_dim};
   std::vector<int32_t> table(static_cast<size_t>(batch) * blocks_per_seq);
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
   std::shuffle(table.begin(), table.end(), rng);
@@ -195,9 +195,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   std::vector<float> q(static_cast<size_t>(batch) * shape.num_heads * shape.head_dim), out(q.size());
   for (float& x : q) x = nd(rng);
   ThreadPool pool(g_threads);
-  std::vector<float> scratch(kernels::AttentionScratchFloats(shape, g_threads, context));
+  std::vector<float> scratch(kernels::AttentionScratchFloats(shape, g_threads, tpb));
   for (auto _ : state) {
-    kernels::PagedAttention(kv, shape, seqs.data(), batch, q.data(), out.data(), pool, scratch.data(), context);
+    kernels::PagedAttention(kv, shape, seqs.data(), batch, q.data(), out.data(), pool, scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
   // Multiply-adds: q.K and p.V over every position of every head.

@@ -137,56 +137,135 @@ TEST(Interleave, SameWeightsAndNearlySameProducts) {
   }
 }
 
-TEST(Attention, HeadGroupsMatchScalarTwinThroughShuffledBlockTables) {
+// Random K/V rows of `positions` tokens stored through WriteKv at the positions of a shuffled
+// block table; `rows` keeps the values as stored (after rounding to the cache type).
+struct PagedKv {
+  PagedKv(DType dtype, int32_t kv_heads, int32_t hd, int32_t tpb, int32_t positions, std::mt19937& rng)
+      : kv_dim(kv_heads * hd), blocks((positions + tpb - 1) / tpb + 3) {
+    const int64_t elems = static_cast<int64_t>(blocks) * tpb * kv_dim;
+    kbuf.assign(elems * 4, 0xff), vbuf.assign(elems * 4, 0xff);  // unwritten slots hold NaNs
+    view = KvLayerView{kbuf.data(), vbuf.data(), dtype, tpb, kv_dim, hd};
+    table.resize(blocks);
+    for (int32_t i = 0; i < blocks; ++i) table[i] = i;
+    std::shuffle(table.begin(), table.end(), rng);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    k.resize(static_cast<size_t>(positions) * kv_dim), v.resize(k.size());
+    for (size_t i = 0; i < k.size(); ++i) k[i] = Round(dtype, nd(rng)), v[i] = Round(dtype, nd(rng));
+    // In two chunks, as a prompt and its continuation would be written.
+    const int32_t first = positions / 3;
+    WriteKv(view, {table.data(), 0, first, 0}, k.data(), v.data());
+    WriteKv(view, {table.data(), first, positions - first, 0}, k.data() + static_cast<int64_t>(first) * kv_dim,
+            v.data() + static_cast<int64_t>(first) * kv_dim);
+  }
+  static float Round(DType dtype, float x) {
+    if (dtype == DType::kF16) return Fp16ToFp32(Fp32ToFp16(x));
+    if (dtype == DType::kBF16) return Bf16ToFp32(Fp32ToBf16(x));
+    return x;
+  }
+  int32_t kv_dim, blocks;
+  std::vector<uint8_t> kbuf, vbuf;
+  KvLayerView view;
+  std::vector<int32_t> table;
+  std::vector<float> k, v;
+};
+
+// softmax(scale q . K_j) . V_j over j < len in double, from the rows as written.
+std::vector<double> NaiveAttention(const PagedKv& kv, int32_t head, int32_t hd, int32_t len, const float* q, float scale) {
+  std::vector<double> scores(len), out(hd, 0.0);
+  double mx = -INFINITY, sum = 0;
+  for (int32_t j = 0; j < len; ++j) {
+    double s = 0;
+    for (int32_t i = 0; i < hd; ++i) s += static_cast<double>(q[i]) * kv.k[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
+    scores[j] = s * scale;
+    mx = std::max(mx, scores[j]);
+  }
+  for (double& s : scores) sum += s = std::exp(s - mx);
+  for (int32_t j = 0; j < len; ++j) {
+    for (int32_t i = 0; i < hd; ++i) out[i] += scores[j] / sum * kv.v[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
+  }
+  return out;
+}
+
+TEST(Attention, RowsMatchNaiveAttentionAndScalarTwinThroughShuffledBlockTables) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (int32_t hd : {16, 40, 64, 128}) {
-      const int32_t kv_heads = 2, kv_dim = kv_heads * hd, tpb = 8, blocks = 32;
-      const int64_t elems = static_cast<int64_t>(blocks) * tpb * kv_dim;
-      std::vector<uint8_t> kbuf(elems * 4), vbuf(elems * 4);
-      for (int64_t i = 0; i < elems; ++i) {
-        const float a = nd(rng), b = nd(rng);
-        if (dt == DType::kF32) {
-          reinterpret_cast<float*>(kbuf.data())[i] = a;
-          reinterpret_cast<float*>(vbuf.data())[i] = b;
-        } else {
-          reinterpret_cast<uint16_t*>(kbuf.data())[i] = dt == DType::kF16 ? Fp32ToFp16(a) : Fp32ToBf16(a);
-          reinterpret_cast<uint16_t*>(vbuf.data())[i] = dt == DType::kF16 ? Fp32ToFp16(b) : Fp32ToBf16(b);
+    for (int32_t tpb : {8, 16, 32, 64}) {
+      for (int32_t hd : {16, 40, 64, 128, 256}) {
+        const int32_t kv_heads = 2, head = 1;
+        const PagedKv kv(dt, kv_heads, hd, tpb, 300, rng);
+        for (int32_t n : {1, 7, 16, 17, 100, 255, 300}) {
+          for (int32_t rows : {1, 2, 3, 8, 13}) {
+            // Rows of different causal lengths (a tile of tokens), as PagedAttention makes them.
+            std::vector<int32_t> len(rows);
+            for (int32_t r = 0; r < rows; ++r) len[r] = std::max(1, n - (rows - 1 - r) * 3);
+            std::vector<float> q(rows * hd), want(rows * hd), got(rows * hd), one(hd);
+            std::vector<float> scratch(AttendRowsScratchFloats(rows, hd, tpb));
+            std::vector<const float*> q_rows(rows);
+            std::vector<float*> want_rows(rows), got_rows(rows);
+            for (int32_t r = 0; r < rows; ++r) {
+              q_rows[r] = q.data() + r * hd;
+              want_rows[r] = want.data() + r * hd;
+              got_rows[r] = got.data() + r * hd;
+            }
+            for (float& v : q) v = nd(rng);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            GetKernels(SimdLevel::kScalar).attend_rows(kv.view, kv.table.data(), head, scale, rows, len.data(), q_rows.data(),
+                                                       want_rows.data(), scratch.data());
+            for (int32_t r = 0; r < rows; ++r) {
+              const std::vector<double> ref = NaiveAttention(kv, head, hd, len[r], q_rows[r], scale);
+              for (int32_t i = 0; i < hd; ++i) {
+                ASSERT_NEAR(want[r * hd + i], ref[i], 1e-5 * (1 + std::fabs(ref[i])))
+                    << DTypeName(dt) << " tpb " << tpb << " hd " << hd << " len " << len[r];
+              }
+            }
+            for (SimdLevel level : Levels()) {
+              const KernelTable& k = GetKernels(level);
+              k.attend_rows(kv.view, kv.table.data(), head, scale, rows, len.data(), q_rows.data(), got_rows.data(),
+                            scratch.data());
+              for (int32_t i = 0; i < rows * hd; ++i) {
+                ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i])))
+                    << DTypeName(dt) << " tpb " << tpb << " hd " << hd << " n " << n << " rows " << rows;
+              }
+              // A row's result does not depend on the rows it is computed with.
+              for (int32_t r = 0; r < rows; ++r) {
+                float* one_row = one.data();
+                k.attend_rows(kv.view, kv.table.data(), head, scale, 1, &len[r], &q_rows[r], &one_row, scratch.data());
+                for (int32_t i = 0; i < hd; ++i) ASSERT_EQ(one[i], got[r * hd + i]) << "row " << r << " of " << rows;
+              }
+            }
+          }
         }
       }
-      KvLayerView kv{kbuf.data(), vbuf.data(), dt, tpb, kv_dim};
-      std::vector<int32_t> table(blocks);
-      for (int32_t i = 0; i < blocks; ++i) table[i] = i;
-      std::shuffle(table.begin(), table.end(), rng);
-      for (int32_t n : {1, 7, 16, 17, 100, 255}) {
-        for (int32_t rows : {1, 2, 3, 8}) {
-          // Rows of different causal lengths (a tile of tokens), as PagedAttention makes them.
-          std::vector<int32_t> len(rows);
-          for (int32_t r = 0; r < rows; ++r) len[r] = std::max(1, n - (rows - 1 - r) * 3);
-          std::vector<float> q(rows * hd), want(rows * hd), got(rows * hd), one(hd), scratch((rows + 1) * n);
-          std::vector<const float*> q_rows(rows);
-          std::vector<float*> want_rows(rows), got_rows(rows);
-          for (int32_t r = 0; r < rows; ++r) {
-            q_rows[r] = q.data() + r * hd;
-            want_rows[r] = want.data() + r * hd;
-            got_rows[r] = got.data() + r * hd;
-          }
-          for (float& v : q) v = nd(rng);
-          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-          GetKernels(SimdLevel::kScalar).attend_rows(kv, table.data(), hd, hd, scale, rows, len.data(), q_rows.data(), want_rows.data(), scratch.data());
-          for (SimdLevel level : Levels()) {
-            const KernelTable& k = GetKernels(level);
-            k.attend_rows(kv, table.data(), hd, hd, scale, rows, len.data(), q_rows.data(), got_rows.data(), scratch.data());
-            for (int32_t i = 0; i < rows * hd; ++i) {
-              ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << DTypeName(dt) << " hd " << hd << " n " << n << " rows " << rows;
-            }
-            // A row's result does not depend on the rows it is computed with.
-            for (int32_t r = 0; r < rows; ++r) {
-              float* one_row = one.data();
-              k.attend_rows(kv, table.data(), hd, hd, scale, 1, &len[r], &q_rows[r], &one_row, scratch.data());
-              for (int32_t i = 0; i < hd; ++i) ASSERT_EQ(one[i], got[r * hd + i]) << "row " << r << " of " << rows;
-            }
+    }
+  }
+}
+
+// PagedAttention over sequences of different lengths, chunks and GQA groups equals the naive
+// attention of each row.
+TEST(Attention, PagedAttentionMatchesNaiveAttentionForMixedSequences) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(3);
+  for (int32_t heads : {4, 8, 32, 64}) {
+    const AttentionShape shape{heads, 4, 64, 0.125f};
+    const PagedKv a(DType::kF16, 4, 64, 32, 530, rng), b(DType::kF16, 4, 64, 32, 77, rng);
+    // Sequence a: a 40-token chunk ending at 530; b: one decode token at position 76.
+    const std::vector<AttentionSeq> seqs = {{a.table.data(), 490, 40, 0}, {b.table.data(), 76, 1, 40}};
+    std::vector<float> q(41 * heads * 64), out(q.size());
+    for (float& x : q) x = nd(rng);
+    std::vector<float> scratch(AttentionScratchFloats(shape, pool.num_threads(), 32));
+    // Both sequences live in their own pools: run them one at a time.
+    for (int s = 0; s < 2; ++s) {
+      const PagedKv& kv = s == 0 ? a : b;
+      PagedAttention(kv.view, shape, &seqs[s], 1, q.data(), out.data(), pool, scratch.data());
+      for (int32_t t = 0; t < seqs[s].num_tokens; ++t) {
+        const int64_t row = seqs[s].row_offset + t;
+        for (int32_t h = 0; h < heads; ++h) {
+          const float* qr = q.data() + (row * heads + h) * 64;
+          const std::vector<double> ref = NaiveAttention(kv, h / (heads / 4), 64, seqs[s].start_pos + t + 1, qr, 0.125f);
+          for (int32_t i = 0; i < 64; ++i) {
+            ASSERT_NEAR(out[(row * heads + h) * 64 + i], ref[i], 1e-5 * (1 + std::fabs(ref[i]))) << "heads " << heads << " t " << t;
           }
         }
       }

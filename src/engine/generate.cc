@@ -14,7 +14,7 @@ constexpr int32_t kTokensPerBlock = 32;
 struct PrivateCache {
   PrivateCache(const ModelConfig& c, int32_t max_tokens, DType dtype)
       : storage(KvStorageConfig{c.num_layers, (max_tokens + kTokensPerBlock - 1) / kTokensPerBlock,
-                                kTokensPerBlock, c.kv_dim(), dtype}) {
+                                kTokensPerBlock, c.kv_dim(), dtype, c.head_dim}) {
     view.layers = storage.LayerViews();
     view.num_blocks = storage.config().num_blocks;
     block_table.resize(view.num_blocks);

@@ -22,7 +22,8 @@ class ModelRunner {
   virtual int32_t num_kv_blocks() const = 0;
   // Logits [plan.num_logit_rows(), vocab]; K/V of the new tokens go to their blocks.
   virtual Status Forward(const BatchPlan& plan, float* logits) = 0;
-  // Copies the K/V of the first num_tokens slots of block src into block dst.
+  // Copies the K/V of the first num_tokens slots of block src into block dst (the rest of
+  // dst may be overwritten too).
   virtual void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) = 0;
   // The compute pool, for per-sequence work between forward passes; null: run it inline.
   virtual ThreadPool* pool() { return nullptr; }

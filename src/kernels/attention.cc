@@ -14,35 +14,53 @@
 namespace inflight::kernels {
 namespace {
 
-inline int64_t SlotOf(const KvLayerView& kv, const int32_t* table, int32_t pos) {
-  return static_cast<int64_t>(table[pos / kv.tokens_per_block]) * kv.tokens_per_block +
-         pos % kv.tokens_per_block;
-}
-
-void StoreRow(DType dtype, void* base, int64_t slot, int32_t kv_dim, const float* src) {
+// Converts n floats to the cache type at dst (contiguous).
+void StoreElements(DType dtype, void* base, int64_t offset, const float* src, int32_t n) {
   switch (dtype) {
-    case DType::kF32:
-      std::memcpy(static_cast<float*>(base) + slot * kv_dim, src, kv_dim * sizeof(float));
-      break;
-    case DType::kF16:
-      ActiveKernels().f32_to_f16(src, static_cast<uint16_t*>(base) + slot * kv_dim, kv_dim);
-      break;
+    case DType::kF32: std::memcpy(static_cast<float*>(base) + offset, src, n * sizeof(float)); break;
+    case DType::kF16: ActiveKernels().f32_to_f16(src, static_cast<uint16_t*>(base) + offset, n); break;
     case DType::kBF16: {
-      uint16_t* dst = static_cast<uint16_t*>(base) + slot * kv_dim;
-      for (int32_t i = 0; i < kv_dim; ++i) dst[i] = Fp32ToBf16(src[i]);
+      uint16_t* dst = static_cast<uint16_t*>(base) + offset;
+      for (int32_t i = 0; i < n; ++i) dst[i] = Fp32ToBf16(src[i]);
       break;
     }
     default: INFLIGHT_CHECK(false);
   }
 }
 
+// Converts n floats to the cache type and stores them `stride` elements apart (a K column).
+void StoreStrided(DType dtype, void* base, int64_t offset, int64_t stride, const float* src, int32_t n) {
+  if (dtype == DType::kF32) {
+    float* dst = static_cast<float*>(base) + offset;
+    for (int32_t i = 0; i < n; ++i) dst[i * stride] = src[i];
+    return;
+  }
+  uint16_t converted[512];
+  uint16_t* dst = static_cast<uint16_t*>(base) + offset;
+  for (int32_t i0 = 0; i0 < n; i0 += 512) {
+    const int32_t m = std::min<int32_t>(512, n - i0);
+    if (dtype == DType::kF16) ActiveKernels().f32_to_f16(src + i0, converted, m);
+    else for (int32_t i = 0; i < m; ++i) converted[i] = Fp32ToBf16(src[i0 + i]);
+    for (int32_t i = 0; i < m; ++i) dst[(i0 + i) * stride] = converted[i];
+  }
+}
+
 }  // namespace
 
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v) {
+  INFLIGHT_CHECK(kv.head_dim > 0 && kv.kv_dim % kv.head_dim == 0);
+  const int32_t heads = kv.kv_dim / kv.head_dim, tpb = kv.tokens_per_block;
   for (int32_t t = 0; t < seq.num_tokens; ++t) {
-    const int64_t slot = SlotOf(kv, seq.block_table, seq.start_pos + t);
-    StoreRow(kv.dtype, kv.k, slot, kv.kv_dim, k + static_cast<int64_t>(t) * kv.kv_dim);
-    StoreRow(kv.dtype, kv.v, slot, kv.kv_dim, v + static_cast<int64_t>(t) * kv.kv_dim);
+    const int32_t pos = seq.start_pos + t;
+    const int32_t block = seq.block_table[pos / tpb], index = pos % tpb;
+    const float* k_row = k + static_cast<int64_t>(t) * kv.kv_dim;
+    const float* v_row = v + static_cast<int64_t>(t) * kv.kv_dim;
+    for (int32_t h = 0; h < heads; ++h) {
+      const int64_t tile = kv.TileOffset(block, h);
+      StoreStrided(kv.dtype, kv.k, tile + index, tpb, k_row + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim);
+      StoreElements(kv.dtype, kv.v, tile + static_cast<int64_t>(index) * kv.head_dim,
+                    v_row + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim);
+    }
   }
 }
 
@@ -56,19 +74,26 @@ int32_t TokensPerTile(const AttentionShape& shape) {
   return std::max<int32_t>(1, kMaxRowsPerItem / (shape.num_heads / shape.num_kv_heads));
 }
 
-int32_t RowsPerItem(const AttentionShape& shape) {
+}  // namespace
+
+int32_t AttentionRowsPerItem(const AttentionShape& shape) {
   return TokensPerTile(shape) * (shape.num_heads / shape.num_kv_heads);
 }
 
-}  // namespace
+int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t tokens_per_block) {
+  // Per row: the block's scores, the running output, max, sum, rescale factor and the
+  // block's valid positions; 64 floats of slack.
+  return static_cast<int64_t>(num_rows) * (tokens_per_block + head_dim + 4) + 64;
+}
 
-int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads, int64_t max_positions) {
-  return static_cast<int64_t>(num_threads) * (RowsPerItem(shape) + 1) * max_positions;
+int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads, int32_t tokens_per_block) {
+  return static_cast<int64_t>(num_threads) *
+         AttendRowsScratchFloats(AttentionRowsPerItem(shape), shape.head_dim, tokens_per_block);
 }
 
 void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const AttentionSeq* seqs,
-                    int num_seqs, const float* q, float* out, ThreadPool& pool, float* scratch,
-                    int64_t max_positions) {
+                    int num_seqs, const float* q, float* out, ThreadPool& pool, float* scratch) {
+  INFLIGHT_CHECK(kv.head_dim == shape.head_dim && kv.kv_dim == shape.num_kv_heads * shape.head_dim);
   const KernelTable& k = ActiveKernels();
   const int32_t group = shape.num_heads / shape.num_kv_heads;
   const int32_t tile = TokensPerTile(shape);
@@ -82,11 +107,11 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
   const int64_t total = first_item[num_seqs];
   const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
   const int64_t chunk = std::max<int64_t>(1, total / (8 * pool.num_threads()));
-  const int64_t per_thread = (RowsPerItem(shape) + 1) * max_positions;
+  const int64_t per_thread = AttendRowsScratchFloats(AttentionRowsPerItem(shape), shape.head_dim, kv.tokens_per_block);
   std::atomic<int64_t> next{0};
   pool.Run([&](int thread_index, int) {
     float* thread_scratch = scratch + thread_index * per_thread;
-    std::vector<int32_t> len(RowsPerItem(shape));
+    std::vector<int32_t> len(AttentionRowsPerItem(shape));
     std::vector<const float*> q_rows(len.size());
     std::vector<float*> out_rows(len.size());
     for (;;) {
@@ -110,8 +135,8 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
             out_rows[rows] = out + base + static_cast<int64_t>(g) * shape.head_dim;
           }
         }
-        k.attend_rows(kv, seq.block_table, static_cast<int64_t>(kvh) * shape.head_dim, shape.head_dim, shape.scale, rows,
-                      len.data(), q_rows.data(), out_rows.data(), thread_scratch);
+        k.attend_rows(kv, seq.block_table, kvh, shape.scale, rows, len.data(), q_rows.data(), out_rows.data(),
+                      thread_scratch);
       }
     }
   });

@@ -1,7 +1,14 @@
 // Paged attention: K/V live in fixed-size blocks of a pool; a sequence reaches its tokens
-// through a block table (position p is slot table[p / tokens_per_block] * tokens_per_block +
+// through a block table (position p is in block table[p / tokens_per_block], at index
 // p % tokens_per_block). Context chunks and single generation tokens of many sequences run
 // in one call. A contiguous cache is the special case table = {0, 1, 2, ...}.
+//
+// Inside a block each K/V head owns one contiguous tile (tokens_per_block * head_dim
+// elements), so attention reads a head's keys and values as whole tiles:
+//   K tile: [head_dim][tokens_per_block]  (dimension-major: 16 positions' scores per FMA)
+//   V tile: [tokens_per_block][head_dim]  (row-major: one position's values per FMA row)
+// Attention walks a sequence block by block with an online softmax (running max and sum per
+// query row), so its scratch does not grow with the context.
 #pragma once
 
 #include <cstdint>
@@ -16,11 +23,18 @@ namespace inflight::kernels {
 
 // One layer of the cache.
 struct KvLayerView {
-  void* k = nullptr;  // [num_blocks, tokens_per_block, kv_dim]
-  void* v = nullptr;  // [num_blocks, tokens_per_block, kv_dim]
+  void* k = nullptr;  // [num_blocks][num_kv_heads][head_dim][tokens_per_block]
+  void* v = nullptr;  // [num_blocks][num_kv_heads][tokens_per_block][head_dim]
   DType dtype = DType::kF16;  // kF32, kF16 or kBF16
   int32_t tokens_per_block = 32;
   int32_t kv_dim = 0;  // num_kv_heads * head_dim
+  int32_t head_dim = 0;
+
+  int64_t TileElements() const { return static_cast<int64_t>(tokens_per_block) * head_dim; }
+  // Element offset of K/V head `head`'s tile in block `block` (the same for K and V).
+  int64_t TileOffset(int32_t block, int32_t head) const {
+    return (static_cast<int64_t>(block) * (kv_dim / head_dim) + head) * TileElements();
+  }
 };
 
 struct AttentionShape {
@@ -39,14 +53,19 @@ struct AttentionSeq {
   int64_t row_offset = 0;
 };
 
-// Stores k/v rows ([num_tokens, kv_dim] each) at the sequence's positions.
+// Stores k/v rows ([num_tokens, kv_dim] each, heads side by side) at the sequence's positions.
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v);
 
 // out[row, h * head_dim ..] = softmax(q . K^T * scale) V for every sequence's new tokens.
-// scratch: AttentionScratchFloats(shape, pool threads, max_positions) floats.
-int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads, int64_t max_positions);
+// scratch: AttentionScratchFloats(shape, pool threads, tokens_per_block) floats (independent
+// of the context length).
+int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads, int32_t tokens_per_block);
 void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const AttentionSeq* seqs,
-                    int num_seqs, const float* q, float* out, ThreadPool& pool, float* scratch,
-                    int64_t max_positions);
+                    int num_seqs, const float* q, float* out, ThreadPool& pool, float* scratch);
+
+// Query rows per attend_rows call: a tile of consecutive tokens times the heads of a group.
+int32_t AttentionRowsPerItem(const AttentionShape& shape);
+// Scratch floats one attend_rows call needs for `num_rows` rows.
+int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t tokens_per_block);
 
 }  // namespace inflight::kernels

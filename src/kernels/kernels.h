@@ -55,13 +55,13 @@ struct KernelTable {
   // sum_i exp(x[i] - max), with max >= every x[i] (log-softmax normalisers).
   float (*sum_exp)(const float* x, int64_t n, float max);
   // Query rows against one K/V head: out[r] = softmax(scale * q[r] . K_j) . V_j over
-  // positions j < len[r], reached through the block table (element offset head_offset in each
-  // K/V row). The rows are the query heads sharing the K/V head, for one token or a few
+  // positions j < len[r], reached through the block table (head `kv_head`'s tiles, see
+  // attention.h). The rows are the query heads sharing the K/V head, for one token or a few
   // consecutive tokens of a sequence (causal lengths); K/V is read once for all of them.
-  // scratch: (num_rows + 1) * max(len) floats.
-  void (*attend_rows)(const KvLayerView& kv, const int32_t* block_table, int64_t head_offset, int32_t head_dim,
-                      float scale, int32_t num_rows, const int32_t* len, const float* const* q, float* const* out,
-                      float* scratch);
+  // Each row's result is the same whatever rows share the call.
+  // scratch: AttendRowsScratchFloats(num_rows, head_dim, tokens_per_block) floats.
+  void (*attend_rows)(const KvLayerView& kv, const int32_t* block_table, int32_t kv_head, float scale,
+                      int32_t num_rows, const int32_t* len, const float* const* q, float* const* out, float* scratch);
   // gate[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   // out[i] = x[i] as IEEE half, rounded to nearest even (the K/V store).

@@ -492,166 +492,213 @@ float SumExpAvx512(const float* x, int64_t n, float mx) {
   return _mm512_reduce_add_ps(sum);
 }
 
-// Sums of 16 vectors: out[i] = sum of the 16 floats of a[i]. Three rounds of pairwise
-// folds (512 -> 256 -> 128 bits, then within 128-bit lanes) leave the sums in a fixed
-// permutation that one permutexvar undoes. The fold order is fixed, so each sum is the same
-// whatever the other 15 vectors are.
-inline __m512 ReduceAdd16(const __m512* a) {
-  __m512 c[8], d[4], e[2];
-  for (int i = 0; i < 8; ++i) {
-    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 8], 0xEE));
+// 16 K/V elements as floats; kMasked reads only `lanes` (the others are 0). GCC 12 keeps
+// the accumulators of a loop with masked loads in memory as well as in registers (a store of
+// every accumulator per iteration), so full tiles use plain loads.
+template <DType kKv, bool kMasked = false>
+inline __m512 LoadKv(const void* base, int64_t i, __mmask16 lanes = 0xffff) {
+  if constexpr (kKv == DType::kF32) {
+    const float* p = static_cast<const float*>(base) + i;
+    return kMasked ? _mm512_maskz_loadu_ps(lanes, p) : _mm512_loadu_ps(p);
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(base) + i;
+    const __m256i h = kMasked ? _mm256_maskz_loadu_epi16(lanes, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (kKv == DType::kF16) return _mm512_cvtph_ps(h);
+    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-  for (int i = 0; i < 4; ++i) {
-    d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[i], c[i + 4], 0x88), _mm512_shuffle_f32x4(c[i], c[i + 4], 0xDD));
-  }
-  for (int i = 0; i < 2; ++i) {
-    e[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[i], d[i + 2]), _mm512_unpackhi_ps(d[i], d[i + 2]));
-  }
-  const __m512 f = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(e[0]), _mm512_castps_pd(e[1]))),
-                                 _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(e[0]), _mm512_castps_pd(e[1]))));
-  const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
-  return _mm512_permutexvar_ps(order, f);
 }
 
-// Cache slots of positions 0..n-1 in a paged K/V layer, walking the block table once (no
-// division per position).
-inline void SlotsOf(const KvLayerView& kv, const int32_t* table, int32_t n, int32_t* slots) {
+// Scores of kRows query rows against kVecs x 16 positions of a K tile ([head_dim][tpb]):
+// s[g][c] = scale * sum_d q[g][d] * K[d][pos], one broadcast q element times 16 positions per
+// FMA, the sum over d in order (the same sequence for a row whatever rows share the call).
+// kMasked: tiles narrower than 16 positions (lanes marks them).
+template <DType kKv, bool kMasked, int kRows, int kVecs>
+inline void ScoreRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask16 lanes, const float* const* q,
+                      float scale, float* probs) {
+  const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim;
+  const float* qr[kRows];
+  for (int g = 0; g < kRows; ++g) qr[g] = q[g];
+  __m512 s[kRows * kVecs];
+  for (int i = 0; i < kRows * kVecs; ++i) s[i] = _mm512_setzero_ps();
+  const void* k_tile = static_cast<const char*>(kv.k) + (tile + pos0) * (kKv == DType::kF32 ? 4 : 2);
+  for (int32_t d = 0; d < hd; ++d) {
+    __m512 k[kVecs];
+    for (int c = 0; c < kVecs; ++c) k[c] = LoadKv<kKv, kMasked>(k_tile, static_cast<int64_t>(d) * tpb + 16 * c, lanes);
+    for (int g = 0; g < kRows; ++g) {
+      const __m512 qd = _mm512_set1_ps(qr[g][d]);
+      for (int c = 0; c < kVecs; ++c) s[g * kVecs + c] = _mm512_fmadd_ps(qd, k[c], s[g * kVecs + c]);
+    }
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int g = 0; g < kRows; ++g) {
+    for (int c = 0; c < kVecs; ++c) {
+      _mm512_mask_storeu_ps(probs + static_cast<int64_t>(g) * tpb + pos0 + 16 * c, lanes, _mm512_mul_ps(s[g * kVecs + c], vscale));
+    }
+  }
+}
+
+template <DType kKv, bool kMasked, int kVecs>
+inline void ScoreAllRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask16 lanes, int32_t num_rows,
+                         const float* const* q, float scale, float* probs) {
   const int32_t tpb = kv.tokens_per_block;
-  for (int32_t j = 0, b = 0; j < n; ++b) {
-    const int32_t base = table[b] * tpb;
-    for (int32_t i = 0; i < tpb && j < n; ++i, ++j) slots[j] = base + i;
+  for (int32_t r = 0; r < num_rows;) {
+    float* p = probs + static_cast<int64_t>(r) * tpb;
+    const int32_t left = num_rows - r;
+    if (left >= 8) ScoreRows<kKv, kMasked, 8, kVecs>(kv, tile, pos0, lanes, q + r, scale, p), r += 8;
+    else if (left >= 4) ScoreRows<kKv, kMasked, 4, kVecs>(kv, tile, pos0, lanes, q + r, scale, p), r += 4;
+    else if (left >= 2) ScoreRows<kKv, kMasked, 2, kVecs>(kv, tile, pos0, lanes, q + r, scale, p), r += 2;
+    else ScoreRows<kKv, kMasked, 1, kVecs>(kv, tile, pos0, lanes, q + r, scale, p), r += 1;
   }
 }
 
-// Query rows against one K/V head (F32 or F16 K/V, head_dim = 16 * kChunks): the heads of
-// a grouped-query group, for one or several consecutive tokens of a sequence; row r sees
-// positions 0..len[r]-1 (causal). K and V rows are read and converted once for all rows.
-// Scores are made 16 positions at a time: per position a vector of partial products, then
-// one ReduceAdd16 for the 16, instead of a horizontal reduction per position. Each row's
-// arithmetic is the same whatever other rows share the call (batch invariance).
-// scratch: (num_rows + 1) * max(len) floats (each row's scores, then the slots).
+// acc[g] = acc[g] * alpha[g] + sum_{j < valid[g]} p[g][j] * V[j] for up to kRows rows
+// (head_dim = 16 * kChunks); V rows are converted once for all rows.
+template <DType kKv, int kChunks, int kRows>
+inline void AccumulateV(const KvLayerView& kv, int64_t tile, int32_t rows, const int32_t* valid, const float* alpha,
+                        const float* probs, float* acc) {
+  constexpr int kHd = 16 * kChunks;
+  const int32_t tpb = kv.tokens_per_block;
+  __m512 a[kRows][kChunks];
+  int32_t common = tpb, most = 0;
+  for (int g = 0; g < kRows; ++g) {
+    if (g >= rows) break;
+    const __m512 scale = _mm512_set1_ps(alpha[g]);
+    for (int c = 0; c < kChunks; ++c) a[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * kHd + 16 * c), scale);
+    common = std::min(common, valid[g]), most = std::max(most, valid[g]);
+  }
+  auto load_v = [&](int32_t j, __m512* v) {
+    for (int c = 0; c < kChunks; ++c) v[c] = LoadKv<kKv>(kv.v, tile + static_cast<int64_t>(j) * kHd + 16 * c);
+  };
+  int32_t j = 0;
+  if (rows == kRows) {  // every decode step: no per-row checks
+    for (; j < common; ++j) {
+      __m512 v[kChunks];
+      load_v(j, v);
+      for (int g = 0; g < kRows; ++g) {
+        const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * tpb + j]);
+        for (int c = 0; c < kChunks; ++c) a[g][c] = _mm512_fmadd_ps(p, v[c], a[g][c]);
+      }
+    }
+  }
+  for (; j < most; ++j) {
+    __m512 v[kChunks];
+    load_v(j, v);
+    for (int g = 0; g < kRows; ++g) {
+      if (g >= rows) break;
+      if (j >= valid[g]) continue;
+      const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * tpb + j]);
+      for (int c = 0; c < kChunks; ++c) a[g][c] = _mm512_fmadd_ps(p, v[c], a[g][c]);
+    }
+  }
+  for (int g = 0; g < kRows; ++g) {
+    if (g >= rows) break;
+    for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(acc + g * kHd + 16 * c, a[g][c]);
+  }
+}
+
+// Query rows against one K/V head's tiles, block by block (see attention.h and the scalar
+// twin): per block every row's scores (ScoreRows), each row's online-softmax update (new max,
+// rescale factor of what was accumulated, probabilities), then p . V added to the rescaled
+// outputs (AccumulateV). The next block's tiles are prefetched while one is computed.
 template <DType kKv, int kChunks>
-void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int64_t head_off, float scale, int32_t num_rows,
+void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
                    const int32_t* len, const float* const* q, float* const* out, float* scratch) {
   constexpr int kHd = 16 * kChunks;
+  constexpr int kVRows = kChunks <= 4 ? 4 : kChunks <= 8 ? 2 : 1;
+  const int32_t tpb = kv.tokens_per_block;
+  float* probs = scratch;                                      // [rows][tpb]
+  float* acc = probs + static_cast<int64_t>(num_rows) * tpb;  // [rows][head_dim]
+  float* row_max = acc + static_cast<int64_t>(num_rows) * kHd;
+  float* row_sum = row_max + num_rows;
+  float* alpha = row_sum + num_rows;
   int32_t n = 0;
-  for (int32_t r = 0; r < num_rows; ++r) n = std::max(n, len[r]);
-  auto* slots = reinterpret_cast<int32_t*>(scratch + static_cast<int64_t>(num_rows) * n);
-  SlotsOf(kv, table, n, slots);
-  auto row_of = [&](int32_t j) { return static_cast<int64_t>(slots[j]) * kv.kv_dim + head_off; };
-  auto load = [&](const void* base, int64_t i) {
-    if constexpr (kKv == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(base) + i);
-    else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
-  };
-  auto tail_mask = [](int32_t count) {
-    return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1);
-  };
-  const __m512 vscale = _mm512_set1_ps(scale);
-  // Scores: K rows of 16 positions converted once into kbuf, then every row against them.
-  alignas(64) float kbuf[16 * kHd];
-  for (int32_t j = 0; j < n; j += 16) {
-    const int32_t m = std::min(16, n - j);
-    for (int i = 0; i < 16; ++i) {
-      for (int c = 0; c < kChunks; ++c) {
-        _mm512_store_ps(kbuf + i * kHd + 16 * c, i < m ? load(kv.k, row_of(j + i) + 16 * c) : _mm512_setzero_ps());
+  for (int32_t r = 0; r < num_rows; ++r) {
+    n = std::max(n, len[r]);
+    row_max[r] = -INFINITY, row_sum[r] = 0;
+  }
+  std::fill(acc, acc + static_cast<int64_t>(num_rows) * kHd, 0.0f);
+  const __mmask16 lanes = tpb >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << tpb) - 1);
+  const int32_t vecs = std::max(1, tpb / 16);
+  const int64_t tile_bytes = kv.TileElements() * (kKv == DType::kF32 ? 4 : 2);
+  auto* valid = reinterpret_cast<int32_t*>(alpha + num_rows);  // positions of the block each row sees
+  for (int32_t b = 0, p0 = 0; p0 < n; ++b, p0 += tpb) {
+    const int64_t tile = kv.TileOffset(table[b], kv_head);
+    if (p0 + tpb < n) {
+      const int64_t next = kv.TileOffset(table[b + 1], kv_head) * (kKv == DType::kF32 ? 4 : 2);
+      for (int64_t off = 0; off < tile_bytes; off += 64) {
+        _mm_prefetch(static_cast<const char*>(kv.k) + next + off, _MM_HINT_T0);
+        _mm_prefetch(static_cast<const char*>(kv.v) + next + off, _MM_HINT_T0);
+      }
+    }
+    if (tpb < 16) {
+      ScoreAllRows<kKv, true, 1>(kv, tile, 0, lanes, num_rows, q, scale, probs);
+    } else {
+      for (int32_t v0 = 0; v0 < vecs; v0 += 2) {
+        if (vecs - v0 >= 2) ScoreAllRows<kKv, false, 2>(kv, tile, 16 * v0, lanes, num_rows, q, scale, probs);
+        else ScoreAllRows<kKv, false, 1>(kv, tile, 16 * v0, lanes, num_rows, q, scale, probs);
       }
     }
     for (int32_t r = 0; r < num_rows; ++r) {
-      if (len[r] <= j) continue;
-      __m512 qv[kChunks];
-      for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_loadu_ps(q[r] + 16 * c);
-      __m512 part[16];
-      for (int i = 0; i < 16; ++i) {
-        __m512 acc = _mm512_mul_ps(qv[0], _mm512_load_ps(kbuf + i * kHd));
-        for (int c = 1; c < kChunks; ++c) acc = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kbuf + i * kHd + 16 * c), acc);
-        part[i] = acc;
+      valid[r] = std::clamp(len[r] - p0, 0, tpb);
+      alpha[r] = 1.0f;
+      if (valid[r] == 0) continue;
+      float* p = probs + static_cast<int64_t>(r) * tpb;
+      __m512 vmax = _mm512_set1_ps(-INFINITY);
+      for (int32_t j = 0; j < valid[r]; j += 16) {
+        const __mmask16 m = valid[r] - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (valid[r] - j)) - 1);
+        vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, p + j));
       }
-      _mm512_mask_storeu_ps(scratch + static_cast<int64_t>(r) * n + j, tail_mask(len[r] - j), _mm512_mul_ps(ReduceAdd16(part), vscale));
+      const float new_max = std::fmax(row_max[r], _mm512_reduce_max_ps(vmax));
+      const __m512 vnew = _mm512_set1_ps(new_max);
+      __m512 vsum = _mm512_setzero_ps();
+      for (int32_t j = 0; j < valid[r]; j += 16) {
+        const __mmask16 m = valid[r] - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (valid[r] - j)) - 1);
+        const __m512 e = _mm512_maskz_mov_ps(m, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), vnew)));
+        _mm512_mask_storeu_ps(p + j, m, e);
+        vsum = _mm512_add_ps(vsum, e);
+      }
+      alpha[r] = std::exp(row_max[r] - new_max);
+      row_sum[r] = row_sum[r] * alpha[r] + _mm512_reduce_add_ps(vsum);
+      row_max[r] = new_max;
+    }
+    for (int32_t r = 0; r < num_rows; r += kVRows) {
+      AccumulateV<kKv, kChunks, kVRows>(kv, tile, std::min(kVRows, num_rows - r), valid + r, alpha + r,
+                                        probs + static_cast<int64_t>(r) * tpb, acc + static_cast<int64_t>(r) * kHd);
     }
   }
-  // Softmax per row; the probabilities stay in the score rows.
   for (int32_t r = 0; r < num_rows; ++r) {
-    float* scores = scratch + static_cast<int64_t>(r) * n;
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int32_t j = 0; j < len[r]; j += 16) {
-      const __mmask16 m = tail_mask(len[r] - j);
-      mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, scores + j));
-    }
-    const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512 vsum = _mm512_setzero_ps();
-    for (int32_t j = 0; j < len[r]; j += 16) {
-      const __mmask16 m = tail_mask(len[r] - j);
-      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmx));
-      _mm512_mask_storeu_ps(scores + j, m, e);
-      vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
-    }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
-    for (int32_t j = 0; j < len[r]; j += 16) {
-      const __mmask16 m = tail_mask(len[r] - j);
-      _mm512_mask_storeu_ps(scores + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, scores + j), inv));
-    }
-  }
-  // Weighted V: each V row converted once per pass of up to 4 rows (4 x kChunks accumulators).
-  constexpr int kRowsPerPass = kChunks <= 4 ? 4 : 2;
-  for (int32_t r0 = 0; r0 < num_rows; r0 += kRowsPerPass) {
-    const int rows = std::min<int32_t>(kRowsPerPass, num_rows - r0);
-    int32_t pass_len = 0;
-    for (int g = 0; g < rows; ++g) pass_len = std::max(pass_len, len[r0 + g]);
-    __m512 acc[kRowsPerPass][kChunks];
-    for (int g = 0; g < kRowsPerPass; ++g) {
-      for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_setzero_ps();
-    }
-    // A full pass whose rows share one length (every decode token, every head group of one
-    // token) runs without per-row checks; the arithmetic is the same either way.
-    bool uniform = rows == kRowsPerPass;
-    for (int g = 0; g < rows; ++g) uniform = uniform && len[r0 + g] == pass_len;
-    const float* probs = scratch + static_cast<int64_t>(r0) * n;
-    if (uniform) {
-      for (int32_t j = 0; j < pass_len; ++j) {
-        const int64_t row = row_of(j);
-        __m512 v[kChunks];
-        for (int c = 0; c < kChunks; ++c) v[c] = load(kv.v, row + 16 * c);
-        for (int g = 0; g < kRowsPerPass; ++g) {
-          const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * n + j]);
-          for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
-        }
-      }
-    } else {
-      for (int32_t j = 0; j < pass_len; ++j) {
-        const int64_t row = row_of(j);
-        __m512 v[kChunks];
-        for (int c = 0; c < kChunks; ++c) v[c] = load(kv.v, row + 16 * c);
-        for (int g = 0; g < kRowsPerPass; ++g) {
-          if (g >= rows) break;
-          if (j >= len[r0 + g]) continue;
-          const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * n + j]);
-          for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
-        }
-      }
-    }
-    for (int g = 0; g < rows; ++g) {
-      for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(out[r0 + g] + 16 * c, acc[g][c]);
+    const __m512 inv = _mm512_set1_ps(1.0f / row_sum[r]);
+    for (int c = 0; c < kChunks; ++c) {
+      _mm512_storeu_ps(out[r] + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + static_cast<int64_t>(r) * kHd + 16 * c), inv));
     }
   }
 }
 
-void AttendRowsAvx512(const KvLayerView& kv, const int32_t* table, int64_t head_off, int32_t hd, float scale,
-                      int32_t num_rows, const int32_t* len, const float* const* q, float* const* out, float* scratch) {
-  if (kv.dtype == DType::kF16 || kv.dtype == DType::kF32) {
-    const bool f16 = kv.dtype == DType::kF16;
-#define INFLIGHT_ATTEND(chunks)                                                                                 \
-  return f16 ? AttendRowsVec<DType::kF16, chunks>(kv, table, head_off, scale, num_rows, len, q, out, scratch)  \
-             : AttendRowsVec<DType::kF32, chunks>(kv, table, head_off, scale, num_rows, len, q, out, scratch)
-    switch (hd) {
-      case 16: INFLIGHT_ATTEND(1);
-      case 32: INFLIGHT_ATTEND(2);
-      case 64: INFLIGHT_ATTEND(4);
-      case 128: INFLIGHT_ATTEND(8);
-      default: break;
-    }
-#undef INFLIGHT_ATTEND
+template <DType kKv>
+bool AttendRowsOfType(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
+                      const int32_t* len, const float* const* q, float* const* out, float* scratch) {
+  switch (kv.head_dim) {
+    case 16: AttendRowsVec<kKv, 1>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
+    case 32: AttendRowsVec<kKv, 2>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
+    case 64: AttendRowsVec<kKv, 4>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
+    case 80: AttendRowsVec<kKv, 5>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
+    case 96: AttendRowsVec<kKv, 6>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
+    case 128: AttendRowsVec<kKv, 8>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
+    case 256: AttendRowsVec<kKv, 16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
+    default: return false;
   }
-  GetKernels(SimdLevel::kScalar).attend_rows(kv, table, head_off, hd, scale, num_rows, len, q, out, scratch);
+}
+
+void AttendRowsAvx512(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
+                      const int32_t* len, const float* const* q, float* const* out, float* scratch) {
+  bool done = false;
+  switch (kv.dtype) {
+    case DType::kF32: done = AttendRowsOfType<DType::kF32>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); break;
+    case DType::kF16: done = AttendRowsOfType<DType::kF16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); break;
+    case DType::kBF16: done = AttendRowsOfType<DType::kBF16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); break;
+    default: break;
+  }
+  if (!done) GetKernels(SimdLevel::kScalar).attend_rows(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
 }
 
 // silu(g) * up with sigmoid from exp(-|g|) (never overflows): 1 / (1 + e) for g >= 0,

@@ -1,4 +1,5 @@
 // The scalar reference twin of every kernel: plain loops, no intrinsics.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -223,12 +224,11 @@ float SumExpScalar(const float* x, int64_t n, float mx) {
   return static_cast<float>(sum);
 }
 
-void AttendHeadScalar(const KvLayerView& kv, const int32_t* table, int32_t n, int64_t head_off, int32_t hd,
-                      float scale, const float* q, float* out, float* scores) {
-  auto row_of = [&](int32_t j) {
-    return (static_cast<int64_t>(table[j / kv.tokens_per_block]) * kv.tokens_per_block + j % kv.tokens_per_block) *
-               kv.kv_dim + head_off;
-  };
+// Block by block with an online softmax, as the SIMD kernels do: per block the rows' scores,
+// then each row's running max / sum update and its rescaled output plus the block's p . V.
+void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
+                      const int32_t* len, const float* const* q, float* const* out, float* scratch) {
+  const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim;
   auto load = [&](const void* base, int64_t i) {
     switch (kv.dtype) {
       case DType::kF32: return static_cast<const float*>(base)[i];
@@ -236,31 +236,48 @@ void AttendHeadScalar(const KvLayerView& kv, const int32_t* table, int32_t n, in
       default: return Bf16ToFp32(static_cast<const uint16_t*>(base)[i]);
     }
   };
-  float mx = -INFINITY;
-  for (int32_t j = 0; j < n; ++j) {
-    const int64_t row = row_of(j);
-    float s = 0;
-    for (int32_t i = 0; i < hd; ++i) s += q[i] * load(kv.k, row + i);
-    scores[j] = s * scale;
-    mx = std::fmax(mx, scores[j]);
+  float* probs = scratch;                                      // [rows][tpb]
+  float* acc = probs + static_cast<int64_t>(num_rows) * tpb;  // [rows][hd]
+  int32_t n = 0;
+  for (int32_t r = 0; r < num_rows; ++r) n = std::max(n, len[r]);
+  float* mx = acc + static_cast<int64_t>(num_rows) * hd;
+  float* sum = mx + num_rows;
+  std::fill(mx, mx + num_rows, -INFINITY);
+  std::fill(sum, sum + num_rows, 0.0f);
+  std::fill(acc, acc + static_cast<int64_t>(num_rows) * hd, 0.0f);
+  for (int32_t b = 0, p0 = 0; p0 < n; ++b, p0 += tpb) {
+    const int64_t tile = kv.TileOffset(table[b], kv_head);
+    for (int32_t r = 0; r < num_rows; ++r) {
+      const int32_t valid = std::min(tpb, len[r] - p0);
+      if (valid <= 0) continue;
+      float* p = probs + static_cast<int64_t>(r) * tpb;
+      float block_max = -INFINITY;
+      for (int32_t j = 0; j < valid; ++j) {
+        float s = 0;
+        for (int32_t i = 0; i < hd; ++i) s += q[r][i] * load(kv.k, tile + static_cast<int64_t>(i) * tpb + j);
+        p[j] = s * scale;
+        block_max = std::fmax(block_max, p[j]);
+      }
+      const float new_max = std::fmax(mx[r], block_max);
+      const float alpha = std::exp(mx[r] - new_max);
+      float block_sum = 0;
+      for (int32_t j = 0; j < valid; ++j) {
+        p[j] = std::exp(p[j] - new_max);
+        block_sum += p[j];
+      }
+      sum[r] = sum[r] * alpha + block_sum;
+      mx[r] = new_max;
+      float* a = acc + static_cast<int64_t>(r) * hd;
+      for (int32_t i = 0; i < hd; ++i) a[i] *= alpha;
+      for (int32_t j = 0; j < valid; ++j) {
+        for (int32_t i = 0; i < hd; ++i) a[i] += p[j] * load(kv.v, tile + static_cast<int64_t>(j) * hd + i);
+      }
+    }
   }
-  float sum = 0;
-  for (int32_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - mx);
-    sum += scores[j];
+  for (int32_t r = 0; r < num_rows; ++r) {
+    const float inv = 1.0f / sum[r];
+    for (int32_t i = 0; i < hd; ++i) out[r][i] = acc[static_cast<int64_t>(r) * hd + i] * inv;
   }
-  const float inv = 1.0f / sum;
-  for (int32_t i = 0; i < hd; ++i) out[i] = 0;
-  for (int32_t j = 0; j < n; ++j) {
-    const int64_t row = row_of(j);
-    const float p = scores[j] * inv;
-    for (int32_t i = 0; i < hd; ++i) out[i] += p * load(kv.v, row + i);
-  }
-}
-
-void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int64_t head_off, int32_t hd, float scale,
-                      int32_t num_rows, const int32_t* len, const float* const* q, float* const* out, float* scratch) {
-  for (int32_t r = 0; r < num_rows; ++r) AttendHeadScalar(kv, table, len[r], head_off, hd, scale, q[r], out[r], scratch);
 }
 
 void SiluMulScalar(float* gate, const float* up, int64_t n) {

@@ -18,7 +18,8 @@ KvStorage::KvStorage(const KvStorageConfig& config) : config_(config) {
 std::vector<kernels::KvLayerView> KvStorage::LayerViews() {
   std::vector<kernels::KvLayerView> views;
   for (int32_t l = 0; l < config_.num_layers; ++l) {
-    views.push_back({k_[l].data(), v_[l].data(), config_.dtype, config_.tokens_per_block, config_.kv_dim});
+    views.push_back({k_[l].data(), v_[l].data(), config_.dtype, config_.tokens_per_block, config_.kv_dim,
+                     config_.head_dim});
   }
   return views;
 }

@@ -1,5 +1,5 @@
-// The memory of the paged KV cache: for each layer, K and V pools of
-// [num_blocks, tokens_per_block, kv_dim] elements. Block bookkeeping (free lists, reference
+// The memory of the paged KV cache: for each layer, K and V pools of num_blocks blocks of
+// tokens_per_block * kv_dim elements (laid out per head, see kernels/attention.h). Block bookkeeping (free lists, reference
 // counts, prefix reuse) lives in the block manager on top of this.
 #pragma once
 
@@ -18,6 +18,7 @@ struct KvStorageConfig {
   int32_t tokens_per_block = 32;
   int32_t kv_dim = 0;
   DType dtype = DType::kF16;  // kF32, kF16 or kBF16
+  int32_t head_dim = 0;       // K/V heads are tiles of each block (kernels/attention.h)
 };
 
 class KvStorage {

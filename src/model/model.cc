@@ -27,20 +27,20 @@ int64_t BatchPlan::num_logit_rows() const {
   return n;
 }
 
-void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int64_t positions,
+void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int32_t tokens_per_block,
                              int num_threads) {
-  // Grow geometrically: decode steps reach one more position each, and reallocating (and
-  // zeroing) a buffer on every step cost milliseconds per step.
-  if (positions > capacity_positions_ || num_threads > capacity_threads_) {
-    positions = std::max(positions, 2 * capacity_positions_);
+  if (tokens_per_block > capacity_block_ || num_threads > capacity_threads_) {
+    tokens_per_block = std::max(tokens_per_block, capacity_block_);
     num_threads = std::max(num_threads, capacity_threads_);
-    attention_.Resize(kernels::AttentionScratchFloats({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f}, num_threads, positions) *
+    attention_.Resize(kernels::AttentionScratchFloats({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f}, num_threads,
+                                                      tokens_per_block) *
                       sizeof(float));
-    scores = attention_.as<float>();
-    max_positions = positions;
-    capacity_positions_ = positions;
+    attention = attention_.as<float>();
+    capacity_block_ = tokens_per_block;
     capacity_threads_ = num_threads;
   }
+  // Grow geometrically: reallocating (and zeroing) the activations on every larger step
+  // costs milliseconds.
   if (num_tokens <= capacity_tokens_) return;
   num_tokens = std::max(num_tokens, 2 * capacity_tokens_);
   const int64_t wide = std::max<int64_t>(c.hidden_size, c.q_dim());
@@ -148,6 +148,13 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
   if (static_cast<int>(kv.layers.size()) != config_.num_layers) {
     return InvalidArgumentError("KV cache has " + std::to_string(kv.layers.size()) + " layers, model has " + std::to_string(config_.num_layers));
   }
+  for (const kernels::KvLayerView& l : kv.layers) {
+    if (l.head_dim != config_.head_dim || l.kv_dim != config_.kv_dim() || l.tokens_per_block < 1) {
+      return InvalidArgumentError("KV cache layout (kv_dim " + std::to_string(l.kv_dim) + ", head_dim " + std::to_string(l.head_dim) +
+                                  ") does not match the model (" + std::to_string(config_.kv_dim()) + ", " +
+                                  std::to_string(config_.head_dim) + ")");
+    }
+  }
   for (const SequenceChunk& c : plan.chunks) {
     if (c.num_tokens <= 0) return InvalidArgumentError("a sequence chunk has no tokens");
     if (c.start_pos < 0 || static_cast<int64_t>(c.start_pos) + c.num_tokens > config_.context_length) {
@@ -233,7 +240,7 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
   const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   kernels::PagedAttention(kv.layers[layer], shape, seqs.data(), static_cast<int>(seqs.size()), q,
-                          s.attn, pool, s.scores, s.max_positions);
+                          s.attn, pool, s.attention);
   kernels::MatMul(lw.wo, s.attn, T, s.out, pool, s.matmul);
   if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, c.hidden_size);
   kernels::AddInPlace(s.x, s.out, T * c.hidden_size);
@@ -264,9 +271,7 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
   const ModelConfig& c = config_;
   const int64_t T = plan.num_tokens();
   if (T == 0) return OkStatus();
-  int64_t max_pos = 0;
-  for (const auto& ch : plan.chunks) max_pos = std::max<int64_t>(max_pos, ch.start_pos + ch.num_tokens);
-  s.Reserve(c, T, std::max<int64_t>(max_pos, 64), pool.num_threads());
+  s.Reserve(c, T, kv.layers.empty() ? 1 : kv.layers[0].tokens_per_block, pool.num_threads());
 
   // Embeddings (+ learned positions).
   int64_t row = 0;

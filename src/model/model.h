@@ -63,13 +63,11 @@ struct KvCacheView {
 };
 
 // Activation buffers for up to max_tokens tokens per step; grown on demand, never per step
-// once warmed up. The attention scratch (which grows with the context) is a buffer of its
-// own: a decode step that reaches a longer context than any before reallocates only it, not
-// the activations sized for the largest prefill (tens of MB whose zeroing and page faults
-// cost ~100 ms here). Engine-thread only.
+// once warmed up. The attention scratch is a few KB per thread whatever the context (online
+// softmax over KV blocks). Engine-thread only.
 class ForwardScratch {
  public:
-  void Reserve(const ModelConfig& c, int64_t num_tokens, int64_t max_positions, int num_threads);
+  void Reserve(const ModelConfig& c, int64_t num_tokens, int32_t tokens_per_block, int num_threads);
   float* x = nullptr;       // [T, hidden] residual stream
   float* h = nullptr;       // [T, max(hidden, q_dim)] normed input / attention output
   float* q = nullptr;       // [T, q_dim + 2 * kv_dim] (q | k | v, fused for GPT-2)
@@ -79,16 +77,15 @@ class ForwardScratch {
   float* gate = nullptr;    // [T, ffn]
   float* up = nullptr;      // [T, ffn]
   float* out = nullptr;     // [T, hidden]
-  float* scores = nullptr;  // attention scratch: kernels::AttentionScratchFloats
+  float* attention = nullptr;  // kernels::AttentionScratchFloats
   float* rope_angles = nullptr;  // [T, rope_dim]: cos then sin of each token's RoPE angles
-  int64_t max_positions = 0;
   kernels::MatMulScratch matmul;
 
  private:
   AlignedBuffer buffer_;     // the per-token activations
-  AlignedBuffer attention_;  // scores: grows with the context, apart from the activations
+  AlignedBuffer attention_;  // per-thread attention scratch
   int64_t capacity_tokens_ = 0;
-  int64_t capacity_positions_ = 0;
+  int32_t capacity_block_ = 0;
   int capacity_threads_ = 0;
 };
 
