@@ -81,9 +81,9 @@ int32_t AttentionRowsPerItem(const AttentionShape& shape) {
 }
 
 int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t tokens_per_block) {
-  // Per row: the block's scores, the running output, max, sum, rescale factor and the
-  // block's valid positions; 64 floats of slack.
-  return static_cast<int64_t>(num_rows) * (tokens_per_block + head_dim + 4) + 64;
+  // Per row: a span's scores, the running output, max, sum, rescale factor and a block's
+  // valid positions; 64 floats of slack.
+  return static_cast<int64_t>(num_rows) * (AttentionSpanPositions(tokens_per_block) + head_dim + 4) + 64;
 }
 
 int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads, int32_t tokens_per_block) {

@@ -11,6 +11,7 @@
 // query row), so its scratch does not grow with the context.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -65,6 +66,11 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
 
 // Query rows per attend_rows call: a tile of consecutive tokens times the heads of a group.
 int32_t AttentionRowsPerItem(const AttentionShape& shape);
+// Positions whose scores one online-softmax update covers: whole blocks, about 128 positions.
+constexpr int32_t kMaxSpanBlocks = 128;
+inline int32_t AttentionSpanPositions(int32_t tokens_per_block) {
+  return tokens_per_block * std::max<int32_t>(1, kMaxSpanBlocks / tokens_per_block);
+}
 // Scratch floats one attend_rows call needs for `num_rows` rows.
 int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t tokens_per_block);
 

@@ -514,7 +514,7 @@ inline __m512 LoadKv(const void* base, int64_t i, __mmask16 lanes = 0xffff) {
 // kMasked: tiles narrower than 16 positions (lanes marks them).
 template <DType kKv, bool kMasked, int kRows, int kVecs>
 inline void ScoreRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask16 lanes, const float* const* q,
-                      float scale, float* probs) {
+                      float scale, float* probs, int32_t probs_stride) {
   const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim;
   const float* qr[kRows];
   for (int g = 0; g < kRows; ++g) qr[g] = q[g];
@@ -532,85 +532,112 @@ inline void ScoreRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int g = 0; g < kRows; ++g) {
     for (int c = 0; c < kVecs; ++c) {
-      _mm512_mask_storeu_ps(probs + static_cast<int64_t>(g) * tpb + pos0 + 16 * c, lanes, _mm512_mul_ps(s[g * kVecs + c], vscale));
+      _mm512_mask_storeu_ps(probs + static_cast<int64_t>(g) * probs_stride + pos0 + 16 * c, lanes,
+                            _mm512_mul_ps(s[g * kVecs + c], vscale));
     }
   }
 }
 
 template <DType kKv, bool kMasked, int kVecs>
 inline void ScoreAllRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask16 lanes, int32_t num_rows,
-                         const float* const* q, float scale, float* probs) {
-  const int32_t tpb = kv.tokens_per_block;
+                         const float* const* q, float scale, float* probs, int32_t stride) {
   for (int32_t r = 0; r < num_rows;) {
-    float* p = probs + static_cast<int64_t>(r) * tpb;
+    float* p = probs + static_cast<int64_t>(r) * stride;
     const int32_t left = num_rows - r;
-    if (left >= 8) ScoreRows<kKv, kMasked, 8, kVecs>(kv, tile, pos0, lanes, q + r, scale, p), r += 8;
-    else if (left >= 4) ScoreRows<kKv, kMasked, 4, kVecs>(kv, tile, pos0, lanes, q + r, scale, p), r += 4;
-    else if (left >= 2) ScoreRows<kKv, kMasked, 2, kVecs>(kv, tile, pos0, lanes, q + r, scale, p), r += 2;
-    else ScoreRows<kKv, kMasked, 1, kVecs>(kv, tile, pos0, lanes, q + r, scale, p), r += 1;
+    if (left >= 8) ScoreRows<kKv, kMasked, 8, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 8;
+    else if (left >= 4) ScoreRows<kKv, kMasked, 4, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 4;
+    else if (left >= 2) ScoreRows<kKv, kMasked, 2, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 2;
+    else ScoreRows<kKv, kMasked, 1, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 1;
   }
 }
 
-// acc[g] = acc[g] * alpha[g] + sum_{j < valid[g]} p[g][j] * V[j] for up to kRows rows
-// (head_dim = 16 * kChunks); V rows are converted once for all rows.
-template <DType kKv, int kChunks, int kRows>
-inline void AccumulateV(const KvLayerView& kv, int64_t tile, int32_t rows, const int32_t* valid, const float* alpha,
-                        const float* probs, float* acc) {
-  constexpr int kHd = 16 * kChunks;
-  const int32_t tpb = kv.tokens_per_block;
-  __m512 a[kRows][kChunks];
-  int32_t common = tpb, most = 0;
+// acc[g][chunks c0..c0+kPass) = acc * alpha[g] (when alpha is given) + sum_{j < valid[g]}
+// p[g][j] * V[j] for kRows rows: kRows x kPass accumulators, each V chunk converted once for
+// the kRows rows. Each (row, chunk) sees the same FMA sequence over j whatever the grouping.
+template <DType kKv, int kRows, int kPass>
+inline void AccumulateVPass(const KvLayerView& kv, int64_t tile, int32_t c0, const int32_t* valid, const float* alpha,
+                            const float* probs, int32_t stride, float* acc) {
+  const int32_t hd = kv.head_dim;
+  __m512 a[kRows * kPass];
+  int32_t common = kv.tokens_per_block, most = 0;
   for (int g = 0; g < kRows; ++g) {
-    if (g >= rows) break;
-    const __m512 scale = _mm512_set1_ps(alpha[g]);
-    for (int c = 0; c < kChunks; ++c) a[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * kHd + 16 * c), scale);
+    const float* src = acc + static_cast<int64_t>(g) * hd + 16 * c0;
+    const __m512 scale = _mm512_set1_ps(alpha != nullptr ? alpha[g] : 1.0f);
+    for (int c = 0; c < kPass; ++c) {
+      a[g * kPass + c] = alpha != nullptr ? _mm512_mul_ps(_mm512_loadu_ps(src + 16 * c), scale) : _mm512_loadu_ps(src + 16 * c);
+    }
     common = std::min(common, valid[g]), most = std::max(most, valid[g]);
   }
-  auto load_v = [&](int32_t j, __m512* v) {
-    for (int c = 0; c < kChunks; ++c) v[c] = LoadKv<kKv>(kv.v, tile + static_cast<int64_t>(j) * kHd + 16 * c);
-  };
+  const void* v_base = static_cast<const char*>(kv.v) + (tile + 16 * c0) * (kKv == DType::kF32 ? 4 : 2);
   int32_t j = 0;
-  if (rows == kRows) {  // every decode step: no per-row checks
-    for (; j < common; ++j) {
-      __m512 v[kChunks];
-      load_v(j, v);
-      for (int g = 0; g < kRows; ++g) {
-        const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * tpb + j]);
-        for (int c = 0; c < kChunks; ++c) a[g][c] = _mm512_fmadd_ps(p, v[c], a[g][c]);
-      }
+  for (; j < common; ++j) {
+    __m512 v[kPass];
+    for (int c = 0; c < kPass; ++c) v[c] = LoadKv<kKv>(v_base, static_cast<int64_t>(j) * hd + 16 * c);
+    for (int g = 0; g < kRows; ++g) {
+      const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * stride + j]);
+      for (int c = 0; c < kPass; ++c) a[g * kPass + c] = _mm512_fmadd_ps(p, v[c], a[g * kPass + c]);
     }
   }
-  for (; j < most; ++j) {
-    __m512 v[kChunks];
-    load_v(j, v);
+  for (; j < most; ++j) {  // the last positions of a prompt tile: rows end at different places
+    __m512 v[kPass];
+    for (int c = 0; c < kPass; ++c) v[c] = LoadKv<kKv>(v_base, static_cast<int64_t>(j) * hd + 16 * c);
     for (int g = 0; g < kRows; ++g) {
-      if (g >= rows) break;
       if (j >= valid[g]) continue;
-      const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * tpb + j]);
-      for (int c = 0; c < kChunks; ++c) a[g][c] = _mm512_fmadd_ps(p, v[c], a[g][c]);
+      const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * stride + j]);
+      for (int c = 0; c < kPass; ++c) a[g * kPass + c] = _mm512_fmadd_ps(p, v[c], a[g * kPass + c]);
     }
   }
   for (int g = 0; g < kRows; ++g) {
-    if (g >= rows) break;
-    for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(acc + g * kHd + 16 * c, a[g][c]);
+    for (int c = 0; c < kPass; ++c) _mm512_storeu_ps(acc + static_cast<int64_t>(g) * hd + 16 * (c0 + c), a[g * kPass + c]);
   }
 }
 
-// Query rows against one K/V head's tiles, block by block (see attention.h and the scalar
-// twin): per block every row's scores (ScoreRows), each row's online-softmax update (new max,
-// rescale factor of what was accumulated, probabilities), then p . V added to the rescaled
-// outputs (AccumulateV). The next block's tiles are prefetched while one is computed.
+// One block's p . V for every row: rows in groups of 8 / 4 / 2 / 1, head_dim in passes of 16
+// accumulators (8 rows x 2 chunks, 4 x 4, ...).
+template <DType kKv, int kChunks, int kRows>
+inline void AccumulateVGroup(const KvLayerView& kv, int64_t tile, const int32_t* valid, const float* alpha,
+                             const float* probs, int32_t stride, float* acc) {
+  constexpr int kPass = std::min(kChunks, 16 / kRows);
+  int32_t c0 = 0;
+  for (; c0 + kPass <= kChunks; c0 += kPass) {
+    AccumulateVPass<kKv, kRows, kPass>(kv, tile, c0, valid, alpha, probs, stride, acc);
+  }
+  for (; c0 < kChunks; ++c0) AccumulateVPass<kKv, kRows, 1>(kv, tile, c0, valid, alpha, probs, stride, acc);
+}
+
+template <DType kKv, int kChunks>
+inline void AccumulateV(const KvLayerView& kv, int64_t tile, int32_t num_rows, const int32_t* valid, const float* alpha,
+                        const float* probs, int32_t stride, float* acc) {
+  constexpr int64_t kHd = 16 * kChunks;
+  for (int32_t r = 0; r < num_rows;) {
+    const int32_t left = num_rows - r;
+    const float* a = alpha != nullptr ? alpha + r : nullptr;
+    const float* p = probs + static_cast<int64_t>(r) * stride;
+    float* out = acc + r * kHd;
+    if (left >= 4) AccumulateVGroup<kKv, kChunks, 4>(kv, tile, valid + r, a, p, stride, out), r += 4;
+    else if (left >= 2) AccumulateVGroup<kKv, kChunks, 2>(kv, tile, valid + r, a, p, stride, out), r += 2;
+    else AccumulateVGroup<kKv, kChunks, 1>(kv, tile, valid + r, a, p, stride, out), r += 1;
+  }
+}
+
+// Query rows against one K/V head's tiles, a span of blocks at a time (see attention.h and
+// the scalar twin, which goes block by block): every row's scores over the span
+// (ScoreRows), each row's online-softmax update (new max, rescale factor of what was
+// accumulated, probabilities), then p . V of each block added to the rescaled outputs
+// (AccumulateV). Spans of 128 positions keep the per-row reductions and exp of the update
+// rare. Span boundaries are absolute positions, so a row's arithmetic does not depend on the
+// rows it shares the call with. The next block's tiles are prefetched while one is scored.
 template <DType kKv, int kChunks>
 void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
                    const int32_t* len, const float* const* q, float* const* out, float* scratch) {
   constexpr int kHd = 16 * kChunks;
-  constexpr int kVRows = kChunks <= 4 ? 4 : kChunks <= 8 ? 2 : 1;
-  const int32_t tpb = kv.tokens_per_block;
-  float* probs = scratch;                                      // [rows][tpb]
-  float* acc = probs + static_cast<int64_t>(num_rows) * tpb;  // [rows][head_dim]
+  const int32_t tpb = kv.tokens_per_block, span = AttentionSpanPositions(tpb);
+  float* probs = scratch;                                       // [rows][span]
+  float* acc = probs + static_cast<int64_t>(num_rows) * span;  // [rows][head_dim]
   float* row_max = acc + static_cast<int64_t>(num_rows) * kHd;
   float* row_sum = row_max + num_rows;
   float* alpha = row_sum + num_rows;
+  auto* valid = reinterpret_cast<int32_t*>(alpha + num_rows);  // positions of a block each row sees
   int32_t n = 0;
   for (int32_t r = 0; r < num_rows; ++r) {
     n = std::max(n, len[r]);
@@ -619,40 +646,45 @@ void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head,
   std::fill(acc, acc + static_cast<int64_t>(num_rows) * kHd, 0.0f);
   const __mmask16 lanes = tpb >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << tpb) - 1);
   const int32_t vecs = std::max(1, tpb / 16);
-  const int64_t tile_bytes = kv.TileElements() * (kKv == DType::kF32 ? 4 : 2);
-  auto* valid = reinterpret_cast<int32_t*>(alpha + num_rows);  // positions of the block each row sees
-  for (int32_t b = 0, p0 = 0; p0 < n; ++b, p0 += tpb) {
-    const int64_t tile = kv.TileOffset(table[b], kv_head);
-    if (p0 + tpb < n) {
-      const int64_t next = kv.TileOffset(table[b + 1], kv_head) * (kKv == DType::kF32 ? 4 : 2);
-      for (int64_t off = 0; off < tile_bytes; off += 64) {
-        _mm_prefetch(static_cast<const char*>(kv.k) + next + off, _MM_HINT_T0);
-        _mm_prefetch(static_cast<const char*>(kv.v) + next + off, _MM_HINT_T0);
+  const int64_t elem_bytes = kKv == DType::kF32 ? 4 : 2, tile_bytes = kv.TileElements() * elem_bytes;
+  int64_t tiles[kMaxSpanBlocks];
+  for (int32_t p0 = 0; p0 < n; p0 += span) {
+    const int32_t b0 = p0 / tpb, blocks = (std::min(span, n - p0) + tpb - 1) / tpb;
+    for (int32_t i = 0; i < blocks; ++i) {
+      const int32_t b = b0 + i;
+      tiles[i] = kv.TileOffset(table[b], kv_head);
+      if (static_cast<int64_t>(b + 1) * tpb < n) {
+        const int64_t next = kv.TileOffset(table[b + 1], kv_head) * elem_bytes;
+        for (int64_t off = 0; off < tile_bytes; off += 64) {
+          _mm_prefetch(static_cast<const char*>(kv.k) + next + off, _MM_HINT_T0);
+          _mm_prefetch(static_cast<const char*>(kv.v) + next + off, _MM_HINT_T0);
+        }
       }
-    }
-    if (tpb < 16) {
-      ScoreAllRows<kKv, true, 1>(kv, tile, 0, lanes, num_rows, q, scale, probs);
-    } else {
-      for (int32_t v0 = 0; v0 < vecs; v0 += 2) {
-        if (vecs - v0 >= 2) ScoreAllRows<kKv, false, 2>(kv, tile, 16 * v0, lanes, num_rows, q, scale, probs);
-        else ScoreAllRows<kKv, false, 1>(kv, tile, 16 * v0, lanes, num_rows, q, scale, probs);
+      float* block_probs = probs + static_cast<int64_t>(i) * tpb;
+      if (tpb < 16) {
+        ScoreAllRows<kKv, true, 1>(kv, tiles[i], 0, lanes, num_rows, q, scale, block_probs, span);
+      } else {
+        for (int32_t v0 = 0; v0 < vecs; v0 += 2) {
+          if (vecs - v0 >= 2) ScoreAllRows<kKv, false, 2>(kv, tiles[i], 16 * v0, lanes, num_rows, q, scale, block_probs, span);
+          else ScoreAllRows<kKv, false, 1>(kv, tiles[i], 16 * v0, lanes, num_rows, q, scale, block_probs, span);
+        }
       }
     }
     for (int32_t r = 0; r < num_rows; ++r) {
-      valid[r] = std::clamp(len[r] - p0, 0, tpb);
+      const int32_t seen = std::clamp(len[r] - p0, 0, span);
       alpha[r] = 1.0f;
-      if (valid[r] == 0) continue;
-      float* p = probs + static_cast<int64_t>(r) * tpb;
+      if (seen == 0) continue;
+      float* p = probs + static_cast<int64_t>(r) * span;
       __m512 vmax = _mm512_set1_ps(-INFINITY);
-      for (int32_t j = 0; j < valid[r]; j += 16) {
-        const __mmask16 m = valid[r] - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (valid[r] - j)) - 1);
+      for (int32_t j = 0; j < seen; j += 16) {
+        const __mmask16 m = seen - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (seen - j)) - 1);
         vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, p + j));
       }
       const float new_max = std::fmax(row_max[r], _mm512_reduce_max_ps(vmax));
       const __m512 vnew = _mm512_set1_ps(new_max);
       __m512 vsum = _mm512_setzero_ps();
-      for (int32_t j = 0; j < valid[r]; j += 16) {
-        const __mmask16 m = valid[r] - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (valid[r] - j)) - 1);
+      for (int32_t j = 0; j < seen; j += 16) {
+        const __mmask16 m = seen - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (seen - j)) - 1);
         const __m512 e = _mm512_maskz_mov_ps(m, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), vnew)));
         _mm512_mask_storeu_ps(p + j, m, e);
         vsum = _mm512_add_ps(vsum, e);
@@ -661,9 +693,10 @@ void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head,
       row_sum[r] = row_sum[r] * alpha[r] + _mm512_reduce_add_ps(vsum);
       row_max[r] = new_max;
     }
-    for (int32_t r = 0; r < num_rows; r += kVRows) {
-      AccumulateV<kKv, kChunks, kVRows>(kv, tile, std::min(kVRows, num_rows - r), valid + r, alpha + r,
-                                        probs + static_cast<int64_t>(r) * tpb, acc + static_cast<int64_t>(r) * kHd);
+    for (int32_t i = 0; i < blocks; ++i) {
+      for (int32_t r = 0; r < num_rows; ++r) valid[r] = std::clamp(len[r] - p0 - i * tpb, 0, tpb);
+      AccumulateV<kKv, kChunks>(kv, tiles[i], num_rows, valid, i == 0 ? alpha : nullptr, probs + static_cast<int64_t>(i) * tpb,
+                                span, acc);
     }
   }
   for (int32_t r = 0; r < num_rows; ++r) {
