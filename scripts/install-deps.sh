@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what inflight needs to build and test on Debian 12: Debian -dev packages and the
-# npm packages of the tokenizer oracle (tools/oracle). Safe to run again.
+# Installs what inflight needs to build and test on Debian 12: Debian -dev packages (and
+# python3-jinja2, the chat-template reference) and the npm packages of the tokenizer oracle
+# (tools/oracle). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
-  libsentencepiece-dev python3-sentencepiece libcli11-dev clang libclang-rt-14-dev nodejs npm
+  libsentencepiece-dev python3-sentencepiece python3-jinja2 libcli11-dev clang libclang-rt-14-dev nodejs npm
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev libboost-dev prometheus-cpp-dev
   prometheus curl)
 
@@ -26,7 +27,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [ ! -d tools/oracle/node_modules/@lenml/tokenizers ]; then
+# Every package of tools/oracle/package.json must be there (a checkout may predate one).
+if ! (cd tools/oracle && node -e '
+  const deps = Object.keys(require("./package.json").dependencies);
+  process.exit(deps.every((d) => require("fs").existsSync("node_modules/" + d)) ? 0 : 1)'); then
   echo "install-deps: installing the tokenizer oracle (npm)"
   (cd tools/oracle && npm ci --no-audit --no-fund --loglevel=error)
 fi
