@@ -1,8 +1,11 @@
 // inflight-model: inspect model files and write random-weight models of real architectures.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "format/gguf.h"
+#include "jinja/template.h"
 #include "model/model.h"
 #include "model/gguf_export.h"
 #include "model/quant_mix.h"
@@ -38,6 +41,7 @@ int Info(const std::string& path) {
     std::printf("tokenizer: %s, %d tokens, bos %d, eos %d, add_bos %d\n",
                 t->spec().model == TokenizerModel::kSentencePiece ? "sentencepiece-bpe" : "byte-level-bpe",
                 t->vocab_size(), t->bos_id(), t->eos_id(), t->spec().add_bos);
+    std::printf("chat template: %s\n", t->spec().chat_template.empty() ? "none" : (std::to_string(t->spec().chat_template.size()) + " bytes").c_str());
   } else {
     std::printf("tokenizer: none\n");
   }
@@ -69,6 +73,8 @@ int main(int argc, char** argv) {
   cv->add_option("input", convert_in, "HF folder with config.json + *.safetensors, or a .gguf / llama2.c .bin")->required();
   cv->add_option("--dtype", convert_dtype, QuantMix::Names());
   cv->add_option("--out,-o", convert_out)->required();
+  std::string chat_template_path;
+  cv->add_option("--chat-template", chat_template_path, "A Jinja chat template file to store as tokenizer.chat_template");
   CLI11_PARSE(app, argc, argv);
 
   if (*info) return Info(info_path);
@@ -77,7 +83,14 @@ int main(int argc, char** argv) {
     if (!mix.ok()) return Fail(mix.status());
     auto model = Model::Load(convert_in);
     if (!model.ok()) return Fail(model.status());
-    if (Status s = ExportGguf(**model, *mix, convert_out); !s.ok()) return Fail(s);
+    std::string chat_template;
+    if (!chat_template_path.empty()) {
+      std::ifstream in(chat_template_path, std::ios::binary);
+      if (!in) return Fail(NotFoundError("cannot open chat template '" + chat_template_path + "'"));
+      chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (auto t = jinja::Template::Parse(chat_template); !t.ok()) return Fail(t.status());
+    }
+    if (Status s = ExportGguf(**model, *mix, convert_out, chat_template); !s.ok()) return Fail(s);
     std::printf("wrote %s (%s)\n", convert_out.c_str(), mix->name().c_str());
     return 0;
   }

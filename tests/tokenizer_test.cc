@@ -133,6 +133,15 @@ TEST_P(HfOracleTest, MatchesJsTokenizers) {
   }
   auto tok = Tokenizer::FromHuggingFaceFile(dir + "/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  // The chat template comes from tokenizer_config.json beside tokenizer.json, as written there.
+  const std::string config_text = ReadFile(dir + "/tokenizer_config.json");
+  const auto config = nlohmann::json::parse(config_text.empty() ? "{}" : config_text);
+  if (config.contains("chat_template") && config["chat_template"].is_string()) {
+    EXPECT_EQ((*tok)->spec().chat_template, config["chat_template"].get<std::string>());
+    EXPECT_FALSE((*tok)->spec().chat_template.empty());
+  } else {
+    EXPECT_TRUE((*tok)->spec().chat_template.empty());
+  }
   const std::vector<std::string> corpus = Corpus(c.specials);
   const std::string corpus_path = ::testing::TempDir() + "/corpus_" + c.name + ".json";
   const std::string out_path = ::testing::TempDir() + "/oracle_" + c.name + ".json";

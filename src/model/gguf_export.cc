@@ -61,6 +61,7 @@ void WriteTokenizerMetadata(const TokenizerSpec& t, GgufWriter& w) {
   w.SetBool("tokenizer.ggml.add_bos_token", t.add_bos);
   w.SetBool("tokenizer.ggml.add_eos_token", t.add_eos);
   if (spm) w.SetBool("tokenizer.ggml.add_space_prefix", t.add_space_prefix);
+  if (!t.chat_template.empty()) w.SetString("tokenizer.chat_template", t.chat_template);
 }
 
 namespace {
@@ -100,7 +101,7 @@ Status AddVector(GgufWriter& w, const std::string& name, const std::vector<float
 
 }  // namespace
 
-Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& path) {
+Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& path, const std::string& chat_template) {
   if (model.tokenizer() == nullptr) return FailedPreconditionError("the model has no tokenizer to write");
   ModelConfig c = model.config();
   // GGUF's llama expects interleaved RoPE pairs; Qwen and GPT-2 keep their own conventions.
@@ -111,7 +112,9 @@ Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& pa
   GgufWriter w;
   WriteModelMetadata(c, "inflight conversion of " + model.path(), w);
   w.SetString("general.file_type", mix.name());
-  WriteTokenizerMetadata(model.tokenizer()->spec(), w);
+  TokenizerSpec tokenizer = model.tokenizer()->spec();
+  if (!chat_template.empty()) tokenizer.chat_template = chat_template;
+  WriteTokenizerMetadata(tokenizer, w);
 
   const ModelWeights& mw = model.weights();
   auto matrix = [&](const std::string& name, const TensorView& t, int64_t heads = 0) -> Status {

@@ -54,6 +54,9 @@ struct TokenizerSpec {
   int32_t unk_id = -1;
   int32_t pad_id = -1;
   std::vector<int32_t> extra_eos_ids;  // e.g. <|eot_id|>, <|im_end|>
+  // The model's Jinja chat template (GGUF tokenizer.chat_template, tokenizer_config.json
+  // chat_template), empty if it has none.
+  std::string chat_template;
 };
 
 class Tokenizer {

@@ -107,6 +107,8 @@ StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& gguf) {
   if (add_bos) spec.add_bos = *add_bos;
   if (add_eos) spec.add_eos = *add_eos;
   if (space) spec.add_space_prefix = *space;
+  ASSIGN_OR_RETURN(std::optional<std::string> chat_template, gguf.GetString("tokenizer.chat_template"));
+  if (chat_template) spec.chat_template = std::move(*chat_template);
   AddEndOfTurnIds(&spec);
   return spec;
 }
@@ -254,6 +256,18 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
     if (cfg.contains("unk_token") && spec->unk_id < 0) spec->unk_id = id_of(TokenContent(cfg["unk_token"]));
     if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) spec->add_bos = cfg["add_bos_token"].get<bool>() && spec->bos_id >= 0;
     if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean()) spec->add_eos = cfg["add_eos_token"].get<bool>() && spec->eos_id >= 0;
+    // A string, or a list of {name, template} (the one named "default" is the chat template).
+    if (cfg.contains("chat_template")) {
+      const json& t = cfg["chat_template"];
+      if (t.is_string()) spec->chat_template = t.get<std::string>();
+      if (t.is_array()) {
+        for (const json& named : t) {
+          if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string()) {
+            spec->chat_template = named["template"].get<std::string>();
+          }
+        }
+      }
+    }
   }
   AddEndOfTurnIds(spec);
   return OkStatus();
