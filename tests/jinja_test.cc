@@ -255,7 +255,19 @@ TEST(Jinja, HostileTemplatesHitLimitsNotTheMachine) {
                              "{{ 'a' * 100000000 }}",
                              "{% for i in range(1000000) %}{{ 'yyyyyyyyyyyy' }}{% endfor %}",
                              "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-                             "{% set s = 'ab' * 1000 %}{% for i in range(100000) %}{{ s }}{% endfor %}"}) {
+                             "{% set s = 'ab' * 1000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
+                             // Values that would exhaust the stack or the memory before any output:
+                             "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x == ns.x }}",
+                             "{% set ns = namespace(x={}) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}{{ ns.x }}",
+                             "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+                             "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+                             "{{ ([1] * 100000000) | length }}",
+                             "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | join }}",
+                             "{% set big = 'x' * 500000 %}{{ [big] * 100000 }}",
+                             "{% set big = 'x' * 500000 %}{{ big | replace('x', 'yyyyyyyy') }}",
+                             "{% set big = 'x' * 500000 %}{{ big.replace('x', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
+                             "{% set big = 'x\n' * 400000 %}{{ big | indent(200) }}",
+                             "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | tojson }}"}) {
     StatusOr<Template> t = Template::Parse(source);
     ASSERT_TRUE(t.ok()) << source << t.status().ToString();
     StatusOr<std::string> out = t->Render(ctx, limits);

@@ -7,9 +7,17 @@
 #include "jinja/error.h"
 
 namespace inflight::jinja {
+
+void StepCounter::CheckSize(size_t size) const {
+  if (size > MaxBytes()) throw LimitError{"a value of the template grew past " + std::to_string(MaxBytes()) + " bytes"};
+}
+
 namespace {
 
-constexpr int64_t kMaxSequence = 1'000'000;  // elements a range, repeat or join may produce
+constexpr int64_t kMaxSequence = 200'000;  // elements a range may produce
+// String methods have no access to the render's limits: their results are capped here (the
+// renderer then applies its own, smaller, output bound).
+constexpr size_t kMaxMethodResultBytes = size_t{64} << 20;
 
 bool IsWhite(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -75,7 +83,8 @@ Value Split(const std::string& s, const Value& sep, int64_t max_split) {
   return Value::List(std::move(parts));
 }
 
-std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count,
+                    size_t max_bytes = SIZE_MAX) {
   if (from.empty()) return s;
   std::string out;
   size_t start = 0;
@@ -85,6 +94,7 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
     out.append(s, start, at - start);
     out += to;
     start = at + from.size();
+    if (out.size() > max_bytes) throw LimitError{"replace: the result grew past " + std::to_string(max_bytes) + " bytes"};
   }
   out.append(s, start);
   return out;
@@ -206,7 +216,7 @@ Value StringMethod(const std::string& s, const std::string& name) {
   if (name == "replace") {
     return bind([](const std::string& s, CallArgs& a) {
       return Value(Replace(s, StringArg(a.Get(0, "old"), "replace"), StringArg(a.Get(1, "new"), "replace"),
-                           a.Get(2, "count", Value(-1)).AsInt()));
+                           a.Get(2, "count", Value(-1)).AsInt(), kMaxMethodResultBytes));
     });
   }
   if (name == "find") {
@@ -231,6 +241,7 @@ Value StringMethod(const std::string& s, const std::string& name) {
         if (!first) out += s;
         first = false;
         out += StringArg(v, "join");
+        if (out.size() > kMaxMethodResultBytes) throw LimitError{"join: the result is too large"};
       }
       return Value(std::move(out));
     });
@@ -382,7 +393,7 @@ Value GetAttribute(const Value& value, const std::string& name) {
 Value GetItem(const Value& value, const Value& key) {
   if (value.is_mapping()) {
     if (key.is_string()) return value.Get(key.AsString());
-    return Value::Undefined(key.Str());
+    return Value::Undefined(key.Str(256));
   }
   if (value.is_list() || value.is_string()) {
     if (key.is_string()) return GetAttribute(value, key.AsString());
@@ -391,16 +402,16 @@ Value GetItem(const Value& value, const Value& key) {
     if (value.is_list()) {
       const int64_t n = static_cast<int64_t>(value.Items().size());
       if (i < 0) i += n;
-      return i >= 0 && i < n ? value.Items()[i] : Value::Undefined("[" + key.Str() + "]");
+      return i >= 0 && i < n ? value.Items()[i] : Value::Undefined("[" + key.Str(256) + "]");
     }
     const std::string& s = value.AsString();
     const std::vector<size_t> cp = CodePointStarts(s);
     const int64_t n = static_cast<int64_t>(cp.size()) - 1;
     if (i < 0) i += n;
-    return i >= 0 && i < n ? Value(s.substr(cp[i], cp[i + 1] - cp[i])) : Value::Undefined("[" + key.Str() + "]");
+    return i >= 0 && i < n ? Value(s.substr(cp[i], cp[i + 1] - cp[i])) : Value::Undefined("[" + key.Str(256) + "]");
   }
-  if (value.is_undefined()) Fail("'" + (value.UndefinedName().empty() ? std::string("value") : value.UndefinedName()) + "' is undefined (reading [" + key.Str() + "])");
-  return Value::Undefined(key.Str());
+  if (value.is_undefined()) Fail("'" + (value.UndefinedName().empty() ? std::string("value") : value.UndefinedName()) + "' is undefined (reading [" + key.Str(256) + "])");
+  return Value::Undefined(key.Str(256));
 }
 
 Value Slice(const Value& value, const Value& start, const Value& stop, const Value& step_v) {
@@ -480,23 +491,25 @@ bool ApplyTest(const std::string& name, const Value& v, const CallArgs& args) {
 }
 
 Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCounter& steps) {
-  if (name == "trim") return Value(Strip(v.Str(), a.Get(0, "chars"), true, true));
+  const size_t max = steps.MaxBytes();
+  if (name == "trim") return Value(Strip(v.Str(max), a.Get(0, "chars"), true, true));
   if (name == "length" || name == "count") {
     const int64_t n = v.Length();
     if (n < 0) Fail(std::string("object of type '") + v.TypeName() + "' has no len()");
     return Value(n);
   }
-  if (name == "upper") return Value(Upper(v.Str()));
-  if (name == "lower") return Value(Lower(v.Str()));
-  if (name == "title") return Value(JinjaTitle(v.Str()));
-  if (name == "capitalize") return Value(Capitalize(v.Str()));
-  if (name == "string") return Value(v.Str());
+  if (name == "upper") return Value(Upper(v.Str(max)));
+  if (name == "lower") return Value(Lower(v.Str(max)));
+  if (name == "title") return Value(JinjaTitle(v.Str(max)));
+  if (name == "capitalize") return Value(Capitalize(v.Str(max)));
+  if (name == "string") return Value(v.Str(max));
   if (name == "safe") return v;
-  if (name == "escape" || name == "e") return Value(HtmlEscape(v.Str()));
+  if (name == "escape" || name == "e") return Value(HtmlEscape(v.Str(max)));
   if (name == "tojson") {
     const Value indent = a.Get(0, "indent", Value::None());
     steps.Charge(1000);
-    StatusOr<std::string> json = v.ToJson(indent.is_number() ? static_cast<int>(std::clamp<int64_t>(indent.AsInt(), 0, 64)) : -1);
+    StatusOr<std::string> json = v.ToJson(indent.is_number() ? static_cast<int>(std::clamp<int64_t>(indent.AsInt(), 0, 64)) : -1, max);
+    if (!json.ok() && json.status().code() == StatusCode::kResourceExhausted) throw LimitError{json.status().message()};
     if (!json.ok()) Fail(json.status().message());
     return Value(std::move(*json));
   }
@@ -511,10 +524,11 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
     std::string out;
     bool first = true;
     for (const Value& item : IterItems(v)) {
-      if (!first) out += sep.Str();
+      if (!first) out += sep.Str(max);
       first = false;
-      out += (attr.is_string() ? Attr(item, attr.AsString()) : item).Str();
+      out += (attr.is_string() ? Attr(item, attr.AsString()) : item).Str(max);
       steps.Charge(1);
+      steps.CheckSize(out.size());
     }
     return Value(std::move(out));
   }
@@ -555,14 +569,14 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
   }
   if (name == "round") {
     const int64_t precision = a.Get(0, "precision", Value(0)).AsInt();
-    const std::string method = a.Get(1, "method", Value("common")).Str();
+    const std::string method = a.Get(1, "method", Value("common")).Str(64);
     const double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -20, 20)));
     double x = v.AsFloat() * scale;
     x = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x) : std::nearbyint(x);  // Python: half to even
     return Value(x / scale);
   }
   if (name == "replace") {
-    return Value(Replace(v.Str(), a.Get(0, "old").Str(), a.Get(1, "new").Str(), a.Get(2, "count", Value(-1)).AsInt()));
+    return Value(Replace(v.Str(max), a.Get(0, "old").Str(max), a.Get(1, "new").Str(max), a.Get(2, "count", Value(-1)).AsInt(), max));
   }
   if (name == "items") {
     if (!v.is_mapping()) Fail("items expects a mapping");
@@ -633,11 +647,12 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
     const Value width_v = a.Get(0, "width", Value(4));
     const std::string pad = width_v.is_string() ? width_v.AsString() : std::string(std::clamp<int64_t>(width_v.AsInt(), 0, 256), ' ');
     const bool first = a.Get(1, "first", Value(false)).Truthy(), blank = a.Get(2, "blank", Value(false)).Truthy();
-    const std::string s = v.Str();
+    const std::string s = v.Str(max);
     std::string out;
     size_t start = 0;
     bool first_line = true;
     for (;;) {
+      steps.CheckSize(out.size());
       const size_t nl = s.find('\n', start);
       const std::string line = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
       const bool indent = first_line ? first : (blank || !Strip(line, Value(), true, true).empty());
@@ -666,7 +681,7 @@ DictItems GlobalFunctions(StepCounter& steps) {
     if (step == 0) Fail("range() step must not be zero");
     std::vector<Value> items;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (static_cast<int64_t>(items.size()) >= kMaxSequence) Fail("range() too long");
+      if (static_cast<int64_t>(items.size()) >= kMaxSequence) throw LimitError{"range() longer than " + std::to_string(kMaxSequence)};
       items.emplace_back(i);
     }
     steps.Charge(static_cast<int64_t>(items.size()));
@@ -683,10 +698,10 @@ DictItems GlobalFunctions(StepCounter& steps) {
   g.emplace_back("namespace", Value::Func("namespace", [from_kwargs](CallArgs& a) { return Value::Namespace(from_kwargs(a)); }));
   g.emplace_back("dict", Value::Func("dict", [from_kwargs](CallArgs& a) { return Value::Dict(from_kwargs(a)); }));
   g.emplace_back("raise_exception", Value::Func("raise_exception", [](CallArgs& a) -> Value {
-    Fail(a.Get(0, "message", Value("raise_exception called")).Str());
+    Fail(a.Get(0, "message", Value("raise_exception called")).Str(4096));
   }));
   g.emplace_back("strftime_now", Value::Func("strftime_now", [](CallArgs& a) {
-    const std::string format = a.Get(0, "format", Value("%Y-%m-%d")).Str();
+    const std::string format = a.Get(0, "format", Value("%Y-%m-%d")).Str(256);
     const std::time_t now = std::time(nullptr);
     std::tm tm{};
     localtime_r(&now, &tm);

@@ -8,11 +8,15 @@
 
 namespace inflight::jinja {
 
-// Counts work (a step per element processed) against the render's budget.
+// Counts work (a step per element processed) against the render's budget, and bounds the
+// strings builtins build.
 class StepCounter {
  public:
   virtual ~StepCounter() = default;
   virtual void Charge(int64_t steps) = 0;
+  virtual size_t MaxBytes() const = 0;
+  // Throws LimitError when `size` bytes would pass MaxBytes().
+  void CheckSize(size_t size) const;
 };
 
 Value ApplyFilter(const std::string& name, const Value& value, CallArgs& args, StepCounter& steps);

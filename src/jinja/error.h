@@ -12,4 +12,9 @@ struct TemplateError {
 
 [[noreturn]] inline void Fail(std::string message) { throw TemplateError{std::move(message)}; }
 
+// A render limit was hit (steps, output or value size): RESOURCE_EXHAUSTED at the API.
+struct LimitError {
+  std::string message;
+};
+
 }  // namespace inflight::jinja

@@ -1,6 +1,7 @@
 // The evaluator: walks the parsed statements with a stack of variable frames (a for loop
 // and a macro call open one; if does not, as in jinja2), writing into a bounded output.
 #include <cmath>
+#include <new>
 
 #include "jinja/ast.h"
 #include "jinja/builtins.h"
@@ -11,9 +12,10 @@
 namespace inflight::jinja {
 namespace {
 
-struct LimitError {
-  std::string message;
-};
+// Lists and dicts nested deeper than this fail (printing, comparing and hashing them recurse).
+constexpr int kMaxValueDepth = 256;
+// Elements one list may hold (a Value is ~90 bytes).
+constexpr size_t kMaxListItems = 200'000;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
@@ -37,6 +39,7 @@ class Renderer final : public StepCounter {
     steps_ += n;
     if (steps_ > limits_.max_steps) throw LimitError{"the template ran more than " + std::to_string(limits_.max_steps) + " steps"};
   }
+  size_t MaxBytes() const override { return limits_.max_output_bytes; }
 
  private:
   using Frame = DictItems;
@@ -89,7 +92,7 @@ class Renderer final : public StepCounter {
     Charge(1);
     switch (n.kind) {
       case Node::Kind::kText: Write(n.text); return Flow::kNormal;
-      case Node::Kind::kOutput: Write(Eval(*n.expr).Str()); return Flow::kNormal;
+      case Node::Kind::kOutput: Write(Eval(*n.expr).Str(limits_.max_output_bytes)); return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches) {
           if (Eval(*cond).Truthy()) return RenderBody(body);
@@ -215,7 +218,22 @@ class Renderer final : public StepCounter {
     return a;
   }
 
+  // Every value an expression makes is bounded: strings by the output limit, lists by
+  // kMaxListItems, nesting by kMaxValueDepth (a template cannot build what would exhaust the
+  // memory or the stack).
   Value Eval(const Expr& e) {
+    Value v = EvalUnchecked(e);
+    if (v.is_string()) {
+      CheckSize(v.AsString().size());
+    } else if (v.is_list() || v.kind() == Value::Kind::kDict) {
+      if (v.Depth() > kMaxValueDepth) throw LimitError{"a value of the template is nested deeper than " + std::to_string(kMaxValueDepth)};
+      const size_t n = v.is_list() ? v.Items().size() : v.Entries().size();
+      if (n > kMaxListItems) throw LimitError{"a list of the template holds more than " + std::to_string(kMaxListItems) + " items"};
+    }
+    return v;
+  }
+
+  Value EvalUnchecked(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.literal;
       case Expr::Kind::kName: return Lookup(e.name);
@@ -299,7 +317,10 @@ class Renderer final : public StepCounter {
     const Value l = Eval(*e.args[0]), r = Eval(*e.args[1]);
     const std::string& op = e.name;
     if (op == "~") {
-      std::string s = l.Str() + r.Str();
+      const size_t max = limits_.max_output_bytes;
+      std::string s = l.Str(max);
+      CheckSize(s.size());
+      s += r.Str(max);
       return Value(std::move(s));
     }
     if (l.is_undefined() || r.is_undefined()) {
@@ -308,8 +329,12 @@ class Renderer final : public StepCounter {
            "' is undefined");
     }
     if (op == "+") {
-      if (l.is_string() && r.is_string()) return Value(l.AsString() + r.AsString());
+      if (l.is_string() && r.is_string()) {
+        CheckSize(l.AsString().size() + r.AsString().size());
+        return Value(l.AsString() + r.AsString());
+      }
       if (l.is_list() && r.is_list()) {
+        if (l.Items().size() + r.Items().size() > kMaxListItems) throw LimitError{"a list of the template grew too long"};
         std::vector<Value> items = l.Items();
         items.insert(items.end(), r.Items().begin(), r.Items().end());
         Charge(static_cast<int64_t>(items.size()));
@@ -325,7 +350,8 @@ class Renderer final : public StepCounter {
   Value Repeat(const Value& v, int64_t times) {
     times = std::max<int64_t>(times, 0);
     const int64_t unit = v.is_string() ? static_cast<int64_t>(v.AsString().size()) : static_cast<int64_t>(v.Items().size());
-    if (unit > 0 && times > static_cast<int64_t>(limits_.max_output_bytes) / unit) throw LimitError{"a repetition is too large"};
+    const int64_t cap = v.is_string() ? static_cast<int64_t>(limits_.max_output_bytes) : static_cast<int64_t>(kMaxListItems);
+    if (unit > 0 && times > cap / unit) throw LimitError{"a repetition is too large"};
     Charge(unit * times / 64 + 1);
     if (v.is_string()) {
       std::string out;
@@ -443,6 +469,8 @@ StatusOr<std::string> Template::Render(const Value& context, const RenderLimits&
     return InvalidArgumentError(e.message);
   } catch (const LimitError& e) {
     return ResourceExhaustedError("chat template: " + e.message);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("chat template: out of memory");
   }
 }
 

@@ -1,5 +1,6 @@
 #include "jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -17,14 +18,24 @@ const Value* DictData::Find(std::string_view key) const {
 
 Value Value::List(std::vector<Value> items, bool tuple) {
   Value v(Kind::kList);
-  v.list_ = std::make_shared<ListData>(ListData{std::move(items), tuple});
+  int depth = 0;
+  for (const Value& item : items) depth = std::max(depth, item.Depth());
+  v.list_ = std::make_shared<ListData>(ListData{std::move(items), tuple, depth + 1});
   return v;
 }
 
 Value Value::Dict(DictItems items) {
   Value v(Kind::kDict);
-  v.dict_ = std::make_shared<DictData>(DictData{std::move(items)});
+  int depth = 0;
+  for (const auto& [k, item] : items) depth = std::max(depth, item.Depth());
+  v.dict_ = std::make_shared<DictData>(DictData{std::move(items), depth + 1});
   return v;
+}
+
+int Value::Depth() const {
+  if (kind_ == Kind::kList) return list_->depth;
+  if (kind_ == Kind::kDict) return dict_->depth;
+  return 0;
 }
 
 Value Value::Namespace(DictItems items) {
@@ -169,8 +180,9 @@ void JsonString(const std::string& s, std::string& out) {
 
 constexpr int kMaxJsonDepth = 128;
 
-Status JsonDump(const Value& v, int indent, int level, std::string& out) {
+Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::string& out) {
   if (level > kMaxJsonDepth) return InvalidArgumentError("tojson: value nested too deeply");
+  if (out.size() > max_bytes) return ResourceExhaustedError("tojson: the JSON text is larger than " + std::to_string(max_bytes) + " bytes");
   auto newline = [&](int l) {
     if (indent < 0) return;
     out += '\n';
@@ -198,7 +210,7 @@ Status JsonDump(const Value& v, int indent, int level, std::string& out) {
         if (!first) out += item_sep;
         first = false;
         newline(level + 1);
-        RETURN_IF_ERROR(JsonDump(item, indent, level + 1, out));
+        RETURN_IF_ERROR(JsonDump(item, indent, level + 1, max_bytes, out));
       }
       newline(level);
       out += ']';
@@ -218,7 +230,7 @@ Status JsonDump(const Value& v, int indent, int level, std::string& out) {
         newline(level + 1);
         JsonString(k, out);
         out += ": ";
-        RETURN_IF_ERROR(JsonDump(item, indent, level + 1, out));
+        RETURN_IF_ERROR(JsonDump(item, indent, level + 1, max_bytes, out));
       }
       newline(level);
       out += '}';
@@ -230,15 +242,15 @@ Status JsonDump(const Value& v, int indent, int level, std::string& out) {
 
 }  // namespace
 
-std::string Value::Str() const {
+std::string Value::Str(size_t max_bytes) const {
   switch (kind_) {
     case Kind::kUndefined: return "";
     case Kind::kString: return *str_;
-    default: return Repr();
+    default: return Repr(max_bytes);
   }
 }
 
-std::string Value::Repr() const {
+std::string Value::Repr(size_t max_bytes) const {
   switch (kind_) {
     case Kind::kUndefined: return "";
     case Kind::kNone: return "None";
@@ -248,18 +260,19 @@ std::string Value::Repr() const {
     case Kind::kString: return StringRepr(*str_);
     case Kind::kList: {
       std::string out = list_->tuple ? "(" : "[";
-      for (size_t i = 0; i < list_->items.size(); ++i) {
+      for (size_t i = 0; i < list_->items.size() && out.size() <= max_bytes; ++i) {
         if (i > 0) out += ", ";
-        out += list_->items[i].Repr();
+        out += list_->items[i].Repr(max_bytes - std::min(max_bytes, out.size()));
       }
       if (list_->tuple && list_->items.size() == 1) out += ",";
       return out + (list_->tuple ? ")" : "]");
     }
     case Kind::kDict: {
       std::string out = "{";
-      for (size_t i = 0; i < dict_->items.size(); ++i) {
+      for (size_t i = 0; i < dict_->items.size() && out.size() <= max_bytes; ++i) {
         if (i > 0) out += ", ";
-        out += StringRepr(dict_->items[i].first) + ": " + dict_->items[i].second.Repr();
+        out += StringRepr(dict_->items[i].first) + ": " +
+               dict_->items[i].second.Repr(max_bytes - std::min(max_bytes, out.size()));
       }
       return out + "}";
     }
@@ -269,9 +282,10 @@ std::string Value::Repr() const {
   return "";
 }
 
-StatusOr<std::string> Value::ToJson(int indent) const {
+StatusOr<std::string> Value::ToJson(int indent, size_t max_bytes) const {
   std::string out;
-  RETURN_IF_ERROR(JsonDump(*this, indent, 0, out));
+  RETURN_IF_ERROR(JsonDump(*this, indent, 0, max_bytes, out));
+  if (out.size() > max_bytes) return ResourceExhaustedError("tojson: the JSON text is larger than " + std::to_string(max_bytes) + " bytes");
   return out;
 }
 

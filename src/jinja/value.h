@@ -7,6 +7,7 @@
 // its own values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,13 +23,15 @@ namespace inflight::jinja {
 class Value;
 struct CallArgs;
 
+using DictItems = std::vector<std::pair<std::string, Value>>;
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;  // repr (a, b) instead of [a, b]
+  int depth = 1;       // nesting of lists and dicts, this one included
 };
-using DictItems = std::vector<std::pair<std::string, Value>>;
 struct DictData {
   DictItems items;
+  int depth = 1;
   const Value* Find(std::string_view key) const;
 };
 // A function a template can call (builtin, bound method or macro).
@@ -84,12 +87,17 @@ class Value {
   // Python's len() for strings (code points), lists and mappings; -1 otherwise.
   int64_t Length() const;
 
-  // Python str() and repr().
-  std::string Str() const;
-  std::string Repr() const;
+  // Python str() and repr(). They stop adding elements of a list or dict once the text is
+  // longer than max_bytes (a bound for the caller to check, not a truncation to rely on).
+  std::string Str(size_t max_bytes = SIZE_MAX) const;
+  std::string Repr(size_t max_bytes = SIZE_MAX) const;
   // json.dumps(value, ensure_ascii=False, indent=indent (-1: none), sort_keys=False): what
-  // Hugging Face's tojson filter writes. Fails on undefined and functions.
-  StatusOr<std::string> ToJson(int indent = -1) const;
+  // Hugging Face's tojson filter writes. Fails on undefined and functions, and when the text
+  // would pass max_bytes.
+  StatusOr<std::string> ToJson(int indent = -1, size_t max_bytes = SIZE_MAX) const;
+  // Nesting of lists and dicts (0 for anything else; a namespace counts as 0: nothing walks
+  // into it but tojson, which bounds itself).
+  int Depth() const;
   const char* TypeName() const;
 
  private:
