@@ -6,6 +6,8 @@
 // (INFLIGHT_HTTP_PORT, ...).
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <thread>
 
@@ -76,6 +78,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-verbose", log_verbose, "0: info, 1 or more: debug")->envname("INFLIGHT_LOG_VERBOSE");
   app.add_option("--trace-file", so.trace_file, "File for request traces (trace extension; settings over HTTP/gRPC)")
       ->envname("INFLIGHT_TRACE_FILE");
+  std::string chat_template_path;
+  app.add_option("--chat-template", chat_template_path, "A Jinja chat template file used for every model's chat requests "
+                 "instead of the model's own")->envname("INFLIGHT_CHAT_TEMPLATE");
   app.add_option("--exit-timeout-secs", so.exit_timeout_secs, "Time running requests get at shutdown")
       ->envname("INFLIGHT_EXIT_TIMEOUT_SECS")->check(CLI::Range(0, 86400));
 
@@ -109,6 +114,13 @@ int main(int argc, char** argv) {
   if (!mode.ok()) return Fail(mode.status());
   so.control_mode = *mode;
 
+  frontends::OpenAiOptions openai;
+  if (!chat_template_path.empty()) {
+    std::ifstream in(chat_template_path, std::ios::binary);
+    if (!in) return Fail(NotFoundError("--chat-template: cannot open '" + chat_template_path + "'"));
+    openai.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
@@ -137,7 +149,7 @@ int main(int argc, char** argv) {
     ho.body_timeout = std::chrono::milliseconds(http_body_timeout_ms);
     ho.idle_timeout = std::chrono::milliseconds(http_idle_timeout_ms);
     ho.write_timeout = std::chrono::milliseconds(http_write_timeout_ms);
-    http = std::make_unique<frontends::HttpFrontend>(server->get(), ho, &shared_memory);
+    http = std::make_unique<frontends::HttpFrontend>(server->get(), ho, &shared_memory, openai);
     auto port = http->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started HTTPService at " << http_address << ":" << *port;

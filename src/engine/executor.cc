@@ -372,6 +372,7 @@ void Executor::AcceptToken(Sequence* seq, const SampledToken& t) {
   }
   seq->tokens.push_back(t.id);
   seq->log_probs.push_back(t.logprob);
+  if (r.sampling.num_top_logprobs > 0) seq->top_logprobs.push_back(t.top_logprobs);
   seq->cum_log_prob += t.logprob;
   rs->stats.num_generated_tokens++;
   if (seq->num_generated() >= r.min_tokens && StopWordMatched(*seq)) {
@@ -491,6 +492,7 @@ void Executor::Publish(Sequence* seq) {
   if (!r.streaming && !r.exclude_input_in_output) res.output_token_ids.assign(seq->tokens.begin(), seq->tokens.begin() + seq->prompt_len);
   res.output_token_ids.insert(res.output_token_ids.end(), seq->tokens.begin() + seq->prompt_len + from, seq->tokens.end());
   if (r.return_log_probs) res.log_probs.assign(seq->log_probs.begin() + from, seq->log_probs.end());
+  if (r.sampling.num_top_logprobs > 0) res.top_logprobs.assign(seq->top_logprobs.begin() + from, seq->top_logprobs.end());
   res.cum_log_prob = seq->cum_log_prob;
   if (r.return_generation_logits) res.generation_logits.swap(seq->generation_logits);
   if (seq->index == 0 && r.return_context_logits && !rs->context_logits_sent &&

@@ -69,6 +69,7 @@ class Executor {
   BlockCounts KvBlockCounts() const;
   int32_t num_kv_blocks() const { return num_kv_blocks_; }
   int32_t vocab_size() const { return vocab_size_; }
+  int32_t context_length() const { return context_length_; }
   const ExecutorConfig& config() const { return config_; }
   // Requests enqueued and not finished yet.
   int64_t num_unfinished_requests() const { return num_unfinished_.load(); }

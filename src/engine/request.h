@@ -85,6 +85,8 @@ struct Result {
   // exclude_input_in_output).
   std::vector<int32_t> output_token_ids;
   std::vector<float> log_probs;    // per generated token in output_token_ids
+  // Per generated token: the sampling.num_top_logprobs most likely (id, log-prob), best first.
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
   float cum_log_prob = 0.0f;
   FinishReason finish_reason = FinishReason::kNotFinished;
   std::vector<float> context_logits;     // [prompt_len, vocab], in the first result

@@ -42,6 +42,7 @@ struct Sequence {
   FinishReason finish = FinishReason::kNotFinished;
   int32_t num_published = 0;      // generated tokens already sent to the client
   std::vector<float> log_probs;   // per generated token
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // per generated token, if asked
   float cum_log_prob = 0.0f;
   std::vector<float> generation_logits;  // [unpublished generated, vocab]
 

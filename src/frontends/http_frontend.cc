@@ -98,7 +98,8 @@ serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply, OnRe
 
 class Handlers {
  public:
-  Handlers(serving::Server* s, SharedMemoryRegistry* shm) : s_(s), shm_(*shm) {}
+  Handlers(serving::Server* s, SharedMemoryRegistry* shm, std::shared_ptr<OpenAiFrontend> openai)
+      : s_(s), shm_(*shm), openai_(std::move(openai)) {}
 
   void Dispatch(HttpRequest req, std::shared_ptr<HttpReply> reply) {
     const auto seg = Split(req.path);
@@ -116,6 +117,7 @@ class Handlers {
       if (method(get)) status_only(s_->ready() ? 200 : 400);
       return;
     }
+    if (!seg.empty() && seg[0] == "v1") return openai_->Handle(req, seg, std::move(reply));
     if (seg == std::vector<std::string>{"v2"}) {
       if (method(get)) reply->Send(Json(200, ServerMetadata()));
       return;
@@ -457,17 +459,21 @@ class Handlers {
 
   serving::Server* s_;
   SharedMemoryRegistry& shm_;  // shared with the gRPC frontend, as in Triton
+  std::shared_ptr<OpenAiFrontend> openai_;
 };
 
 }  // namespace
 
-HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm)
-    : server_(server), options_(std::move(options)), shm_(shm) {}
+HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm,
+                           OpenAiOptions openai)
+    : server_(server), options_(std::move(options)), shm_(shm),
+      openai_(std::make_shared<OpenAiFrontend>(server, std::move(openai))) {}
 
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 StatusOr<int> HttpFrontend::Start() {
-  auto handlers = std::make_shared<Handlers>(server_, shm_);
+  RETURN_IF_ERROR(openai_->Init());
+  auto handlers = std::make_shared<Handlers>(server_, shm_, openai_);
   http_ = std::make_unique<HttpServer>(options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
     try {
       handlers->Dispatch(std::move(req), reply);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "frontends/http_server.h"
+#include "frontends/openai_frontend.h"
 #include "frontends/shared_memory.h"
 #include "serving/server.h"
 
@@ -16,10 +17,12 @@ namespace inflight::frontends {
 class HttpFrontend {
  public:
   // shm: the system shared-memory regions (outlives the frontend; shared with gRPC).
-  HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm);
+  // openai: the OpenAI API's settings (it is served on the same port).
+  HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm,
+               OpenAiOptions openai = {});
   ~HttpFrontend();
   // Binds and serves on background threads. Returns the bound port; UNAVAILABLE if the
-  // address cannot be bound.
+  // address cannot be bound, INVALID_ARGUMENT for a chat template that does not parse.
   StatusOr<int> Start();
   void StopAccepting();
   // Gives replies in progress up to `grace`, then closes every connection.
@@ -29,6 +32,7 @@ class HttpFrontend {
   serving::Server* server_;
   HttpServerOptions options_;
   SharedMemoryRegistry* shm_;
+  std::shared_ptr<OpenAiFrontend> openai_;
   std::unique_ptr<HttpServer> http_;
 };
 

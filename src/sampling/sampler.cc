@@ -15,6 +15,10 @@ Status SamplingParams::Validate() const {
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) return InvalidArgumentError("repetition_penalty must be > 0");
   if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty)) return InvalidArgumentError("penalties must be finite");
   if (num_top_logprobs < 0 || num_top_logprobs > 100) return InvalidArgumentError("number of top log-probs must be in [0, 100]");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) return InvalidArgumentError("logit bias for a negative token id " + std::to_string(id));
+    if (!std::isfinite(bias)) return InvalidArgumentError("logit bias for token " + std::to_string(id) + " is not finite");
+  }
   return OkStatus();
 }
 
@@ -28,6 +32,9 @@ void Sampler::AddPromptTokens(const int32_t* ids, int64_t n) {
 }
 
 void Sampler::ApplyPenalties(float* logits, int32_t vocab) const {
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < vocab) logits[id] += bias;
+  }
   if (params_.repetition_penalty != 1.0f) {
     auto penalise = [&](int32_t id) {
       if (id < 0 || id >= vocab) return;

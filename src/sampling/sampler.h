@@ -22,6 +22,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // over output
   uint64_t seed = 0;
   int32_t num_top_logprobs = 0;     // top-N log-probs returned per token
+  // Added to the logits before penalties (OpenAI logit_bias, TensorRT-LLM embedding_bias);
+  // ids must be below the vocabulary size (checked by whoever knows it).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // False: SampledToken::logprob is left 0 (saves a pass over the vocabulary per token).
   bool compute_logprobs = true;
 
@@ -45,7 +48,8 @@ class Sampler {
   SampledToken Sample(float* logits, int32_t vocab);
   // Whether Sample writes to the logits (penalties); when not, the caller need not copy them.
   bool modifies_logits() const {
-    return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+    return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f ||
+           !params_.logit_bias.empty();
   }
 
  private:

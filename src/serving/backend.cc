@@ -2,19 +2,10 @@
 
 #include "serving/ensemble_backend.h"
 #include "serving/llm_backend.h"
+#include "serving/model_config_util.h"
 #include "serving/text_backends.h"
 
 namespace inflight::serving {
-namespace {
-
-bool HasInput(const inference::ModelConfig& c, const std::string& name) {
-  for (const auto& in : c.input()) {
-    if (in.name() == name) return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 InferResponse ErrorResponse(const Status& error) {
   InferResponse r;
@@ -24,28 +15,17 @@ InferResponse ErrorResponse(const Status& error) {
 }
 
 StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConfig& config, const BackendContext& context) {
-  if (config.platform() == "ensemble") {
-    if (!config.has_ensemble_scheduling()) {
-      return InvalidArgumentError("platform 'ensemble' needs ensemble_scheduling");
-    }
-    return CreateEnsembleBackend(config, context);
+  switch (KindOf(config)) {
+    case BackendKind::kEnsemble:
+      if (!config.has_ensemble_scheduling()) return InvalidArgumentError("platform 'ensemble' needs ensemble_scheduling");
+      return CreateEnsembleBackend(config, context);
+    case BackendKind::kLlm: return CreateLlmBackend(config, context);
+    case BackendKind::kTokenizer: return CreateTokenizerBackend(config, context);
+    case BackendKind::kDetokenizer: return CreateDetokenizerBackend(config, context);
+    case BackendKind::kBls: return CreateBlsBackend(config, context);
+    case BackendKind::kUnknown: break;
   }
   const std::string& backend = config.backend();
-  // The reference repository runs preprocessing, postprocessing and BLS as python models; the
-  // interface (input names) says which of the built-in implementations serves them.
-  if (backend == "tensorrtllm" || backend == "inflight_llm" ||
-      (backend == "python" && HasInput(config, "input_ids") && HasInput(config, "request_output_len"))) {
-    return CreateLlmBackend(config, context);
-  }
-  if (backend == "inflight_tokenizer" || (backend == "python" && HasInput(config, "QUERY"))) {
-    return CreateTokenizerBackend(config, context);
-  }
-  if (backend == "inflight_detokenizer" || (backend == "python" && HasInput(config, "TOKENS_BATCH"))) {
-    return CreateDetokenizerBackend(config, context);
-  }
-  if (backend == "inflight_bls" || (backend == "python" && HasInput(config, "text_input"))) {
-    return CreateBlsBackend(config, context);
-  }
   if (backend.empty() && config.platform().empty()) {
     return InvalidArgumentError("config names neither 'backend' nor 'platform'");
   }

@@ -9,6 +9,10 @@
 #include "model_config.pb.h"
 #include "serving/infer.h"
 
+namespace inflight {
+class Tokenizer;
+}
+
 namespace inflight::serving {
 
 class Metrics;
@@ -38,6 +42,11 @@ class ModelBackend {
   // shapes). Calls `sink` with every response, exactly one of them final; never throws.
   // Thread-safe.
   virtual void Execute(InferRequest request, ResponseSink sink) = 0;
+  // The tokenizer this model encodes or decodes with (preprocessing, postprocessing; the LLM
+  // model's own when its weights carry one); null for models without one.
+  virtual std::shared_ptr<const Tokenizer> tokenizer() const { return nullptr; }
+  // Tokens a sequence may hold (prompt + output) for an LLM model; 0 for other models.
+  virtual int64_t context_length() const { return 0; }
 };
 
 // Chooses the backend from the config: platform "ensemble"; backend "tensorrtllm" (or a python

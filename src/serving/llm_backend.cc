@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "model/model.h"
 #include "serving/metrics.h"
 #include "serving/model_config_util.h"
+#include "serving/text_backends.h"
 #include "serving/word_list.h"
 
 namespace inflight::serving {
@@ -92,6 +94,7 @@ struct Pending {
   bool multi_sequence = false; // num_return_sequences > 1: responses carry sequence_index
   bool return_log_probs = false;
   bool perf_metrics = false;   // return_perf_metrics: KV reuse and timing outputs
+  bool finish_reason = false;  // parameter return_finish_reason: sequence-final responses name why
   std::shared_ptr<CancelToken> cancel;  // set when the client went away
   Status failure;              // the first error; the final response carries it
   bool done = false;
@@ -122,8 +125,13 @@ class LlmBackend : public ModelBackend {
   }
 
   void Execute(InferRequest request, ResponseSink sink) override;
+  std::shared_ptr<const Tokenizer> tokenizer() const override { return tokenizer_; }
+  int64_t context_length() const override { return executor_->context_length(); }
+  void set_tokenizer(std::shared_ptr<const Tokenizer> t) { tokenizer_ = std::move(t); }
 
  private:
+  // embedding_bias ([vocab] or [B, vocab]): row b's non-zero entries become logit biases.
+  Status ReadEmbeddingBias(const InferTensor& t, int64_t row, SamplingParams* sampling) const;
   StatusOr<Request> BuildRow(const InferRequest& r, int64_t row, const std::vector<int64_t>& ids, int64_t width,
                              bool* perf_metrics);
   void OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& result);
@@ -135,6 +143,7 @@ class LlmBackend : public ModelBackend {
   LlmParams params_;
   inference::ModelConfig config_;
   BackendContext context_;
+  std::shared_ptr<const Tokenizer> tokenizer_;  // the weights' own (OpenAI frontend); may be null
 
   std::mutex ids_mu_;  // Triton id -> live executor ids, for `stop` requests
   std::unordered_multimap<std::string, RequestId> live_;
@@ -218,6 +227,10 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   p->triton_id = r.id;
   p->batched = batch > 1;
   p->perf_metrics = perf_metrics;
+  if (auto it = r.parameters.find("return_finish_reason"); it != r.parameters.end()) {
+    const bool* v = std::get_if<bool>(&it->second);
+    p->finish_reason = v && *v;
+  }
   p->cancel = r.cancel;
   p->rows_outstanding = batch;
   for (int64_t b = 0; b < batch; ++b) {
@@ -346,8 +359,6 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   q.num_return_sequences = static_cast<int32_t>(nrs->value_or(1));
   *perf_metrics = perf->value_or(0) != 0;
   if (q.num_return_sequences < 1) return InvalidArgumentError("num_return_sequences must be at least 1");
-  Status s = q.sampling.Validate();
-  if (!s.ok()) return s;
   for (const char* list : {"stop_words_list", "bad_words_list"}) {
     const InferTensor* t = r.FindInput(list);
     if (!t) continue;
@@ -357,13 +368,31 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   }
   // decoder_input_ids / decoder_input_lengths are ignored: every supported model is
   // decoder-only, and the reference ensemble always sends them (one pad id per row).
-  for (const char* unsupported : {"embedding_bias", "prompt_embedding_table", "prompt_table_extra_ids",
+  if (const InferTensor* bias = r.FindInput("embedding_bias"); bias && bias->num_elements() > 0) {
+    Status st = ReadEmbeddingBias(*bias, b, &q.sampling);
+    if (!st.ok()) return st;
+  }
+  // Extensions over the reference's inputs, as request parameters (the OpenAI frontend's
+  // min_p and top_logprobs).
+  if (auto it = r.parameters.find("min_p"); it != r.parameters.end()) {
+    if (const double* v = std::get_if<double>(&it->second)) q.sampling.min_p = static_cast<float>(*v);
+    else if (const int64_t* i = std::get_if<int64_t>(&it->second)) q.sampling.min_p = static_cast<float>(*i);
+    else return InvalidArgumentError("parameter min_p must be a number");
+  }
+  if (auto it = r.parameters.find("num_top_logprobs"); it != r.parameters.end()) {
+    const int64_t* v = std::get_if<int64_t>(&it->second);
+    if (!v || *v < 0 || *v > 100) return InvalidArgumentError("parameter num_top_logprobs must be an integer in [0, 100]");
+    q.sampling.num_top_logprobs = static_cast<int32_t>(*v);
+  }
+  for (const char* unsupported : {"prompt_embedding_table", "prompt_table_extra_ids",
                                   "lora_task_id", "lora_weights", "lora_config", "guided_decoding_guide_type",
                                   "guided_decoding_guide"}) {
     if (const InferTensor* t = r.FindInput(unsupported); t && t->num_elements() > 0) {
       return UnimplementedError(std::string(unsupported) + " is not supported by this server");
     }
   }
+  Status s = q.sampling.Validate();
+  if (!s.ok()) return s;
   auto priority = r.parameters.find("priority");
   if (priority != r.parameters.end() && std::holds_alternative<int64_t>(priority->second)) {
     // Triton: level 1 is the highest. The executor: 0..1, higher first.
@@ -375,6 +404,25 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     q.timeout_ms = std::max<int64_t>(1, std::get<int64_t>(timeout->second) / 1000);
   }
   return q;
+}
+
+Status LlmBackend::ReadEmbeddingBias(const InferTensor& t, int64_t row, SamplingParams* sampling) const {
+  auto values = t.AsDouble();
+  if (!values.ok()) return values.status();
+  const int64_t vocab = model_->config().vocab_size;
+  const int64_t n = static_cast<int64_t>(values->size());
+  if (n % vocab != 0) {
+    return InvalidArgumentError("embedding_bias holds " + std::to_string(n) + " values, not a multiple of the vocabulary size " +
+                                std::to_string(vocab));
+  }
+  const int64_t rows = n / vocab, r = rows == 1 ? 0 : row;
+  if (r >= rows) return InvalidArgumentError("embedding_bias has fewer rows than input_ids");
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double v = (*values)[r * vocab + i];
+    if (!std::isfinite(v)) return InvalidArgumentError("embedding_bias holds a non-finite value at " + std::to_string(i));
+    if (v != 0) sampling->logit_bias.emplace_back(static_cast<int32_t>(i), static_cast<float>(v));
+  }
+  return OkStatus();
 }
 
 void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& res) {
@@ -430,6 +478,20 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
     resp.outputs.push_back(InferTensor::Float32("cum_log_probs", {1, 1}, {res.cum_log_prob}));
     resp.outputs.push_back(InferTensor::Float32("output_log_probs", {1, 1, static_cast<int64_t>(res.log_probs.size())}, res.log_probs));
   }
+  if (!res.top_logprobs.empty()) {
+    // Extension: [1, 1, tokens, k] ids and log-probs of the most likely tokens at each step.
+    const int64_t tokens = static_cast<int64_t>(res.top_logprobs.size()), k = static_cast<int64_t>(res.top_logprobs[0].size());
+    std::vector<int32_t> ids;
+    std::vector<float> lps;
+    for (const auto& step : res.top_logprobs) {
+      for (int64_t j = 0; j < k; ++j) {
+        ids.push_back(j < static_cast<int64_t>(step.size()) ? step[j].first : -1);
+        lps.push_back(j < static_cast<int64_t>(step.size()) ? step[j].second : -INFINITY);
+      }
+    }
+    resp.outputs.push_back(InferTensor::Int32("output_top_logprob_ids", {1, 1, tokens, k}, ids));
+    resp.outputs.push_back(InferTensor::Float32("output_top_logprobs", {1, 1, tokens, k}, lps));
+  }
   if (!res.context_logits.empty()) {
     const int64_t v = res.vocab_size;
     resp.outputs.push_back(InferTensor::Float32("context_logits", {1, static_cast<int64_t>(res.context_logits.size()) / v, v}, res.context_logits));
@@ -439,6 +501,7 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
     resp.outputs.push_back(InferTensor::Float32("generation_logits", {1, 1, static_cast<int64_t>(res.generation_logits.size()) / v, v}, res.generation_logits));
   }
   if (p->perf_metrics && (res.is_final || res.is_sequence_final)) AddPerfMetrics(res.stats, &resp);
+  if (p->finish_reason && res.is_sequence_final) resp.parameters["finish_reason"] = std::string(FinishReasonName(res.finish_reason));
   if (p->batched) resp.outputs.push_back(InferTensor::Int32("batch_index", {1, 1}, {static_cast<int32_t>(row)}));
   if (p->multi_sequence) resp.outputs.push_back(InferTensor::Int32("sequence_index", {1, 1}, {res.sequence_index}));
   lock.unlock();
@@ -534,8 +597,19 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "': " << (*model)->Describe() << ", "
                      << (*executor)->num_kv_blocks() << " KV blocks of " << params->executor.tokens_per_block
                      << " tokens";
-  return std::unique_ptr<ModelBackend>(new LlmBackend(std::move(model).value(), std::move(executor).value(),
-                                                      *params, config, context));
+  auto backend = std::make_unique<LlmBackend>(std::move(model).value(), std::move(executor).value(), *params, config, context);
+  // The tokenizer the weights carry (GGUF, HF folder), or the one tokenizer_dir names: what
+  // the OpenAI frontend speaks text with when this model is named directly. Optional.
+  const std::string tok_path = GetParameter(config, "tokenizer_dir").value_or(model_path.string());
+  fs::path tp(tok_path);
+  if (tp.is_relative()) tp = fs::path(context.model_dir) / tp;
+  if (auto tok = LoadTokenizer(tp.string()); tok.ok()) {
+    backend->set_tokenizer(*tok);
+  } else {
+    INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "' has no tokenizer (" << tok.status().message()
+                        << "): the OpenAI API cannot name it directly";
+  }
+  return std::unique_ptr<ModelBackend>(std::move(backend));
 }
 
 }  // namespace inflight::serving

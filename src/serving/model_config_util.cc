@@ -79,4 +79,29 @@ double GetDoubleParameter(const ModelConfig& config, const std::string& key, dou
 
 bool IsDecoupled(const ModelConfig& config) { return config.model_transaction_policy().decoupled(); }
 
+namespace {
+
+bool HasInput(const ModelConfig& c, const std::string& name) {
+  for (const auto& in : c.input()) {
+    if (in.name() == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+BackendKind KindOf(const ModelConfig& config) {
+  if (config.platform() == "ensemble") return BackendKind::kEnsemble;
+  const std::string& backend = config.backend();
+  const bool python = backend == "python";
+  if (backend == "tensorrtllm" || backend == "inflight_llm" ||
+      (python && HasInput(config, "input_ids") && HasInput(config, "request_output_len"))) {
+    return BackendKind::kLlm;
+  }
+  if (backend == "inflight_tokenizer" || (python && HasInput(config, "QUERY"))) return BackendKind::kTokenizer;
+  if (backend == "inflight_detokenizer" || (python && HasInput(config, "TOKENS_BATCH"))) return BackendKind::kDetokenizer;
+  if (backend == "inflight_bls" || (python && HasInput(config, "text_input"))) return BackendKind::kBls;
+  return BackendKind::kUnknown;
+}
+
 }  // namespace inflight::serving

@@ -511,6 +511,18 @@ StatusOr<std::shared_ptr<Server::Loaded>> Server::Find(const std::string& name, 
   return l;
 }
 
+StatusOr<std::shared_ptr<const Tokenizer>> Server::TokenizerOf(const std::string& name) const {
+  auto l = Find(name, "");
+  if (!l.ok()) return l.status();
+  return (*l)->backend->tokenizer();
+}
+
+StatusOr<int64_t> Server::ContextLengthOf(const std::string& name) const {
+  auto l = Find(name, "");
+  if (!l.ok()) return l.status();
+  return (*l)->backend->context_length();
+}
+
 StatusOr<ModelMetadata> Server::GetModelMetadata(const std::string& name, const std::string& version) const {
   auto l = Find(name, version);
   if (!l.ok()) return l.status();

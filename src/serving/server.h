@@ -96,6 +96,12 @@ class Server : public InferenceRunner {
   void Infer(InferRequest request, ResponseSink sink) override;
   StatusOr<inference::ModelConfig> ModelConfigOf(const std::string& name, int64_t version) override;
 
+  // The tokenizer of a ready model's backend (see ModelBackend::tokenizer); null when the model
+  // has none. NOT_FOUND for an unknown model.
+  StatusOr<std::shared_ptr<const Tokenizer>> TokenizerOf(const std::string& name) const;
+  // ModelBackend::context_length of a ready model. NOT_FOUND for an unknown model.
+  StatusOr<int64_t> ContextLengthOf(const std::string& name) const;
+
   Metrics& metrics() { return metrics_; }
   Tracer& tracer() { return tracer_; }
   // Requests started and not finished, over all models.

@@ -51,6 +51,7 @@ InferTensor RightPadded(const std::string& name, const std::vector<std::vector<i
 class TokenizerBackend : public ModelBackend {
  public:
   TokenizerBackend(std::shared_ptr<const Tokenizer> tok, bool add_special) : tok_(std::move(tok)), add_special_(add_special) {}
+  std::shared_ptr<const Tokenizer> tokenizer() const override { return tok_; }
 
   void Execute(InferRequest r, ResponseSink sink) override {
     auto out = Run(r);
@@ -139,6 +140,7 @@ class DetokenizerBackend : public ModelBackend {
  public:
   DetokenizerBackend(std::shared_ptr<const Tokenizer> tok, bool skip_special, std::string key)
       : tok_(std::move(tok)), skip_special_(skip_special), key_(std::move(key)) {}
+  std::shared_ptr<const Tokenizer> tokenizer() const override { return tok_; }
 
   void Execute(InferRequest r, ResponseSink sink) override {
     auto out = Run(r);

@@ -1,0 +1,78 @@
+// One OpenAI completion in flight: each choice is one request to the LLM model (so a choice
+// that meets a stop string is cancelled alone), detokenized incrementally, matched against the
+// stop strings (text past a match is never sent), and encoded as OpenAI chunks or one response.
+// Everything but Start runs on the connection's strand (responses are posted there), so the
+// state needs no lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "frontends/http_server.h"
+#include "frontends/openai_json.h"
+#include "serving/server.h"
+#include "serving/text_model.h"
+
+namespace inflight::frontends {
+
+// An OpenAI error response for `s` (404, 400, 503 with Retry-After, ...).
+HttpResponse OpenAiError(const Status& s, const std::string& param);
+
+struct CompletionSetup {
+  OpenAiRequest request;
+  serving::TextModel model;
+  std::vector<std::vector<int32_t>> prompt_ids;  // per prompt
+  std::vector<std::string> prompt_texts;         // per prompt (echo)
+  int32_t max_tokens = 16;
+  uint64_t seed = 0;  // choice j of a prompt samples with seed + j
+  std::string id;     // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+};
+
+class Completion : public std::enable_shared_from_this<Completion> {
+ public:
+  Completion(CompletionSetup setup, std::shared_ptr<HttpReply> reply);
+  ~Completion();
+  // Submits every choice; the reply is sent when they have ended.
+  void Start(serving::Server* server);
+
+ private:
+  struct LogprobEntry {
+    int32_t id;
+    float logprob;
+    std::vector<std::pair<int32_t, float>> top;
+    size_t text_offset;
+  };
+  struct Choice;
+
+  serving::InferRequest BuildRequest(size_t prompt, int64_t j) const;
+  void OnResponse(size_t index, serving::InferResponse&& resp);
+  // Appends new tokens to the choice's text; ends it on a stop string.
+  void AddTokens(Choice& c, const serving::InferResponse& resp);
+  // Ends the choice when its text holds a stop string (the text is cut before it).
+  void CheckStops(Choice& c, size_t new_from);
+  void Fail(const Status& error);
+  void StartStream();
+  void SendChunk(Choice& c);
+  void Finish();
+  nlohmann::json LogprobsJson(const std::vector<LogprobEntry>& entries) const;
+  nlohmann::json ChoiceJson(const Choice& c) const;
+  nlohmann::json Usage() const;
+  nlohmann::json Envelope(const char* object) const;
+
+  CompletionSetup s_;
+  serving::Server* server_ = nullptr;
+  std::shared_ptr<HttpReply> reply_;
+  std::vector<std::unique_ptr<Choice>> choices_;
+  size_t max_stop_bytes_ = 0;
+  int num_done_ = 0;
+  bool streaming_ = false;  // the SSE stream has started
+  bool failed_ = false;
+  std::string gone_reason_;  // set when the server gave up on the client
+};
+
+}  // namespace inflight::frontends

@@ -1,0 +1,193 @@
+#include "frontends/openai_frontend.h"
+
+#include <chrono>
+#include <random>
+
+#include "frontends/kserve_json.h"
+#include "frontends/openai_completion.h"
+#include "frontends/openai_json.h"
+#include "jinja/value.h"
+#include "serving/text_model.h"
+
+namespace inflight::frontends {
+namespace {
+
+using nlohmann::json;
+
+int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A random id suffix, and a random seed for requests that name none (as OpenAI: unseeded
+// sampling differs between requests). Seeds stay below 2^53: they travel as numbers.
+uint64_t RandomBits() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+std::string RandomId(const char* prefix) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string id = prefix;
+  for (uint64_t bits = RandomBits(), i = 0; i < 16; ++i, bits >>= 4) id += kHex[bits & 15];
+  return id;
+}
+
+// The chat template's variables: the messages, add_generation_prompt, the tokenizer's BOS/EOS
+// text, and the request's chat_template_kwargs (e.g. Qwen3's enable_thinking).
+StatusOr<jinja::Value> TemplateContext(const OpenAiRequest& r, const Tokenizer& tok) {
+  json ctx = r.template_kwargs;
+  ctx["messages"] = r.messages;
+  ctx["add_generation_prompt"] = r.add_generation_prompt;
+  ctx["bos_token"] = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
+  ctx["eos_token"] = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
+  return jinja::ValueFromJson(Dump(ctx));
+}
+
+}  // namespace
+
+OpenAiFrontend::OpenAiFrontend(serving::Server* server, OpenAiOptions options)
+    : server_(server), options_(std::move(options)) {}
+
+Status OpenAiFrontend::Init() {
+  if (options_.chat_template.empty()) return OkStatus();
+  auto t = TemplateFor(options_.chat_template);
+  if (!t.ok()) return InvalidArgumentError("--chat-template: " + t.status().message());
+  return OkStatus();
+}
+
+StatusOr<std::shared_ptr<const jinja::Template>> OpenAiFrontend::TemplateFor(const std::string& source) {
+  std::lock_guard<std::mutex> lock(templates_mu_);
+  auto it = templates_.find(source);
+  if (it != templates_.end()) return it->second;
+  auto parsed = jinja::Template::Parse(source);
+  if (!parsed.ok()) return parsed.status();
+  // Templates come from loaded models and the command line; a reload may bring new ones.
+  if (templates_.size() >= 64) templates_.clear();
+  auto t = std::make_shared<const jinja::Template>(std::move(parsed).value());
+  templates_.emplace(source, t);
+  return t;
+}
+
+void OpenAiFrontend::Handle(const HttpRequest& req, const std::vector<std::string>& seg, std::shared_ptr<HttpReply> reply) {
+  auto method = [&](const char* want) {
+    if (req.method == want) return true;
+    reply->Send({405, "application/json", Dump(OpenAiErrorJson(405, "method " + req.method + " is not allowed here")), {}});
+    return false;
+  };
+  if (seg.size() >= 2 && seg[1] == "models" && seg.size() <= 3) {
+    if (method("GET")) Models(seg, reply);
+    return;
+  }
+  if (seg == std::vector<std::string>{"v1", "completions"}) {
+    if (method("POST")) Generate(req, false, std::move(reply));
+    return;
+  }
+  if (seg == std::vector<std::string>{"v1", "chat", "completions"}) {
+    if (method("POST")) Generate(req, true, std::move(reply));
+    return;
+  }
+  reply->Send({404, "application/json", Dump(OpenAiErrorJson(404, "no such endpoint: " + req.path)), {}});
+}
+
+void OpenAiFrontend::Models(const std::vector<std::string>& seg, const std::shared_ptr<HttpReply>& reply) {
+  auto entry = [](const std::string& name) {
+    return json{{"id", name}, {"object", "model"}, {"created", NowSeconds()}, {"owned_by", "inflight"}};
+  };
+  if (seg.size() == 3) {
+    auto m = serving::ResolveTextModel(*server_, seg[2]);
+    if (!m.ok()) return reply->Send(OpenAiError(m.status(), "model"));
+    return reply->Send({200, "application/json", Dump(entry(seg[2])), {}});
+  }
+  // Every ready model that can serve text: ensembles, BLS and LLM models with a tokenizer.
+  json data = json::array();
+  for (const auto& e : server_->RepositoryIndex(/*ready_only=*/true)) {
+    if (serving::ResolveTextModel(*server_, e.name).ok()) data.push_back(entry(e.name));
+  }
+  reply->Send({200, "application/json", Dump(json{{"object", "list"}, {"data", data}}), {}});
+}
+
+void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, std::shared_ptr<HttpReply> reply) {
+  std::string param;
+  auto parsed = ParseOpenAiRequest(req.body, chat, &param);
+  if (!parsed.ok()) return reply->Send(OpenAiError(parsed.status(), param));
+  CompletionSetup setup;
+  setup.request = std::move(parsed).value();
+  const OpenAiRequest& r = setup.request;
+  auto model = serving::ResolveTextModel(*server_, r.model);
+  if (!model.ok()) {
+    if (model.status().code() == StatusCode::kNotFound) {
+      return reply->Send(OpenAiError(NotFoundError("The model '" + r.model + "' does not exist"), "model"));
+    }
+    return reply->Send(OpenAiError(model.status(), "model"));
+  }
+  setup.model = std::move(model).value();
+  const Tokenizer& tok = *setup.model.tokenizer;
+  if (r.echo && r.logprobs) {
+    return reply->Send(OpenAiError(UnimplementedError("echo with logprobs (log-probabilities of the prompt) is not supported"), "echo"));
+  }
+  for (const auto& [id, bias] : r.logit_bias) {
+    if (id >= tok.vocab_size()) {
+      return reply->Send(OpenAiError(InvalidArgumentError("logit_bias names token " + std::to_string(id) + ", past the vocabulary of " +
+                                                          std::to_string(tok.vocab_size())), "logit_bias"));
+    }
+  }
+  if (chat) {
+    const std::string& source = options_.chat_template.empty() ? tok.spec().chat_template : options_.chat_template;
+    if (source.empty()) {
+      return reply->Send(OpenAiError(InvalidArgumentError("model '" + r.model + "' has no chat template (give the server one with --chat-template)"), "messages"));
+    }
+    auto tmpl = TemplateFor(source);
+    if (!tmpl.ok()) return reply->Send(OpenAiError(InvalidArgumentError("the model's chat template: " + tmpl.status().message()), "messages"));
+    auto ctx = TemplateContext(r, tok);
+    if (!ctx.ok()) return reply->Send(OpenAiError(ctx.status(), "messages"));
+    auto prompt = (*tmpl)->Render(*ctx);
+    if (!prompt.ok()) return reply->Send(OpenAiError(InvalidArgumentError("chat template: " + prompt.status().message()), "messages"));
+    // The template writes the special tokens itself (as Hugging Face's apply_chat_template).
+    setup.prompt_ids.push_back(tok.Encode(*prompt, /*add_special=*/false, /*parse_special=*/true));
+    setup.prompt_texts.push_back(std::move(prompt).value());
+  } else {
+    for (const OpenAiPrompt& p : r.prompts) {
+      if (p.is_ids) {
+        std::vector<int32_t> ids;
+        for (int64_t id : p.ids) {
+          if (id < 0 || id >= tok.vocab_size()) {
+            return reply->Send(OpenAiError(InvalidArgumentError("prompt token id " + std::to_string(id) + " is outside the vocabulary"), "prompt"));
+          }
+          ids.push_back(static_cast<int32_t>(id));
+        }
+        setup.prompt_texts.push_back(tok.Decode(ids, setup.model.skip_special_tokens));
+        setup.prompt_ids.push_back(std::move(ids));
+      } else {
+        setup.prompt_ids.push_back(tok.Encode(p.text, setup.model.add_special_tokens));
+        setup.prompt_texts.push_back(p.text);
+      }
+    }
+  }
+  int64_t longest = 0;
+  for (const auto& ids : setup.prompt_ids) {
+    if (ids.empty()) return reply->Send(OpenAiError(InvalidArgumentError("the prompt is empty"), chat ? "messages" : "prompt"));
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+  }
+  const int64_t context = setup.model.context_length;
+  if (context > 0 && longest >= context) {
+    return reply->Send(OpenAiError(InvalidArgumentError("the prompt is " + std::to_string(longest) + " tokens; this model's context is " +
+                                                        std::to_string(context) + " tokens"), chat ? "messages" : "prompt"));
+  }
+  if (context > 0 && r.max_tokens && longest + *r.max_tokens > context) {
+    return reply->Send(OpenAiError(InvalidArgumentError("This model's maximum context length is " + std::to_string(context) +
+                                                        " tokens. However, you requested " + std::to_string(longest + *r.max_tokens) +
+                                                        " tokens (" + std::to_string(longest) + " in the prompt, " +
+                                                        std::to_string(*r.max_tokens) + " for the completion)."), "max_tokens"));
+  }
+  // Without max_tokens: 16 for completions (OpenAI's default), the rest of the context for chat.
+  int64_t max_tokens = r.max_tokens.value_or(chat ? (context > 0 ? context - longest : 4096) : 16);
+  if (context > 0) max_tokens = std::min(max_tokens, context - longest);
+  setup.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, max_tokens));
+  setup.seed = r.seed.value_or(RandomBits() >> 11);
+  setup.id = RandomId(chat ? "chatcmpl-" : "cmpl-");
+  setup.created = NowSeconds();
+  auto completion = std::make_shared<Completion>(std::move(setup), reply);
+  completion->Start(server_);
+}
+
+}  // namespace inflight::frontends
