@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   WorkloadOptions wo;
   bool json_only = false, allow_early_stop = false;
   ro.client.model.clear();
-  app.add_option("--protocol,-i", protocol, "http (KServe generate_stream), grpc (ModelStreamInfer, token ids) or openai");
+  app.add_option("--protocol,-i", protocol, "http (KServe generate_stream), grpc (ModelStreamInfer, token ids), openai (/v1/completions) or openai-chat (/v1/chat/completions)");
   app.add_option("--url,-u", url, "host:port (default localhost:8000, gRPC :8001)");
   app.add_option("--model,-m", ro.client.model, "Model name (default: ensemble for http, tensorrt_llm for grpc)");
   app.add_option("--tokenizer", tokenizer_path, "Tokenizer of the served model (GGUF, HF folder, tokenizer.model)");

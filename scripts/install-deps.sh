@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what inflight needs to build and test on Debian 12: Debian -dev packages (and
-# python3-jinja2, the chat-template reference) and the npm packages of the tokenizer oracle
-# (tools/oracle). Safe to run again.
+# python3-jinja2, the chat-template reference; chromium, for the web page's browser test) and
+# the npm packages the tests use (tools/oracle: the tokenizer oracle, the OpenAI SDK,
+# playwright-core). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +10,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
   libsentencepiece-dev python3-sentencepiece python3-jinja2 libcli11-dev clang libclang-rt-14-dev nodejs npm
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev libboost-dev prometheus-cpp-dev
-  prometheus curl)
+  prometheus curl chromium)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -461,6 +461,61 @@ TEST_F(OpenAiTest, TheOfficialNodeSdkWorksAgainstTheServer) {
   EXPECT_EQ(failures(), failed0 + 1);
 }
 
+// The web page in headless Chromium: the playground streams an answer, the dashboard moves
+// under a load from inflight-bench, no console errors (tests/web_test.mjs; screenshots in
+// the build folder's web-screenshots/).
+TEST_F(OpenAiTest, ThePageStreamsAndTheDashboardMovesUnderLoad) {
+  const std::string driver = testing::SourceDir() + "/tools/oracle/node_modules/playwright-core/package.json";
+  if (!fs::exists(driver) || !fs::exists("/usr/bin/chromium")) {
+    if (std::getenv("CI") && std::string(std::getenv("CI")) == "true") FAIL() << "chromium or playwright-core is not installed";
+    GTEST_SKIP() << "chromium or npm playwright-core not installed (bash scripts/install-deps.sh installs both)";
+  }
+  const std::string shots = std::string(INFLIGHT_BINARY_DIR) + "/web-screenshots";
+  const std::string cmd = "node " + testing::SourceDir() + "/tests/web_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) +
+                          " " + INFLIGHT_BINARY_DIR + "/apps/inflight-bench " + DemoModel() + " " + shots + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("web: all checks passed"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(shots + "/playground.png") && fs::exists(shots + "/dashboard.png"));
+  std::printf("%s", out.c_str());
+}
+
+TEST_F(OpenAiTest, TheLiveStreamAndThePageAreServed) {
+  httplib::Client c("127.0.0.1", server_->http_port);
+  auto page = c.Get("/");
+  ASSERT_TRUE(page && page->status == 200);
+  EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  EXPECT_NE(page->body.find("/inflight/live"), std::string::npos);
+  auto snap = c.Get("/inflight/snapshot");
+  ASSERT_TRUE(snap && snap->status == 200);
+  json j = json::parse(snap->body);
+  ASSERT_EQ(j["models"].size(), 1u);
+  EXPECT_EQ(j["models"][0]["model"], "tensorrt_llm");
+  EXPECT_EQ(j["models"][0]["kv_blocks"]["total"].get<int>(),
+            j["models"][0]["kv_blocks"]["used"].get<int>() + j["models"][0]["kv_blocks"]["free"].get<int>() +
+                j["models"][0]["kv_blocks"]["cached"].get<int>());
+  // The live stream sends a snapshot at once and then about twice a second.
+  httplib::Client live("127.0.0.1", server_->http_port);
+  int events = 0;
+  const auto start = std::chrono::steady_clock::now();
+  live.Get("/inflight/live", [&](const char* data, size_t n) {
+    events += static_cast<int>(std::count(data, data + n, '\n')) / 2;
+    return events < 4;
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(events, 4);
+  EXPECT_GE(seconds, 1.0);   // 1 at once + 3 more at 0.5 s each
+  EXPECT_LT(seconds, 10.0);
+  auto post = c.Post("/inflight/live", "", "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+}
+
 // The parser alone: the fields the API names, and its bounds.
 TEST(OpenAiParseTest, FieldsAndBounds) {
   std::string param;

@@ -78,12 +78,18 @@ class HttpClient : public LlmClient {
     out.start = Clock::now();
     json body;
     std::string path;
-    if (o_.protocol == Protocol::kOpenAi) {
-      path = "/v1/completions";
-      body = {{"model", o_.model}, {"prompt", r.text}, {"max_tokens", r.max_tokens}, {"stream", r.streaming}};
+    const bool openai = o_.protocol == Protocol::kOpenAi || o_.protocol == Protocol::kOpenAiChat;
+    const bool chat = o_.protocol == Protocol::kOpenAiChat;
+    if (openai) {
+      path = chat ? "/v1/chat/completions" : "/v1/completions";
+      body = {{"model", o_.model}, {"max_tokens", r.max_tokens}, {"stream", r.streaming}};
+      if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", r.text}}});
+      else body["prompt"] = r.text;
       if (r.temperature) body["temperature"] = *r.temperature;
       if (r.top_p) body["top_p"] = *r.top_p;
+      if (r.top_k) body["top_k"] = *r.top_k;
       if (r.seed) body["seed"] = *r.seed;
+      if (r.min_tokens) body["min_tokens"] = *r.min_tokens;  // vLLM's extension, served by inflight
     } else if (!r.input_ids.empty()) {
       // The tensorrt_llm model's own input names.
       path = "/v2/models/" + o_.model + (r.streaming ? "/generate_stream" : "/generate");
@@ -106,7 +112,7 @@ class HttpClient : public LlmClient {
       if (r.min_tokens) body["min_tokens"] = *r.min_tokens;
       if (r.end_id) body["end_id"] = *r.end_id;
     }
-    if (o_.protocol != Protocol::kOpenAi) {
+    if (!openai) {
       if (!r.id.empty()) body["id"] = r.id;
       if (r.return_log_probs) body["return_log_probs"] = true;
       if (r.return_context_logits) body["return_context_logits"] = true;
@@ -137,12 +143,21 @@ class HttpClient : public LlmClient {
           stream_error = "unparsable event: " + payload.substr(0, 200);
           return false;
         }
-        if (o_.protocol == Protocol::kOpenAi) {
+        if (openai) {
           if (j.contains("error")) {
             stream_error = j["error"].dump();
             return false;
           }
-          if (j.contains("choices") && !j["choices"].empty()) e.text = j["choices"][0].value("text", "");
+          // A chunk is one token; a chat stream's opening chunk (the role) and the usage
+          // chunk carry none.
+          if (!j.contains("choices") || j["choices"].empty()) continue;
+          const json& c = j["choices"][0];
+          if (chat) {
+            if (c.contains("delta") && c["delta"].contains("role") && c["delta"].value("content", "").empty()) continue;
+            e.text = c.contains("delta") ? c["delta"].value("content", "") : "";
+          } else {
+            e.text = c.value("text", "");
+          }
           e.num_tokens = 1;
         } else if (auto err = ParseGenerateObject(j, &e)) {
           stream_error = *err;
@@ -184,8 +199,11 @@ class HttpClient : public LlmClient {
         out.error_kind = "protocol";
         return out;
       }
-      if (o_.protocol == Protocol::kOpenAi) {
-        if (j.contains("choices") && !j["choices"].empty()) e.text = j["choices"][0].value("text", "");
+      if (openai) {
+        if (j.contains("choices") && !j["choices"].empty()) {
+          const json& c = j["choices"][0];
+          e.text = chat ? (c.contains("message") ? c["message"].value("content", "") : "") : c.value("text", "");
+        }
         e.num_tokens = j.contains("usage") ? j["usage"].value("completion_tokens", 0) : 0;
       } else if (auto err = ParseGenerateObject(j, &e)) {
         out.status = InternalError(*err);
@@ -338,7 +356,8 @@ StatusOr<Protocol> ProtocolFromName(const std::string& name) {
   if (name == "http") return Protocol::kKserveHttp;
   if (name == "grpc") return Protocol::kGrpc;
   if (name == "openai") return Protocol::kOpenAi;
-  return InvalidArgumentError("protocol must be http, grpc or openai, got '" + name + "'");
+  if (name == "openai-chat") return Protocol::kOpenAiChat;
+  return InvalidArgumentError("protocol must be http, grpc, openai or openai-chat, got '" + name + "'");
 }
 
 std::unique_ptr<LlmClient> CreateClient(const ClientOptions& options) {

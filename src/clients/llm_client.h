@@ -22,8 +22,9 @@ enum class Protocol {
   kKserveHttp,  // POST /v2/models/{model}/generate[_stream] with text_input (or input_ids)
   kGrpc,        // ModelStreamInfer on a tensorrt_llm-style model: input_ids, request_output_len
   kOpenAi,      // POST /v1/completions (stream: true)
+  kOpenAiChat,  // POST /v1/chat/completions, the prompt as one user message
 };
-StatusOr<Protocol> ProtocolFromName(const std::string& name);  // http|grpc|openai
+StatusOr<Protocol> ProtocolFromName(const std::string& name);  // http|grpc|openai|openai-chat
 
 struct GenRequest {
   std::string id;

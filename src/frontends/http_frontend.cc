@@ -98,8 +98,9 @@ serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply, OnRe
 
 class Handlers {
  public:
-  Handlers(serving::Server* s, SharedMemoryRegistry* shm, std::shared_ptr<OpenAiFrontend> openai)
-      : s_(s), shm_(*shm), openai_(std::move(openai)) {}
+  Handlers(serving::Server* s, SharedMemoryRegistry* shm, std::shared_ptr<OpenAiFrontend> openai,
+           std::shared_ptr<WebFrontend> web)
+      : s_(s), shm_(*shm), openai_(std::move(openai)), web_(std::move(web)) {}
 
   void Dispatch(HttpRequest req, std::shared_ptr<HttpReply> reply) {
     const auto seg = Split(req.path);
@@ -118,6 +119,7 @@ class Handlers {
       return;
     }
     if (!seg.empty() && seg[0] == "v1") return openai_->Handle(req, seg, std::move(reply));
+    if (web_->Handle(req, reply)) return;
     if (seg == std::vector<std::string>{"v2"}) {
       if (method(get)) reply->Send(Json(200, ServerMetadata()));
       return;
@@ -460,6 +462,7 @@ class Handlers {
   serving::Server* s_;
   SharedMemoryRegistry& shm_;  // shared with the gRPC frontend, as in Triton
   std::shared_ptr<OpenAiFrontend> openai_;
+  std::shared_ptr<WebFrontend> web_;
 };
 
 }  // namespace
@@ -467,13 +470,14 @@ class Handlers {
 HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm,
                            OpenAiOptions openai)
     : server_(server), options_(std::move(options)), shm_(shm),
-      openai_(std::make_shared<OpenAiFrontend>(server, std::move(openai))) {}
+      openai_(std::make_shared<OpenAiFrontend>(server, std::move(openai))),
+      web_(std::make_shared<WebFrontend>(server)) {}
 
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 StatusOr<int> HttpFrontend::Start() {
   RETURN_IF_ERROR(openai_->Init());
-  auto handlers = std::make_shared<Handlers>(server_, shm_, openai_);
+  auto handlers = std::make_shared<Handlers>(server_, shm_, openai_, web_);
   http_ = std::make_unique<HttpServer>(options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
     try {
       handlers->Dispatch(std::move(req), reply);
@@ -490,6 +494,7 @@ void HttpFrontend::StopAccepting() {
 }
 
 void HttpFrontend::Stop(std::chrono::milliseconds grace) {
+  web_->Stop();  // live dashboards end; their connections close with the rest
   if (http_) http_->Stop(grace);
 }
 

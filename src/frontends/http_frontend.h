@@ -9,6 +9,7 @@
 
 #include "frontends/http_server.h"
 #include "frontends/openai_frontend.h"
+#include "frontends/web_frontend.h"
 #include "frontends/shared_memory.h"
 #include "serving/server.h"
 
@@ -33,6 +34,7 @@ class HttpFrontend {
   HttpServerOptions options_;
   SharedMemoryRegistry* shm_;
   std::shared_ptr<OpenAiFrontend> openai_;
+  std::shared_ptr<WebFrontend> web_;
   std::unique_ptr<HttpServer> http_;
 };
 

@@ -101,6 +101,8 @@ InferRequest Completion::BuildRequest(size_t p, int64_t j) const {
   if ((q.stream || !q.stop.empty()) && s_.model.streaming) {
     r.inputs.push_back(InferTensor::FromDoubles("streaming", inference::TYPE_BOOL, shape({1}), {1.0}));
   }
+  const int64_t min_tokens = q.ignore_eos ? s_.max_tokens : std::min<int64_t>(q.min_tokens, s_.max_tokens);
+  if (min_tokens > 0) r.inputs.push_back(scalar_i("min_tokens", min_tokens));
   r.inputs.push_back(scalar_f("temperature", q.temperature));
   // The LLM model decodes greedily without top-k and top-p: top_p is always sent (1 = off).
   r.inputs.push_back(scalar_f("runtime_top_p", q.top_p));

@@ -246,6 +246,9 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std
     RETURN_IF_ERROR(f.Integer(key, 1, std::numeric_limits<int32_t>::max(), &max_tokens));
     r.max_tokens = max_tokens;
   }
+  RETURN_IF_ERROR(f.Integer("min_tokens", 0, std::numeric_limits<int32_t>::max(), &r.min_tokens));
+  if (r.max_tokens && r.min_tokens > *r.max_tokens) return f.Fail("min_tokens", "'min_tokens' must not exceed 'max_tokens'");
+  RETURN_IF_ERROR(f.Bool("ignore_eos", &r.ignore_eos));
   RETURN_IF_ERROR(f.Number("temperature", 0.0, 2.0, &r.temperature));
   RETURN_IF_ERROR(f.Number("top_p", 0.0, 1.0, &r.top_p));
   if (r.top_p <= 0.0) return f.Fail("top_p", "'top_p' must be greater than 0");

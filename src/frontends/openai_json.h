@@ -50,6 +50,8 @@ struct OpenAiRequest {
   std::vector<std::pair<int64_t, double>> logit_bias;
   bool logprobs = false;
   int64_t top_logprobs = 0;
+  int64_t min_tokens = 0;   // vLLM's extension: EOS is not taken before this many tokens
+  bool ignore_eos = false;  // vLLM's extension: run to max_tokens
   bool echo = false;  // completions
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

@@ -16,6 +16,7 @@ class Tokenizer;
 namespace inflight::serving {
 
 class Metrics;
+struct LlmLiveSnapshot;
 
 // Runs requests for other models (what an ensemble or BLS model calls). Thread-safe.
 class InferenceRunner {
@@ -47,6 +48,8 @@ class ModelBackend {
   virtual std::shared_ptr<const Tokenizer> tokenizer() const { return nullptr; }
   // Tokens a sequence may hold (prompt + output) for an LLM model; 0 for other models.
   virtual int64_t context_length() const { return 0; }
+  // An LLM model fills the live view of its engine (the web dashboard) and returns true.
+  virtual bool LiveSnapshot(LlmLiveSnapshot* /*out*/) const { return false; }
 };
 
 // Chooses the backend from the config: platform "ensemble"; backend "tensorrtllm" (or a python

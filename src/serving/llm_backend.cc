@@ -15,6 +15,7 @@
 #include "engine/output_stream.h"
 #include "engine/executor.h"
 #include "model/model.h"
+#include "serving/live_stats.h"
 #include "serving/metrics.h"
 #include "serving/model_config_util.h"
 #include "serving/text_backends.h"
@@ -127,6 +128,17 @@ class LlmBackend : public ModelBackend {
   void Execute(InferRequest request, ResponseSink sink) override;
   std::shared_ptr<const Tokenizer> tokenizer() const override { return tokenizer_; }
   int64_t context_length() const override { return executor_->context_length(); }
+  bool LiveSnapshot(LlmLiveSnapshot* out) const override {
+    out->model = context_.model_name;
+    out->max_batch_size = params_.executor.max_batch_size;
+    out->max_num_tokens = params_.executor.max_num_tokens;
+    out->tokens_per_block = params_.executor.tokens_per_block;
+    out->num_unfinished = executor_->num_unfinished_requests();
+    out->num_queued = executor_->num_queued_requests();
+    out->blocks = executor_->KvBlockCounts();
+    live_stats_.Fill(out);
+    return true;
+  }
   void set_tokenizer(std::shared_ptr<const Tokenizer> t) { tokenizer_ = std::move(t); }
 
  private:
@@ -144,6 +156,7 @@ class LlmBackend : public ModelBackend {
   inference::ModelConfig config_;
   BackendContext context_;
   std::shared_ptr<const Tokenizer> tokenizer_;  // the weights' own (OpenAI frontend); may be null
+  LlmLiveStats live_stats_;                      // the web dashboard's view
 
   std::mutex ids_mu_;  // Triton id -> live executor ids, for `stop` requests
   std::unordered_multimap<std::string, RequestId> live_;
@@ -444,6 +457,7 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
     if (context_.metrics) {
       context_.metrics->ObserveLlmRequest(p->model_name, p->version, res.stats);
     }
+    live_stats_.AddFinished(res.stats);
   }
   if (res.finish_reason == FinishReason::kCancelled && p->cancel->cancelled() && p->failure.ok()) {
     // The client is gone (disconnect, cancelled stream): end as CANCELLED, not as a success.
@@ -516,6 +530,7 @@ void LlmBackend::StatsLoop() {
     if (stop_) break;
     lock.unlock();
     auto stats = executor_->GetLatestIterationStats();
+    live_stats_.AddSteps(stats);
     if (context_.metrics) {
       LlmGaugeInput g;
       g.has_iteration = !stats.empty();

@@ -523,6 +523,22 @@ StatusOr<int64_t> Server::ContextLengthOf(const std::string& name) const {
   return (*l)->backend->context_length();
 }
 
+std::vector<LlmLiveSnapshot> Server::LiveSnapshots() const {
+  std::vector<std::shared_ptr<Loaded>> loaded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, entry] : models_) {
+      if (entry->state == "READY" && !entry->versions.empty()) loaded.push_back(entry->versions.rbegin()->second);
+    }
+  }
+  std::vector<LlmLiveSnapshot> out;
+  for (const auto& l : loaded) {
+    LlmLiveSnapshot s;
+    if (l->backend && l->backend->LiveSnapshot(&s)) out.push_back(std::move(s));
+  }
+  return out;
+}
+
 StatusOr<ModelMetadata> Server::GetModelMetadata(const std::string& name, const std::string& version) const {
   auto l = Find(name, version);
   if (!l.ok()) return l.status();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "serving/backend.h"
+#include "serving/live_stats.h"
 #include "serving/metrics.h"
 #include "serving/trace.h"
 
@@ -101,6 +102,8 @@ class Server : public InferenceRunner {
   StatusOr<std::shared_ptr<const Tokenizer>> TokenizerOf(const std::string& name) const;
   // ModelBackend::context_length of a ready model. NOT_FOUND for an unknown model.
   StatusOr<int64_t> ContextLengthOf(const std::string& name) const;
+  // The live view of every ready LLM model's engine (the web dashboard), by model name.
+  std::vector<LlmLiveSnapshot> LiveSnapshots() const;
 
   Metrics& metrics() { return metrics_; }
   Tracer& tracer() { return tracer_; }

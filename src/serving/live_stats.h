@@ -1,0 +1,51 @@
+// A live view of one LLM model's engine for the web dashboard: the recent steps (batch size,
+// context and generation tokens, KV blocks, why requests waited), generated tokens per second,
+// and the time-to-first-token histogram of finished requests. Written by the LLM backend's
+// stats and delivery threads, read by the dashboard's; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/executor_config.h"
+#include "engine/request.h"
+#include "kvcache/block_manager.h"
+
+namespace inflight::serving {
+
+struct LlmLiveSnapshot {
+  std::string model;
+  int32_t max_batch_size = 0, max_num_tokens = 0, tokens_per_block = 0;
+  // Now (not per step): requests holding state or running, waiting to start, KV blocks.
+  int64_t num_unfinished = 0, num_queued = 0;
+  BlockCounts blocks;
+  std::vector<IterationStats> steps;  // the most recent, oldest first
+  double generated_tokens_per_s = 0;  // decode tokens over the last two seconds
+  int64_t num_finished = 0;           // requests finished since load
+  std::vector<double> ttft_bounds_ms;  // histogram upper bounds; one more count for the rest
+  std::vector<int64_t> ttft_counts;
+};
+
+class LlmLiveStats {
+ public:
+  static constexpr size_t kMaxSteps = 120;
+
+  void AddSteps(const std::vector<IterationStats>& steps);
+  void AddFinished(const RequestStats& stats);
+  // Fills the step, rate and histogram fields of `out`.
+  void Fill(LlmLiveSnapshot* out) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  mutable std::mutex mu_;
+  std::deque<IterationStats> steps_;
+  std::deque<std::pair<Clock::time_point, int64_t>> generated_;  // (when, tokens) per AddSteps
+  int64_t num_finished_ = 0;
+  std::vector<int64_t> ttft_counts_;
+};
+
+}  // namespace inflight::serving

@@ -1,0 +1,79 @@
+// The web page of a running inflight-server in headless Chromium (Debian's chromium, npm
+// playwright-core): a prompt typed in the playground streams its answer; a load started with
+// inflight-bench moves the dashboard's running count and tokens/s; no console errors.
+// Usage: node web_test.mjs BASE_URL BENCH_BINARY MODEL_FILE SCREENSHOT_DIR
+// Run by tests/openai_test.cc; exits non-zero with a message on the first failed check.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
+
+const require = createRequire(new URL("../tools/oracle/package.json", import.meta.url));
+const { chromium } = require("playwright-core");
+
+const [base, bench, model, shots] = process.argv.slice(2);
+mkdirSync(shots, { recursive: true });
+
+async function main() {
+  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
+  const errors = [];
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(base + "/");
+    await page.waitForFunction(() => [...document.querySelectorAll("#model option")].some((o) => o.value === "ensemble"));
+
+    // Playground: a chat turn, streamed, greedy.
+    await page.selectOption("#mode", "chat");
+    await page.fill("#temperature", "0");
+    await page.fill("#max-tokens", "40");
+    await page.fill("#prompt", "Tell me a story about a cat.");
+    await page.click("#send");
+    await page.waitForFunction(() => document.querySelector("#chat-log .assistant")?.textContent.length > 0, null, { timeout: 30000 });
+    await page.waitForFunction(() => /completion \d+ tokens/.test(document.querySelector("#stats").textContent), null, { timeout: 30000 });
+    const answer = await page.textContent("#chat-log .assistant");
+    const stats = await page.textContent("#stats");
+    assert.ok(answer.trim().length > 0, "no streamed text");
+    assert.match(stats, /tokens\/s/);
+    await page.screenshot({ path: `${shots}/playground.png`, fullPage: true });
+
+    // The same answer as the API gives for the same greedy request.
+    const r = await fetch(base + "/v1/chat/completions", {
+      method: "POST",
+      body: JSON.stringify({ model: "ensemble", messages: [{ role: "user", content: "Tell me a story about a cat." }], max_tokens: 40, temperature: 0, top_p: 1 }),
+    });
+    assert.equal((await r.json()).choices[0].message.content, answer);
+
+    // Dashboard: idle, then under load from inflight-bench.
+    await page.click("#tab-dash");
+    await page.waitForSelector('[data-model="tensorrt_llm"] .v[data-k="running"]');
+    const value = (k) => page.$eval(`[data-model="tensorrt_llm"] .v[data-k="${k}"]`, (e) => e.textContent);
+    const port = new URL(base).port;
+    const load = spawn(bench, ["-i", "openai", "--url", `127.0.0.1:${port}`, "--tokenizer", model, "-n", "48", "--concurrency", "16",
+                               "--no-progress", "token-norm-dist", "--input-mean", "64", "--output-mean", "200"], { stdio: "ignore" });
+    const benchDone = new Promise((resolve) => load.on("exit", (code) => resolve(code)));
+    let maxRunning = 0, maxTps = 0;
+    const deadline = Date.now() + 60000;
+    while (Date.now() < deadline && (maxRunning === 0 || maxTps === 0)) {
+      maxRunning = Math.max(maxRunning, +(await value("running")));
+      maxTps = Math.max(maxTps, +(await value("tps")));
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    await page.screenshot({ path: `${shots}/dashboard.png`, fullPage: true });
+    assert.ok(maxRunning > 0, "the running count never moved");
+    assert.ok(maxTps > 0, "tokens/s never moved");
+    assert.equal(await benchDone, 0, "inflight-bench failed");
+    // After the load the finished count shows it, and the time-to-first-token histogram filled.
+    await page.waitForFunction(() => +document.querySelector('[data-model="tensorrt_llm"] .v[data-k="finished"]').textContent >= 48, null, { timeout: 10000 });
+    assert.deepEqual(errors, [], "console errors");
+    console.log(`web: all checks passed (max running ${maxRunning}, max tokens/s ${maxTps})`);
+  } finally {
+    await browser.close();
+  }
+}
+
+main().catch((e) => {
+  console.error("web check failed:", e);
+  process.exit(1);
+});
