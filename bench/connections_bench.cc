@@ -7,6 +7,9 @@
 //   streams N     N concurrent generate_stream requests (tensorrt_llm, T tokens each, no end
 //                 id) on one poll loop: how many complete with exactly T token events, wall
 //                 time, output tokens/s, and the server's peak RSS
+//   openai-streams N  the same through the OpenAI API: N concurrent streamed
+//                 /v1/chat/completions on the ensemble (ignore_eos, T tokens each): how many
+//                 end with [DONE] and a usage chunk of exactly T completion tokens
 // connections_bench --port P [--server-pid PID] [--tokens T] SCENARIO N
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -179,14 +182,20 @@ struct Stream {
   std::string pending;  // unparsed bytes
   int events = 0;
   bool done = false, failed = false;
+  bool usage_ok = false;  // OpenAI: the usage chunk counted the tokens asked for
 };
 
-int Streams(int n, int tokens) {
-  const std::string body = "{\"input_ids\": [1, 450, 471, 338], \"input_lengths\": 4, \"request_output_len\": " +
-                           std::to_string(tokens) + ", \"end_id\": -1, \"streaming\": true}";
-  const std::string request = "POST /v2/models/tensorrt_llm/generate_stream HTTP/1.1\r\nHost: x\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
+int Streams(int n, int tokens, bool openai) {
+  const std::string body =
+      openai ? "{\"model\": \"ensemble\", \"messages\": [{\"role\": \"user\", \"content\": \"Tell me a story\"}], "
+               "\"max_tokens\": " + std::to_string(tokens) + ", \"ignore_eos\": true, \"stream\": true, "
+               "\"stream_options\": {\"include_usage\": true}}"
+             : "{\"input_ids\": [1, 450, 471, 338], \"input_lengths\": 4, \"request_output_len\": " +
+                   std::to_string(tokens) + ", \"end_id\": -1, \"streaming\": true}";
+  const std::string request = std::string("POST ") + (openai ? "/v1/chat/completions" : "/v2/models/tensorrt_llm/generate_stream") +
+                              " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                               std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string usage = "\"completion_tokens\":" + std::to_string(tokens) + ",";
   std::vector<Stream> streams(n);
   const int64_t rss0 = ServerRssKb();
   int64_t rss_peak = rss0;
@@ -227,6 +236,7 @@ int Streams(int n, int tokens) {
         if (end == std::string::npos) break;
         const std::string event = s.pending.substr(pos, end - pos);
         if (event.find("\"error\"") != std::string::npos) s.failed = true;
+        if (openai && event.find(usage) != std::string::npos) s.usage_ok = true;
         ++s.events;
         s.pending.erase(0, end + 2);
       }
@@ -243,13 +253,15 @@ int Streams(int n, int tokens) {
   int complete = 0;
   int64_t total_events = 0;
   for (auto& s : streams) {
-    complete += !s.failed && s.done && s.events == tokens;
+    complete += !s.failed && s.done && (openai ? s.usage_ok : s.events == tokens);
     total_events += s.events;
     if (s.fd >= 0) close(s.fd);
   }
-  std::printf("%d concurrent streams of %d tokens: %d complete with exactly %d token events, %.1f s, %.0f output tok/s; "
+  std::printf("%d concurrent %s streams of %d tokens: %d complete with exactly %d tokens, %.1f s, %.0f output tok/s; "
               "server RSS %.1f MB -> peak %.1f MB\n",
-              n, tokens, complete, tokens, secs, total_events / secs, rss0 / 1024.0, rss_peak / 1024.0);
+              n, openai ? "OpenAI chat" : "generate_stream", tokens, complete, tokens, secs,
+              static_cast<double>(openai ? static_cast<int64_t>(complete) * tokens : total_events) / secs, rss0 / 1024.0,
+              rss_peak / 1024.0);
   return complete == n ? 0 : 1;
 }
 
@@ -279,7 +291,8 @@ int main(int argc, char** argv) {
   }
   if (scenario == "idle" && n > 0) return Idle(n);
   if (scenario == "slowloris" && n > 0) return Slowloris(n);
-  if (scenario == "streams" && n > 0) return Streams(n, tokens);
-  std::fprintf(stderr, "usage: connections_bench --port P [--server-pid PID] [--tokens T] idle|slowloris|streams N\n");
+  if (scenario == "streams" && n > 0) return Streams(n, tokens, false);
+  if (scenario == "openai-streams" && n > 0) return Streams(n, tokens, true);
+  std::fprintf(stderr, "usage: connections_bench --port P [--server-pid PID] [--tokens T] idle|slowloris|streams|openai-streams N\n");
   return 2;
 }

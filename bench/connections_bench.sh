@@ -2,9 +2,10 @@
 # Connection-scale benchmarks of inflight-server's HTTP side on the bundled demo model
 # (bench/README.md has the latest figures), each against a baseline measured in the same run:
 #   10,000 idle keep-alive connections -> health latency; 1,000 slowloris connections ->
-#   health latency; 2,000 concurrent SSE streams -> all complete, RSS; output tok/s at 16 vs
-#   64 closed-loop clients (inflight-bench); engine-thread time outside the forward pass per
-#   step with 256 concurrent streams (the server's inflight_engine_* counters).
+#   health latency; 2,000 concurrent SSE streams and 1,000 concurrent OpenAI chat streams ->
+#   all complete, RSS; output tok/s at 16 vs 64 closed-loop clients (inflight-bench);
+#   engine-thread time outside the forward pass per step with 256 concurrent streams (the
+#   server's inflight_engine_* counters).
 #   bash bench/connections_bench.sh      # ~3 min
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,8 @@ echo "== slowloris"
 ./build/bench/connections_bench --port $PORT --server-pid $SERVER_PID slowloris 1000
 echo "== concurrent SSE streams"
 ./build/bench/connections_bench --port $PORT --server-pid $SERVER_PID --tokens 64 streams 2000
+echo "== concurrent OpenAI chat streams"
+./build/bench/connections_bench --port $PORT --server-pid $SERVER_PID --tokens 64 openai-streams 1000
 
 counter() { curl -s "localhost:$((PORT + 2))/metrics" | awk -v n="$1" '$1 ~ "^"n"\\{" && /model="tensorrt_llm"/ {print $2}'; }
 echo "== engine-thread time outside the forward pass, 256 concurrent streams"

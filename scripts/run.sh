@@ -16,7 +16,9 @@ cat <<MSG
 Try:
   curl -X POST localhost:${HTTP_PORT:-8000}/v2/models/ensemble/generate -d '{"text_input": "Once upon a time", "max_tokens": 40}'
   curl -N -X POST localhost:${HTTP_PORT:-8000}/v2/models/ensemble/generate_stream -d '{"text_input": "Once upon a time", "max_tokens": 40, "stream": true}'
+  curl localhost:${HTTP_PORT:-8000}/v1/chat/completions -d '{"model": "ensemble", "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 40}'
   curl localhost:${METRICS_PORT:-8002}/metrics
+  open http://localhost:${HTTP_PORT:-8000}/ (playground and the batcher's live dashboard)
 MSG
 exec ./build/apps/inflight-server --model-repository "$REPO" --http-port "${HTTP_PORT:-8000}" \
   --grpc-port "${GRPC_PORT:-8001}" --metrics-port "${METRICS_PORT:-8002}"

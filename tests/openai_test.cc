@@ -109,6 +109,18 @@ double LlmCounter(int metrics_port, const std::string& metric) {
   return sum;
 }
 
+// Runs `node tests/SCRIPT_AND_ARGS`; its exit status and everything it printed.
+std::pair<int, std::string> RunNode(const std::string& script_and_args) {
+  const std::string cmd = "node " + testing::SourceDir() + "/tests/" + script_and_args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  return {pclose(p), out};
+}
+
 const char* kPrompts[] = {"Once upon a time", "The little dog ran to the", "Lily and Ben went to the park. They saw"};
 
 TEST_F(OpenAiTest, ModelsListsTheModelsThatServeText) {
@@ -444,15 +456,8 @@ TEST_F(OpenAiTest, TheOfficialNodeSdkWorksAgainstTheServer) {
   }
   auto failures = [] { return LlmCounter(server_->metrics_port, "nv_inference_request_failure"); };
   const double failed0 = failures();
-  const std::string cmd = "node " + testing::SourceDir() + "/tests/openai_sdk_test.mjs http://127.0.0.1:" +
-                          std::to_string(server_->http_port) + " " + std::to_string(tok_->eos_id()) + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
+  auto [status, out] = RunNode("openai_sdk_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
+                                std::to_string(tok_->eos_id()));
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("openai sdk: all checks passed"), std::string::npos) << out;
   // The aborted stream in the script was cancelled (the one failure) and freed its blocks.
@@ -471,15 +476,9 @@ TEST_F(OpenAiTest, ThePageStreamsAndTheDashboardMovesUnderLoad) {
     GTEST_SKIP() << "chromium or npm playwright-core not installed (bash scripts/install-deps.sh installs both)";
   }
   const std::string shots = std::string(INFLIGHT_BINARY_DIR) + "/web-screenshots";
-  const std::string cmd = "node " + testing::SourceDir() + "/tests/web_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) +
-                          " " + INFLIGHT_BINARY_DIR + "/apps/inflight-bench " + DemoModel() + " " + shots + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << out;
+  auto [status, out] = RunNode("web_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
+                                INFLIGHT_BINARY_DIR + "/apps/inflight-bench " + DemoModel() + " " + shots);
+  EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("web: all checks passed"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(shots + "/playground.png") && fs::exists(shots + "/dashboard.png"));
   std::printf("%s", out.c_str());
