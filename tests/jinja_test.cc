@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -48,13 +49,18 @@ struct Case {
 std::vector<Json> PythonRender(const std::vector<Case>& cases) {
   Json in = Json::array();
   for (const Case& c : cases) in.push_back({{"template", c.source}, {"context", c.context}});
-  const std::string dir = ::testing::TempDir();
-  const std::string in_path = dir + "/jinja_cases.json", out_path = dir + "/jinja_results.json";
+  // Files of this test alone: ctest runs the tests of this binary as parallel processes.
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string stem = ::testing::TempDir() + "/jinja_" + std::to_string(getpid()) + "_" +
+                           (test ? std::string(test->name()) : std::string("cases"));
+  const std::string in_path = stem + "_cases.json", out_path = stem + "_results.json";
   std::ofstream(in_path) << in.dump();
   const std::string cmd = "python3 '" + SourceDir() + "/tests/jinja_reference.py' < '" + in_path + "' > '" + out_path + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream out(out_path);
   Json results = Json::parse(out, nullptr, false);
+  std::remove(in_path.c_str());
+  std::remove(out_path.c_str());
   EXPECT_TRUE(results.is_array() && results.size() == cases.size());
   return results.is_array() ? std::vector<Json>(results.begin(), results.end()) : std::vector<Json>{};
 }
