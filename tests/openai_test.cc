@@ -438,14 +438,29 @@ TEST_F(OpenAiTest, ADisconnectedStreamFreesItsKvBlocks) {
 }
 
 TEST_F(OpenAiTest, RequestsShowInTheServersMetrics) {
-  const double n0 = LlmCounter(server_->metrics_port, "nv_inference_request_success");
-  for (int i = 0; i < 3; ++i) PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", "Hi"}, {"max_tokens", 2}});
-  double n1 = 0;
-  for (int i = 0; i < 50 && n1 < n0 + 3; ++i) {
-    n1 = LlmCounter(server_->metrics_port, "nv_inference_request_success");
-    if (n1 < n0 + 3) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Counted for the LLM model (each choice) and for the model the client named (each request).
+  auto count = [](const char* model, const char* metric) {
+    return testing::MetricValue(testing::MetricsText(server_->metrics_port), metric, {{"model", model}});
+  };
+  const double llm0 = LlmCounter(server_->metrics_port, "nv_inference_request_success");
+  const double ensemble0 = std::max(0.0, count("ensemble", "nv_inference_request_success"));
+  const double bls0 = std::max(0.0, count("tensorrt_llm_bls", "nv_inference_request_success"));
+  for (int i = 0; i < 3; ++i) PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", "Hi"}, {"max_tokens", 2}, {"n", 2}});
+  PostJson("/v1/chat/completions", {{"model", "tensorrt_llm_bls"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}});
+  PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", "Hi"}, {"n", 0}}, 400);  // refused before it ran
+  double llm1 = 0;
+  for (int i = 0; i < 50 && llm1 < llm0 + 7; ++i) {
+    llm1 = LlmCounter(server_->metrics_port, "nv_inference_request_success");
+    if (llm1 < llm0 + 7) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_EQ(n1, n0 + 3);
+  EXPECT_EQ(llm1, llm0 + 7);
+  EXPECT_EQ(count("ensemble", "nv_inference_request_success"), ensemble0 + 3);
+  EXPECT_EQ(count("tensorrt_llm_bls", "nv_inference_request_success"), bls0 + 1);
+  // And in the ensemble's statistics extension.
+  httplib::Client c("127.0.0.1", server_->http_port);
+  auto stats = c.Get("/v2/models/ensemble/stats");
+  ASSERT_TRUE(stats && stats->status == 200);
+  EXPECT_GE(json::parse(stats->body)["model_stats"][0]["inference_stats"]["success"]["count"].get<int>(), 3);
 }
 
 TEST_F(OpenAiTest, TheOfficialNodeSdkWorksAgainstTheServer) {

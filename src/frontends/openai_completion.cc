@@ -163,7 +163,9 @@ void Completion::OnResponse(size_t index, InferResponse&& resp) {
   Choice& c = *choices_[index];
   if (failed_ || c.done) return;  // e.g. the cancelled rest of a choice that met a stop string
   if (!resp.error.ok()) return Fail(gone_reason_.empty() ? resp.error : CancelledError(gone_reason_));
+  if (!first_response_) first_response_ = std::chrono::steady_clock::now();
   AddTokens(c, resp);
+  if (failed_) return;
   if (!c.done && resp.final) {
     const size_t before = c.text.size();
     c.text += c.detok->Flush();
@@ -250,8 +252,13 @@ void Completion::CheckStops(Choice& c, size_t new_from) {
   server_->Infer(std::move(stop), [](InferResponse&&) {});
 }
 
+void Completion::Record(const Status& result) {
+  if (s_.model.name != s_.model.llm_model) server_->RecordTextRequest(s_.model.name, arrival_, first_response_, result);
+}
+
 void Completion::Fail(const Status& error) {
   failed_ = true;
+  Record(error);
   for (const auto& c : choices_) c->cancel->Cancel();
   if (!streaming_) return reply_->Send(OpenAiError(error, ""));
   const int status = HttpStatusOf(error);
@@ -348,6 +355,7 @@ json Completion::ChoiceJson(const Choice& c) const {
 }
 
 void Completion::Finish() {
+  Record(OkStatus());
   if (s_.request.stream) {
     if (s_.request.include_usage) {
       json chunk = Envelope(s_.request.chat ? "chat.completion.chunk" : "text_completion");

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void StartStream();
   void SendChunk(Choice& c);
   void Finish();
+  // Counts the request for the model the client named when that is not the LLM model itself.
+  void Record(const Status& result);
   nlohmann::json LogprobsJson(const std::vector<LogprobEntry>& entries) const;
   nlohmann::json ChoiceJson(const Choice& c) const;
   nlohmann::json Usage() const;
@@ -73,6 +77,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   bool streaming_ = false;  // the SSE stream has started
   bool failed_ = false;
   std::string gone_reason_;  // set when the server gave up on the client
+  std::chrono::steady_clock::time_point arrival_ = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> first_response_;
 };
 
 }  // namespace inflight::frontends

@@ -621,6 +621,26 @@ StatusOr<std::vector<ModelStatistics>> Server::Statistics(const std::string& nam
   return out;
 }
 
+void Server::RecordTextRequest(const std::string& name, Clock::time_point arrival,
+                               std::optional<Clock::time_point> first_response, const Status& result) {
+  auto l = Find(name, "");
+  if (!l.ok()) return;
+  const auto now = Clock::now();
+  CallTimes call;
+  call.arrival = call.handed = arrival;
+  call.last = first_response.value_or(arrival);
+  if (first_response) call.first_response_ms = std::chrono::duration<double, std::milli>(*first_response - arrival).count();
+  InferResponse final_response;
+  final_response.final = true;
+  final_response.error = result;
+  if (result.ok()) final_response.outputs.emplace_back();  // counted as a response with data
+  {
+    std::lock_guard<std::mutex> lock((*l)->stats_mu);
+    RecordResponse(final_response, now, &call, &(*l)->stats);
+  }
+  metrics_.RecordInference((*l)->name, std::to_string((*l)->version), FinalRecord(call, result, now));
+}
+
 void Server::Infer(InferRequest r, ResponseSink sink) {
   const auto arrival = Clock::now();
   const uint64_t arrival_ns = Tracer::NowNs();

@@ -92,6 +92,12 @@ class Server : public InferenceRunner {
   // All models when name is empty. NOT_FOUND for an unknown model.
   StatusOr<std::vector<ModelStatistics>> Statistics(const std::string& name, const std::string& version) const;
 
+  // Counts one request a text API served for `name` (an ensemble or BLS model) by running its
+  // LLM model directly, in `name`'s statistics and metrics as if `name` had run it (the LLM
+  // model counts its own requests). `first_response` is unset when none came.
+  void RecordTextRequest(const std::string& name, std::chrono::steady_clock::time_point arrival,
+                         std::optional<std::chrono::steady_clock::time_point> first_response, const Status& result);
+
   // Checks the request against the model config and runs it; every outcome, errors included,
   // arrives through `sink` (exactly one final response).
   void Infer(InferRequest request, ResponseSink sink) override;
