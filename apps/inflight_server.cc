@@ -81,6 +81,9 @@ int main(int argc, char** argv) {
   std::string chat_template_path;
   app.add_option("--chat-template", chat_template_path, "A Jinja chat template file used for every model's chat requests "
                  "instead of the model's own")->envname("INFLIGHT_CHAT_TEMPLATE");
+  app.add_option("--model-path-allow", so.allowed_model_paths,
+                 "A folder outside the repository whose files model configs may name (repeatable); every other "
+                 "path a config names must lie inside the repository")->envname("INFLIGHT_MODEL_PATH_ALLOW");
   app.add_option("--exit-timeout-secs", so.exit_timeout_secs, "Time running requests get at shutdown")
       ->envname("INFLIGHT_EXIT_TIMEOUT_SECS")->check(CLI::Range(0, 86400));
 
@@ -99,8 +102,13 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--enable-kv-cache-reuse", init.enable_kv_cache_reuse);
   init_cmd->add_option("--exclude-input-in-output", init.exclude_input_in_output);
   init_cmd->add_flag("--force", init.force, "Overwrite an existing repository's configs");
+  bool model_in_place = false;
+  init_cmd->add_flag("--model-in-place", model_in_place,
+                     "Name the model where it is instead of linking it into <out>/weights (the server then needs "
+                     "--model-path-allow for its folder)");
   CLI11_PARSE(app, argc, argv);
 
+  init.model_in_repository = !model_in_place;
   if (*init_cmd) {
     Status s = serving::InitRepository(init);
     if (!s.ok()) return Fail(s);

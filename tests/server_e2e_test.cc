@@ -906,6 +906,7 @@ TEST(ServerPollModeTest, NewAndRemovedModelsAreNoticed) {
                           " --out " + full.string() + " > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   fs::create_directories(repo);
+  fs::copy(full / "weights", repo / "weights", fs::copy_options::recursive);  // what the configs name
   fs::copy(full / "preprocessing", repo / "preprocessing", fs::copy_options::recursive);
   auto server = ServerProcess::Start({"--model-repository", repo.string(), "--model-control-mode", "poll",
                                       "--repository-poll-secs", "1"});

@@ -126,6 +126,7 @@ class DetokenizerStreamTest : public ::testing::Test {
         << tokenizer << "\" } }\n";
     ServerOptions o;
     o.repository = dir_.string();
+    o.allowed_model_paths = {fs::path(tokenizer).parent_path().string()};  // the tokenizer lies outside the repository
     auto s = Server::Create(o);
     EXPECT_TRUE(s.ok());
     EXPECT_TRUE((*s)->ModelReady("postprocessing", ""));

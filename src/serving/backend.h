@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "model_config.pb.h"
@@ -34,6 +35,9 @@ struct BackendContext {
   std::string version_dir;  // <repository>/<model>/<version>
   InferenceRunner* runner = nullptr;
   Metrics* metrics = nullptr;
+  // Canonical folders the files a config names must lie in (the repository, allow-listed
+  // folders); see ConfinedPath.
+  std::vector<std::string> allowed_roots;
 };
 
 class ModelBackend {

@@ -235,15 +235,44 @@ std::string BlsConfig(const InitRepoOptions& o) {
   return c.str();
 }
 
+// Puts the model (a file or a Hugging Face folder) into `weights`: hard links where the
+// filesystem allows, copies elsewhere. Returns the path the configs name, relative to a model
+// folder ("../weights/<name>").
+StatusOr<std::string> PlaceModel(const fs::path& model, const fs::path& weights) {
+  std::error_code ec;
+  const fs::path target = weights / model.filename();
+  if (fs::equivalent(model, target, ec)) return "../weights/" + model.filename().string();
+  fs::create_directories(weights, ec);
+  if (ec) return InvalidArgumentError("cannot create '" + weights.string() + "': " + ec.message());
+  fs::remove_all(target, ec);
+  if (fs::is_directory(model)) {
+    fs::copy(model, target, fs::copy_options::recursive | fs::copy_options::create_hard_links, ec);
+    if (ec) {
+      fs::remove_all(target, ec);
+      fs::copy(model, target, fs::copy_options::recursive, ec);
+    }
+  } else {
+    fs::create_hard_link(model, target, ec);
+    if (ec) fs::copy_file(model, target, fs::copy_options::overwrite_existing, ec);
+  }
+  if (ec) return InvalidArgumentError("cannot put '" + model.string() + "' into '" + weights.string() + "': " + ec.message());
+  return "../weights/" + model.filename().string();
+}
+
 }  // namespace
 
 Status InitRepository(const InitRepoOptions& o) {
   std::error_code ec;
   if (!fs::exists(o.model_path, ec)) return NotFoundError("--model '" + o.model_path + "' does not exist");
-  const std::string model = fs::absolute(o.model_path).lexically_normal().string();
+  std::string model = fs::absolute(o.model_path).lexically_normal().string();
   const fs::path out(o.out_dir);
   if (fs::exists(out / "tensorrt_llm" / "config.pbtxt") && !o.force) {
     return InvalidArgumentError("'" + o.out_dir + "' already holds a repository (use --force to overwrite)");
+  }
+  if (o.model_in_repository) {
+    auto placed = PlaceModel(fs::path(model), out / "weights");
+    if (!placed.ok()) return placed.status();
+    model = *placed;
   }
   const std::vector<std::pair<std::string, std::string>> models = {
       {"preprocessing", PreprocessingConfig(o, model)}, {"tensorrt_llm", LlmConfig(o, model)},

@@ -23,6 +23,11 @@ struct InitRepoOptions {
   int32_t max_queue_size = 0;
   bool exclude_input_in_output = false;
   bool force = false;  // overwrite an existing folder's configs
+  // The model goes into the repository (<out>/weights/, a hard link where the filesystem
+  // allows, else a copy) and the configs name it relatively, so the server's confinement of
+  // config paths to the repository holds. False: the configs name the model where it is (the
+  // server then needs --model-path-allow for its folder).
+  bool model_in_repository = true;
 };
 
 // INVALID_ARGUMENT / NOT_FOUND naming the path on failure. Every written config is parsed back

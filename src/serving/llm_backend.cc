@@ -18,6 +18,7 @@
 #include "serving/live_stats.h"
 #include "serving/metrics.h"
 #include "serving/model_config_util.h"
+#include "serving/model_paths.h"
 #include "serving/text_backends.h"
 #include "serving/word_list.h"
 
@@ -600,11 +601,9 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   if (!params.ok()) return params.status();
   auto path = GetParameter(config, "gpt_model_path");
   if (!path) return InvalidArgumentError("parameter gpt_model_path: no model path given");
-  fs::path model_path(*path);
-  if (model_path.is_relative()) model_path = fs::path(context.model_dir) / model_path;
-  if (!fs::exists(model_path)) {
-    return NotFoundError("parameter gpt_model_path: '" + model_path.string() + "' does not exist");
-  }
+  auto confined = ConfinedPath("gpt_model_path", *path, context.model_dir, context.allowed_roots);
+  if (!confined.ok()) return confined.status();
+  const fs::path model_path(*confined);
   auto model = Model::Load(model_path.string());
   if (!model.ok()) return model.status();
   auto executor = Executor::Create(**model, params->executor);
@@ -615,10 +614,10 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   auto backend = std::make_unique<LlmBackend>(std::move(model).value(), std::move(executor).value(), *params, config, context);
   // The tokenizer the weights carry (GGUF, HF folder), or the one tokenizer_dir names: what
   // the OpenAI frontend speaks text with when this model is named directly. Optional.
-  const std::string tok_path = GetParameter(config, "tokenizer_dir").value_or(model_path.string());
-  fs::path tp(tok_path);
-  if (tp.is_relative()) tp = fs::path(context.model_dir) / tp;
-  if (auto tok = LoadTokenizer(tp.string()); tok.ok()) {
+  auto tok_path = ConfinedPath("tokenizer_dir", GetParameter(config, "tokenizer_dir").value_or(model_path.string()),
+                               context.model_dir, context.allowed_roots);
+  if (!tok_path.ok()) return tok_path.status();
+  if (auto tok = LoadTokenizer(*tok_path); tok.ok()) {
     backend->set_tokenizer(*tok);
   } else {
     INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "' has no tokenizer (" << tok.status().message()

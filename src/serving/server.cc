@@ -10,6 +10,7 @@
 
 #include "base/logging.h"
 #include "serving/model_config_util.h"
+#include "serving/model_paths.h"
 
 namespace inflight::serving {
 namespace {
@@ -181,6 +182,9 @@ InferenceRecord FinalRecord(const CallTimes& call, const Status& error, Clock::t
   return rec;
 }
 
+constexpr char kInvalidName[] =
+    "invalid model name: it must be 1-255 bytes without '/', '\\', NUL or control characters, and not '.' or '..'";
+
 }  // namespace
 
 struct Server::Loaded {
@@ -207,7 +211,11 @@ StatusOr<ModelControlMode> ModelControlModeFromName(const std::string& name) {
   return InvalidArgumentError("--model-control-mode must be none, poll or explicit, got '" + name + "'");
 }
 
-Server::Server(const ServerOptions& options) : options_(options), tracer_(options.trace_file) {}
+Server::Server(const ServerOptions& options) : options_(options), tracer_(options.trace_file) {
+  std::vector<std::string> folders = {options.repository};
+  folders.insert(folders.end(), options.allowed_model_paths.begin(), options.allowed_model_paths.end());
+  allowed_roots_ = CanonicalRoots(folders);
+}
 
 StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   std::error_code ec;
@@ -259,7 +267,8 @@ std::vector<std::string> Server::ScanRepository() const {
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(options_.repository, ec)) {
-    if (e.is_directory() && fs::exists(e.path() / "config.pbtxt")) names.push_back(e.path().filename().string());
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && IsValidModelName(name) && fs::exists(e.path() / "config.pbtxt")) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -267,11 +276,21 @@ std::vector<std::string> Server::ScanRepository() const {
 
 Status Server::LoadLocked(const std::string& name, const std::optional<std::string>& config_json,
                           std::unique_lock<std::mutex>& lock) {
+  if (!IsValidModelName(name)) return InvalidArgumentError(kInvalidName);
   const fs::path dir = fs::path(options_.repository) / name;
   auto& entry = models_[name];
   if (!entry) entry = std::make_shared<Entry>();
   std::shared_ptr<Entry> e = entry;
+  // A failed load leaves a serving model as it was; a name with no folder in the repository
+  // leaves no trace in the index.
   auto fail = [&](const Status& s) {
+    std::error_code ec;
+    if (!e->versions.empty()) return s;
+    if (!fs::is_directory(dir, ec)) {
+      auto it = models_.find(name);
+      if (it != models_.end() && it->second == e) models_.erase(it);
+      return s;
+    }
     e->state = "UNAVAILABLE";
     e->reason = s.message();
     return s;
@@ -338,9 +357,11 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
       }
     }
   }
-  if (!e->versions.empty()) UnloadLocked(name, lock, UnloadDeadline());
-  e->state = "LOADING";
-  e->reason.clear();
+  // A serving model keeps serving while its new version loads; the two swap at the end.
+  if (e->versions.empty()) {
+    e->state = "LOADING";
+    e->reason.clear();
+  }
   std::map<int64_t, std::shared_ptr<Loaded>> loaded;
   for (int64_t v : versions) {
     const auto start = Clock::now();
@@ -351,6 +372,7 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
     ctx.version_dir = (dir / std::to_string(v)).string();
     ctx.runner = this;
     ctx.metrics = &metrics_;
+    ctx.allowed_roots = allowed_roots_;
     // Backends load outside the lock (a model file may take seconds).
     lock.unlock();
     auto backend = CreateBackend(config, ctx);
@@ -366,10 +388,23 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
     loaded[v] = std::move(l);
     metrics_.SetModelLoadDuration(name, std::to_string(v), NsSince(start) / 1e9);
   }
+  std::map<int64_t, std::shared_ptr<Loaded>> previous = std::move(e->versions);
   e->versions = std::move(loaded);
   e->state = "READY";
+  e->reason.clear();
   INFLIGHT_LOG(kInfo) << "successfully loaded '" << name << "' version " << versions.front();
+  if (!previous.empty()) RetireLocked(std::move(previous), lock, UnloadDeadline());
   return OkStatus();
+}
+
+void Server::RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions, std::unique_lock<std::mutex>& lock,
+                          Clock::time_point deadline) {
+  lock.unlock();
+  for (auto& [v, l] : versions) {
+    while (l->inflight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  versions.clear();  // destroys the backends (an executor cancels what still runs)
+  lock.lock();
 }
 
 void Server::UnloadLocked(const std::string& name, std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
@@ -380,12 +415,7 @@ void Server::UnloadLocked(const std::string& name, std::unique_lock<std::mutex>&
   e->versions.clear();
   e->state = "UNLOADING";
   // New requests no longer find the model; running ones finish (or time out) first.
-  lock.unlock();
-  for (auto& [v, l] : versions) {
-    while (l->inflight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  versions.clear();  // destroys the backends (an executor cancels what still runs)
-  lock.lock();
+  RetireLocked(std::move(versions), lock, deadline);
   if (e->versions.empty()) e->state = "UNAVAILABLE";
   e->reason = "unloaded";
   INFLIGHT_LOG(kInfo) << "successfully unloaded '" << name << "'";
@@ -395,6 +425,7 @@ Status Server::LoadModel(const std::string& name, const std::optional<std::strin
   if (options_.control_mode != ModelControlMode::kExplicit) {
     return UnavailableError("explicit model load / unload is not allowed if polling is enabled");
   }
+  if (!IsValidModelName(name)) return InvalidArgumentError(kInvalidName);
   std::unique_lock<std::mutex> lock(mu_);
   if (!config_json && !fs::exists(fs::path(options_.repository) / name / "config.pbtxt")) {
     return NotFoundError("failed to load '" + name + "', failed to poll from model repository");
@@ -406,6 +437,7 @@ Status Server::UnloadModel(const std::string& name, bool unload_dependents) {
   if (options_.control_mode != ModelControlMode::kExplicit) {
     return UnavailableError("explicit model load / unload is not allowed if polling is enabled");
   }
+  if (!IsValidModelName(name)) return InvalidArgumentError(kInvalidName);
   std::unique_lock<std::mutex> lock(mu_);
   auto it = models_.find(name);
   if (it == models_.end()) return NotFoundError("failed to unload '" + name + "', no version is available");

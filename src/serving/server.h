@@ -31,6 +31,8 @@ struct ServerOptions {
   int32_t repository_poll_secs = 15;
   int32_t exit_timeout_secs = 30;
   std::string trace_file;  // where sampled request traces go (Triton's --trace-file)
+  // Folders besides the repository that the files a model config names may lie in.
+  std::vector<std::string> allowed_model_paths;
 };
 
 struct TensorMetadata {
@@ -134,8 +136,13 @@ class Server : public InferenceRunner {
   std::shared_ptr<Loaded> FindByNumber(const std::string& name, int64_t version) const;
   std::vector<std::string> ScanRepository() const;
   void PollLoop();
+  // Waits for the running requests of `versions` until `deadline` (outside the lock), then
+  // destroys their backends.
+  void RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions, std::unique_lock<std::mutex>& lock,
+                    std::chrono::steady_clock::time_point deadline);
 
   ServerOptions options_;
+  std::vector<std::string> allowed_roots_;  // canonical: the repository and allowed_model_paths
   Metrics metrics_;
   Tracer tracer_;
   mutable std::mutex mu_;

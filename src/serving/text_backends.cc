@@ -4,6 +4,7 @@
 
 #include "format/gguf.h"
 #include "serving/model_config_util.h"
+#include "serving/model_paths.h"
 #include "serving/word_list.h"
 
 namespace inflight::serving {
@@ -11,10 +12,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ResolvePath(const std::string& path, const BackendContext& context) {
-  fs::path p(path);
-  if (p.is_relative()) p = fs::path(context.model_dir) / p;
-  return p.string();
+// The tokenizer a config names, confined to the repository and the allowed folders.
+StatusOr<std::string> TokenizerPath(const std::string& path, const BackendContext& context) {
+  return ConfinedPath("tokenizer_dir", path, context.model_dir, context.allowed_roots);
 }
 
 // Per-row strings of a [B, ...] BYTES tensor (all elements of row b).
@@ -258,7 +258,9 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateTokenizerBackend(const inference::
                                                                const BackendContext& context) {
   auto dir = GetParameter(config, "tokenizer_dir");
   if (!dir) return InvalidArgumentError("parameter tokenizer_dir is required");
-  auto tok = LoadTokenizer(ResolvePath(*dir, context));
+  auto path = TokenizerPath(*dir, context);
+  if (!path.ok()) return path.status();
+  auto tok = LoadTokenizer(*path);
   if (!tok.ok()) return tok.status();
   return std::unique_ptr<ModelBackend>(
       new TokenizerBackend(*tok, GetBoolParameter(config, "add_special_tokens", true)));
@@ -268,7 +270,9 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateDetokenizerBackend(const inference
                                                                  const BackendContext& context) {
   auto dir = GetParameter(config, "tokenizer_dir");
   if (!dir) return InvalidArgumentError("parameter tokenizer_dir is required");
-  auto tok = LoadTokenizer(ResolvePath(*dir, context));
+  auto path = TokenizerPath(*dir, context);
+  if (!path.ok()) return path.status();
+  auto tok = LoadTokenizer(*path);
   if (!tok.ok()) return tok.status();
   return std::unique_ptr<ModelBackend>(new DetokenizerBackend(
       *tok, GetBoolParameter(config, "skip_special_tokens", true), "detok:" + context.model_name));

@@ -1,0 +1,166 @@
+// The model control plane of the real server in explicit mode, as an anonymous client would
+// attack it: model names that escape the repository, config overrides naming files anywhere
+// on the machine, a failed reload taking a serving model down, failed names piling up in the
+// index. Each attack worked on the server before the control plane was confined.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "grpc_service.grpc.pb.h"
+#include "server_harness.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::ServerProcess;
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    repo_ = fs::temp_directory_path() / ("inflight_control_repo_" + std::to_string(getpid()));
+    fs::remove_all(repo_);
+    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " +
+                            testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf --out " + repo_.string() + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    server_ = ServerProcess::Start({"--model-repository", repo_.string(), "--model-control-mode", "explicit", "--load-model", "*"});
+    ASSERT_NE(server_, nullptr);
+  }
+  void TearDown() override {
+    if (server_ && HasFailure()) std::fprintf(stderr, "--- server log ---\n%s\n", server_->log().c_str());
+    server_.reset();
+    fs::remove_all(repo_);
+  }
+
+  httplib::Client Http() {
+    httplib::Client c("127.0.0.1", server_->http_port);
+    c.set_read_timeout(60);
+    return c;
+  }
+
+  std::map<std::string, std::string> Index() {
+    std::map<std::string, std::string> states;
+    auto r = Http().Post("/v2/repository/index", "", "application/json");
+    for (const auto& m : json::parse(r->body)) states[m["name"]] = m.value("state", "");
+    return states;
+  }
+
+  // The ensemble still answers (the model it runs is up).
+  bool Serving() {
+    auto r = Http().Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 4})",
+                         "application/json");
+    return r && r->status == 200;
+  }
+
+  // POST .../load of `model` with its own config, `gpt_model_path` replaced.
+  httplib::Result LoadWithModelPath(const std::string& model, const std::string& path) {
+    auto config = Http().Get(("/v2/models/" + model + "/config").c_str());
+    EXPECT_TRUE(config && config->status == 200);
+    json c = json::parse(config->body);
+    c["parameters"]["gpt_model_path"]["string_value"] = path;
+    json body = {{"parameters", {{"config", c.dump()}}}};
+    return Http().Post(("/v2/repository/models/" + model + "/load").c_str(), body.dump(), "application/json");
+  }
+
+  fs::path repo_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(ControlPlaneTest, NamesThatLeaveTheRepositoryAreRefused) {
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  for (const std::string& name : std::vector<std::string>{"../../../../proc", "..", ".", "a/b", std::string("ens\0emble", 8), "tab\tname", ""}) {
+    grpc::ClientContext ctx;
+    inference::RepositoryModelLoadRequest req;
+    req.set_model_name(name);
+    inference::RepositoryModelLoadResponse resp;
+    const grpc::Status s = stub->RepositoryModelLoad(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name << ": " << s.error_message();
+    grpc::ClientContext unload_ctx;
+    inference::RepositoryModelUnloadRequest unload;
+    unload.set_model_name(name);
+    inference::RepositoryModelUnloadResponse unload_resp;
+    EXPECT_FALSE(stub->RepositoryModelUnload(&unload_ctx, unload, &unload_resp).ok()) << name;
+  }
+  // Over HTTP a ".." segment is a name too.
+  auto r = Http().Post("/v2/repository/models/../load", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  for (const auto& [name, state] : Index()) {
+    EXPECT_TRUE(name.find("..") == std::string::npos && name.find('/') == std::string::npos) << name;
+  }
+  EXPECT_TRUE(Serving());
+}
+
+TEST_F(ControlPlaneTest, ConfigOverridesCannotNameFilesOutsideTheRepository) {
+  // A link inside the repository that points out of it is outside too.
+  std::error_code ec;
+  fs::create_directory_symlink("/etc", repo_ / "tensorrt_llm" / "etc_link", ec);
+  std::vector<std::string> messages;
+  for (const std::string path : {"/etc/shadow", "/etc/no-such-file-here", "../../../../../etc/passwd", "etc_link/passwd",
+                                 "/proc/self/environ"}) {
+    auto r = LoadWithModelPath("tensorrt_llm", path);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path << ": " << r->body;
+    const std::string message = json::parse(r->body)["error"];
+    // Nothing tells whether the file exists or what it holds.
+    EXPECT_EQ(message.find("/etc"), std::string::npos) << message;
+    EXPECT_EQ(message.find("GGUF"), std::string::npos) << message;
+    EXPECT_EQ(message.find("exist"), std::string::npos) << message;
+    messages.push_back(message);
+  }
+  for (const std::string& m : messages) EXPECT_EQ(m, messages.front());
+  // The failed loads left the serving model up.
+  EXPECT_EQ(Index()["tensorrt_llm"], "READY");
+  EXPECT_TRUE(Serving());
+}
+
+TEST_F(ControlPlaneTest, AFailedReloadKeepsTheServingVersion) {
+  // A model path inside the repository that does not load (no such file; not a GGUF file).
+  std::ofstream(repo_ / "weights" / "junk.gguf") << "not a model";
+  for (const std::string path : {"../weights/missing.gguf", "../weights/junk.gguf"}) {
+    auto r = LoadWithModelPath("tensorrt_llm", path);
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->status, 200) << path;
+    EXPECT_EQ(Index()["tensorrt_llm"], "READY") << path;
+    EXPECT_TRUE(Serving()) << path;
+  }
+  // A good reload swaps in the new version and still serves.
+  auto r = Http().Post("/v2/repository/models/tensorrt_llm/load", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(Serving());
+}
+
+TEST_F(ControlPlaneTest, FailedNamesDoNotPileUpInTheIndex) {
+  const size_t before = Index().size();
+  for (int i = 0; i < 20; ++i) {
+    // A config override for a name with no folder, and an ensemble naming steps that do not exist.
+    const std::string name = "ghost" + std::to_string(i);
+    json config = {{"name", name}, {"backend", "tensorrtllm"}};
+    auto r = Http().Post(("/v2/repository/models/" + name + "/load").c_str(),
+                         json{{"parameters", {{"config", config.dump()}}}}.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->status, 200);
+    json ensemble = {{"name", "ensemble"},
+                     {"platform", "ensemble"},
+                     {"ensemble_scheduling", {{"step", {{{"model_name", "phantom" + std::to_string(i)}, {"model_version", -1}}}}}}};
+    r = Http().Post("/v2/repository/models/ensemble/load", json{{"parameters", {{"config", ensemble.dump()}}}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->status, 200);
+  }
+  const auto index = Index();
+  EXPECT_EQ(index.size(), before);
+  for (const auto& [name, state] : index) EXPECT_TRUE(name.rfind("ghost", 0) != 0 && name.rfind("phantom", 0) != 0) << name;
+  // The ensemble whose bad reload failed still serves.
+  EXPECT_EQ(index.at("ensemble"), "READY");
+  EXPECT_TRUE(Serving());
+}
+
+}  // namespace
+}  // namespace inflight
