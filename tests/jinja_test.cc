@@ -130,6 +130,23 @@ std::vector<std::pair<std::string, Json>> Conversations() {
                     {{"role", "assistant"}, {"content", ""},
                      {"tool_calls", Json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", {{"city", "Paris"}}}}}}})}},
                     Msg("tool", "{\"temp\": 21.5}"), Msg("user", "Thanks")})},
+      {"system only", Json::array({Msg("system", "Only a system prompt.")})},
+      {"two system messages", Json::array({Msg("system", "First rule."), Msg("system", "Second rule."), Msg("user", "go")})},
+      {"system in the middle", Json::array({Msg("user", "u1"), Msg("system", "mid"), Msg("user", "u2")})},
+      {"assistant with null content", Json::array({Msg("user", "x"), Msg("assistant", nullptr), Msg("user", "y")})},
+      {"a very long message", Json::array({Msg("user", std::string(5000, 'w') + " end")})},
+      {"markup in content", Json::array({Msg("user", "<b>bold</b> & <i>it</i> <script>alert(1)</script>")})},
+      {"json in content", Json::array({Msg("user", "{\"a\": [1, 2, {\"b\": null}], \"c\": \"d\"}")})},
+      {"emoji only", Json::array({Msg("user", "😀🎉👍🏽")})},
+      {"template syntax in content", Json::array({Msg("user", "{{ messages }} {% for m in messages %}{% endfor %} {# c #}")})},
+      {"special tokens in content", Json::array({Msg("user", "<|eot_id|> <|im_end|> <start_of_turn> </s> <s> [INST]")})},
+      {"several text parts", Json::array({Msg("user", Json::array({{{"type", "text"}, {"text", "one"}}, {{"type", "text"}, {"text", "two"}},
+                                                                   {{"type", "text"}, {"text", "three"}}}))})},
+      {"assistant as parts", Json::array({Msg("user", "q"), Msg("assistant", Json::array({{{"type", "text"}, {"text", "a in parts"}}})),
+                                          Msg("user", "q2")})},
+      {"tabs and carriage returns", Json::array({Msg("system", "\tindented\r\n"), Msg("user", "\r\nCRLF\r\n")})},
+      {"three system-user pairs", Json::array({Msg("system", "s"), Msg("user", "1"), Msg("assistant", "2"), Msg("user", "3"),
+                                               Msg("assistant", "4"), Msg("user", "5"), Msg("assistant", "6"), Msg("user", "7")})},
       {"long conversation", Json::array()},
   };
   for (int i = 0; i < 10; ++i) {
@@ -167,7 +184,7 @@ TEST(ChatTemplates, RenderLikeJinja2ForEveryTemplateAndConversation) {
   templates.emplace_back("demo", ReadFile(SourceDir() + "/models/demo/chat_template.jinja"));
   std::vector<Case> cases;
   for (const auto& [name, source] : templates) AddChatCases(name, source, cases);
-  ASSERT_GE(cases.size(), 5u * 30u);
+  ASSERT_GE(cases.size(), 6u * 30u * 2u);  // six templates, 31 conversations, generation prompt on and off
   ExpectSameAsPython(cases);
 }
 
