@@ -90,6 +90,7 @@ class HttpClient : public LlmClient {
       if (r.top_k) body["top_k"] = *r.top_k;
       if (r.seed) body["seed"] = *r.seed;
       if (r.min_tokens) body["min_tokens"] = *r.min_tokens;  // vLLM's extension, served by inflight
+      if (r.streaming) body["stream_options"] = {{"include_usage", true}};
     } else if (!r.input_ids.empty()) {
       // The tensorrt_llm model's own input names.
       path = "/v2/models/" + o_.model + (r.streaming ? "/generate_stream" : "/generate");
@@ -149,7 +150,10 @@ class HttpClient : public LlmClient {
             return false;
           }
           // A chunk is one token; a chat stream's opening chunk (the role) and the usage
-          // chunk carry none.
+          // chunk carry none (the usage chunk has the server's count).
+          if (j.contains("usage") && j["usage"].is_object()) {
+            out.reported_output_tokens = j["usage"].value("completion_tokens", int64_t{0});
+          }
           if (!j.contains("choices") || j["choices"].empty()) continue;
           const json& c = j["choices"][0];
           if (chat) {
@@ -347,6 +351,7 @@ class GrpcClient : public LlmClient {
 }  // namespace
 
 int64_t GenOutcome::output_tokens() const {
+  if (reported_output_tokens) return *reported_output_tokens;
   int64_t n = 0;
   for (const GenEvent& e : events) n += e.num_tokens;
   return n;

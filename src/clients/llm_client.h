@@ -55,6 +55,9 @@ struct GenOutcome {
   Clock::time_point start, end;
   std::vector<GenEvent> events;
   bool stopped_early = false;  // the caller's callback asked to stop
+  // The server's own count (an OpenAI stream's usage chunk): a token whose text is not yet
+  // complete arrives in no chunk of its own, so chunks undercount.
+  std::optional<int64_t> reported_output_tokens;
   int64_t output_tokens() const;
 };
 
