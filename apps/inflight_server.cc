@@ -87,6 +87,54 @@ int main(int argc, char** argv) {
   app.add_option("--exit-timeout-secs", so.exit_timeout_secs, "Time running requests get at shutdown")
       ->envname("INFLIGHT_EXIT_TIMEOUT_SECS")->check(CLI::Range(0, 86400));
 
+  // Running it on a network: keys, restricted groups, TLS, tenant limits.
+  std::vector<std::string> api_keys, admin_keys, http_restricted, grpc_restricted;
+  std::string api_key_file, admin_key_file, admin_api = "model-repository,shared-memory,statistics,trace,logging,metrics";
+  app.add_option("--api-key", api_keys, "A key every request must bring as 'Authorization: Bearer KEY' (HTTP, OpenAI) or "
+                 "'authorization' metadata (gRPC); repeatable, or comma-separated in INFLIGHT_API_KEY")
+      ->envname("INFLIGHT_API_KEY")->delimiter(',');
+  app.add_option("--api-key-file", api_key_file, "File of keys, one 'KEY [TENANT]' per line ('#' comments)")
+      ->envname("INFLIGHT_API_KEY_FILE");
+  app.add_option("--admin-key", admin_keys, "A key that also opens the admin API groups; repeatable (INFLIGHT_ADMIN_KEY)")
+      ->envname("INFLIGHT_ADMIN_KEY")->delimiter(',');
+  app.add_option("--admin-key-file", admin_key_file, "File of admin keys, as --api-key-file")->envname("INFLIGHT_ADMIN_KEY_FILE");
+  app.add_option("--admin-api", admin_api, "API groups a public key cannot call when keys are set ('none': all open to it)")
+      ->envname("INFLIGHT_ADMIN_API")->capture_default_str();
+  app.add_option("--http-restricted-api", http_restricted, "GROUPS:HEADER=VALUE: those groups need that header over HTTP "
+                 "(Triton's option; groups: health, metadata, inference, shared-memory, model-config, model-repository, "
+                 "statistics, trace, logging, metrics)")->envname("INFLIGHT_HTTP_RESTRICTED_API");
+  app.add_option("--grpc-restricted-protocol", grpc_restricted, "GROUPS:KEY=VALUE: those groups need that metadata over gRPC")
+      ->envname("INFLIGHT_GRPC_RESTRICTED_PROTOCOL");
+  frontends::TlsFiles tls, grpc_tls;
+  app.add_option("--tls-cert", tls.cert_file, "PEM certificate chain: every port serves TLS only")->envname("INFLIGHT_TLS_CERT");
+  app.add_option("--tls-key", tls.key_file, "PEM private key of --tls-cert")->envname("INFLIGHT_TLS_KEY");
+  app.add_option("--tls-client-ca", tls.client_ca_file, "PEM CA: clients must present a certificate it signed (mutual TLS)")
+      ->envname("INFLIGHT_TLS_CLIENT_CA");
+  bool grpc_use_ssl = false, grpc_use_ssl_mutual = false;
+  app.add_option("--grpc-use-ssl", grpc_use_ssl, "Triton's gRPC TLS switch (with --grpc-server-cert/--grpc-server-key)");
+  app.add_option("--grpc-use-ssl-mutual", grpc_use_ssl_mutual, "Triton's: gRPC clients need a certificate signed by --grpc-root-cert");
+  app.add_option("--grpc-server-cert", grpc_tls.cert_file);
+  app.add_option("--grpc-server-key", grpc_tls.key_file);
+  app.add_option("--grpc-root-cert", grpc_tls.client_ca_file);
+  serving::TenantLimitOptions tenant_limits;
+  app.add_option("--max-concurrent-per-key", tenant_limits.max_concurrent,
+                 "Requests one key (or, without keys, one client address) may have running; 429 beyond (0: no limit)")
+      ->envname("INFLIGHT_MAX_CONCURRENT_PER_KEY")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-tokens-per-minute-per-key", tenant_limits.tokens_per_minute,
+                 "Prompt + generated tokens one key may use per minute; 429 with Retry-After beyond (0: no limit)")
+      ->envname("INFLIGHT_MAX_TOKENS_PER_MINUTE_PER_KEY")->check(CLI::Range(0LL, 1LL << 40));
+  app.add_flag("--cache-salt-per-key", tenant_limits.cache_salt_per_key,
+               "Each API key gets a prefix cache of its own (no KV block is shared across keys)")
+      ->envname("INFLIGHT_CACHE_SALT_PER_KEY");
+  app.add_option("--max-n", so.request_limits.max_n, "Most choices / return sequences one request may ask for")
+      ->envname("INFLIGHT_MAX_N")->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--max-logprobs", so.request_limits.max_logprobs, "Most top log-probs per token one request may ask for")
+      ->envname("INFLIGHT_MAX_LOGPROBS")->capture_default_str()->check(CLI::Range(0, 100));
+  app.add_option("--max-prompt-tokens", so.request_limits.max_prompt_tokens, "Longest prompt in tokens (0: the model's context)")
+      ->envname("INFLIGHT_MAX_PROMPT_TOKENS")->check(CLI::Range(0LL, 1LL << 30));
+  app.add_option("--max-stop-words", so.request_limits.max_stop_words, "Most stop words / stop strings per request")
+      ->envname("INFLIGHT_MAX_STOP_WORDS")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+
   serving::InitRepoOptions init;
   CLI::App* init_cmd = app.add_subcommand("init-repo", "Write a ready model repository for a model");
   init_cmd->add_option("--model", init.model_path, "GGUF file or Hugging Face folder")->required();
@@ -122,6 +170,44 @@ int main(int argc, char** argv) {
   if (!mode.ok()) return Fail(mode.status());
   so.control_mode = *mode;
 
+  // The access policy every port applies.
+  serving::AuthOptions auth;
+  for (const std::string& k : api_keys) {
+    if (!k.empty()) auth.api_keys.push_back({k, ""});
+  }
+  for (const std::string& k : admin_keys) {
+    if (!k.empty()) auth.admin_keys.push_back({k, ""});
+  }
+  if (!api_key_file.empty()) {
+    auto keys = serving::ReadApiKeyFile(api_key_file);
+    if (!keys.ok()) return Fail(keys.status());
+    auth.api_keys.insert(auth.api_keys.end(), keys->begin(), keys->end());
+  }
+  if (!admin_key_file.empty()) {
+    auto keys = serving::ReadApiKeyFile(admin_key_file);
+    if (!keys.ok()) return Fail(keys.status());
+    auth.admin_keys.insert(auth.admin_keys.end(), keys->begin(), keys->end());
+  }
+  auto admin_groups = serving::ParseApiGroups(admin_api);
+  if (!admin_groups.ok()) return Fail(InvalidArgumentError("--admin-api: " + admin_groups.status().message()));
+  auth.admin_groups = *admin_groups;
+  for (const auto& [specs, out] : {std::pair{&http_restricted, &auth.http_restricted}, std::pair{&grpc_restricted, &auth.grpc_restricted}}) {
+    for (const std::string& spec : *specs) {
+      auto r = serving::ParseRestrictedApi(spec);
+      if (!r.ok()) return Fail(r.status());
+      out->push_back(std::move(r).value());
+    }
+  }
+  frontends::AccessPolicy access;
+  access.auth = std::make_shared<serving::Authenticator>(auth);
+  access.limits = std::make_shared<serving::TenantLimits>(tenant_limits);
+  access.request_limits = so.request_limits;
+  if (!grpc_use_ssl) grpc_tls = tls;
+  if (grpc_use_ssl && !grpc_use_ssl_mutual) grpc_tls.client_ca_file.clear();
+  if (auth.api_keys.empty() && auth.admin_keys.empty() && auth.http_restricted.empty()) {
+    INFLIGHT_LOG(kInfo) << "no API keys: every endpoint is open to anyone who can reach the ports";
+  }
+
   frontends::OpenAiOptions openai;
   if (!chat_template_path.empty()) {
     std::ifstream in(chat_template_path, std::ios::binary);
@@ -145,7 +231,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<frontends::MetricsFrontend> metrics;
   if (allow_grpc) {
     grpc = std::make_unique<frontends::GrpcFrontend>(server->get(), grpc_address, grpc_port, &shared_memory,
-                                                   ho.max_stream_buffer_bytes);
+                                                   ho.max_stream_buffer_bytes, access, grpc_tls);
     auto port = grpc->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started GRPCInferenceService at " << grpc_address << ":" << *port;
@@ -157,13 +243,14 @@ int main(int argc, char** argv) {
     ho.body_timeout = std::chrono::milliseconds(http_body_timeout_ms);
     ho.idle_timeout = std::chrono::milliseconds(http_idle_timeout_ms);
     ho.write_timeout = std::chrono::milliseconds(http_write_timeout_ms);
-    http = std::make_unique<frontends::HttpFrontend>(server->get(), ho, &shared_memory, openai);
+    ho.tls = tls;
+    http = std::make_unique<frontends::HttpFrontend>(server->get(), ho, &shared_memory, openai, access);
     auto port = http->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started HTTPService at " << http_address << ":" << *port;
   }
   if (allow_metrics) {
-    metrics = std::make_unique<frontends::MetricsFrontend>(server->get(), metrics_address, metrics_port);
+    metrics = std::make_unique<frontends::MetricsFrontend>(server->get(), metrics_address, metrics_port, access, tls);
     auto port = metrics->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started Metrics Service at " << metrics_address << ":" << *port;

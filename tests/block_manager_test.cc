@@ -74,6 +74,28 @@ TEST(BlockManager, ReusesCommittedPrefixAndSharesByReferenceCount) {
   EXPECT_EQ(m.CheckInvariants(), "");
 }
 
+TEST(BlockManager, SaltedChainsShareNothingAcrossSaltsAndEverythingWithin) {
+  KvBlockManager m({8, 4, true});
+  const std::vector<int32_t> prompt = Tokens(100, 9);  // two full blocks + 1 token
+  const uint64_t salt_a = KvBlockManager::RootKey(0x1234), salt_b = KvBlockManager::RootKey(0x5678);
+  ASSERT_NE(salt_a, KvBlockManager::kRootKey);
+  ASSERT_NE(salt_a, salt_b);
+  EXPECT_EQ(KvBlockManager::RootKey(0), KvBlockManager::kRootKey);
+  std::vector<int32_t> a = {*m.Allocate(), *m.Allocate()};
+  const uint64_t k0 = m.Commit(a[0], salt_a, prompt.data(), kDefaultRetentionPriority);
+  m.Commit(a[1], k0, prompt.data() + 4, kDefaultRetentionPriority);
+  // Same salt: the whole prefix. Another salt, or none: nothing, not even a partial block.
+  EXPECT_EQ(m.AcquirePrefix(prompt.data(), prompt.size(), 100, salt_a), (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(m.AcquirePrefix(prompt.data(), prompt.size(), 100, salt_b).empty());
+  EXPECT_TRUE(m.AcquirePrefix(prompt.data(), prompt.size(), 100).empty());
+  EXPECT_EQ(m.AcquirePartial(salt_b, prompt.data(), 3), std::make_pair(-1, 0));
+  EXPECT_EQ(m.AcquirePartial(KvBlockManager::kRootKey, prompt.data(), 3), std::make_pair(-1, 0));
+  const auto [block, len] = m.AcquirePartial(salt_a, prompt.data(), 3);
+  EXPECT_EQ(block, 0);
+  EXPECT_EQ(len, 3);
+  EXPECT_EQ(m.CheckInvariants(), "");
+}
+
 TEST(BlockManager, EvictsFreeBlocksFirstThenLeastRecentlyUsedLeafFirst) {
   KvBlockManager m({4, 2, true});
   const std::vector<int32_t> p = Tokens(1, 4), q = Tokens(50, 4);

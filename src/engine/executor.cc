@@ -219,6 +219,7 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
     sampling.compute_logprobs = r.return_log_probs;  // nothing else reads them
     auto seq = std::make_unique<Sequence>(rs.get(), 0, sampling);
     seq->order = next_order_++;
+    seq->last_key = KvBlockManager::RootKey(r.cache_salt);
     seq->tokens = r.prompt_ids;
     seq->prompt_len = static_cast<int32_t>(r.prompt_ids.size());
     seq->sampler.AddPromptTokens(r.prompt_ids.data(), seq->prompt_len);

@@ -48,6 +48,9 @@ struct Request {
   float priority = 0.5f;                  // 0..1, higher is served first (then arrival order)
   int64_t timeout_ms = 0;                 // allotted time from arrival; 0 = none
   int32_t kv_retention_priority = 35;     // 0..100, for this request's cached blocks
+  // Prefix reuse happens only among requests with the same salt (a tenant's): 0 is the
+  // shared, unsalted cache. Serving derives it from the client's cache_salt by a keyed hash.
+  uint64_t cache_salt = 0;
   // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
   Clock::time_point arrival_time{};
   // Where the results go. Left null, Enqueue makes one (read by AwaitResponses, or drained

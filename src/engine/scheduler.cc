@@ -41,7 +41,7 @@ void Scheduler::DropBlocks(Sequence* seq) {
   seq->blocks.clear();
   seq->num_computed = 0;
   seq->num_committed = 0;
-  seq->last_key = KvBlockManager::kRootKey;
+  seq->last_key = KvBlockManager::RootKey(seq->request->request.cache_salt);
 }
 
 void Scheduler::Remove(Sequence* seq) {
@@ -148,12 +148,13 @@ void Scheduler::TakePrefix(Sequence* seq) {
   if (!config_.enable_kv_cache_reuse || seq->request->request.return_context_logits || !seq->blocks.empty()) return;
   // At least the last token is recomputed: its logits choose the next token.
   const int64_t usable = static_cast<int64_t>(seq->tokens.size()) - 1;
-  seq->blocks = blocks_.AcquirePrefix(seq->tokens.data(), usable, INT32_MAX);
+  const uint64_t root = KvBlockManager::RootKey(seq->request->request.cache_salt);
+  seq->blocks = blocks_.AcquirePrefix(seq->tokens.data(), usable, INT32_MAX, root);
   const int32_t n = static_cast<int32_t>(seq->blocks.size());
   const int32_t tpb = config_.tokens_per_block;
   seq->num_computed = n * tpb;
   seq->num_committed = n;
-  seq->last_key = KvBlockManager::kRootKey;
+  seq->last_key = root;
   for (int32_t i = 0; i < n; ++i) seq->last_key = blocks_.ChainKey(seq->last_key, seq->tokens.data() + static_cast<int64_t>(i) * tpb);
   // The next block may match in part: copying its matching slots beats recomputing them.
   const int64_t rest = usable - static_cast<int64_t>(n) * tpb;

@@ -1,7 +1,9 @@
 #include "frontends/grpc_frontend.h"
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
+
+#include <fstream>
+#include <iterator>
 
 #include <deque>
 #include <map>
@@ -9,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "frontends/grpc_access.h"
 #include "frontends/log_settings.h"
 #include "grpc_service.grpc.pb.h"
 #include "serving/model_config_util.h"
@@ -20,6 +23,14 @@ namespace {
 using serving::InferRequest;
 using serving::InferResponse;
 using serving::InferTensor;
+
+// A ModelStreamInfer call refused before it starts.
+class RefusedStream final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
 
 grpc::Status ToGrpc(const Status& s) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
@@ -215,9 +226,9 @@ void ToProto(const InferResponse& r, inference::ModelInferResponse* p,
 class InferReactor final : public grpc::ServerUnaryReactor {
  public:
   InferReactor(serving::Server* s, InferRequest r, inference::ModelInferResponse* out, const SharedMemoryRegistry& shm,
-               std::map<std::string, SharedMemoryRef> shm_outputs)
+               std::map<std::string, SharedMemoryRef> shm_outputs, std::shared_ptr<serving::TenantLimits::Ticket> ticket)
       : out_(out), cancel_(r.cancel), shm_(shm), shm_outputs_(std::move(shm_outputs)) {
-    s->Infer(std::move(r), [this](InferResponse&& resp) { OnResponse(std::move(resp)); });
+    s->Infer(std::move(r), HoldUntilFinal(std::move(ticket), [this](InferResponse&& resp) { OnResponse(std::move(resp)); }));
   }
   void OnCancel() override { cancel_->Cancel(); }
   void OnDone() override { delete this; }
@@ -254,8 +265,9 @@ class InferReactor final : public grpc::ServerUnaryReactor {
 class StreamReactor final
     : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
  public:
-  StreamReactor(serving::Server* s, const SharedMemoryRegistry& shm, size_t max_unread_bytes)
-      : s_(s), shm_(shm), max_unread_(max_unread_bytes) {
+  StreamReactor(serving::Server* s, const SharedMemoryRegistry& shm, size_t max_unread_bytes, const AccessPolicy* access,
+                std::string tenant)
+      : s_(s), shm_(shm), max_unread_(max_unread_bytes), access_(*access), tenant_(std::move(tenant)) {
     StartRead(&request_);
   }
 
@@ -277,6 +289,15 @@ class StreamReactor final
       if (r.ok()) cancels_.push_back(r->cancel);
     }
     auto push = [this, empty_final](InferResponse&& resp) { Push(std::move(resp), empty_final); };
+    Admitted admitted;
+    if (r.ok()) {
+      // Each request of the stream is admitted on its own; a refused one gets its error
+      // response and the stream goes on.
+      admitted = AdmitInference(access_, tenant_, &*r);
+      if (!admitted.ticket) {
+        r = ResourceExhaustedError(admitted.reason + " (retry after " + std::to_string(admitted.retry_after_s) + " s)");
+      }
+    }
     if (!r.ok()) {
       InferResponse e = serving::ErrorResponse(r.status());
       e.id = id;
@@ -284,7 +305,7 @@ class StreamReactor final
       e.model_version = version;
       push(std::move(e));
     } else {
-      s_->Infer(std::move(r).value(), push);
+      s_->Infer(std::move(r).value(), HoldUntilFinal(std::move(admitted.ticket), push));
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!finished_) StartRead(&request_);
@@ -376,6 +397,8 @@ class StreamReactor final
   serving::Server* s_;
   const SharedMemoryRegistry& shm_;
   const size_t max_unread_;
+  const AccessPolicy& access_;
+  const std::string tenant_;
   inference::ModelInferRequest request_;  // the read in flight
   std::mutex mu_;
   std::deque<inference::ModelStreamInferResponse> queue_;  // front: the write in flight
@@ -391,8 +414,21 @@ class StreamReactor final
 // KServe over gRPC's callback API: no call holds a thread while it waits for the engine.
 class GrpcService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  GrpcService(serving::Server* s, SharedMemoryRegistry* shm, size_t max_stream_buffer_bytes)
-      : s_(s), shm_(*shm), max_stream_buffer_(max_stream_buffer_bytes) {}
+  GrpcService(serving::Server* s, SharedMemoryRegistry* shm, size_t max_stream_buffer_bytes, AccessPolicy access)
+      : s_(s), shm_(*shm), max_stream_buffer_(max_stream_buffer_bytes), access_(std::move(access)) {}
+
+  // A reactor already finished with UNAUTHENTICATED / PERMISSION_DENIED, or null when the
+  // caller may go on (its tenant in *tenant).
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx, serving::ApiGroup group, std::string* tenant = nullptr) {
+    auto who = AuthorizeGrpc(access_, group, *ctx);
+    if (auto* t = std::get_if<std::string>(&who)) {
+      if (tenant) *tenant = std::move(*t);
+      return nullptr;
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(std::get<grpc::Status>(who));
+    return reactor;
+  }
 
   template <typename Fn>
   static grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Fn fn) {
@@ -403,6 +439,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth)) return refused;
     return Unary(ctx, [&] {
       r->set_live(s_->live());
       return grpc::Status::OK;
@@ -410,6 +447,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   }
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth)) return refused;
     return Unary(ctx, [&] {
       r->set_ready(s_->ready());
       return grpc::Status::OK;
@@ -417,6 +455,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   }
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* q,
                                        inference::ModelReadyResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth)) return refused;
     return Unary(ctx, [&] {
       r->set_ready(s_->ModelReady(q->name(), q->version()));
       return grpc::Status::OK;
@@ -424,6 +463,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
                                            inference::ServerMetadataResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kMetadata)) return refused;
     return Unary(ctx, [&] {
       r->set_name("inflight");
       r->set_version("0.4.0");
@@ -436,6 +476,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   }
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* q,
                                           inference::ModelMetadataResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kMetadata)) return refused;
     return Unary(ctx, [&] {
       auto m = s_->GetModelMetadata(q->name(), q->version());
       if (!m.ok()) return ToGrpc(m.status());
@@ -454,6 +495,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   }
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* q,
                                         inference::ModelConfigResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelConfig)) return refused;
     return Unary(ctx, [&] {
       auto c = s_->GetModelConfig(q->name(), q->version());
       if (!c.ok()) return ToGrpc(c.status());
@@ -463,10 +505,12 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   }
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx, const inference::ModelStatisticsRequest* q,
                                             inference::ModelStatisticsResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kStatistics)) return refused;
     return Unary(ctx, [&] { return Statistics(*q, r); });
   }
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest* q,
                                             inference::RepositoryIndexResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelRepository)) return refused;
     return Unary(ctx, [&] {
       for (const auto& e : s_->RepositoryIndex(q->ready())) {
         auto* m = r->add_models();
@@ -481,6 +525,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   // Loading takes seconds: off gRPC's threads, the call finishes when it is done.
   grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* q,
                                                 inference::RepositoryModelLoadResponse*) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelRepository)) return refused;
     std::optional<std::string> config;
     auto it = q->parameters().find("config");
     if (it != q->parameters().end()) config = it->second.string_param();
@@ -490,6 +535,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   }
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* q,
                                                   inference::RepositoryModelUnloadResponse*) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelRepository)) return refused;
     auto it = q->parameters().find("unload_dependents");
     const bool deps = it != q->parameters().end() && it->second.bool_param();
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -500,6 +546,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx,
                                                      const inference::SystemSharedMemoryStatusRequest* q,
                                                      inference::SystemSharedMemoryStatusResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kSharedMemory)) return refused;
     return Unary(ctx, [&] {
       auto st = shm_.GetStatus(q->name());
       if (!st.ok()) return ToGrpc(st.status());
@@ -516,17 +563,20 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx,
                                                        const inference::SystemSharedMemoryRegisterRequest* q,
                                                        inference::SystemSharedMemoryRegisterResponse*) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kSharedMemory)) return refused;
     return Unary(ctx, [&] { return ToGrpc(shm_.Register(q->name(), q->key(), q->offset(), q->byte_size())); });
   }
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* ctx,
                                                          const inference::SystemSharedMemoryUnregisterRequest* q,
                                                          inference::SystemSharedMemoryUnregisterResponse*) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kSharedMemory)) return refused;
     return Unary(ctx, [&] { return ToGrpc(shm_.Unregister(q->name())); });
   }
 
   // An empty value list clears a model's override of that key (as Triton).
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx, const inference::TraceSettingRequest* q,
                                          inference::TraceSettingResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kTrace)) return refused;
     return Unary(ctx, [&] {
       if (!q->model_name().empty() && !s_->ModelReady(q->model_name(), "")) {
         return ToGrpc(NotFoundError("Request for unknown model: '" + q->model_name() + "' is not found"));
@@ -553,6 +603,7 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
 
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx, const inference::LogSettingsRequest* q,
                                         inference::LogSettingsResponse* r) override {
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kLogging)) return refused;
     return Unary(ctx, [&] {
       inflight::LogSettings settings = GetLogSettings();
       for (const auto& [key, v] : q->settings()) {
@@ -579,6 +630,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
 
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* q,
                                        inference::ModelInferResponse* out) override {
+    std::string tenant;
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kInference, &tenant)) return refused;
     auto r = FromProto(*q, shm_);
     if (!r.ok()) return Unary(ctx, [&] { return ToGrpc(r.status()); });
     auto shm_outputs = SharedMemoryOutputs(*q);
@@ -591,12 +644,19 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
                             "ModelInfer RPC doesn't support models with decoupled transaction policy");
       });
     }
-    return new InferReactor(s_, std::move(r).value(), out, shm_, std::move(shm_outputs).value());
+    Admitted admitted = AdmitInference(access_, tenant, &*r);
+    if (!admitted.ticket) {
+      ctx->AddTrailingMetadata("retry-after", std::to_string(admitted.retry_after_s));
+      return Unary(ctx, [&] { return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, admitted.reason); });
+    }
+    return new InferReactor(s_, std::move(r).value(), out, shm_, std::move(shm_outputs).value(), std::move(admitted.ticket));
   }
 
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
-      grpc::CallbackServerContext*) override {
-    return new StreamReactor(s_, shm_, max_stream_buffer_);
+      grpc::CallbackServerContext* ctx) override {
+    auto who = AuthorizeGrpc(access_, serving::ApiGroup::kInference, *ctx);
+    if (auto* refusal = std::get_if<grpc::Status>(&who)) return new RefusedStream(*refusal);
+    return new StreamReactor(s_, shm_, max_stream_buffer_, &access_, std::get<std::string>(std::move(who)));
   }
 
  private:
@@ -646,22 +706,56 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   serving::Server* s_;
   SharedMemoryRegistry& shm_;
   const size_t max_stream_buffer_;
+  const AccessPolicy access_;
 };
 
 GrpcFrontend::GrpcFrontend(serving::Server* server, std::string address, int port, SharedMemoryRegistry* shm,
-                           size_t max_stream_buffer_bytes)
-    : server_(server), address_(std::move(address)), port_(port), shm_(shm), max_stream_buffer_bytes_(max_stream_buffer_bytes) {}
+                           size_t max_stream_buffer_bytes, AccessPolicy access, TlsFiles tls)
+    : server_(server), address_(std::move(address)), port_(port), shm_(shm), max_stream_buffer_bytes_(max_stream_buffer_bytes),
+      access_(std::move(access)), tls_(std::move(tls)) {}
 
 GrpcFrontend::~GrpcFrontend() { Stop(); }
 
+namespace {
+
+StatusOr<std::string> ReadPem(const std::string& what, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError("gRPC TLS: cannot read the " + what + " '" + path + "'");
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (data.find("-----BEGIN") == std::string::npos) return InvalidArgumentError("gRPC TLS: the " + what + " '" + path + "' is not PEM");
+  return data;
+}
+
+}  // namespace
+
 StatusOr<int> GrpcFrontend::Start() {
-  service_ = std::make_unique<GrpcService>(server_, shm_, max_stream_buffer_bytes_);
-  // The standard grpc.health.v1.Health service (Kubernetes gRPC probes): SERVING until Stop.
-  grpc::EnableDefaultHealthCheckService(true);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (tls_.enabled()) {
+    if (tls_.cert_file.empty() || tls_.key_file.empty()) {
+      return InvalidArgumentError("gRPC TLS needs both a certificate and a private key file");
+    }
+    grpc::SslServerCredentialsOptions ssl;
+    auto cert = ReadPem("certificate", tls_.cert_file);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPem("private key", tls_.key_file);
+    if (!key.ok()) return key.status();
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!tls_.client_ca_file.empty()) {
+      auto ca = ReadPem("client CA", tls_.client_ca_file);
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *ca;
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  service_ = std::make_unique<GrpcService>(server_, shm_, max_stream_buffer_bytes_, access_);
+  // grpc.health.v1 (Kubernetes gRPC probes), behind the same credentials: SERVING until drained.
+  health_ = std::make_unique<HealthService>(&access_);
   grpc::ServerBuilder builder;
   int bound = 0;
-  builder.AddListeningPort(address_ + ":" + std::to_string(port_), grpc::InsecureServerCredentials(), &bound);
+  builder.AddListeningPort(address_ + ":" + std::to_string(port_), credentials, &bound);
   builder.RegisterService(service_.get());
+  builder.RegisterCallbackGenericService(health_.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   grpc_ = builder.BuildAndStart();
@@ -670,11 +764,12 @@ StatusOr<int> GrpcFrontend::Start() {
 }
 
 void GrpcFrontend::SetNotServing() {
-  if (grpc_ && grpc_->GetHealthCheckService()) grpc_->GetHealthCheckService()->SetServingStatus(false);
+  if (health_) health_->SetServing(false);
 }
 
 void GrpcFrontend::Stop() {
   if (grpc_) {
+    if (health_) health_->Shutdown();  // open Watch calls end, so the shutdown need not wait them out
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     grpc_.reset();
   }

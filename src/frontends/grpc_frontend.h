@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "frontends/access.h"
+#include "frontends/http_server.h"
 #include "frontends/shared_memory.h"
 #include "serving/server.h"
 
@@ -16,16 +18,20 @@ class Server;
 namespace inflight::frontends {
 
 class GrpcService;
+class HealthService;
 
 class GrpcFrontend {
  public:
   // max_stream_buffer_bytes: unread output one ModelStreamInfer call may hold; past it the
   // call's requests are cancelled and it ends with RESOURCE_EXHAUSTED.
   // shm: the system shared-memory regions (outlives the frontend; shared with HTTP).
+  // access: keys, restricted groups and tenant limits for every RPC (grpc.health.v1 too).
+  // tls: TLS (mutual with a client CA) instead of plaintext.
   GrpcFrontend(serving::Server* server, std::string address, int port, SharedMemoryRegistry* shm,
-               size_t max_stream_buffer_bytes = 8 << 20);
+               size_t max_stream_buffer_bytes = 8 << 20, AccessPolicy access = {}, TlsFiles tls = {});
   ~GrpcFrontend();
-  // Returns the bound port (port 0 picks a free one); UNAVAILABLE when it cannot bind.
+  // Returns the bound port (port 0 picks a free one); UNAVAILABLE when it cannot bind,
+  // INVALID_ARGUMENT for TLS files that cannot be read.
   StatusOr<int> Start();
   // grpc.health.v1 answers NOT_SERVING from now on (the server is draining).
   void SetNotServing();
@@ -37,7 +43,10 @@ class GrpcFrontend {
   int port_;
   SharedMemoryRegistry* shm_;
   size_t max_stream_buffer_bytes_;
+  AccessPolicy access_;
+  TlsFiles tls_;
   std::unique_ptr<GrpcService> service_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> grpc_;
 };
 

@@ -8,6 +8,7 @@
 #include "base/logging.h"
 #include "frontends/kserve_json.h"
 #include "frontends/log_settings.h"
+#include "frontends/openai_json.h"
 #include "frontends/shared_memory.h"
 #include "serving/model_config_util.h"
 
@@ -96,14 +97,27 @@ serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply, OnRe
   };
 }
 
+HttpResponse RateLimited(const Admitted& a) {
+  HttpResponse r = Json(429, json{{"error", a.reason}});
+  r.headers.emplace_back("Retry-After", std::to_string(a.retry_after_s));
+  return r;
+}
+
 class Handlers {
  public:
   Handlers(serving::Server* s, SharedMemoryRegistry* shm, std::shared_ptr<OpenAiFrontend> openai,
-           std::shared_ptr<WebFrontend> web)
-      : s_(s), shm_(*shm), openai_(std::move(openai)), web_(std::move(web)) {}
+           std::shared_ptr<WebFrontend> web, AccessPolicy access)
+      : s_(s), shm_(*shm), openai_(std::move(openai)), web_(std::move(web)), access_(std::move(access)) {}
 
   void Dispatch(HttpRequest req, std::shared_ptr<HttpReply> reply) {
     const auto seg = Split(req.path);
+    // Credentials first: without them a caller learns nothing, not even which models exist.
+    std::string tenant;
+    if (const auto group = HttpApiGroup(seg)) {
+      auto who = AuthorizeHttp(access_, *group, req, !seg.empty() && seg[0] == "v1");
+      if (auto* refusal = std::get_if<HttpResponse>(&who)) return reply->Send(std::move(*refusal));
+      tenant = std::get<std::string>(std::move(who));
+    }
     const bool get = req.method == "GET", post = req.method == "POST";
     auto method = [&](bool ok) {
       if (!ok) reply->Send(Error(405, "Method Not Allowed"));
@@ -118,7 +132,7 @@ class Handlers {
       if (method(get)) status_only(s_->ready() ? 200 : 400);
       return;
     }
-    if (!seg.empty() && seg[0] == "v1") return openai_->Handle(req, seg, std::move(reply));
+    if (!seg.empty() && seg[0] == "v1") return openai_->Handle(req, seg, tenant, std::move(reply));
     if (web_->Handle(req, reply)) return;
     if (seg == std::vector<std::string>{"v2"}) {
       if (method(get)) reply->Send(Json(200, ServerMetadata()));
@@ -171,8 +185,8 @@ class Handlers {
         return;
       }
       if (!method(post)) return;
-      if (r->action == "infer") return Infer(*r, req, std::move(reply));
-      return Generate(*r, req, std::move(reply), r->action == "generate_stream");
+      if (r->action == "infer") return Infer(*r, req, tenant, std::move(reply));
+      return Generate(*r, req, tenant, std::move(reply), r->action == "generate_stream");
     }
     reply->Send(Error(404, "Not Found"));
   }
@@ -350,7 +364,7 @@ class Handlers {
     reply->Send(Error(404, "Not Found"));
   }
 
-  void Infer(const Route& route, const HttpRequest& req, std::shared_ptr<HttpReply> reply) {
+  void Infer(const Route& route, const HttpRequest& req, const std::string& tenant, std::shared_ptr<HttpReply> reply) {
     auto config = s_->GetModelConfig(route.model, route.version);
     if (!config.ok()) return reply->Send(Error(config.status()));
     if (serving::IsDecoupled(*config)) {
@@ -375,10 +389,12 @@ class Handlers {
     InferRequest r = std::move(shape->request);
     r.model_name = route.model;
     r.model_version = route.version.empty() ? -1 : std::stoll(route.version);
+    Admitted admitted = AdmitInference(access_, tenant, &r);
+    if (!admitted.ticket) return reply->Send(RateLimited(admitted));
     auto cancel = r.cancel;
     reply->OnClientGone([cancel](const std::string&) { cancel->Cancel(); });
     auto responses = std::make_shared<std::vector<InferResponse>>();
-    s_->Infer(std::move(r), SinkOnStrand(reply, [this, reply, responses, shape](InferResponse&& resp) {
+    s_->Infer(std::move(r), HoldUntilFinal(std::move(admitted.ticket), SinkOnStrand(reply, [this, reply, responses, shape](InferResponse&& resp) {
       const bool final = resp.final;
       responses->push_back(std::move(resp));
       if (!final) return;
@@ -401,10 +417,11 @@ class Handlers {
       if (binary.empty()) return reply->Send({200, "application/json", header, {}});
       reply->Send({200, "application/octet-stream", header + binary,
                    {{"Inference-Header-Content-Length", std::to_string(header.size())}}});
-    }));
+    })));
   }
 
-  void Generate(const Route& route, const HttpRequest& req, std::shared_ptr<HttpReply> reply, bool stream) {
+  void Generate(const Route& route, const HttpRequest& req, const std::string& tenant, std::shared_ptr<HttpReply> reply,
+                bool stream) {
     const std::string encoding = req.Header("Content-Encoding");
     if (!encoding.empty() && encoding != "identity") {
       return reply->Send(Error(400, "Unsupported content-encoding '" + encoding + "' for generate"));
@@ -416,6 +433,9 @@ class Handlers {
     InferRequest r = std::move(parsed).value();
     r.model_name = route.model;
     r.model_version = route.version.empty() ? -1 : std::stoll(route.version);
+    Admitted admitted = AdmitInference(access_, tenant, &r);
+    if (!admitted.ticket) return reply->Send(RateLimited(admitted));
+    auto ticket = std::move(admitted.ticket);
     auto cancel = r.cancel;
     // Why the client is gone, if the server gave up on it (a slow reader): its last event.
     auto gone_reason = std::make_shared<std::string>();
@@ -425,7 +445,7 @@ class Handlers {
     });
     if (!stream) {
       auto data = std::make_shared<std::vector<InferResponse>>();
-      s_->Infer(std::move(r), SinkOnStrand(reply, [reply, data](InferResponse&& resp) {
+      s_->Infer(std::move(r), HoldUntilFinal(std::move(ticket), SinkOnStrand(reply, [reply, data](InferResponse&& resp) {
         if (!resp.error.ok() && data->empty()) return reply->Send(Error(resp.error));
         const bool final = resp.final;
         if (!resp.empty()) data->push_back(std::move(resp));
@@ -435,11 +455,11 @@ class Handlers {
                                                       "stream for model that generates various number of responses"}}));
         }
         reply->Send(Json(200, GenerateResponseToJson(data->front())));
-      }));
+      })));
       return;
     }
     auto started = std::make_shared<bool>(false);
-    s_->Infer(std::move(r), SinkOnStrand(reply, [reply, started, gone_reason](InferResponse&& resp) {
+    s_->Infer(std::move(r), HoldUntilFinal(std::move(ticket), SinkOnStrand(reply, [reply, started, gone_reason](InferResponse&& resp) {
       if (!*started) {
         // A request refused before any output (config checks, the engine's refusals) is a
         // plain JSON error with its status, as the reference answers.
@@ -456,28 +476,76 @@ class Handlers {
         reply->Write(SseEvent(GenerateResponseToJson(resp)));
       }
       if (resp.final) reply->EndStream();
-    }));
+    })));
   }
 
   serving::Server* s_;
   SharedMemoryRegistry& shm_;  // shared with the gRPC frontend, as in Triton
   std::shared_ptr<OpenAiFrontend> openai_;
   std::shared_ptr<WebFrontend> web_;
+  const AccessPolicy access_;
 };
 
 }  // namespace
 
+std::optional<serving::ApiGroup> HttpApiGroup(const std::vector<std::string>& seg) {
+  using G = serving::ApiGroup;
+  if (seg.empty() || seg == std::vector<std::string>{"index.html"}) return std::nullopt;
+  const std::string& top = seg[0];
+  if (top == "v1") {
+    return seg.size() >= 2 && seg[1] == "models" ? G::kMetadata : G::kInference;
+  }
+  if (top == "inflight") return G::kMetrics;  // the live dashboard's data
+  if (top != "v2" || seg.size() == 1) return G::kMetadata;
+  const std::string& second = seg[1];
+  if (second == "health") return G::kHealth;
+  if (second == "repository") return G::kModelRepository;
+  if (second == "trace") return G::kTrace;
+  if (second == "logging") return G::kLogging;
+  if (second == "systemsharedmemory" || second == "cudasharedmemory") return G::kSharedMemory;
+  if (second == "models") {
+    if (seg.size() == 3 && seg[2] == "stats") return G::kStatistics;
+    const std::string& last = seg.back();
+    if (seg.size() >= 4) {
+      if (last == "ready") return G::kHealth;
+      if (last == "config") return G::kModelConfig;
+      if (last == "stats") return G::kStatistics;
+      if (last == "setting") return G::kTrace;
+      if (last == "infer" || last == "generate" || last == "generate_stream") return G::kInference;
+    }
+  }
+  return G::kMetadata;
+}
+
+std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access, serving::ApiGroup group,
+                                                      const HttpRequest& req, bool openai_errors) {
+  const auto lookup = [&req](std::string_view name) -> std::optional<std::string> {
+    if (!req.HasHeader(name)) return std::nullopt;
+    return req.Header(name);
+  };
+  auto result = access.auth->Check(serving::Protocol::kHttp, group, req.Header("Authorization"), lookup);
+  if (auto* p = std::get_if<serving::Principal>(&result)) return TenantOf(*p, req.remote_address);
+  // No detail: which keys exist, or which group needs which, is not the caller's business.
+  const bool forbidden = std::get<serving::AuthFailure>(result) == serving::AuthFailure::kForbidden;
+  const int status = forbidden ? 403 : 401;
+  const std::string message = forbidden ? "forbidden" : "unauthenticated";
+  HttpResponse r = openai_errors ? HttpResponse{status, "application/json", Dump(OpenAiErrorJson(status, message)), {}}
+                                 : Json(status, json{{"error", message}});
+  if (!forbidden) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
 HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm,
-                           OpenAiOptions openai)
-    : server_(server), options_(std::move(options)), shm_(shm),
-      openai_(std::make_shared<OpenAiFrontend>(server, std::move(openai))),
+                           OpenAiOptions openai, AccessPolicy access)
+    : server_(server), options_(std::move(options)), shm_(shm), access_(access),
+      openai_(std::make_shared<OpenAiFrontend>(server, std::move(openai), access)),
       web_(std::make_shared<WebFrontend>(server)) {}
 
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 StatusOr<int> HttpFrontend::Start() {
   RETURN_IF_ERROR(openai_->Init());
-  auto handlers = std::make_shared<Handlers>(server_, shm_, openai_, web_);
+  auto handlers = std::make_shared<Handlers>(server_, shm_, openai_, web_, access_);
   http_ = std::make_unique<HttpServer>(options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
     try {
       handlers->Dispatch(std::move(req), reply);
@@ -498,8 +566,8 @@ void HttpFrontend::Stop(std::chrono::milliseconds grace) {
   if (http_) http_->Stop(grace);
 }
 
-MetricsFrontend::MetricsFrontend(serving::Server* server, std::string address, int port)
-    : server_(server), address_(std::move(address)), port_(port) {}
+MetricsFrontend::MetricsFrontend(serving::Server* server, std::string address, int port, AccessPolicy access, TlsFiles tls)
+    : server_(server), address_(std::move(address)), port_(port), access_(std::move(access)), tls_(std::move(tls)) {}
 
 MetricsFrontend::~MetricsFrontend() { Stop(); }
 
@@ -509,7 +577,10 @@ StatusOr<int> MetricsFrontend::Start() {
   o.port = port_;
   o.num_threads = 1;
   o.max_body_bytes = 1 << 20;
+  o.tls = tls_;
   http_ = std::make_unique<HttpServer>(o, [this](HttpRequest req, std::shared_ptr<HttpReply> reply) {
+    auto who = AuthorizeHttp(access_, serving::ApiGroup::kMetrics, req, false);
+    if (auto* refusal = std::get_if<HttpResponse>(&who)) return reply->Send(std::move(*refusal));
     if (req.path != "/metrics") return reply->Send(Error(404, "Not Found"));
     if (req.method != "GET") return reply->Send(Error(405, "Method Not Allowed"));
     reply->Send({200, "text/plain; version=0.0.4; charset=utf-8", server_->metrics().Serialize(), {}});

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "frontends/access.h"
 #include "frontends/http_server.h"
 #include "frontends/openai_frontend.h"
 #include "frontends/web_frontend.h"
@@ -18,9 +19,10 @@ namespace inflight::frontends {
 class HttpFrontend {
  public:
   // shm: the system shared-memory regions (outlives the frontend; shared with gRPC).
-  // openai: the OpenAI API's settings (it is served on the same port).
+  // openai: the OpenAI API's settings (it is served on the same port). access: keys,
+  // restricted groups and tenant limits for every endpoint.
   HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm,
-               OpenAiOptions openai = {});
+               OpenAiOptions openai = {}, AccessPolicy access = {});
   ~HttpFrontend();
   // Binds and serves on background threads. Returns the bound port; UNAVAILABLE if the
   // address cannot be bound, INVALID_ARGUMENT for a chat template that does not parse.
@@ -33,15 +35,17 @@ class HttpFrontend {
   serving::Server* server_;
   HttpServerOptions options_;
   SharedMemoryRegistry* shm_;
+  AccessPolicy access_;
   std::shared_ptr<OpenAiFrontend> openai_;
   std::shared_ptr<WebFrontend> web_;
   std::unique_ptr<HttpServer> http_;
 };
 
-// GET /metrics in the Prometheus text format.
+// GET /metrics in the Prometheus text format (API group `metrics`: the admin key when keys
+// are set).
 class MetricsFrontend {
  public:
-  MetricsFrontend(serving::Server* server, std::string address, int port);
+  MetricsFrontend(serving::Server* server, std::string address, int port, AccessPolicy access = {}, TlsFiles tls = {});
   ~MetricsFrontend();
   StatusOr<int> Start();
   void Stop();
@@ -50,7 +54,17 @@ class MetricsFrontend {
   serving::Server* server_;
   std::string address_;
   int port_;
+  AccessPolicy access_;
+  TlsFiles tls_;
   std::unique_ptr<HttpServer> http_;
 };
+
+// The API group of an HTTP request (`seg`: its path's segments); nullopt for the web page
+// itself, which holds no data and asks for the key in the browser.
+std::optional<serving::ApiGroup> HttpApiGroup(const std::vector<std::string>& seg);
+
+// Checks the caller's credentials for `group`: the tenant, or a 401/403 response to send.
+std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access, serving::ApiGroup group,
+                                                      const HttpRequest& req, bool openai_errors);
 
 }  // namespace inflight::frontends

@@ -10,6 +10,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <poll.h>
 #include <cerrno>
 #include <deque>
 #include <mutex>
@@ -65,15 +67,25 @@ void RaiseOpenFileLimit() {
   }
 }
 
-class Session;
+// What the server needs of a connection, whatever its stream (plain TCP or TLS).
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  virtual void Start() = 0;
+  virtual void Close() = 0;
+  virtual net::any_io_executor strand() const = 0;
+};
+
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   Impl(HttpServerOptions o, HttpHandler h)
       : options(std::move(o)), handler(std::move(h)), ioc(options.num_threads), work(net::make_work_guard(ioc)) {}
 
   void Accept();
-  void Track(const std::shared_ptr<Session>& s);
-  void Untrack(Session* s);
+  void Track(const std::shared_ptr<SessionBase>& s);
+  void Untrack(SessionBase* s);
 
   const HttpServerOptions options;
   const HttpHandler handler;
@@ -81,25 +93,46 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   // The I/O threads run until Stop, also while no connection is open.
   net::executor_work_guard<net::io_context::executor_type> work;
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::ssl::context> tls;  // set: every connection speaks TLS
   std::atomic<bool> accepting{true};
   std::vector<std::thread> threads;
   std::atomic<int64_t> connections{0};
   std::atomic<int64_t> busy{0};
   std::mutex mu;
-  std::map<Session*, std::weak_ptr<Session>> by_ptr;  // open connections
+  std::map<SessionBase*, std::weak_ptr<SessionBase>> by_ptr;  // open connections
 };
 
 // One connection. Every member below runs on the connection's strand; the HttpReply
 // methods post onto it.
-class Session : public std::enable_shared_from_this<Session> {
+template <typename Stream>
+class Session : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(tcp::socket socket, std::shared_ptr<HttpServer::Impl> server)
-      : stream_(std::move(socket)), strand_(stream_.get_executor()), server_(std::move(server)),
-        options_(server_->options) {}
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
 
-  void Start() { net::dispatch(strand_, [self = shared_from_this()] { self->ReadRequest(); }); }
-  void Close();
-  net::any_io_executor strand() const { return strand_; }
+  Session(tcp::socket socket, std::shared_ptr<HttpServer::Impl> server)
+      : stream_(MakeStream(std::move(socket), *server)), strand_(stream_.get_executor()), server_(std::move(server)),
+        options_(server_->options) {
+    beast::error_code ec;
+    const auto remote = Lowest().socket().remote_endpoint(ec);
+    if (!ec) remote_address_ = remote.address().to_string();
+  }
+
+  void Start() override {
+    net::dispatch(strand_, [self = this->shared_from_this()] {
+      if constexpr (kTls) {
+        // The handshake runs under the header deadline: a client that stalls in it is dropped.
+        self->Lowest().expires_after(self->options_.header_timeout);
+        self->stream_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+          if (ec) return self->Close();
+          self->ReadRequest();
+        });
+      } else {
+        self->ReadRequest();
+      }
+    });
+  }
+  void Close() override;
+  net::any_io_executor strand() const override { return strand_; }
   bool busy() const { return reply_active_; }
 
   // Reply side (posted here by the Reply object).
@@ -124,8 +157,18 @@ class Session : public std::enable_shared_from_this<Session> {
   void Flush();
   void OnFlushed(beast::error_code ec, size_t n);
   void FinishReply();
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+  std::shared_ptr<Session> Self() { return this->shared_from_this(); }
+  static Stream MakeStream(tcp::socket socket, HttpServer::Impl& server) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *server.tls);
+    } else {
+      return Stream(std::move(socket));
+    }
+  }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
+  std::string remote_address_;
   net::any_io_executor strand_;
   std::shared_ptr<HttpServer::Impl> server_;
   const HttpServerOptions& options_;
@@ -149,9 +192,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<http::response<http::string_body>> response_;
 };
 
+template <typename Stream>
 class Reply : public HttpReply {
  public:
-  Reply(std::shared_ptr<Session> s, uint64_t gen, size_t bound) : s_(std::move(s)), gen_(gen), bound_(bound) {}
+  Reply(std::shared_ptr<Session<Stream>> s, uint64_t gen, size_t bound) : s_(std::move(s)), gen_(gen), bound_(bound) {}
 
   void Send(HttpResponse response) override {
     net::post(s_->strand(), [s = s_, g = gen_, r = std::move(response)]() mutable { s->Send(g, std::move(r)); });
@@ -186,12 +230,13 @@ class Reply : public HttpReply {
   void Post(std::function<void()> fn) override { net::post(s_->strand(), std::move(fn)); }
 
  private:
-  std::shared_ptr<Session> s_;
+  std::shared_ptr<Session<Stream>> s_;
   const uint64_t gen_;
   const size_t bound_;
 };
 
-void Session::ReadRequest() {
+template <typename Stream>
+void Session<Stream>::ReadRequest() {
   if (closed_) return;
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
@@ -199,21 +244,23 @@ void Session::ReadRequest() {
   if (buffer_.size() > 0) return ReadHeader();  // a pipelined request is already here
   // An idle keep-alive connection waits for its first byte under the idle deadline; the
   // header deadline starts with that byte (so a trickling client cannot hold the line).
-  stream_.expires_after(options_.idle_timeout);
-  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+  Lowest().expires_after(options_.idle_timeout);
+  stream_.async_read_some(buffer_.prepare(4096), [self = Self()](beast::error_code ec, size_t n) {
     if (ec) return self->Close();
     self->buffer_.commit(n);
     self->ReadHeader();
   });
 }
 
-void Session::ReadHeader() {
-  stream_.expires_after(options_.header_timeout);
+template <typename Stream>
+void Session<Stream>::ReadHeader() {
+  Lowest().expires_after(options_.header_timeout);
   http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+                          [self = Self()](beast::error_code ec, size_t) { self->OnHeader(ec); });
 }
 
-void Session::OnHeader(beast::error_code ec) {
+template <typename Stream>
+void Session<Stream>::OnHeader(beast::error_code ec) {
   if (ec == http::error::header_limit) {
     return SendSimple(431, "request headers exceed " + std::to_string(options_.max_header_bytes) + " bytes", true);
   }
@@ -229,19 +276,20 @@ void Session::OnHeader(beast::error_code ec) {
   if (IEquals(std::string_view(expect.data(), expect.size()), "100-continue")) {
     // curl waits for this before sending a body over 1 KiB.
     auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-    stream_.expires_after(options_.write_timeout);
-    return net::async_write(stream_, net::buffer(*cont), [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+    Lowest().expires_after(options_.write_timeout);
+    return net::async_write(stream_, net::buffer(*cont), [self = Self(), cont](beast::error_code ec, size_t) {
       if (ec) return self->Close();
-      self->stream_.expires_after(self->options_.body_timeout);
+      self->Lowest().expires_after(self->options_.body_timeout);
       http::async_read(self->stream_, self->buffer_, *self->parser_,
                        [self](beast::error_code ec, size_t) { self->OnBody(ec); });
     });
   }
-  stream_.expires_after(options_.body_timeout);
-  http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+  Lowest().expires_after(options_.body_timeout);
+  http::async_read(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) { self->OnBody(ec); });
 }
 
-void Session::OnBody(beast::error_code ec) {
+template <typename Stream>
+void Session<Stream>::OnBody(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     // Triton answers an oversized body with 400 and this message.
     return SendSimple(400, "request exceeds the maximum allowed input size", true);
@@ -251,8 +299,9 @@ void Session::OnBody(beast::error_code ec) {
   Dispatch();
 }
 
-void Session::Dispatch() {
-  stream_.expires_never();
+template <typename Stream>
+void Session<Stream>::Dispatch() {
+  Lowest().expires_never();
   auto& msg = parser_->get();
   HttpRequest req;
   req.method = std::string(msg.method_string());
@@ -262,6 +311,7 @@ void Session::Dispatch() {
   if (q != std::string_view::npos) req.query = std::string(target.substr(q + 1));
   for (const auto& f : msg) req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   req.body = std::move(msg.body());
+  req.remote_address = remote_address_;
   keep_alive_ = msg.keep_alive();
   ++generation_;
   reply_active_ = true;
@@ -272,29 +322,32 @@ void Session::Dispatch() {
   gone_reason_.reset();
   ++server_->busy;
   WatchForDisconnect();
-  server_->handler(std::move(req), std::make_shared<Reply>(shared_from_this(), generation_, options_.max_stream_buffer_bytes));
+  server_->handler(std::move(req), std::make_shared<Reply<Stream>>(Self(), generation_, options_.max_stream_buffer_bytes));
 }
 
-void Session::WatchForDisconnect() {
+template <typename Stream>
+void Session<Stream>::WatchForDisconnect() {
   // Readable while a reply is pending: either the client closed (cancel its request) or it
   // pipelined the next request (left in the socket for ReadRequest).
-  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen = generation_](beast::error_code ec) {
+  Lowest().socket().async_wait(tcp::socket::wait_read, [self = Self(), gen = generation_](beast::error_code ec) {
     if (ec || self->closed_ || self->generation_ != gen || !self->reply_active_) return;
-    char c;
-    const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    // POLLRDHUP sees the client's FIN even behind unread bytes (a TLS close_notify).
+    pollfd p{self->Lowest().socket().native_handle(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
       self->ClientGone("the client disconnected");
     }
   });
 }
 
-void Session::AddGoneCallback(uint64_t gen, std::function<void(const std::string&)> fn) {
+template <typename Stream>
+void Session<Stream>::AddGoneCallback(uint64_t gen, std::function<void(const std::string&)> fn) {
   if (gen != generation_) return;
   if (gone_reason_) return fn(*gone_reason_);
   gone_callbacks_.push_back(std::move(fn));
 }
 
-void Session::ClientGone(const std::string& reason) {
+template <typename Stream>
+void Session<Stream>::ClientGone(const std::string& reason) {
   if (!reply_active_ || gone_reason_) return;
   gone_reason_ = reason;
   auto callbacks = std::move(gone_callbacks_);
@@ -304,7 +357,8 @@ void Session::ClientGone(const std::string& reason) {
   if (reason.find("disconnected") != std::string::npos || closed_) gone_ = true;
 }
 
-void Session::SendSimple(int status, const std::string& message, bool close) {
+template <typename Stream>
+void Session<Stream>::SendSimple(int status, const std::string& message, bool close) {
   ++generation_;
   reply_active_ = true;
   ++server_->busy;
@@ -321,10 +375,11 @@ void Session::SendSimple(int status, const std::string& message, bool close) {
   Send(generation_, std::move(r));
 }
 
-void Session::Send(uint64_t gen, HttpResponse r) {
+template <typename Stream>
+void Session<Stream>::Send(uint64_t gen, HttpResponse r) {
   if (gen != generation_ || !reply_active_ || streaming_ || response_ || closed_) return;
   beast::error_code ignored;
-  stream_.socket().cancel(ignored);  // the disconnect watch
+  Lowest().socket().cancel(ignored);  // the disconnect watch
   response_ = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
   response_->set(http::field::server, "inflight");
   if (!r.content_type.empty()) response_->set(http::field::content_type, r.content_type);
@@ -332,15 +387,16 @@ void Session::Send(uint64_t gen, HttpResponse r) {
   response_->body() = std::move(r.body);
   response_->keep_alive(keep_alive_);
   response_->prepare_payload();
-  stream_.expires_after(options_.write_timeout);
-  http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code ec, size_t) {
+  Lowest().expires_after(options_.write_timeout);
+  http::async_write(stream_, *response_, [self = Self()](beast::error_code ec, size_t) {
     self->response_.reset();
     if (ec) return self->Close();
     self->FinishReply();
   });
 }
 
-void Session::StartStream(uint64_t gen, int status, std::string content_type) {
+template <typename Stream>
+void Session<Stream>::StartStream(uint64_t gen, int status, std::string content_type) {
   if (gen != generation_ || !reply_active_ || streaming_ || response_ || closed_) return;
   streaming_ = true;
   std::string head = "HTTP/1.1 " + std::to_string(status) + " " + ReasonPhrase(status) + "\r\n";
@@ -351,7 +407,8 @@ void Session::StartStream(uint64_t gen, int status, std::string content_type) {
   Flush();
 }
 
-void Session::QueueChunk(uint64_t gen, std::string data) {
+template <typename Stream>
+void Session<Stream>::QueueChunk(uint64_t gen, std::string data) {
   if (gen != generation_ || !streaming_ || stream_ended_ || closed_) {
     if (gen == generation_) unread_bytes_ -= static_cast<int64_t>(data.size());
     return;
@@ -365,14 +422,16 @@ void Session::QueueChunk(uint64_t gen, std::string data) {
   Flush();
 }
 
-void Session::EndStream(uint64_t gen) {
+template <typename Stream>
+void Session<Stream>::EndStream(uint64_t gen) {
   if (gen != generation_ || !streaming_ || stream_ended_ || closed_) return;
   stream_ended_ = true;
   out_.push_back("0\r\n\r\n");
   Flush();
 }
 
-void Session::Flush() {
+template <typename Stream>
+void Session<Stream>::Flush() {
   if (writing_ || closed_) return;
   if (out_.empty()) {
     if (stream_ended_) {
@@ -388,13 +447,14 @@ void Session::Flush() {
     *data += out_.front();
     out_.pop_front();
   }
-  stream_.expires_after(options_.write_timeout);
-  net::async_write(stream_, net::buffer(*data), [self = shared_from_this(), data](beast::error_code ec, size_t) {
+  Lowest().expires_after(options_.write_timeout);
+  net::async_write(stream_, net::buffer(*data), [self = Self(), data](beast::error_code ec, size_t) {
     self->OnFlushed(ec, data->size());
   });
 }
 
-void Session::OnFlushed(beast::error_code ec, size_t n) {
+template <typename Stream>
+void Session<Stream>::OnFlushed(beast::error_code ec, size_t n) {
   writing_ = false;
   unread_bytes_ -= static_cast<int64_t>(n);
   if (ec) {
@@ -406,23 +466,25 @@ void Session::OnFlushed(beast::error_code ec, size_t n) {
   Flush();
 }
 
-void Session::FinishReply() {
+template <typename Stream>
+void Session<Stream>::FinishReply() {
   if (reply_active_) {
     reply_active_ = false;
     --server_->busy;
   }
   gone_callbacks_.clear();
   beast::error_code ignored_ec;
-  stream_.socket().cancel(ignored_ec);  // the disconnect watch of a streamed reply
+  Lowest().socket().cancel(ignored_ec);  // the disconnect watch of a streamed reply
   if (!keep_alive_) {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
     return Close();
   }
   ReadRequest();
 }
 
-void Session::Close() {
+template <typename Stream>
+void Session<Stream>::Close() {
   if (closed_) return;
   closed_ = true;
   gone_ = true;
@@ -434,8 +496,8 @@ void Session::Close() {
   gone_callbacks_.clear();
   out_.clear();
   beast::error_code ignored;
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  stream_.close();
+  Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+  Lowest().close();
   --server_->connections;
   server_->Untrack(this);
 }
@@ -450,7 +512,12 @@ void HttpServer::Impl::Accept() {
       } else {
         socket.set_option(tcp::no_delay(true), ec);
         ++self->connections;
-        auto s = std::make_shared<Session>(std::move(socket), self);
+        std::shared_ptr<SessionBase> s;
+        if (self->tls) {
+          s = std::make_shared<Session<TlsStream>>(std::move(socket), self);
+        } else {
+          s = std::make_shared<Session<PlainStream>>(std::move(socket), self);
+        }
         self->Track(s);
         s->Start();
       }
@@ -462,12 +529,12 @@ void HttpServer::Impl::Accept() {
   });
 }
 
-void HttpServer::Impl::Track(const std::shared_ptr<Session>& s) {
+void HttpServer::Impl::Track(const std::shared_ptr<SessionBase>& s) {
   std::lock_guard<std::mutex> lock(mu);
   by_ptr[s.get()] = s;
 }
 
-void HttpServer::Impl::Untrack(Session* s) {
+void HttpServer::Impl::Untrack(SessionBase* s) {
   std::lock_guard<std::mutex> lock(mu);
   by_ptr.erase(s);
 }
@@ -479,6 +546,27 @@ HttpServer::~HttpServer() { Stop(); }
 
 StatusOr<int> HttpServer::Start() {
   RaiseOpenFileLimit();
+  const auto& o = impl_->options;
+  if (o.tls.enabled()) {
+    if (o.tls.cert_file.empty() || o.tls.key_file.empty()) {
+      return InvalidArgumentError("TLS needs both a certificate and a private key file");
+    }
+    // TLS 1.2 and 1.3 only; a client certificate signed by the given CA when one is named.
+    net::ssl::context ctx(net::ssl::context::tls_server);
+    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 |
+                    net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
+    beast::error_code tls_ec;
+    ctx.use_certificate_chain_file(o.tls.cert_file, tls_ec);
+    if (tls_ec) return InvalidArgumentError("TLS certificate '" + o.tls.cert_file + "': " + tls_ec.message());
+    ctx.use_private_key_file(o.tls.key_file, net::ssl::context::pem, tls_ec);
+    if (tls_ec) return InvalidArgumentError("TLS private key '" + o.tls.key_file + "': " + tls_ec.message());
+    if (!o.tls.client_ca_file.empty()) {
+      ctx.load_verify_file(o.tls.client_ca_file, tls_ec);
+      if (tls_ec) return InvalidArgumentError("TLS client CA '" + o.tls.client_ca_file + "': " + tls_ec.message());
+      ctx.set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+    }
+    impl_->tls.emplace(std::move(ctx));
+  }
   beast::error_code ec;
   const auto address = net::ip::make_address(impl_->options.address, ec);
   if (ec) return InvalidArgumentError("HTTP: bad address '" + impl_->options.address + "'");
@@ -522,7 +610,7 @@ void HttpServer::Stop(std::chrono::milliseconds grace) {
   while (impl_->busy.load() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::vector<std::shared_ptr<Session>> open;
+  std::vector<std::shared_ptr<SessionBase>> open;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     for (auto& [p, w] : impl_->by_ptr) {

@@ -17,6 +17,13 @@
 
 namespace inflight::frontends {
 
+// PEM files for TLS: a certificate chain and its key serve HTTPS (and gRPC over TLS); a
+// client CA requires and verifies client certificates (mutual TLS).
+struct TlsFiles {
+  std::string cert_file, key_file, client_ca_file;
+  bool enabled() const { return !cert_file.empty() || !key_file.empty(); }
+};
+
 struct HttpServerOptions {
   std::string address = "0.0.0.0";
   int port = 0;  // 0: any free port
@@ -32,6 +39,7 @@ struct HttpServerOptions {
   int max_header_count = 100;
   size_t max_body_bytes = 64 << 20;
   size_t max_stream_buffer_bytes = 8 << 20;  // unread output one streamed reply may hold
+  TlsFiles tls;  // enabled: HTTPS only
 };
 
 struct HttpRequest {
@@ -40,6 +48,7 @@ struct HttpRequest {
   std::string query;  // after '?', "" if none
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  std::string remote_address;  // the client's IP address
 
   // Value of the first header of that name (case-insensitive); "" when absent.
   std::string Header(std::string_view name) const;

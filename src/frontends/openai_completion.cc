@@ -23,6 +23,7 @@ struct Completion::Choice {
   bool done = false;
   std::string finish_reason;
   int64_t num_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache served
   std::vector<LogprobEntry> logprobs;  // whole response: all; streaming: not yet sent
 };
 
@@ -49,6 +50,12 @@ HttpResponse OpenAiError(const Status& s, const std::string& param) {
   const int status = HttpStatusOf(s);
   HttpResponse r{status, "application/json", Dump(OpenAiErrorJson(status, s.message(), param)), {}};
   if (status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+HttpResponse OpenAiRateLimited(const std::string& message, int64_t retry_after_s) {
+  HttpResponse r{429, "application/json", Dump(OpenAiErrorJson(429, message)), {}};
+  r.headers.emplace_back("Retry-After", std::to_string(retry_after_s));
   return r;
 }
 
@@ -132,6 +139,8 @@ InferRequest Completion::BuildRequest(size_t p, int64_t j) const {
   if (q.min_p > 0.0) r.parameters["min_p"] = q.min_p;
   if (q.top_logprobs > 0) r.parameters["num_top_logprobs"] = q.top_logprobs;
   r.parameters["return_finish_reason"] = true;
+  if (!s_.cache_salt.empty()) r.parameters["cache_salt"] = s_.cache_salt;
+  if (s_.ticket) r.usage = s_.ticket->usage();
   // The id a `stop` request names to end this choice early (a stop string matched).
   r.id = s_.id + "-" + std::to_string(p * static_cast<size_t>(q.n) + static_cast<size_t>(j));
   r.cancel = choices_[p * static_cast<size_t>(q.n) + static_cast<size_t>(j)]->cancel;
@@ -174,6 +183,9 @@ void Completion::OnResponse(size_t index, InferResponse&& resp) {
       auto it = resp.parameters.find("finish_reason");
       const std::string* why = it == resp.parameters.end() ? nullptr : std::get_if<std::string>(&it->second);
       c.finish_reason = why && *why == "length" ? "length" : "stop";
+      if (auto cached = resp.parameters.find("cached_tokens"); cached != resp.parameters.end()) {
+        if (const int64_t* v = std::get_if<int64_t>(&cached->second)) c.cached_tokens = *v;
+      }
       c.done = true;
     }
   }
@@ -340,7 +352,16 @@ json Completion::Usage() const {
   int64_t prompt = 0, completion = 0;
   for (const auto& ids : s_.prompt_ids) prompt += static_cast<int64_t>(ids.size());
   for (const auto& c : choices_) completion += c->num_tokens;
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  // Each prompt counts its cached tokens once (its choices share the prompt).
+  int64_t cached = 0;
+  const size_t n = static_cast<size_t>(s_.request.n);
+  for (size_t p = 0; p < s_.prompt_ids.size(); ++p) {
+    int64_t most = 0;
+    for (size_t j = 0; j < n; ++j) most = std::max(most, choices_[p * n + j]->cached_tokens);
+    cached += std::min<int64_t>(most, static_cast<int64_t>(s_.prompt_ids[p].size()));
+  }
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json Completion::ChoiceJson(const Choice& c) const {
@@ -356,6 +377,8 @@ json Completion::ChoiceJson(const Choice& c) const {
 
 void Completion::Finish() {
   Record(OkStatus());
+  // Every choice has ended: the tenant's slot and tokens are settled before the client hears.
+  s_.ticket.reset();
   if (s_.request.stream) {
     if (s_.request.include_usage) {
       json chunk = Envelope(s_.request.chat ? "chat.completion.chunk" : "text_completion");

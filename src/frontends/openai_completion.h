@@ -17,12 +17,15 @@
 #include "frontends/http_server.h"
 #include "frontends/openai_json.h"
 #include "serving/server.h"
+#include "serving/tenancy.h"
 #include "serving/text_model.h"
 
 namespace inflight::frontends {
 
 // An OpenAI error response for `s` (404, 400, 503 with Retry-After, ...).
 HttpResponse OpenAiError(const Status& s, const std::string& param);
+// 429 with Retry-After: a tenant's concurrency or token rate limit.
+HttpResponse OpenAiRateLimited(const std::string& message, int64_t retry_after_s);
 
 struct CompletionSetup {
   OpenAiRequest request;
@@ -33,6 +36,9 @@ struct CompletionSetup {
   uint64_t seed = 0;  // choice j of a prompt samples with seed + j
   std::string id;     // "cmpl-..." / "chatcmpl-..."
   int64_t created = 0;
+  std::string cache_salt;  // the effective salt ("" none)
+  // The tenant's admission: held until the completion is gone; its meter counts the tokens.
+  std::shared_ptr<serving::TenantLimits::Ticket> ticket;
 };
 
 class Completion : public std::enable_shared_from_this<Completion> {

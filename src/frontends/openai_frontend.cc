@@ -45,8 +45,8 @@ StatusOr<jinja::Value> TemplateContext(const OpenAiRequest& r, const Tokenizer& 
 
 }  // namespace
 
-OpenAiFrontend::OpenAiFrontend(serving::Server* server, OpenAiOptions options)
-    : server_(server), options_(std::move(options)) {}
+OpenAiFrontend::OpenAiFrontend(serving::Server* server, OpenAiOptions options, AccessPolicy access)
+    : server_(server), options_(std::move(options)), access_(std::move(access)) {}
 
 Status OpenAiFrontend::Init() {
   if (options_.chat_template.empty()) return OkStatus();
@@ -68,7 +68,8 @@ StatusOr<std::shared_ptr<const jinja::Template>> OpenAiFrontend::TemplateFor(con
   return t;
 }
 
-void OpenAiFrontend::Handle(const HttpRequest& req, const std::vector<std::string>& seg, std::shared_ptr<HttpReply> reply) {
+void OpenAiFrontend::Handle(const HttpRequest& req, const std::vector<std::string>& seg, const std::string& tenant,
+                            std::shared_ptr<HttpReply> reply) {
   auto method = [&](const char* want) {
     if (req.method == want) return true;
     reply->Send({405, "application/json", Dump(OpenAiErrorJson(405, "method " + req.method + " is not allowed here")), {}});
@@ -79,11 +80,11 @@ void OpenAiFrontend::Handle(const HttpRequest& req, const std::vector<std::strin
     return;
   }
   if (seg == std::vector<std::string>{"v1", "completions"}) {
-    if (method("POST")) Generate(req, false, std::move(reply));
+    if (method("POST")) Generate(req, false, tenant, std::move(reply));
     return;
   }
   if (seg == std::vector<std::string>{"v1", "chat", "completions"}) {
-    if (method("POST")) Generate(req, true, std::move(reply));
+    if (method("POST")) Generate(req, true, tenant, std::move(reply));
     return;
   }
   reply->Send({404, "application/json", Dump(OpenAiErrorJson(404, "no such endpoint: " + req.path)), {}});
@@ -106,13 +107,25 @@ void OpenAiFrontend::Models(const std::vector<std::string>& seg, const std::shar
   reply->Send({200, "application/json", Dump(json{{"object", "list"}, {"data", data}}), {}});
 }
 
-void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, std::shared_ptr<HttpReply> reply) {
+void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::string& tenant, std::shared_ptr<HttpReply> reply) {
   std::string param;
   auto parsed = ParseOpenAiRequest(req.body, chat, &param);
   if (!parsed.ok()) return reply->Send(OpenAiError(parsed.status(), param));
   CompletionSetup setup;
   setup.request = std::move(parsed).value();
   const OpenAiRequest& r = setup.request;
+  const serving::RequestLimits& limits = access_.request_limits;
+  auto too_many = [&](const char* field, int64_t limit) {
+    reply->Send(OpenAiError(InvalidArgumentError("'" + std::string(field) + "' is limited to " + std::to_string(limit) +
+                                                 " on this server"), field));
+  };
+  if (limits.max_n > 0 && r.n > limits.max_n) return too_many("n", limits.max_n);
+  if (limits.max_logprobs > 0 && r.top_logprobs > limits.max_logprobs) {
+    return too_many(chat ? "top_logprobs" : "logprobs", limits.max_logprobs);
+  }
+  if (limits.max_stop_words > 0 && static_cast<int64_t>(r.stop.size()) > limits.max_stop_words) {
+    return too_many("stop", limits.max_stop_words);
+  }
   auto model = serving::ResolveTextModel(*server_, r.model);
   if (!model.ok()) {
     if (model.status().code() == StatusCode::kNotFound) {
@@ -168,6 +181,10 @@ void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, std::shared_ptr
     if (ids.empty()) return reply->Send(OpenAiError(InvalidArgumentError("the prompt is empty"), chat ? "messages" : "prompt"));
     longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
   }
+  if (limits.max_prompt_tokens > 0 && longest > limits.max_prompt_tokens) {
+    return reply->Send(OpenAiError(InvalidArgumentError("the prompt is " + std::to_string(longest) + " tokens; this server takes at most " +
+                                                        std::to_string(limits.max_prompt_tokens)), chat ? "messages" : "prompt"));
+  }
   const int64_t context = setup.model.context_length;
   if (context > 0 && longest >= context) {
     return reply->Send(OpenAiError(InvalidArgumentError("the prompt is " + std::to_string(longest) + " tokens; this model's context is " +
@@ -186,6 +203,15 @@ void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, std::shared_ptr
   setup.seed = r.seed.value_or(RandomBits() >> 11);
   setup.id = RandomId(chat ? "chatcmpl-" : "cmpl-");
   setup.created = NowSeconds();
+  // The tenant's admission last: a request refused for its content takes no slot.
+  serving::InferRequest probe;
+  if (!r.cache_salt.empty()) probe.parameters["cache_salt"] = r.cache_salt;
+  Admitted admitted = AdmitInference(access_, tenant, &probe);
+  if (!admitted.ticket) return reply->Send(OpenAiRateLimited(admitted.reason, admitted.retry_after_s));
+  setup.ticket = std::move(admitted.ticket);
+  if (auto it = probe.parameters.find("cache_salt"); it != probe.parameters.end()) {
+    setup.cache_salt = std::get<std::string>(it->second);
+  }
   auto completion = std::make_shared<Completion>(std::move(setup), reply);
   completion->Start(server_);
 }

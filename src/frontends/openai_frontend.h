@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "frontends/access.h"
 #include "frontends/http_server.h"
 #include "jinja/template.h"
 #include "serving/server.h"
@@ -24,21 +25,24 @@ struct OpenAiOptions {
 
 class OpenAiFrontend {
  public:
-  OpenAiFrontend(serving::Server* server, OpenAiOptions options);
+  OpenAiFrontend(serving::Server* server, OpenAiOptions options, AccessPolicy access = {});
   // Parses the template override. INVALID_ARGUMENT naming the construct when it does not parse.
   Status Init();
-  // Serves a request whose path starts with /v1 (`seg`: the path's segments).
-  void Handle(const HttpRequest& req, const std::vector<std::string>& seg, std::shared_ptr<HttpReply> reply);
+  // Serves a request whose path starts with /v1 (`seg`: the path's segments) for `tenant`
+  // (already authenticated).
+  void Handle(const HttpRequest& req, const std::vector<std::string>& seg, const std::string& tenant,
+              std::shared_ptr<HttpReply> reply);
 
   // The parsed template for `source` (parsed once; templates come from loaded models).
   StatusOr<std::shared_ptr<const jinja::Template>> TemplateFor(const std::string& source);
 
  private:
   void Models(const std::vector<std::string>& seg, const std::shared_ptr<HttpReply>& reply);
-  void Generate(const HttpRequest& req, bool chat, std::shared_ptr<HttpReply> reply);
+  void Generate(const HttpRequest& req, bool chat, const std::string& tenant, std::shared_ptr<HttpReply> reply);
 
   serving::Server* server_;
   OpenAiOptions options_;
+  AccessPolicy access_;
   std::mutex templates_mu_;
   std::map<std::string, std::shared_ptr<const jinja::Template>> templates_;
 };

@@ -283,6 +283,13 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std
     return f.Fail("best_of", "'best_of' other than n is not supported");
   }
   if (f.Has("user") && f.Get("user").is_string()) r.user = f.Get("user").get<std::string>();
+  if (f.Has("cache_salt")) {
+    const json& salt = f.Get("cache_salt");
+    if (!salt.is_string() || salt.get_ref<const std::string&>().empty() || salt.get_ref<const std::string&>().size() > 1024) {
+      return f.Fail("cache_salt", "'cache_salt' must be a non-empty string of at most 1024 bytes");
+    }
+    r.cache_salt = salt.get<std::string>();
+  }
   return r;
 }
 

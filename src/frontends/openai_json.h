@@ -56,6 +56,7 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
+  std::string cache_salt;  // prefix-cache blocks are shared only among requests with the same salt
 };
 
 // INVALID_ARGUMENT naming the field for a malformed or out-of-range request; *param is set to

@@ -65,11 +65,12 @@ uint64_t KvBlockManager::ChainKey(uint64_t parent_key, const int32_t* tokens) co
   return h;
 }
 
-std::vector<int32_t> KvBlockManager::AcquirePrefix(const int32_t* tokens, int64_t num_tokens, int32_t max_blocks) {
+std::vector<int32_t> KvBlockManager::AcquirePrefix(const int32_t* tokens, int64_t num_tokens, int32_t max_blocks,
+                                                   uint64_t root_key) {
   std::vector<int32_t> out;
   if (!config_.enable_reuse) return out;
   const int32_t tpb = config_.tokens_per_block;
-  uint64_t parent = kRootKey;
+  uint64_t parent = root_key;
   for (int64_t start = 0; start + tpb <= num_tokens && static_cast<int32_t>(out.size()) < max_blocks; start += tpb) {
     const uint64_t key = ChainKey(parent, tokens + start);
     auto it = table_.find(key);

@@ -55,7 +55,9 @@ class KvBlockManager {
 
   // The longest run of committed blocks matching whole blocks of `tokens` (at most
   // max_blocks), each acquired (reference count + 1). Empty when reuse is off.
-  std::vector<int32_t> AcquirePrefix(const int32_t* tokens, int64_t num_tokens, int32_t max_blocks);
+  // `root_key` is RootKey(salt) of the sequence's cache salt.
+  std::vector<int32_t> AcquirePrefix(const int32_t* tokens, int64_t num_tokens, int32_t max_blocks,
+                                     uint64_t root_key = kRootKey);
 
   // Partial-block reuse: among the committed blocks that follow the prefix `parent_key`, the
   // one whose leading tokens match `tokens` longest (at most max_tokens, fewer than a block).
@@ -66,6 +68,9 @@ class KvBlockManager {
   // Key of the prefix ending with the block holding `tokens` (tokens_per_block of them) after
   // the prefix `parent_key` (kRootKey for the first block).
   static constexpr uint64_t kRootKey = 0x9e3779b97f4a7c15ull;
+  // The root of a salted chain: prefixes under different salts never share a key (a
+  // block's parent key is checked, so even equal keys would not be taken).
+  static uint64_t RootKey(uint64_t salt) { return salt == 0 ? kRootKey : salt; }
   uint64_t ChainKey(uint64_t parent_key, const int32_t* tokens) const;
 
   // Records that `block` (referenced by the caller) now holds the full block `tokens` after

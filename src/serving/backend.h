@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "model_config.pb.h"
 #include "serving/infer.h"
+#include "serving/tenancy.h"
 
 namespace inflight {
 class Tokenizer;
@@ -38,6 +39,7 @@ struct BackendContext {
   // Canonical folders the files a config names must lie in (the repository, allow-listed
   // folders); see ConfinedPath.
   std::vector<std::string> allowed_roots;
+  RequestLimits request_limits;
 };
 
 class ModelBackend {

@@ -73,6 +73,7 @@ class EnsembleBackend : public ModelBackend {
     sub.parameters = job->request.parameters;
     sub.cancel = job->request.cancel;
     sub.context = job->request.context;
+    sub.usage = job->request.usage;
     for (const auto& [input, tensor] : step.input_map()) {
       auto it = pool.find(tensor);
       if (it == pool.end()) continue;  // an optional input the client left out

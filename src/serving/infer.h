@@ -52,6 +52,17 @@ class RequestContext {
   std::map<std::string, std::shared_ptr<void>> slots_;
 };
 
+// Tokens a request used (prompt + generated, over all its LLM steps), for per-tenant token
+// rate limits. The LLM backend adds to it; thread-safe.
+class UsageMeter {
+ public:
+  void Add(int64_t tokens) { tokens_.fetch_add(tokens, std::memory_order_relaxed); }
+  int64_t tokens() const { return tokens_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> tokens_{0};
+};
+
 struct InferRequest {
   std::string model_name;
   int64_t model_version = -1;  // -1: the newest ready version
@@ -61,6 +72,7 @@ struct InferRequest {
   std::vector<std::string> requested_outputs;  // empty: all outputs
   std::shared_ptr<CancelToken> cancel = std::make_shared<CancelToken>();
   std::shared_ptr<RequestContext> context;  // set by an ensemble for its steps
+  std::shared_ptr<UsageMeter> usage;        // set by a frontend that limits the tenant's tokens
 
   const InferTensor* FindInput(const std::string& name) const;
 };

@@ -19,6 +19,7 @@
 #include "serving/metrics.h"
 #include "serving/model_config_util.h"
 #include "serving/model_paths.h"
+#include "serving/tenancy.h"
 #include "serving/text_backends.h"
 #include "serving/word_list.h"
 
@@ -98,6 +99,7 @@ struct Pending {
   bool perf_metrics = false;   // return_perf_metrics: KV reuse and timing outputs
   bool finish_reason = false;  // parameter return_finish_reason: sequence-final responses name why
   std::shared_ptr<CancelToken> cancel;  // set when the client went away
+  std::shared_ptr<UsageMeter> usage;    // the tenant's token count, when limited
   Status failure;              // the first error; the final response carries it
   bool done = false;
 };
@@ -246,6 +248,7 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     p->finish_reason = v && *v;
   }
   p->cancel = r.cancel;
+  p->usage = r.usage;
   p->rows_outstanding = batch;
   for (int64_t b = 0; b < batch; ++b) {
     Request& row = rows[b];
@@ -370,14 +373,26 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   q.return_context_logits = ctx_logits->value_or(0) != 0;
   q.return_generation_logits = gen_logits->value_or(0) != 0;
   q.exclude_input_in_output = exclude->has_value() ? **exclude != 0 : params_.exclude_input_in_output;
-  q.num_return_sequences = static_cast<int32_t>(nrs->value_or(1));
+  const RequestLimits& limits = context_.request_limits;
+  if (limits.max_prompt_tokens > 0 && len > limits.max_prompt_tokens) {
+    return InvalidArgumentError("the prompt has " + std::to_string(len) + " tokens; this server takes at most " +
+                                std::to_string(limits.max_prompt_tokens));
+  }
+  const double n = nrs->value_or(1);
+  if (n < 1 || (limits.max_n > 0 && n > static_cast<double>(limits.max_n))) {
+    return InvalidArgumentError("num_return_sequences must be in [1, " + std::to_string(limits.max_n > 0 ? limits.max_n : INT32_MAX) + "]");
+  }
+  q.num_return_sequences = static_cast<int32_t>(n);
   *perf_metrics = perf->value_or(0) != 0;
-  if (q.num_return_sequences < 1) return InvalidArgumentError("num_return_sequences must be at least 1");
   for (const char* list : {"stop_words_list", "bad_words_list"}) {
     const InferTensor* t = r.FindInput(list);
     if (!t) continue;
     auto words = WordListRow(*t, b);
     if (!words.ok()) return words.status();
+    if (limits.max_stop_words > 0 && static_cast<int64_t>(words->size()) > limits.max_stop_words) {
+      return InvalidArgumentError(std::string(list) + " holds " + std::to_string(words->size()) + " words; at most " +
+                                  std::to_string(limits.max_stop_words) + " are taken");
+    }
     (std::string(list) == "stop_words_list" ? q.stop_words : q.bad_words) = std::move(words).value();
   }
   // decoder_input_ids / decoder_input_lengths are ignored: every supported model is
@@ -395,7 +410,10 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   }
   if (auto it = r.parameters.find("num_top_logprobs"); it != r.parameters.end()) {
     const int64_t* v = std::get_if<int64_t>(&it->second);
-    if (!v || *v < 0 || *v > 100) return InvalidArgumentError("parameter num_top_logprobs must be an integer in [0, 100]");
+    const int64_t most = limits.max_logprobs > 0 ? std::min<int64_t>(100, limits.max_logprobs) : 100;
+    if (!v || *v < 0 || *v > most) {
+      return InvalidArgumentError("parameter num_top_logprobs must be an integer in [0, " + std::to_string(most) + "]");
+    }
     q.sampling.num_top_logprobs = static_cast<int32_t>(*v);
   }
   for (const char* unsupported : {"prompt_embedding_table", "prompt_table_extra_ids",
@@ -407,6 +425,13 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   }
   Status s = q.sampling.Validate();
   if (!s.ok()) return s;
+  if (auto it = r.parameters.find("cache_salt"); it != r.parameters.end()) {
+    const std::string* salt = std::get_if<std::string>(&it->second);
+    if (!salt || salt->size() > kMaxCacheSaltBytes) {
+      return InvalidArgumentError("parameter cache_salt must be a string of at most " + std::to_string(kMaxCacheSaltBytes) + " bytes");
+    }
+    q.cache_salt = CacheSaltKey(*salt);
+  }
   auto priority = r.parameters.find("priority");
   if (priority != r.parameters.end() && std::holds_alternative<int64_t>(priority->second)) {
     // Triton: level 1 is the highest. The executor: 0..1, higher first.
@@ -459,6 +484,7 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
       context_.metrics->ObserveLlmRequest(p->model_name, p->version, res.stats);
     }
     live_stats_.AddFinished(res.stats);
+    if (p->usage) p->usage->Add(static_cast<int64_t>(res.stats.num_prompt_tokens) + res.stats.num_generated_tokens);
   }
   if (res.finish_reason == FinishReason::kCancelled && p->cancel->cancelled() && p->failure.ok()) {
     // The client is gone (disconnect, cancelled stream): end as CANCELLED, not as a success.
@@ -517,6 +543,10 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   }
   if (p->perf_metrics && (res.is_final || res.is_sequence_final)) AddPerfMetrics(res.stats, &resp);
   if (p->finish_reason && res.is_sequence_final) resp.parameters["finish_reason"] = std::string(FinishReasonName(res.finish_reason));
+  if (p->finish_reason && res.is_final) {
+    // Prompt tokens served from the prefix cache (OpenAI's usage.prompt_tokens_details).
+    resp.parameters["cached_tokens"] = static_cast<int64_t>(res.stats.num_reused_blocks) * params_.executor.tokens_per_block;
+  }
   if (p->batched) resp.outputs.push_back(InferTensor::Int32("batch_index", {1, 1}, {static_cast<int32_t>(row)}));
   if (p->multi_sequence) resp.outputs.push_back(InferTensor::Int32("sequence_index", {1, 1}, {res.sequence_index}));
   lock.unlock();

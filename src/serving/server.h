@@ -17,6 +17,7 @@
 #include "serving/backend.h"
 #include "serving/live_stats.h"
 #include "serving/metrics.h"
+#include "serving/tenancy.h"
 #include "serving/trace.h"
 
 namespace inflight::serving {
@@ -33,6 +34,7 @@ struct ServerOptions {
   std::string trace_file;  // where sampled request traces go (Triton's --trace-file)
   // Folders besides the repository that the files a model config names may lie in.
   std::vector<std::string> allowed_model_paths;
+  RequestLimits request_limits;  // every LLM model checks its requests against these
 };
 
 struct TensorMetadata {
