@@ -388,9 +388,12 @@ int main(int argc, char** argv) {
   const auto end = t0 + std::chrono::seconds(seconds);
   // The baseline is the peak RSS of the warm-up under load; later peaks must stay within 10%.
   int64_t rss_warm = 0, rss_max_after = 0, rss_reload_peak = 0, fds_max = 0;
+  std::vector<std::pair<double, int64_t>> rss_series;  // (seconds, kB) every 10 s, for the trend
   while (Clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const int64_t rss = RssKb(server.pid);
+    const double at = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rss_series.empty() || at - rss_series.back().first >= 10) rss_series.emplace_back(at, rss);
     fds_max = std::max(fds_max, OpenFds(server.pid));
     if (NowMs() < reload_busy_until_ms.load()) {
       rss_reload_peak = std::max(rss_reload_peak, rss);
@@ -478,6 +481,9 @@ int main(int argc, char** argv) {
   std::printf("RSS kB: start %lld, warm-up peak %lld, peak after warm-up %lld, end (quiet) %lld; during reloads (two "
               "copies of the model) up to %lld\n", static_cast<long long>(rss_start), static_cast<long long>(rss_warm),
               static_cast<long long>(rss_max_after), static_cast<long long>(rss_end), static_cast<long long>(rss_reload_peak));
+  std::printf("RSS every 10 s (MB):");
+  for (const auto& [at, kb] : rss_series) std::printf(" %.0f", kb / 1024.0);
+  std::printf("\n");
   std::printf("descriptors: start %lld, max %lld, end %lld\n", static_cast<long long>(fds_start), static_cast<long long>(fds_max),
               static_cast<long long>(fds_end));
   std::printf("KV blocks used after the load: %.0f, active requests: %.0f\n", kv_used, active);
@@ -489,6 +495,7 @@ int main(int argc, char** argv) {
     json j = {{"seconds", load_s}, {"clients", clients}, {"requests", total}, {"outcomes", counts},
               {"rss_kb", {{"start", rss_start}, {"warmup_peak", rss_warm}, {"peak_after_warmup", rss_max_after}, {"end", rss_end},
                           {"reload_peak", rss_reload_peak}}},
+              {"rss_series_kb", rss_series},
               {"fds", {{"start", fds_start}, {"max", fds_max}, {"end", fds_end}}}, {"kv_blocks_used_end", kv_used},
               {"sigterm", {{"complete", term_ok.load()}, {"error_event", term_error.load()}, {"lost", term_lost.load()},
                            {"clean_exit", clean_exit}, {"exit_seconds", exit_s}}},
