@@ -21,7 +21,7 @@ done
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DINFLIGHT_SANITIZE=thread -DINFLIGHT_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target executor_test output_stream_test http_server_test
-# The engine loop, the output stream, and the HTTP server's threads (Beast/Asio are header-only, so instrumented;
+# The engine loop, the output stream, and the HTTP server's threads (plain and TLS) (Beast/Asio are header-only, so instrumented;
 # Debian's protobuf and gRPC are not, and the serving core's tests crash inside them under TSan).
 for t in executor_test output_stream_test http_server_test; do
   echo "== $t (TSan)"

@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -170,6 +171,78 @@ TEST_F(HttpServerTest, StopWithOpenStreamsAndIdleConnectionsReturnsPromptly) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2000));
   for (auto& t : clients) t.join();
   EXPECT_EQ(server_->num_connections(), 0);
+}
+
+// The same server over TLS (certificates made by openssl now), driven by curl: keep-alive
+// requests from several clients at once, a stream read whole, and a client that leaves
+// mid-stream (its close_notify and FIN arrive while a reply is pending).
+class HttpsServerTest : public HttpServerTest {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() / ("inflight_https_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    const std::string cmd = "cd " + dir_.string() +
+                            " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout key.pem"
+                            " -out cert.pem -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -days 1 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+  void SetUp() override {
+    HttpServerOptions o;
+    o.address = "127.0.0.1";
+    o.tls.cert_file = (dir_ / "cert.pem").string();
+    o.tls.key_file = (dir_ / "key.pem").string();
+    server_ = std::make_unique<HttpServer>(o, [this](HttpRequest r, std::shared_ptr<HttpReply> reply) {
+      backend_.Handle(std::move(r), std::move(reply));
+    });
+    auto port = server_->Start();
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    port_ = *port;
+  }
+  std::string Curl(const std::string& args) {
+    const std::string cmd = "curl -s --max-time 60 --cacert " + (dir_ / "cert.pem").string() + " " + args;
+    std::string out;
+    FILE* f = popen(cmd.c_str(), "r");
+    if (!f) return out;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    pclose(f);
+    return out;
+  }
+  std::string Url(const std::string& path) const { return "https://127.0.0.1:" + std::to_string(port_) + path; }
+  static inline std::filesystem::path dir_;
+};
+
+TEST_F(HttpsServerTest, KeepAliveClientsStreamsAndDisconnectsOverTls) {
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      // Five requests on one connection (curl reuses it for the URLs it is given).
+      // (--next resets curl's options, so each part names the CA again.)
+      const std::string ca = " --cacert " + (dir_ / "cert.pem").string();
+      std::string args;
+      for (int i = 0; i < 5; ++i) args += " -d c" + std::to_string(c) + "i" + std::to_string(i) + " " + Url("/echo") + " --next -s" + ca;
+      args += " " + Url("/stream?50");
+      const std::string out = Curl(args);
+      int echoes = 0;
+      for (int i = 0; i < 5; ++i) echoes += out.find("echo:c" + std::to_string(c) + "i" + std::to_string(i)) != std::string::npos;
+      ok += echoes == 5 && out.find("data: 49x") != std::string::npos && out.find("data: end") != std::string::npos;
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok, 4);
+  // A plaintext request gets no HTTP answer.
+  httplib::Client plain("127.0.0.1", port_);
+  auto r = plain.Get("/echo");
+  EXPECT_FALSE(r && r->status == 200);
+  // A client that leaves mid-stream.
+  const int before = backend_.gone;
+  Curl(Url("/stream?100000") + " | head -c 20000 > /dev/null");
+  for (int i = 0; i < 300 && backend_.gone == before; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_GT(backend_.gone, before);
+  EXPECT_EQ(Curl("-d still " + Url("/echo")), "echo:still");
 }
 
 }  // namespace
