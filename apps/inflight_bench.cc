@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
   app.add_option("--protocol,-i", protocol, "http (KServe generate_stream), grpc (ModelStreamInfer, token ids), openai (/v1/completions) or openai-chat (/v1/chat/completions)");
   app.add_option("--url,-u", url, "host:port (default localhost:8000, gRPC :8001)");
   app.add_option("--model,-m", ro.client.model, "Model name (default: ensemble for http, tensorrt_llm for grpc)");
+  app.add_option("--api-key", ro.client.api_key, "The server's API key (or INFLIGHT_CLIENT_API_KEY)")->envname("INFLIGHT_CLIENT_API_KEY");
   app.add_option("--tokenizer", tokenizer_path, "Tokenizer of the served model (GGUF, HF folder, tokenizer.model)");
   app.add_option("--vocab-size", wo.vocab_size, "Random token ids below this when there is no tokenizer (grpc)");
   app.add_option("--num-requests,-n", wo.num_requests)->check(CLI::Range(1, 10000000));

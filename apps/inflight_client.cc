@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   app.add_flag("--batch-inputs", batch_inputs, "Send every --text/--input-ids in one request (answers by batch_index)");
   app.add_flag("--include-input", include_input, "Keep the prompt in non-streamed output");
   app.add_flag("--json", json_out, "Print one JSON object per answer");
+  std::string api_key;
+  app.add_option("--api-key", api_key, "The server's API key (or INFLIGHT_CLIENT_API_KEY)")->envname("INFLIGHT_CLIENT_API_KEY");
   CLI11_PARSE(app, argc, argv);
   auto fail = [](const std::string& m) {
     std::fprintf(stderr, "inflight-client: %s\n", m.c_str());
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
   if (!proto.ok()) return fail(proto.status().message());
   clients::ClientOptions co;
   co.protocol = *proto;
+  co.api_key = api_key;
   if (*proto == clients::Protocol::kGrpc && !texts.empty()) return fail("gRPC sends token ids: use --input-ids");
   co.model = !model.empty() ? model : (!texts.empty() ? "ensemble" : "tensorrt_llm");
   if (url.empty()) url = *proto == clients::Protocol::kGrpc ? "localhost:8001" : "localhost:8000";

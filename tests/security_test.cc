@@ -361,6 +361,25 @@ TEST_F(SecurityTest, KeysFromAFileAndTheEnvironmentNameTenants) {
   EXPECT_EQ(http.Get("/v2/health/ready", Bearer("# tenants"))->status, 401);
 }
 
+TEST_F(SecurityTest, TheProjectsClientToolSendsTheKey) {
+  StartServer({"--api-key", "tool-key"});
+  const std::string client = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-client ";
+  int code = 0;
+  const std::string http = " --url 127.0.0.1:" + std::to_string(server_->http_port) + " --text 'Once upon a time' -o 4";
+  const std::string grpc = " -i grpc --url 127.0.0.1:" + std::to_string(server_->grpc_port) + " --input-ids 1,450,471 -o 4";
+  Shell(client + "--api-key tool-key" + http + " 2>&1", &code);
+  EXPECT_EQ(code, 0);
+  Shell(client + "--api-key tool-key" + grpc + " 2>&1", &code);
+  EXPECT_EQ(code, 0);
+  const std::string refused = Shell(client + http + " 2>&1", &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(refused.find("401"), std::string::npos) << refused;
+  Shell("INFLIGHT_CLIENT_API_KEY=tool-key " + client + grpc + " 2>&1", &code);
+  EXPECT_EQ(code, 0);
+  Shell(client + grpc + " 2>&1", &code);
+  EXPECT_NE(code, 0);
+}
+
 class TlsTest : public SecurityTest {
  protected:
   static void SetUpTestSuite() {

@@ -71,6 +71,7 @@ class HttpClient : public LlmClient {
     http_.set_connection_timeout(5);
     http_.set_read_timeout(o.timeout_ms / 1000 + 1);
     http_.set_write_timeout(30);
+    if (!o.api_key.empty()) http_.set_default_headers({{"Authorization", "Bearer " + o.api_key}});
   }
 
   GenOutcome Generate(const GenRequest& r, const std::function<bool(const GenEvent&)>& on_event) override {
@@ -284,6 +285,7 @@ class GrpcClient : public LlmClient {
 
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o_.timeout_ms));
+    if (!o_.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + o_.api_key);
     auto stream = stub_->ModelStreamInfer(&ctx);
     if (!stream->Write(q)) {
       out.end = Clock::now();

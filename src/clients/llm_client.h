@@ -67,6 +67,7 @@ struct ClientOptions {
   int port = 8000;
   std::string model = "ensemble";
   int64_t timeout_ms = 600000;  // whole request
+  std::string api_key;  // sent as "Authorization: Bearer" (HTTP) / "authorization" metadata (gRPC)
 };
 
 class LlmClient {
