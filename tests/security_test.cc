@@ -442,7 +442,7 @@ TEST_F(TlsTest, EveryPortServesTlsAndRefusesPlaintext) {
   EXPECT_EQ(Curl("https://localhost:" + std::to_string(server_->metrics_port) + "/metrics", Ca()), "200");
   EXPECT_EQ(Curl("http://localhost:" + std::to_string(server_->metrics_port) + "/metrics"), "000");
 
-  EXPECT_EQ(Live(Stub(GrpcTls(false), "localhost").get()), grpc::StatusCode::OK);
+  EXPECT_EQ(Live(Stub(GrpcTls(false)).get()), grpc::StatusCode::OK);
   EXPECT_EQ(Live(Stub().get()), grpc::StatusCode::UNAVAILABLE);  // plaintext client
 }
 
@@ -452,8 +452,8 @@ TEST_F(TlsTest, MutualTlsNeedsAClientCertificate) {
   const std::string url = "https://localhost:" + std::to_string(server_->http_port) + "/v2/health/ready";
   EXPECT_EQ(Curl(url, Ca()), "000");
   EXPECT_EQ(Curl(url, Ca() + " " + ClientCert()), "200");
-  EXPECT_EQ(Live(Stub(GrpcTls(true), "localhost").get()), grpc::StatusCode::OK);
-  EXPECT_EQ(Live(Stub(GrpcTls(false), "localhost").get()), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Live(Stub(GrpcTls(true)).get()), grpc::StatusCode::OK);
+  EXPECT_EQ(Live(Stub(GrpcTls(false)).get()), grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(TlsTest, BadCertificateFilesStopTheServerWithAMessage) {
@@ -561,6 +561,37 @@ TEST_F(SecurityTest, PerKeyConcurrencyLimitAnswers429WithRetryAfter) {
     if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(admitted);
+}
+
+TEST_F(SecurityTest, WithoutKeysLimitsApplyPerClientAddressOverBothProtocols) {
+  StartServer({"--max-concurrent-per-key", "1"});
+  std::atomic<bool> stop{false};
+  std::promise<void> started;
+  std::thread holder([&] {
+    httplib::Client c("127.0.0.1", server_->http_port);
+    c.set_read_timeout(120);
+    bool first = true;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"model", "ensemble"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true},
+                    {"n", 64}, {"stream", true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (first) started.set_value(), first = false;
+      return !stop.load();
+    };
+    c.send(req);
+    if (first) started.set_value();
+  });
+  started.get_future().wait();
+  // The same address over gRPC is the same tenant.
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse resp;
+  EXPECT_EQ(Stub()->ModelInfer(&ctx, PreprocessingRequest(), &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Http().Post("/v2/models/ensemble/generate", R"({"text_input": "Hi", "max_tokens": 2})", "application/json")->status, 429);
+  stop = true;
+  holder.join();
 }
 
 TEST_F(SecurityTest, PerKeyTokenRateAnswers429UntilTheBucketRefills) {

@@ -64,9 +64,12 @@ std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access
   const std::string authorization = lookup("authorization").value_or("");
   auto result = access.auth->Check(serving::Protocol::kGrpc, group, authorization, lookup);
   if (auto* p = std::get_if<serving::Principal>(&result)) {
-    // "ipv4:10.0.0.1:5000" / "ipv6:[::1]:5000": the address without the port.
+    // "ipv4:10.0.0.1:5000" / "ipv6:[::1]:5000": the bare address, as HTTP names it, so one
+    // client is one tenant over both protocols.
     std::string peer = ctx.peer();
     if (const size_t colon = peer.rfind(':'); colon != std::string::npos && colon > peer.find(':')) peer.resize(colon);
+    if (peer.rfind("ipv4:", 0) == 0) peer.erase(0, 5);
+    if (peer.rfind("ipv6:[", 0) == 0 && peer.back() == ']') peer = peer.substr(6, peer.size() - 7);
     return TenantOf(*p, peer);
   }
   if (std::get<serving::AuthFailure>(result) == serving::AuthFailure::kForbidden) {
