@@ -146,6 +146,44 @@ inference::ModelInferRequest PreprocessingRequest() {
   return q;
 }
 
+// One long streamed OpenAI request (64 choices run to 400 tokens) that holds a concurrency
+// slot from its first event until Release, when the client hangs up.
+class SlotHolder {
+ public:
+  SlotHolder(int port, const std::string& key) {
+    std::promise<void> started;
+    auto started_future = started.get_future();
+    thread_ = std::thread([this, port, key, started = std::move(started)]() mutable {
+      httplib::Client c("127.0.0.1", port);
+      c.set_read_timeout(120);
+      bool first = true;
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = json{{"model", "ensemble"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true},
+                      {"n", 64}, {"stream", true}}.dump();
+      req.set_header("Content-Type", "application/json");
+      if (!key.empty()) req.set_header("Authorization", "Bearer " + key);
+      req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        if (first) started.set_value(), first = false;
+        return !stop_.load();  // false: the client gives up (closes the connection)
+      };
+      c.send(req);
+      if (first) started.set_value();
+    });
+    started_future.wait();
+  }
+  ~SlotHolder() { Release(); }
+  void Release() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 struct Endpoint {
   const char* method;
   std::string path;
@@ -512,28 +550,7 @@ TEST_F(SecurityTest, PerKeySaltModeSeparatesTenants) {
 TEST_F(SecurityTest, PerKeyConcurrencyLimitAnswers429WithRetryAfter) {
   StartServer({"--api-key", "key-a", "--api-key", "key-b", "--max-concurrent-per-key", "1"});
   // One long request of key-a holds its slot (many choices, run to max_tokens).
-  std::atomic<bool> stop{false};
-  std::promise<void> started;
-  std::thread holder([&] {
-    httplib::Client c("127.0.0.1", server_->http_port);
-    c.set_read_timeout(120);
-    bool first = true;
-    json body = {{"model", "ensemble"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true},
-                 {"n", 64}, {"stream", true}};
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = body.dump();
-    req.set_header("Content-Type", "application/json");
-    req.set_header("Authorization", "Bearer key-a");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      if (first) started.set_value(), first = false;
-      return !stop.load();  // false: the client gives up (closes the connection)
-    };
-    c.send(req);
-    if (first) started.set_value();
-  });
-  started.get_future().wait();
+  SlotHolder holder(server_->http_port, "key-a");
   auto http = Http();
   const std::string small = R"({"model": "ensemble", "prompt": "Hi", "max_tokens": 2})";
   auto r = http.Post("/v1/completions", Bearer("key-a"), small, "application/json");
@@ -553,8 +570,7 @@ TEST_F(SecurityTest, PerKeyConcurrencyLimitAnswers429WithRetryAfter) {
   // Another key is not held back.
   EXPECT_EQ(http.Post("/v1/completions", Bearer("key-b"), small, "application/json")->status, 200);
   // The client goes away: its slot comes back.
-  stop = true;
-  holder.join();
+  holder.Release();
   bool admitted = false;
   for (int i = 0; i < 300 && !admitted; ++i) {
     admitted = http.Post("/v1/completions", Bearer("key-a"), small, "application/json")->status == 200;
@@ -565,33 +581,13 @@ TEST_F(SecurityTest, PerKeyConcurrencyLimitAnswers429WithRetryAfter) {
 
 TEST_F(SecurityTest, WithoutKeysLimitsApplyPerClientAddressOverBothProtocols) {
   StartServer({"--max-concurrent-per-key", "1"});
-  std::atomic<bool> stop{false};
-  std::promise<void> started;
-  std::thread holder([&] {
-    httplib::Client c("127.0.0.1", server_->http_port);
-    c.set_read_timeout(120);
-    bool first = true;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = json{{"model", "ensemble"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true},
-                    {"n", 64}, {"stream", true}}.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      if (first) started.set_value(), first = false;
-      return !stop.load();
-    };
-    c.send(req);
-    if (first) started.set_value();
-  });
-  started.get_future().wait();
+  SlotHolder holder(server_->http_port, "");
   // The same address over gRPC is the same tenant.
   grpc::ClientContext ctx;
   inference::ModelInferResponse resp;
   EXPECT_EQ(Stub()->ModelInfer(&ctx, PreprocessingRequest(), &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(Http().Post("/v2/models/ensemble/generate", R"({"text_input": "Hi", "max_tokens": 2})", "application/json")->status, 429);
-  stop = true;
-  holder.join();
+  holder.Release();
 }
 
 TEST_F(SecurityTest, PerKeyTokenRateAnswers429UntilTheBucketRefills) {
