@@ -87,16 +87,18 @@ class SecurityTest : public ::testing::Test {
   }
 
   // grpc.health.v1.Health/Check for the whole server: the call's status and the serving status.
-  std::pair<grpc::StatusCode, int> HealthCheck(const std::string& key) {
+  // `bytes`: the request message as sent ("" is HealthCheckRequest with service "").
+  std::pair<grpc::StatusCode, int> HealthCheck(const std::string& key, const std::string& bytes = "",
+                                               const std::string& method = "/grpc.health.v1.Health/Check") {
     grpc::GenericStub stub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port),
                                                grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     Authorize(&ctx, key);
-    grpc::ByteBuffer request, response;  // an empty HealthCheckRequest: service ""
-    grpc::Slice empty("", 0);
-    request = grpc::ByteBuffer(&empty, 1);
+    grpc::ByteBuffer request, response;
+    grpc::Slice slice(bytes.data(), bytes.size());
+    request = grpc::ByteBuffer(&slice, 1);
     std::promise<grpc::Status> done;
-    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
                    [&done](grpc::Status s) { done.set_value(s); });
     const grpc::Status s = done.get_future().get();
     std::vector<grpc::Slice> slices;
@@ -336,6 +338,18 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcMethod) {
   // The standard health service checks the key too, and answers SERVING with one.
   EXPECT_EQ(HealthCheck("").first, grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(HealthCheck("public-key-1"), std::make_pair(grpc::StatusCode::OK, 1));
+  // What an attacker sends the hand-written health service: truncated or overlong varints,
+  // a length past the end, an unknown wire type, an unknown service, an unknown method.
+  const std::string k = "public-key-1";
+  EXPECT_EQ(HealthCheck(k, std::string("\x0a\x05" "ab", 4)).first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(HealthCheck(k, std::string("\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12)).first,
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(HealthCheck(k, std::string("\x0f\x00", 2)).first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(HealthCheck(k, std::string("\x0a\x05nosvc", 7)).first, grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(HealthCheck(k, std::string("\x0a\x1einference.GRPCInferenceService", 32)), std::make_pair(grpc::StatusCode::OK, 1));
+  EXPECT_EQ(HealthCheck(k, std::string("\x10\x05\x0a\x00", 4)), std::make_pair(grpc::StatusCode::OK, 1));  // unknown field skipped
+  EXPECT_EQ(HealthCheck(k, "", "/grpc.health.v1.Health/Nope").first, grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(HealthCheck("", "", "/no.such.Service/Call").first, grpc::StatusCode::UNIMPLEMENTED);
 }
 
 TEST_F(SecurityTest, RestrictedGroupsNeedTheirOwnHeader) {
@@ -529,6 +543,13 @@ TEST_F(SecurityTest, CacheSaltsKeepPrefixBlocksApart) {
   EXPECT_GE(CachedTokens(other, "", "tenant-c"), 32);
   // A salt that is not a string is refused, not ignored.
   r = Http().Post("/v2/models/ensemble/generate", json{{"text_input", other}, {"max_tokens", 2}, {"cache_salt", 7}}.dump(),
+                  "application/json");
+  EXPECT_EQ(r->status, 400);
+  // Nor is one past 1,024 bytes.
+  r = Http().Post("/v2/models/ensemble/generate",
+                  json{{"text_input", other}, {"max_tokens", 2}, {"cache_salt", std::string(1025, 's')}}.dump(), "application/json");
+  EXPECT_EQ(r->status, 400);
+  r = Http().Post("/v1/completions", json{{"model", "ensemble"}, {"prompt", other}, {"cache_salt", std::string(1025, 's')}}.dump(),
                   "application/json");
   EXPECT_EQ(r->status, 400);
   r = Http().Post("/v1/completions", json{{"model", "ensemble"}, {"prompt", other}, {"cache_salt", 7}}.dump(), "application/json");
