@@ -3,7 +3,8 @@
 // tokens/s and int8 GOPS so the batched cost can be read against the ~940 GOPS VNNI peak of
 // this machine; compare rows of one run, not absolute times.
 //
-// Usage: step_bench [--preset small|tinyllama-1.1b] [--threads N] [--model-dir DIR]
+// Usage: step_bench [--preset small|tinyllama-1.1b] [--dtype q8_0|q4_0|q4_k_m|f16|...]
+//                   [--threads N] [--model-dir DIR]
 //                   [google benchmark flags, e.g. --benchmark_filter=Decode]
 #include <benchmark/benchmark.h>
 
@@ -24,6 +25,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
 #include "kvcache/kv_storage.h"
+#include "limits.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,12 +35,13 @@ namespace {
 
 std::string g_preset = "small";
 std::string g_model_dir = "bench-models";
+std::string g_dtype = "q8_0";  // weights of the step benchmarks (any inflight-model make-random type or mix)
 int g_threads = 2;
 
 const Model& BenchModel() {
   static std::unique_ptr<Model> model = [] {
     const std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
-    auto m = LoadOrWriteRandomModel(g_model_dir + "/" + g_preset + "-random-q8_0.gguf", g_preset, "q8_0", tokenizer);
+    auto m = LoadOrWriteRandomModel(g_model_dir + "/" + g_preset + "-random-" + g_dtype + ".gguf", g_preset, g_dtype, tokenizer);
     if (!m.ok()) { std::fprintf(stderr, "%s\n", m.status().ToString().c_str()); std::exit(1); }
     return std::move(*m);
   }();
@@ -118,6 +121,11 @@ void BM_PrefillStep(benchmark::State& state) {
     if (!s.ok()) state.SkipWithError(s.ToString().c_str());
   }
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+  // The share of the compute peak of the kernels' type, measured right after the timed loop.
+  const bool int8 = kernels::UsesQuantizedActivations(model.weights().layers[0].w_up.dtype);
+  const double peak = int8 ? MeasureInt8Peak(pool) : MeasureFp32Peak(pool);
+  state.counters["peak_share"] =
+      benchmark::Counter(2.0 * MacsPerToken(model) * tokens / peak, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PrefillStep)->ArgNames({"tokens"})->Arg(128)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
 
@@ -172,6 +180,9 @@ BENCHMARK(BM_MatMul)->ArgNames({"rows", "cols", "tokens", "cold", "type"})
     // memory), batched decode (16) and prompt processing (128).
     ->ArgsProduct({{5632}, {2048}, {1}, {1}, {8, 2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23}})
     ->ArgsProduct({{5632}, {2048}, {1, 16, 128}, {0}, {8, 2, 10, 11, 12, 13, 14, 23}})
+    // A 512-token prompt: the activations no longer fit in L2 (wide matrices most of all).
+    ->ArgsProduct({{5632}, {2048}, {512}, {0}, {8, 2, 12}})
+    ->ArgsProduct({{2048}, {5632}, {128, 512}, {0}, {8, 2, 12}})
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // Attention of one decode token per sequence: `batch` sequences of `context` cached
@@ -217,6 +228,7 @@ int main(int argc, char** argv) {
     const std::string f = argv[i];
     const bool has_value = i + 1 < argc;
     if (f == "--preset" && has_value) g_preset = argv[++i];
+    else if (f == "--dtype" && has_value) g_dtype = argv[++i];
     else if (f == "--threads" && has_value) g_threads = std::stoi(argv[++i]);
     else if (f == "--model-dir" && has_value) g_model_dir = argv[++i];
     else rest.push_back(argv[i]);

@@ -208,59 +208,101 @@ inline void ForTokenGroups(int64_t num_tokens, float* y, int64_t y_stride, int64
 // 16 rows. Each (row, token) result is acc = fma(float(dot - corr), dw * dx, acc) in block
 // order, whatever NT is and however the blocks are tiled (a tile's partial sums wait in
 // `partial` as floats, exactly): bit-identical to the scalar twin and batch-invariant.
-// Blocks [b0, b1) of one 16-row group for tokens t0..t0+NT-1; acc starts from `partial`
-// (zero at b0 == 0) and is left there. `prefetch`: pull the next tile into L2 (during the first of several token passes, so the
-// memory transfer overlaps the passes that follow).
-template <bool kQ8, int NT>
+// Blocks [b0, b1) of G consecutive 16-row groups (G = 1 or 2) for tokens t0..t0+NT-1: each
+// activation broadcast feeds G groups, each weight vector NT tokens. acc starts from `partial`
+// ([token][G * 16] floats; zero at b0 == 0) and is left there. `prefetch`: pull the next tile
+// into L2 (during the first of several token passes, so the memory transfer overlaps the
+// passes that follow).
+template <bool kQ8, int G, int NT>
 inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb, const QuantizedRows& x,
                              int64_t t0, float* partial, bool prefetch) {
   constexpr int64_t kBlockBytes = kInterleaveRows * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
   constexpr int64_t kAhead = 32;  // blocks: the next column tile (or group), one tile ahead
-  const int64_t cols = x.cols;
-  __m512 acc[NT];
-  for (int k = 0; k < NT; ++k) acc[k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * k);
+  const int64_t cols = x.cols, group_bytes = nb * kBlockBytes;
+  __m512 acc[G][NT];
+  for (int g = 0; g < G; ++g) {
+    for (int k = 0; k < NT; ++k) acc[g][k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * (G * k + g));
+  }
   const __m512i low4 = _mm512_set1_epi8(15);
   for (int64_t b = b0; b < b1; ++b) {
-    const uint8_t* blk = group + b * kBlockBytes;
-    if (prefetch) {
-      for (int64_t off = 0; off < kBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead * kBlockBytes + off), _MM_HINT_T1);
+    const uint8_t* blk[G];
+    __m512 dw[G];
+    for (int g = 0; g < G; ++g) {
+      blk[g] = group + g * group_bytes + b * kBlockBytes;
+      if (prefetch) {
+        for (int64_t off = 0; off < kBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk[g] + kAhead * kBlockBytes + off), _MM_HINT_T1);
+      }
+      dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[g])));
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    const uint8_t* data = blk + 2 * kInterleaveRows;
-    __m512i dot[NT];
-    for (int k = 0; k < NT; ++k) dot[k] = _mm512_setzero_si512();
+    // Each dot starts at minus the zero-point correction (the same int32 as subtracting it at
+    // the end, one vector operation less per token).
+    __m512i dot[G][NT];
+    for (int k = 0; k < NT; ++k) {
+      const __m512i start = _mm512_set1_epi32(-(kQ8 ? 128 : 8) * x.sum[(t0 + k) * nb + b]);
+      for (int g = 0; g < G; ++g) dot[g][k] = start;
+    }
     if constexpr (kQ8) {
       for (int q = 0; q < 8; ++q) {
-        const __m512i w = _mm512_loadu_si512(data + q * 64);
+        __m512i w[G];
+        for (int g = 0; g < G; ++g) w[g] = _mm512_loadu_si512(blk[g] + 2 * kInterleaveRows + q * 64);
         for (int k = 0; k < NT; ++k) {
           int32_t xq;
           std::memcpy(&xq, x.qs + (t0 + k) * cols + b * kQBlock + 4 * q, 4);
-          dot[k] = _mm512_dpbusd_epi32(dot[k], w, _mm512_set1_epi32(xq));
+          const __m512i xv = _mm512_set1_epi32(xq);
+          for (int g = 0; g < G; ++g) dot[g][k] = _mm512_dpbusd_epi32(dot[g][k], w[g], xv);
         }
       }
     } else {
       for (int q = 0; q < 4; ++q) {
-        const __m512i v = _mm512_loadu_si512(data + q * 64);
-        const __m512i lo = _mm512_and_si512(v, low4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        __m512i lo[G], hi[G];
+        for (int g = 0; g < G; ++g) {
+          const __m512i v = _mm512_loadu_si512(blk[g] + 2 * kInterleaveRows + q * 64);
+          lo[g] = _mm512_and_si512(v, low4);
+          hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
         for (int k = 0; k < NT; ++k) {
           const int8_t* xs = x.qs + (t0 + k) * cols + b * kQBlock;
           int32_t xlo, xhi;
           std::memcpy(&xlo, xs + 4 * q, 4);
           std::memcpy(&xhi, xs + 16 + 4 * q, 4);
-          dot[k] = _mm512_dpbusd_epi32(dot[k], lo, _mm512_set1_epi32(xlo));
-          dot[k] = _mm512_dpbusd_epi32(dot[k], hi, _mm512_set1_epi32(xhi));
+          const __m512i vlo = _mm512_set1_epi32(xlo), vhi = _mm512_set1_epi32(xhi);
+          for (int g = 0; g < G; ++g) {
+            dot[g][k] = _mm512_dpbusd_epi32(dot[g][k], lo[g], vlo);
+            dot[g][k] = _mm512_dpbusd_epi32(dot[g][k], hi[g], vhi);
+          }
         }
       }
     }
     for (int k = 0; k < NT; ++k) {
-      const int64_t tb = (t0 + k) * nb + b;
-      const __m512i corr = _mm512_set1_epi32((kQ8 ? 128 : 8) * x.sum[tb]);
-      const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[k], corr));
-      acc[k] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(x.d[tb])), acc[k]);
+      const __m512 dx = _mm512_set1_ps(x.d[(t0 + k) * nb + b]);
+      for (int g = 0; g < G; ++g) {
+        acc[g][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[g][k]), _mm512_mul_ps(dw[g], dx), acc[g][k]);
+      }
     }
   }
-  for (int k = 0; k < NT; ++k) _mm512_storeu_ps(partial + 16 * k, acc[k]);
+  for (int g = 0; g < G; ++g) {
+    for (int k = 0; k < NT; ++k) _mm512_storeu_ps(partial + 16 * (G * k + g), acc[g][k]);
+  }
+}
+
+// Every token of `num_tokens` through G groups: passes of NT tokens, then the rest.
+template <bool kQ8, int G, int NT>
+void InterleavedTokens(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb, const QuantizedRows& x,
+                       int64_t num_tokens, float* partial) {
+  int64_t t = 0;
+  for (; t + NT <= num_tokens; t += NT) {
+    InterleavedGroup<kQ8, G, NT>(group, b0, b1, nb, x, t, partial + 16 * G * t, t == 0 && num_tokens > NT);
+  }
+  float* p = partial + 16 * G * t;
+  const bool first = t == 0;  // a single pass prefetches too: the weights stream from memory
+  switch (num_tokens - t) {
+    case 5: if constexpr (NT > 5) InterleavedGroup<kQ8, G, 5>(group, b0, b1, nb, x, t, p, first); break;
+    case 4: if constexpr (NT > 4) InterleavedGroup<kQ8, G, 4>(group, b0, b1, nb, x, t, p, first); break;
+    case 3: InterleavedGroup<kQ8, G, 3>(group, b0, b1, nb, x, t, p, first); break;
+    case 2: InterleavedGroup<kQ8, G, 2>(group, b0, b1, nb, x, t, p, first); break;
+    case 1: InterleavedGroup<kQ8, G, 1>(group, b0, b1, nb, x, t, p, first); break;
+    default: break;
+  }
 }
 
 template <bool kQ8>
@@ -270,31 +312,29 @@ void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, 
   // Column tiles of 32 blocks (1024 columns, ~17 KB of a Q8_0 group) keep a group's tile and
   // the tokens' activations in L1 across the token passes, however wide the matrix.
   constexpr int64_t kTileBlocks = 32;
-  constexpr int kNT = 6;
   const int64_t nb = w.cols / kQBlock;
   const auto* base = static_cast<const uint8_t*>(w.data);
-  thread_local std::vector<float> partial;  // [num_tokens, 16]
-  if (partial.size() < static_cast<size_t>(num_tokens) * 16) partial.resize(static_cast<size_t>(num_tokens) * 16);
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kInterleaveRows) {
-    const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - r0);
-    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+  thread_local std::vector<float> partial;  // [num_tokens, G * 16]
+  if (partial.size() < static_cast<size_t>(num_tokens) * 32) partial.resize(static_cast<size_t>(num_tokens) * 32);
+  for (int64_t r0 = row_begin; r0 < row_end;) {
+    // Two groups at once while two remain and several tokens share the broadcasts (a decode
+    // step, one token, keeps one group per pass: it streams weights, not activations).
+    const int G = row_end - r0 > kInterleaveRows && num_tokens >= 4 ? 2 : 1;
     const uint8_t* group = base + (r0 / kInterleaveRows) * nb * kBlockBytes;
     for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
       const int64_t b1 = std::min(nb, b0 + kTileBlocks);
-      int64_t t = 0;
-      for (; t + kNT <= num_tokens; t += kNT) InterleavedGroup<kQ8, kNT>(group, b0, b1, nb, x, t, partial.data() + 16 * t, t == 0 && num_tokens > kNT);
-      float* p = partial.data() + 16 * t;
-      const bool first = t == 0;  // a single pass prefetches too: the weights stream from memory
-      switch (num_tokens - t) {
-        case 5: InterleavedGroup<kQ8, 5>(group, b0, b1, nb, x, t, p, first); break;
-        case 4: InterleavedGroup<kQ8, 4>(group, b0, b1, nb, x, t, p, first); break;
-        case 3: InterleavedGroup<kQ8, 3>(group, b0, b1, nb, x, t, p, first); break;
-        case 2: InterleavedGroup<kQ8, 2>(group, b0, b1, nb, x, t, p, first); break;
-        case 1: InterleavedGroup<kQ8, 1>(group, b0, b1, nb, x, t, p, first); break;
-        default: break;
+      if (G == 2) InterleavedTokens<kQ8, 2, 4>(group, b0, b1, nb, x, num_tokens, partial.data());
+      else InterleavedTokens<kQ8, 1, 6>(group, b0, b1, nb, x, num_tokens, partial.data());
+    }
+    for (int g = 0; g < G; ++g) {
+      const int64_t rg = r0 + g * kInterleaveRows;
+      const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - rg);
+      const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        _mm512_mask_storeu_ps(y + t * y_stride + rg, mask, _mm512_loadu_ps(partial.data() + 16 * (G * t + g)));
       }
     }
-    for (int64_t t = 0; t < num_tokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride + r0, mask, _mm512_loadu_ps(partial.data() + 16 * t));
+    r0 += G * kInterleaveRows;
   }
 }
 
