@@ -110,6 +110,37 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                                            DType::kQ8_0x16, DType::kQ4_0x16, DType::kF16x16, DType::kBF16x16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
+// A prompt's matmul runs in token chunks that fit L2 (and two 16-row groups per pass): each
+// token's outputs equal the token computed alone, bit for bit, through MatMul and MatMulGroup
+// on a pool, for prompts longer than one chunk (the last chunk partial) and rows that end in a
+// partial group.
+TEST(MatMulChunks, PromptEqualsEachTokenAlone) {
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (DType dt : {DType::kQ8_0x16, DType::kQ4_0x16}) {
+    for (int64_t cols : {2048, 5632}) {
+      const int64_t rows = 83, tokens = 301;
+      Weights w = MakeWeights(dt, rows, cols, rng), w2 = MakeWeights(dt, 40, cols, rng);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(tokens * cols);
+      for (float& v : x) v = nd(rng);
+      MatMulScratch scratch;
+      std::vector<float> y(tokens * rows), y2(tokens * 40), yg(tokens * rows);
+      MatMul(w.view, x.data(), tokens, y.data(), pool, scratch);
+      const MatMulTarget targets[] = {{&w.view, yg.data()}, {&w2.view, y2.data()}};
+      MatMulGroup(targets, 2, x.data(), tokens, pool, scratch);
+      ASSERT_EQ(y, yg) << DTypeName(dt) << " cols " << cols;
+      for (int64_t t = 0; t < tokens; t += 7) {
+        std::vector<float> y1(rows), y21(40);
+        MatMul(w.view, x.data() + t * cols, 1, y1.data(), pool, scratch);
+        MatMul(w2.view, x.data() + t * cols, 1, y21.data(), pool, scratch);
+        for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(y1[r], y[t * rows + r]) << DTypeName(dt) << " token " << t << " row " << r;
+        for (int64_t r = 0; r < 40; ++r) ASSERT_EQ(y21[r], y2[t * 40 + r]) << DTypeName(dt) << " token " << t << " row " << r;
+      }
+    }
+  }
+}
+
 // The interleaved layout holds the same weights and computes the same products as its source.
 TEST(Interleave, SameWeightsAndNearlySameProducts) {
   std::mt19937 rng(3);

@@ -323,7 +323,7 @@ void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, 
     const uint8_t* group = base + (r0 / kInterleaveRows) * nb * kBlockBytes;
     for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
       const int64_t b1 = std::min(nb, b0 + kTileBlocks);
-      if (G == 2) InterleavedTokens<kQ8, 2, 4>(group, b0, b1, nb, x, num_tokens, partial.data());
+      if (G == 2) InterleavedTokens<kQ8, 2, 6>(group, b0, b1, nb, x, num_tokens, partial.data());
       else InterleavedTokens<kQ8, 1, 6>(group, b0, b1, nb, x, num_tokens, partial.data());
     }
     for (int g = 0; g < G; ++g) {
