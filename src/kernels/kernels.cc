@@ -74,6 +74,8 @@ MatMulScratch::~MatMulScratch() {
   std::free(d_);
   std::free(sum_);
   std::free(sum16_);
+  std::free(fsum_);
+  std::free(fsum16_);
 }
 
 void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
@@ -84,6 +86,8 @@ void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
   std::free(d_);
   std::free(sum_);
   std::free(sum16_);
+  std::free(fsum_);
+  std::free(fsum16_);
   const size_t bytes = static_cast<size_t>((need + 63) / 64 * 64);
   qs_ = static_cast<int8_t*>(std::aligned_alloc(64, bytes));
   qu_ = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
@@ -91,18 +95,23 @@ void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
   d_ = static_cast<float*>(std::aligned_alloc(64, (nblocks * 4 + 63) / 64 * 64));
   sum_ = static_cast<int32_t*>(std::aligned_alloc(64, (nblocks * 4 + 63) / 64 * 64));
   sum16_ = static_cast<int32_t*>(std::aligned_alloc(64, (nblocks * 8 + 63) / 64 * 64));
-  INFLIGHT_CHECK(qs_ && qu_ && d_ && sum_ && sum16_);
+  fsum_ = static_cast<float*>(std::aligned_alloc(64, (nblocks * 4 + 63) / 64 * 64));
+  fsum16_ = static_cast<float*>(std::aligned_alloc(64, (nblocks * 8 + 63) / 64 * 64));
+  INFLIGHT_CHECK(qs_ && qu_ && d_ && sum_ && sum16_ && fsum_ && fsum16_);
   capacity_elems_ = need;
 }
 
 QuantizedRows* MatMulScratch::Quantize(const KernelTable& k, const float* x, int64_t num_tokens,
                                        int64_t cols, ThreadPool* pool) {
   Reserve(num_tokens, cols);
-  rows_ = QuantizedRows{qs_, qu_, d_, sum_, sum16_, cols};
+  rows_ = QuantizedRows{qs_, qu_, d_, sum_, sum16_, fsum_, fsum16_, cols};
   auto rows = [&](int64_t t0, int64_t t1) {
     const int64_t nb = cols / kQBlock;
-    QuantizedRows part{qs_ + t0 * cols, qu_ + t0 * cols, d_ + t0 * nb, sum_ + t0 * nb, sum16_ + 2 * t0 * nb, cols};
+    QuantizedRows part{qs_ + t0 * cols, qu_ + t0 * cols, d_ + t0 * nb, sum_ + t0 * nb, sum16_ + 2 * t0 * nb,
+                       fsum_ + t0 * nb, fsum16_ + 2 * t0 * nb, cols};
     k.quantize_rows_q8(x + t0 * cols, t1 - t0, cols, &part);
+    for (int64_t i = 0; i < (t1 - t0) * nb; ++i) part.fsum[i] = static_cast<float>(part.sum[i]);
+    for (int64_t i = 0; i < 2 * (t1 - t0) * nb; ++i) part.fsum16[i] = static_cast<float>(part.sum16[i]);
   };
   // Rows are independent: split them over the pool when there are enough.
   if (pool != nullptr && num_tokens >= 8) pool->ParallelFor(num_tokens, 1, rows);
@@ -132,7 +141,7 @@ void MatMulRowsChunked(const KernelTable& k, const TensorView& w, int64_t begin,
   const int64_t nb = xq->cols / kQBlock;
   for (int64_t t0 = 0; t0 < num_tokens; t0 += chunk) {
     const QuantizedRows part{xq->qs + t0 * xq->cols, xq->qu + t0 * xq->cols, xq->d + t0 * nb, xq->sum + t0 * nb,
-                             xq->sum16 + 2 * t0 * nb, xq->cols};
+                             xq->sum16 + 2 * t0 * nb, xq->fsum + t0 * nb, xq->fsum16 + 2 * t0 * nb, xq->cols};
     k.matmul_rows(w, begin, end, x + t0 * w.cols, &part, std::min(chunk, num_tokens - t0), y + t0 * w.rows, w.rows);
   }
 }

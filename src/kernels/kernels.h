@@ -33,6 +33,10 @@ struct QuantizedRows {
   float* d = nullptr;        // block scale (already rounded through F16)
   int32_t* sum = nullptr;    // sum of q in the block
   int32_t* sum16 = nullptr;  // sums of q over each half block (16 columns)
+  // The sums as floats (exact), so kernels broadcast them from memory instead of converting
+  // and broadcasting from a general register once per 16-row group.
+  float* fsum = nullptr;
+  float* fsum16 = nullptr;
   int64_t cols = 0;
 };
 
@@ -97,6 +101,8 @@ class MatMulScratch {
   float* d_ = nullptr;
   int32_t* sum_ = nullptr;
   int32_t* sum16_ = nullptr;
+  float* fsum_ = nullptr;
+  float* fsum16_ = nullptr;
   QuantizedRows rows_;
 
  public:

@@ -148,8 +148,16 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
     for (int k = 0; k < NT; ++k) {
       const int64_t tb = (t0 + k) * nb + b;
       const int8_t* xs = x.qs + (t0 + k) * cols + b * kQBlock;
+      // The dots start at minus the zero-point correction (the same int32 as subtracting it).
+      __m512i start_a = _mm512_setzero_si512(), start_b = _mm512_setzero_si512();
+      if constexpr (L.offset != 0 && L.sub16) {
+        start_a = _mm512_set1_epi32(-L.offset * x.sum16[2 * tb]);
+        start_b = _mm512_set1_epi32(-L.offset * x.sum16[2 * tb + 1]);
+      } else if constexpr (L.offset != 0) {
+        start_a = _mm512_set1_epi32(-L.offset * x.sum[tb]);
+      }
       __m512i da[G], db[G];
-      for (int g = 0; g < G; ++g) da[g] = db[g] = _mm512_setzero_si512();
+      for (int g = 0; g < G; ++g) da[g] = start_a, db[g] = start_b;
       for (int p = 0; p < 4; ++p) {
         const __m512i xa = Broadcast4(xs + 4 * p), xb = Broadcast4(xs + 16 + 4 * p);
         for (int g = 0; g < G; ++g) {
@@ -161,23 +169,15 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
       for (int g = 0; g < G; ++g) {
         __m512 v;
         if constexpr (L.sub16) {
-          const int32_t s0 = x.sum16[2 * tb], s1 = x.sum16[2 * tb + 1];
-          if constexpr (L.offset != 0) {
-            da[g] = _mm512_sub_epi32(da[g], _mm512_set1_epi32(L.offset * s0));
-            db[g] = _mm512_sub_epi32(db[g], _mm512_set1_epi32(L.offset * s1));
-          }
           v = _mm512_mul_ps(_mm512_cvtepi32_ps(da[g]), sa[g]);
           v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db[g]), sb[g], v);
           if constexpr (L.has_min) {
-            v = _mm512_fnmadd_ps(oa[g], _mm512_set1_ps(static_cast<float>(s0)), v);
-            v = _mm512_fnmadd_ps(ob[g], _mm512_set1_ps(static_cast<float>(s1)), v);
+            v = _mm512_fnmadd_ps(oa[g], _mm512_set1_ps(x.fsum16[2 * tb]), v);
+            v = _mm512_fnmadd_ps(ob[g], _mm512_set1_ps(x.fsum16[2 * tb + 1]), v);
           }
         } else {
-          const int32_t sum = x.sum[tb];
-          __m512i dot = _mm512_add_epi32(da[g], db[g]);
-          if constexpr (L.offset != 0) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(L.offset * sum));
-          v = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), sa[g]);
-          if constexpr (L.has_min) v = _mm512_fnmadd_ps(oa[g], _mm512_set1_ps(static_cast<float>(sum)), v);
+          v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(da[g], db[g])), sa[g]);
+          if constexpr (L.has_min) v = _mm512_fnmadd_ps(oa[g], _mm512_set1_ps(x.fsum[tb]), v);
         }
         acc[g][k] = _mm512_fmadd_ps(v, dx, acc[g][k]);
       }

@@ -176,14 +176,28 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
   return OkStatus();
 }
 
+namespace {
+
+// x += y over [num_tokens, n]; a prompt's rows are split over the pool.
+void AddResidual(float* x, const float* y, int64_t num_tokens, int64_t n, ThreadPool& pool) {
+  if (num_tokens < 32) return kernels::AddInPlace(x, y, num_tokens * n);
+  pool.ParallelFor(num_tokens, 8, [&](int64_t t0, int64_t t1) { kernels::AddInPlace(x + t0 * n, y + t0 * n, (t1 - t0) * n); });
+}
+
+}  // namespace
+
 void Model::Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* out,
-                 int64_t num_tokens) const {
-  if (config_.layer_norm) {
-    kernels::LayerNorm(x, w.data(), b.empty() ? nullptr : b.data(), num_tokens, config_.hidden_size,
-                       config_.norm_eps, out);
-  } else {
-    kernels::RmsNorm(x, w.data(), num_tokens, config_.hidden_size, config_.norm_eps, out);
-  }
+                 int64_t num_tokens, ThreadPool& pool) const {
+  const int64_t n = config_.hidden_size;
+  auto rows = [&](int64_t t0, int64_t t1) {
+    if (config_.layer_norm) {
+      kernels::LayerNorm(x + t0 * n, w.data(), b.empty() ? nullptr : b.data(), t1 - t0, n, config_.norm_eps, out + t0 * n);
+    } else {
+      kernels::RmsNorm(x + t0 * n, w.data(), t1 - t0, n, config_.norm_eps, out + t0 * n);
+    }
+  };
+  if (num_tokens >= 32) pool.ParallelFor(num_tokens, 8, rows);
+  else rows(0, num_tokens);
 }
 
 void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
@@ -243,7 +257,7 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
                           s.attn, pool, s.attention);
   kernels::MatMul(lw.wo, s.attn, T, s.out, pool, s.matmul);
   if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, c.hidden_size);
-  kernels::AddInPlace(s.x, s.out, T * c.hidden_size);
+  AddResidual(s.x, s.out, T, c.hidden_size, pool);
 }
 
 void Model::FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& pool, int64_t T) const {
@@ -262,7 +276,7 @@ void Model::FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& p
     kernels::MatMul(lw.w_down, s.gate, T, s.out, pool, s.matmul);
   }
   if (!lw.b_down.empty()) kernels::AddBias(s.out, lw.b_down.data(), T, c.hidden_size);
-  kernels::AddInPlace(s.x, s.out, T * c.hidden_size);
+  AddResidual(s.x, s.out, T, c.hidden_size, pool);
 }
 
 Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
@@ -298,9 +312,9 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
   }
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerWeights& lw = weights_.layers[layer];
-    Norm(lw.attn_norm, lw.attn_norm_bias, s.x, s.h, T);
+    Norm(lw.attn_norm, lw.attn_norm_bias, s.x, s.h, T, pool);
     Attention(layer, plan, kv, s, pool, T);
-    Norm(lw.ffn_norm, lw.ffn_norm_bias, s.x, s.h, T);
+    Norm(lw.ffn_norm, lw.ffn_norm_bias, s.x, s.h, T, pool);
     FeedForward(lw, s, pool, T);
   }
   // Gather the rows that need logits, normalise, project.
@@ -314,7 +328,7 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
     }
     row += ch.num_tokens;
   }
-  Norm(weights_.output_norm, weights_.output_norm_bias, s.h, s.h, out_rows);
+  Norm(weights_.output_norm, weights_.output_norm_bias, s.h, s.h, out_rows, pool);
   kernels::MatMul(weights_.output, s.h, out_rows, logits, pool, s.matmul);
   return OkStatus();
 }

@@ -125,8 +125,9 @@ class Model {
   void Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
                  ThreadPool& pool, int64_t num_tokens) const;
   void FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens) const;
+  // Rows are independent: a prompt's rows are split over the pool.
   void Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* out,
-            int64_t num_tokens) const;
+            int64_t num_tokens, ThreadPool& pool) const;
 };
 
 // Loaders (model_loader_*.cc).
