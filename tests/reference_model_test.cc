@@ -309,6 +309,47 @@ struct Case {
 // tie, e.g. Q4_0 embeddings at q * 127 / 8, round differently under float vs double).
 class ReferenceModelTest : public ::testing::TestWithParam<Case> {};
 
+// This process's resident pages of mapped files, in bytes (/proc/self/status RssFile).
+int64_t ResidentFileBytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("RssFile:", 0) == 0) return std::stoll(line.substr(8)) * 1024;
+  }
+  return -1;
+}
+
+// Weights copied into the interleaved layouts at load do not also stay resident as file
+// pages (a model counted twice in RSS before), and the model still computes the same logits
+// after its file pages were dropped (they fault back in if anything reads them).
+TEST(ModelLoad, CopiedWeightsDoNotKeepTheirFilePagesResident) {
+  auto arch = ArchitectureFromName("llama");
+  ASSERT_TRUE(arch.ok());
+  auto config = PresetConfig(*arch, "small");
+  ASSERT_TRUE(config.ok());
+  RandomModelParams params;
+  params.config = *config;
+  params.dtype = DType::kQ8_0;
+  params.seed = 3;
+  const std::string path = (std::filesystem::temp_directory_path() / "inflight_rss_small_q8_0.gguf").string();
+  ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab({"\u2581the"}), path).ok());
+  const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
+  ASSERT_GT(file_bytes, 16 << 20);
+  const int64_t before = ResidentFileBytes();
+  ASSERT_GE(before, 0) << "no RssFile in /proc/self/status";
+  auto model = Model::Load(path);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const int64_t after = ResidentFileBytes();
+  EXPECT_LT(after - before, file_bytes / 5) << "file " << file_bytes << " bytes, resident before " << before
+                                            << ", after " << after;
+  ThreadPool pool(2);
+  const std::vector<int32_t> ids = {1, 5, 9, 2};
+  auto first = AllLogits(**model, ids, DType::kF32, pool);
+  auto second = AllLogits(**model, ids, DType::kF32, pool);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(*first, *second);
+  std::filesystem::remove(path);
+}
+
 TEST_P(ReferenceModelTest, LogitsOf20TokenPromptMatchNaiveReference) {
   const Case c = GetParam();
   auto arch = ArchitectureFromName(c.arch);

@@ -49,6 +49,16 @@ std::shared_ptr<MappedFile> MappedFile::FromBytes(const std::string& name, const
   return file;
 }
 
+void MappedFile::ReleasePages(const void* p, size_t bytes) const {
+  if (owned_ != nullptr || data_ == nullptr) return;
+  const auto begin = reinterpret_cast<uintptr_t>(p), map_begin = reinterpret_cast<uintptr_t>(data_);
+  if (begin < map_begin || bytes > size_ || begin - map_begin > size_ - bytes) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + bytes) / page * page;
+  // Advice only: a failure leaves the pages resident, nothing else.
+  if (first < last) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr && owned_ == nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

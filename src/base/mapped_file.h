@@ -24,6 +24,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the resident pages wholly inside [p, p + bytes) and the mapping (weights that were
+  // copied into another layout): RSS stops counting them; reading them again faults them back
+  // in from the file. Ranges outside the mapping, and in-memory files, are left alone.
+  void ReleasePages(const void* p, size_t bytes) const;
 
  private:
   MappedFile() = default;

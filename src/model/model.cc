@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <cstring>
 #include <sstream>
 
@@ -80,26 +82,52 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
 
 namespace {
 
-// Replaces every Q8_0/Q4_0 matrix by its 16-row interleaved copy (kernels/interleave.h), once
-// per distinct tensor (a tied output shares the embedding's copy).
+// Replaces every quantized and F16/BF16 matrix by its 16-row interleaved copy
+// (kernels/interleave.h), once per distinct tensor (a tied output shares the embedding's copy).
+// The copies are independent, so they are made on all cores: a 1.1B model's ~155 matrices
+// took ~1.5 s on one.
 void InterleaveWeights(Model* model) {
-  std::map<const void*, TensorView> done;
-  auto convert = [&](TensorView& v) {
+  struct Job {
+    TensorView source;
+    AlignedBuffer copy;  // allocated (and its pages first touched) by the thread that fills it
+    TensorView result;
+  };
+  std::map<const void*, size_t> index;  // source data -> job
+  std::vector<Job> jobs;
+  std::vector<TensorView*> targets;
+  std::vector<size_t> target_job;
+  auto plan = [&](TensorView& v) {
     if (!kernels::CanInterleave(v)) return;
-    auto it = done.find(v.data);
-    if (it == done.end()) {
-      AlignedBuffer buf(kernels::InterleavedBytes(v));
-      const TensorView nv = kernels::Interleave(v, buf.as<uint8_t>());
-      model->owned_.push_back(std::move(buf));
-      it = done.emplace(v.data, nv).first;
-    }
-    v = it->second;
+    auto [it, fresh] = index.emplace(v.data, jobs.size());
+    if (fresh) jobs.push_back({v, {}, {}});
+    targets.push_back(&v);
+    target_job.push_back(it->second);
   };
   ModelWeights& w = model->weights_;
-  convert(w.token_embedding);
-  convert(w.output);
+  plan(w.token_embedding);
+  plan(w.output);
   for (LayerWeights& l : w.layers) {
-    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) convert(*v);
+    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) plan(*v);
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
+      Job& job = jobs[j];
+      job.copy.Resize(kernels::InterleavedBytes(job.source));
+      job.result = kernels::Interleave(job.source, job.copy.as<uint8_t>());
+    }
+  };
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < std::min(threads, jobs.size()); ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < targets.size(); ++i) *targets[i] = jobs[target_job[i]].result;
+  for (Job& job : jobs) {
+    model->owned_.push_back(std::move(job.copy));
+    // The source is not read again: its file pages need not stay resident (a model would
+    // otherwise count twice in RSS, e.g. 4.3 GB for a 2.2 GB F16 file).
+    for (const auto& file : model->files_) file->ReleasePages(job.source.data, static_cast<size_t>(job.source.num_bytes()));
   }
 }
 
