@@ -50,8 +50,12 @@ async function main() {
     await page.waitForSelector('[data-model="tensorrt_llm"] .v[data-k="running"]');
     const value = (k) => page.$eval(`[data-model="tensorrt_llm"] .v[data-k="${k}"]`, (e) => e.textContent);
     const port = new URL(base).port;
-    const load = spawn(bench, ["-i", "openai", "--url", `127.0.0.1:${port}`, "--tokenizer", model, "-n", "48", "--concurrency", "16",
-                               "--no-progress", "token-norm-dist", "--input-mean", "64", "--output-mean", "200"], { stdio: "ignore" });
+    // Long enough (~80k tokens, seconds even on a fast build of the small demo model) for the
+    // dashboard's twice-a-second events to catch requests running: 48 x 200 tokens ended
+    // between two events once the kernels got faster.
+    const kLoadRequests = 200;
+    const load = spawn(bench, ["-i", "openai", "--url", `127.0.0.1:${port}`, "--tokenizer", model, "-n", String(kLoadRequests), "--concurrency", "16",
+                               "--no-progress", "token-norm-dist", "--input-mean", "64", "--output-mean", "400"], { stdio: "ignore" });
     const benchDone = new Promise((resolve) => load.on("exit", (code) => resolve(code)));
     let maxRunning = 0, maxTps = 0;
     const deadline = Date.now() + 60000;
@@ -65,7 +69,7 @@ async function main() {
     assert.ok(maxTps > 0, "tokens/s never moved");
     assert.equal(await benchDone, 0, "inflight-bench failed");
     // After the load the finished count shows it, and the time-to-first-token histogram filled.
-    await page.waitForFunction(() => +document.querySelector('[data-model="tensorrt_llm"] .v[data-k="finished"]').textContent >= 48, null, { timeout: 10000 });
+    await page.waitForFunction((n) => +document.querySelector('[data-model="tensorrt_llm"] .v[data-k="finished"]').textContent >= n, kLoadRequests, { timeout: 10000 });
     assert.deepEqual(errors, [], "console errors");
     console.log(`web: all checks passed (max running ${maxRunning}, max tokens/s ${maxTps})`);
   } finally {
