@@ -210,12 +210,11 @@ inline void ForTokenGroups(int64_t num_tokens, float* y, int64_t y_stride, int64
 // `partial` as floats, exactly): bit-identical to the scalar twin and batch-invariant.
 // Blocks [b0, b1) of G consecutive 16-row groups (G = 1 or 2) for tokens t0..t0+NT-1: each
 // activation broadcast feeds G groups, each weight vector NT tokens. acc starts from `partial`
-// ([token][G * 16] floats; zero at b0 == 0) and is left there. `prefetch`: pull the next tile
-// into L2 (during the first of several token passes, so the memory transfer overlaps the
-// passes that follow).
+// ([token][G * 16] floats; zero at b0 == 0) and is left there. `pf_phase`/`pf_period`: pull
+// block b + 32 (the next tile) into L2 when b % pf_period == pf_phase.
 template <bool kQ8, int G, int NT>
 inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb, const QuantizedRows& x,
-                             int64_t t0, float* partial, bool prefetch) {
+                             int64_t t0, float* partial, int pf_phase, int pf_period) {
   constexpr int64_t kBlockBytes = kInterleaveRows * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
   constexpr int64_t kAhead = 32;  // blocks: the next column tile (or group), one tile ahead
   const int64_t cols = x.cols, group_bytes = nb * kBlockBytes;
@@ -229,7 +228,7 @@ inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64
     __m512 dw[G];
     for (int g = 0; g < G; ++g) {
       blk[g] = group + g * group_bytes + b * kBlockBytes;
-      if (prefetch) {
+      if (b % pf_period == pf_phase) {
         for (int64_t off = 0; off < kBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk[g] + kAhead * kBlockBytes + off), _MM_HINT_T1);
       }
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[g])));
@@ -289,18 +288,22 @@ inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64
 template <bool kQ8, int G, int NT>
 void InterleavedTokens(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb, const QuantizedRows& x,
                        int64_t num_tokens, float* partial) {
+  // Every pass prefetches its share of the next tile's blocks (pass i of P: blocks b with
+  // b % P == i), so the transfer spreads over the whole tile instead of bursting in one pass
+  // (a burst overflows the outstanding-miss queue: weights streamed at ~25 GB/s at 16 tokens).
+  const int passes = static_cast<int>((num_tokens + NT - 1) / NT);
   int64_t t = 0;
   for (; t + NT <= num_tokens; t += NT) {
-    InterleavedGroup<kQ8, G, NT>(group, b0, b1, nb, x, t, partial + 16 * G * t, t == 0 && num_tokens > NT);
+    InterleavedGroup<kQ8, G, NT>(group, b0, b1, nb, x, t, partial + 16 * G * t, static_cast<int>(t / NT), passes);
   }
   float* p = partial + 16 * G * t;
-  const bool first = t == 0;  // a single pass prefetches too: the weights stream from memory
+  const int last = static_cast<int>(t / NT);
   switch (num_tokens - t) {
-    case 5: if constexpr (NT > 5) InterleavedGroup<kQ8, G, 5>(group, b0, b1, nb, x, t, p, first); break;
-    case 4: if constexpr (NT > 4) InterleavedGroup<kQ8, G, 4>(group, b0, b1, nb, x, t, p, first); break;
-    case 3: InterleavedGroup<kQ8, G, 3>(group, b0, b1, nb, x, t, p, first); break;
-    case 2: InterleavedGroup<kQ8, G, 2>(group, b0, b1, nb, x, t, p, first); break;
-    case 1: InterleavedGroup<kQ8, G, 1>(group, b0, b1, nb, x, t, p, first); break;
+    case 5: if constexpr (NT > 5) InterleavedGroup<kQ8, G, 5>(group, b0, b1, nb, x, t, p, last, passes); break;
+    case 4: if constexpr (NT > 4) InterleavedGroup<kQ8, G, 4>(group, b0, b1, nb, x, t, p, last, passes); break;
+    case 3: InterleavedGroup<kQ8, G, 3>(group, b0, b1, nb, x, t, p, last, passes); break;
+    case 2: InterleavedGroup<kQ8, G, 2>(group, b0, b1, nb, x, t, p, last, passes); break;
+    case 1: InterleavedGroup<kQ8, G, 1>(group, b0, b1, nb, x, t, p, last, passes); break;
     default: break;
   }
 }

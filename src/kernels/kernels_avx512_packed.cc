@@ -117,11 +117,11 @@ inline __m512i Broadcast4(const int8_t* p) {
 
 // Blocks [b0, b1) of G consecutive 16-row groups (G = 1 or 2) for tokens t0..t0+NT-1: each
 // activation broadcast feeds G groups, each unpacked weight vector NT tokens. acc starts from
-// `partial` ([token][G * 16] floats; zero at b0 == 0) and is left there. `prefetch`: pull the
-// next tile into L2 (during the first of several token passes).
+// `partial` ([token][G * 16] floats; zero at b0 == 0) and is left there. `pf_phase`/`pf_period`:
+// pull block b + 32 (the next tile) into L2 when b % pf_period == pf_phase.
 template <int kIdx, int G, int NT>
 inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, int64_t b1, const QuantizedRows& x,
-                       int64_t t0, float* partial, bool prefetch) {
+                       int64_t t0, float* partial, int pf_phase, int pf_period) {
   constexpr const PackedLayout& L = kPackedLayouts[kIdx];
   constexpr int64_t kRecord = L.record_bytes();
   constexpr int kPer = L.blocks_per_record;
@@ -138,7 +138,7 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
     __m512i u[G][8];
     for (int g = 0; g < G; ++g) {
       const uint8_t* rec = group + g * group_bytes + b / kPer * kRecord;
-      if (prefetch) {
+      if (b % pf_period == pf_phase) {
         const uint8_t* ahead = group + g * group_bytes + (b + kAhead) * kBytesPerBlock;
         for (int64_t off = 0; off < kBytesPerBlock; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T1);
       }
@@ -192,18 +192,22 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
 template <int kIdx, int G, int NT>
 void PackedTokens(const uint8_t* group, int64_t group_bytes, int64_t b0, int64_t b1, const QuantizedRows& x,
                   int64_t num_tokens, float* partial) {
+  // Every pass prefetches its share of the next tile's blocks (pass i of P: blocks b with
+  // b % P == i), so the transfer spreads over the whole tile instead of bursting in one pass
+  // (a burst overflows the outstanding-miss queue: weights streamed at ~25 GB/s at 16 tokens).
+  const int passes = static_cast<int>((num_tokens + NT - 1) / NT);
   int64_t t = 0;
   for (; t + NT <= num_tokens; t += NT) {
-    PackedTile<kIdx, G, NT>(group, group_bytes, b0, b1, x, t, partial + 16 * G * t, t == 0 && num_tokens > NT);
+    PackedTile<kIdx, G, NT>(group, group_bytes, b0, b1, x, t, partial + 16 * G * t, static_cast<int>(t / NT), passes);
   }
   float* p = partial + 16 * G * t;
-  const bool first = t == 0;  // a single pass prefetches too: the weights stream from memory
+  const int last = static_cast<int>(t / NT);
   switch (num_tokens - t) {
-    case 5: if constexpr (NT > 5) PackedTile<kIdx, G, 5>(group, group_bytes, b0, b1, x, t, p, first); break;
-    case 4: if constexpr (NT > 4) PackedTile<kIdx, G, 4>(group, group_bytes, b0, b1, x, t, p, first); break;
-    case 3: if constexpr (NT > 3) PackedTile<kIdx, G, 3>(group, group_bytes, b0, b1, x, t, p, first); break;
-    case 2: PackedTile<kIdx, G, 2>(group, group_bytes, b0, b1, x, t, p, first); break;
-    case 1: PackedTile<kIdx, G, 1>(group, group_bytes, b0, b1, x, t, p, first); break;
+    case 5: if constexpr (NT > 5) PackedTile<kIdx, G, 5>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
+    case 4: if constexpr (NT > 4) PackedTile<kIdx, G, 4>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
+    case 3: if constexpr (NT > 3) PackedTile<kIdx, G, 3>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
+    case 2: PackedTile<kIdx, G, 2>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
+    case 1: PackedTile<kIdx, G, 1>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
     default: break;
   }
 }
