@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "grpc_service.grpc.pb.h"
+#include "llm_grpc_requests.h"
 #include "server_harness.h"
 #include "test_util.h"
 
@@ -22,7 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::LlmRequest;
+using testing::OutputInt32;
 using testing::ServerProcess;
+using testing::StopRequest;
 
 std::string ReadAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -566,6 +570,53 @@ TEST_F(SecurityTest, PerKeySaltModeSeparatesTenants) {
   // A client salt cannot reach into another key's cache: it is under the key's own.
   EXPECT_EQ(CachedTokens(prompt, "key-b", "x"), 0);
   EXPECT_GE(CachedTokens(prompt, "key-b", ""), 32);
+}
+
+// A `stop` request reaches only its sender's requests: another key naming the same id gets
+// its empty answer and stops nothing; the owner's stop ends the request.
+TEST_F(SecurityTest, AStopRequestOnlyReachesItsOwnTenantsRequests) {
+  StartServer({"--api-key", "key-a", "--api-key", "key-b"});
+  const std::vector<int32_t> prompt = {1, 100, 200, 300, 400};
+  constexpr int32_t kMaxTokens = 480;  // no end_id: the request runs to its length unless stopped
+  auto stub = Stub();
+  // Tokens key-a's streamed request "shared-id" produced, with `stopper` sending a stop for
+  // that id after the first response.
+  auto run = [&](const std::string& stopper) {
+    grpc::ClientContext ctx;
+    Authorize(&ctx, "key-a");
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    auto stream = stub->ModelStreamInfer(&ctx);
+    EXPECT_TRUE(stream->Write(LlmRequest("tensorrt_llm", "shared-id", {prompt}, kMaxTokens, true)));
+    inference::ModelStreamInferResponse r;
+    EXPECT_TRUE(stream->Read(&r));
+    EXPECT_TRUE(r.error_message().empty()) << r.error_message();
+    int tokens = static_cast<int>(OutputInt32(r.infer_response(), "output_ids").size());
+    {
+      grpc::ClientContext stop_ctx;
+      Authorize(&stop_ctx, stopper);
+      auto stop_stream = stub->ModelStreamInfer(&stop_ctx);
+      EXPECT_TRUE(stop_stream->Write(StopRequest("tensorrt_llm", "shared-id", prompt)));
+      stop_stream->WritesDone();
+      inference::ModelStreamInferResponse answer;
+      int answers = 0;
+      while (stop_stream->Read(&answer)) {
+        EXPECT_TRUE(answer.error_message().empty()) << answer.error_message();
+        EXPECT_EQ(answer.infer_response().outputs_size(), 0) << "the stop request is answered empty";
+        ++answers;
+      }
+      EXPECT_TRUE(stop_stream->Finish().ok());
+      EXPECT_EQ(answers, 1);
+    }
+    stream->WritesDone();
+    while (stream->Read(&r)) {
+      EXPECT_TRUE(r.error_message().empty()) << r.error_message();
+      tokens += static_cast<int>(OutputInt32(r.infer_response(), "output_ids").size());
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+    return tokens;
+  };
+  EXPECT_EQ(run("key-b"), kMaxTokens) << "another tenant's stop ended the request";
+  EXPECT_LT(run("key-a"), kMaxTokens) << "the owner's stop did not end the request";
 }
 
 TEST_F(SecurityTest, PerKeyConcurrencyLimitAnswers429WithRetryAfter) {

@@ -19,6 +19,7 @@ Admitted AdmitInference(const AccessPolicy& policy, const std::string& tenant, s
   }
   out.ticket = std::move(a.ticket);
   r->usage = out.ticket->usage();
+  r->tenant = tenant;
   if (policy.limits->options().cache_salt_per_key) {
     std::string client_salt;
     if (auto it = r->parameters.find("cache_salt"); it != r->parameters.end()) {

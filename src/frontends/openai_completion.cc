@@ -141,6 +141,7 @@ InferRequest Completion::BuildRequest(size_t p, int64_t j) const {
   r.parameters["return_finish_reason"] = true;
   if (!s_.cache_salt.empty()) r.parameters["cache_salt"] = s_.cache_salt;
   if (s_.ticket) r.usage = s_.ticket->usage();
+  r.tenant = s_.tenant;
   // The id a `stop` request names to end this choice early (a stop string matched).
   r.id = s_.id + "-" + std::to_string(p * static_cast<size_t>(q.n) + static_cast<size_t>(j));
   r.cancel = choices_[p * static_cast<size_t>(q.n) + static_cast<size_t>(j)]->cancel;

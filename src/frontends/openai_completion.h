@@ -37,6 +37,7 @@ struct CompletionSetup {
   std::string id;     // "cmpl-..." / "chatcmpl-..."
   int64_t created = 0;
   std::string cache_salt;  // the effective salt ("" none)
+  std::string tenant;      // every choice's request and its `stop` carry it
   // The tenant's admission: held until the completion is gone; its meter counts the tokens.
   std::shared_ptr<serving::TenantLimits::Ticket> ticket;
 };

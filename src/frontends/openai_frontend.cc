@@ -209,6 +209,7 @@ void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::stri
   Admitted admitted = AdmitInference(access_, tenant, &probe);
   if (!admitted.ticket) return reply->Send(OpenAiRateLimited(admitted.reason, admitted.retry_after_s));
   setup.ticket = std::move(admitted.ticket);
+  setup.tenant = probe.tenant;
   if (auto it = probe.parameters.find("cache_salt"); it != probe.parameters.end()) {
     setup.cache_salt = std::get<std::string>(it->second);
   }

@@ -11,6 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/token_passes.h"
 #include "kernels/packed_layout.h"
 
 namespace inflight::kernels {
@@ -284,28 +285,13 @@ inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64
   }
 }
 
-// Every token of `num_tokens` through G groups: passes of NT tokens, then the rest.
+// Every token of `num_tokens` through G groups (kernels/token_passes.h).
 template <bool kQ8, int G, int NT>
 void InterleavedTokens(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb, const QuantizedRows& x,
                        int64_t num_tokens, float* partial) {
-  // Every pass prefetches its share of the next tile's blocks (pass i of P: blocks b with
-  // b % P == i), so the transfer spreads over the whole tile instead of bursting in one pass
-  // (a burst overflows the outstanding-miss queue: weights streamed at ~25 GB/s at 16 tokens).
-  const int passes = static_cast<int>((num_tokens + NT - 1) / NT);
-  int64_t t = 0;
-  for (; t + NT <= num_tokens; t += NT) {
-    InterleavedGroup<kQ8, G, NT>(group, b0, b1, nb, x, t, partial + 16 * G * t, static_cast<int>(t / NT), passes);
-  }
-  float* p = partial + 16 * G * t;
-  const int last = static_cast<int>(t / NT);
-  switch (num_tokens - t) {
-    case 5: if constexpr (NT > 5) InterleavedGroup<kQ8, G, 5>(group, b0, b1, nb, x, t, p, last, passes); break;
-    case 4: if constexpr (NT > 4) InterleavedGroup<kQ8, G, 4>(group, b0, b1, nb, x, t, p, last, passes); break;
-    case 3: InterleavedGroup<kQ8, G, 3>(group, b0, b1, nb, x, t, p, last, passes); break;
-    case 2: InterleavedGroup<kQ8, G, 2>(group, b0, b1, nb, x, t, p, last, passes); break;
-    case 1: InterleavedGroup<kQ8, G, 1>(group, b0, b1, nb, x, t, p, last, passes); break;
-    default: break;
-  }
+  ForTokenPasses<NT>(num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
+    InterleavedGroup<kQ8, G, N>(group, b0, b1, nb, x, t, partial + 16 * G * t, pf_phase, pf_period);
+  });
 }
 
 template <bool kQ8>

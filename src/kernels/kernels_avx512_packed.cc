@@ -14,6 +14,7 @@
 
 #include "kernels/kernels_internal.h"
 #include "kernels/packed_layout.h"
+#include "kernels/token_passes.h"
 
 namespace inflight::kernels {
 namespace {
@@ -188,28 +189,13 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
   }
 }
 
-// Every token of `num_tokens` through G groups: passes of NT tokens, then the rest.
+// Every token of `num_tokens` through G groups (kernels/token_passes.h).
 template <int kIdx, int G, int NT>
 void PackedTokens(const uint8_t* group, int64_t group_bytes, int64_t b0, int64_t b1, const QuantizedRows& x,
                   int64_t num_tokens, float* partial) {
-  // Every pass prefetches its share of the next tile's blocks (pass i of P: blocks b with
-  // b % P == i), so the transfer spreads over the whole tile instead of bursting in one pass
-  // (a burst overflows the outstanding-miss queue: weights streamed at ~25 GB/s at 16 tokens).
-  const int passes = static_cast<int>((num_tokens + NT - 1) / NT);
-  int64_t t = 0;
-  for (; t + NT <= num_tokens; t += NT) {
-    PackedTile<kIdx, G, NT>(group, group_bytes, b0, b1, x, t, partial + 16 * G * t, static_cast<int>(t / NT), passes);
-  }
-  float* p = partial + 16 * G * t;
-  const int last = static_cast<int>(t / NT);
-  switch (num_tokens - t) {
-    case 5: if constexpr (NT > 5) PackedTile<kIdx, G, 5>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
-    case 4: if constexpr (NT > 4) PackedTile<kIdx, G, 4>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
-    case 3: if constexpr (NT > 3) PackedTile<kIdx, G, 3>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
-    case 2: PackedTile<kIdx, G, 2>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
-    case 1: PackedTile<kIdx, G, 1>(group, group_bytes, b0, b1, x, t, p, last, passes); break;
-    default: break;
-  }
+  ForTokenPasses<NT>(num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
+    PackedTile<kIdx, G, N>(group, group_bytes, b0, b1, x, t, partial + 16 * G * t, pf_phase, pf_period);
+  });
 }
 
 template <int kIdx>

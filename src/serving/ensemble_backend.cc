@@ -74,6 +74,7 @@ class EnsembleBackend : public ModelBackend {
     sub.cancel = job->request.cancel;
     sub.context = job->request.context;
     sub.usage = job->request.usage;
+    sub.tenant = job->request.tenant;
     for (const auto& [input, tensor] : step.input_map()) {
       auto it = pool.find(tensor);
       if (it == pool.end()) continue;  // an optional input the client left out

@@ -73,6 +73,9 @@ struct InferRequest {
   std::shared_ptr<CancelToken> cancel = std::make_shared<CancelToken>();
   std::shared_ptr<RequestContext> context;  // set by an ensemble for its steps
   std::shared_ptr<UsageMeter> usage;        // set by a frontend that limits the tenant's tokens
+  // Who sent it (the frontends' access layer: the API key's tenant, or the client address):
+  // a `stop` request reaches only the same tenant's requests of that id.
+  std::string tenant;
 
   const InferTensor* FindInput(const std::string& name) const;
 };

@@ -91,6 +91,7 @@ struct Pending {
   std::mutex mu;
   ResponseSink sink;
   std::string model_name, version, triton_id;
+  std::string live_key;  // LiveKey of the request ("" when it has no id)
   std::vector<RequestId> ids;  // executor ids of the rows enqueued so far
   int64_t rows_outstanding = 0;
   bool batched = false;        // B > 1: responses carry batch_index
@@ -161,7 +162,7 @@ class LlmBackend : public ModelBackend {
   std::shared_ptr<const Tokenizer> tokenizer_;  // the weights' own (OpenAI frontend); may be null
   LlmLiveStats live_stats_;                      // the web dashboard's view
 
-  std::mutex ids_mu_;  // Triton id -> live executor ids, for `stop` requests
+  std::mutex ids_mu_;  // LiveKey (tenant and Triton id) -> live executor ids, for `stop` requests
   std::unordered_multimap<std::string, RequestId> live_;
 
   std::atomic<bool> unloading_{false};
@@ -177,6 +178,16 @@ class LlmBackend : public ModelBackend {
   std::thread stats_thread_;
 };
 
+// The key `stop` requests find a request by: its id within its sender's tenant, so one
+// tenant cannot stop another's requests by naming their ids.
+std::string LiveKey(const InferRequest& r) {
+  if (r.id.empty()) return {};
+  std::string key = r.tenant;
+  key += '\x1f';  // not in a tenant name
+  key += r.id;
+  return key;
+}
+
 void LlmBackend::StopRequest(const InferRequest& r, const ResponseSink& sink) {
   InferResponse resp;
   resp.final = true;
@@ -188,7 +199,7 @@ void LlmBackend::StopRequest(const InferRequest& r, const ResponseSink& sink) {
   std::vector<RequestId> ids;
   {
     std::lock_guard<std::mutex> lock(ids_mu_);
-    auto range = live_.equal_range(r.id);
+    auto range = live_.equal_range(LiveKey(r));
     for (auto it = range.first; it != range.second; ++it) ids.push_back(it->second);
   }
   for (RequestId id : ids) executor_->Cancel(id);
@@ -241,6 +252,7 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   p->model_name = context_.model_name;
   p->version = std::to_string(context_.version);
   p->triton_id = r.id;
+  p->live_key = LiveKey(r);
   p->batched = batch > 1;
   p->perf_metrics = perf_metrics;
   if (auto it = r.parameters.find("return_finish_reason"); it != r.parameters.end()) {
@@ -288,7 +300,7 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     p->ids.push_back(*id);
     lock.unlock();
     std::lock_guard<std::mutex> g(ids_mu_);
-    if (!r.id.empty()) live_.emplace(r.id, *id);
+    if (!p->live_key.empty()) live_.emplace(p->live_key, *id);
   }
   std::weak_ptr<Pending> weak = p;
   r.cancel->OnCancel([this, weak] {
@@ -470,9 +482,9 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   if (p->done) return;
   if (res.is_final) {
     --p->rows_outstanding;
-    if (!p->triton_id.empty()) {
+    if (!p->live_key.empty()) {
       std::lock_guard<std::mutex> g(ids_mu_);
-      auto range = live_.equal_range(p->triton_id);
+      auto range = live_.equal_range(p->live_key);
       for (auto it = range.first; it != range.second; ++it) {
         if (it->second == res.request_id) {
           live_.erase(it);
