@@ -11,6 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/row_groups_avx512.h"
 #include "kernels/token_passes.h"
 #include "kernels/packed_layout.h"
 
@@ -285,15 +286,6 @@ inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64
   }
 }
 
-// Every token of `num_tokens` through G groups (kernels/token_passes.h).
-template <bool kQ8, int G, int NT>
-void InterleavedTokens(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb, const QuantizedRows& x,
-                       int64_t num_tokens, float* partial) {
-  ForTokenPasses<NT>(num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
-    InterleavedGroup<kQ8, G, N>(group, b0, b1, nb, x, t, partial + 16 * G * t, pf_phase, pf_period);
-  });
-}
-
 template <bool kQ8>
 void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x,
                        int64_t num_tokens, float* y, int64_t y_stride) {
@@ -303,28 +295,13 @@ void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, 
   constexpr int64_t kTileBlocks = 32;
   const int64_t nb = w.cols / kQBlock;
   const auto* base = static_cast<const uint8_t*>(w.data);
-  thread_local std::vector<float> partial;  // [num_tokens, G * 16]
-  if (partial.size() < static_cast<size_t>(num_tokens) * 32) partial.resize(static_cast<size_t>(num_tokens) * 32);
-  for (int64_t r0 = row_begin; r0 < row_end;) {
-    // Two groups at once while two remain and several tokens share the broadcasts (a decode
-    // step, one token, keeps one group per pass: it streams weights, not activations).
-    const int G = row_end - r0 > kInterleaveRows && num_tokens >= 4 ? 2 : 1;
-    const uint8_t* group = base + (r0 / kInterleaveRows) * nb * kBlockBytes;
-    for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
-      const int64_t b1 = std::min(nb, b0 + kTileBlocks);
-      if (G == 2) InterleavedTokens<kQ8, 2, 6>(group, b0, b1, nb, x, num_tokens, partial.data());
-      else InterleavedTokens<kQ8, 1, 6>(group, b0, b1, nb, x, num_tokens, partial.data());
-    }
-    for (int g = 0; g < G; ++g) {
-      const int64_t rg = r0 + g * kInterleaveRows;
-      const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - rg);
-      const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        _mm512_mask_storeu_ps(y + t * y_stride + rg, mask, _mm512_loadu_ps(partial.data() + 16 * (G * t + g)));
-      }
-    }
-    r0 += G * kInterleaveRows;
-  }
+  ForRowGroups(row_begin, row_end, nb, kTileBlocks, num_tokens, 4, y, y_stride,
+               [&]<int G>(int64_t first_group, int64_t b0, int64_t b1, float* partial) {
+                 const uint8_t* group = base + first_group * nb * kBlockBytes;
+                 ForTokenPasses<6>(num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
+                   InterleavedGroup<kQ8, G, N>(group, b0, b1, nb, x, t, partial + 16 * G * t, pf_phase, pf_period);
+                 });
+               });
 }
 
 // ---- F16 / BF16 panels (kernels/interleave.h): 16 rows x NT tokens per pass ----

@@ -14,6 +14,7 @@
 
 #include "kernels/kernels_internal.h"
 #include "kernels/packed_layout.h"
+#include "kernels/row_groups_avx512.h"
 #include "kernels/token_passes.h"
 
 namespace inflight::kernels {
@@ -28,10 +29,12 @@ inline __m512 U8Vector(const uint8_t* p) {
 inline __m512 I8Vector(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
-// Tokens per pass when two groups share the broadcasts: 16 unpacked weight vectors live, so
-// some spill, yet 6 measured faster than 2-5 (Q4_K 128 tokens: 1.06 / 1.10 / 1.18 / 1.21 TOPS
-// at 2 / 4 / 5 / 6 on the 2-thread host of 2026-11-25).
-constexpr int kPackedPairTokens = 6;
+// Passes are 6 tokens, with one group or two: two groups keep 16 unpacked weight vectors live,
+// so some spill, yet passes of 6 measured faster than 2-5 (Q4_K 128 tokens: 1.06 / 1.10 /
+// 1.18 / 1.21 TOPS at 2 / 4 / 5 / 6 on the 2-thread host of 2026-11-25). Pairs start at a
+// full pass.
+constexpr int kPassTokens = 6;
+constexpr int kPackedPairTokens = kPassTokens;
 
 inline __m512 Negate(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.0f)); }
 
@@ -189,15 +192,6 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
   }
 }
 
-// Every token of `num_tokens` through G groups (kernels/token_passes.h).
-template <int kIdx, int G, int NT>
-void PackedTokens(const uint8_t* group, int64_t group_bytes, int64_t b0, int64_t b1, const QuantizedRows& x,
-                  int64_t num_tokens, float* partial) {
-  ForTokenPasses<NT>(num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
-    PackedTile<kIdx, G, N>(group, group_bytes, b0, b1, x, t, partial + 16 * G * t, pf_phase, pf_period);
-  });
-}
-
 template <int kIdx>
 void MatMulPacked(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x, int64_t num_tokens,
                   float* y, int64_t y_stride) {
@@ -207,27 +201,13 @@ void MatMulPacked(const TensorView& w, int64_t row_begin, int64_t row_end, const
   constexpr int64_t kTileBlocks = 32;
   const int64_t nb = w.cols / kQBlock, nsb = nb / L.blocks_per_record, group_bytes = nsb * L.record_bytes();
   const auto* base = static_cast<const uint8_t*>(w.data);
-  thread_local std::vector<float> partial;  // [num_tokens, G * 16]
-  if (partial.size() < static_cast<size_t>(num_tokens) * 32) partial.resize(static_cast<size_t>(num_tokens) * 32);
-  for (int64_t r0 = row_begin; r0 < row_end;) {
-    // Two groups at once while two remain and several tokens share the broadcasts.
-    const int G = row_end - r0 > kInterleaveRows && num_tokens >= kPackedPairTokens ? 2 : 1;
-    const uint8_t* group = base + (r0 / kInterleaveRows) * group_bytes;
-    for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
-      const int64_t b1 = std::min(nb, b0 + kTileBlocks);
-      if (G == 2) PackedTokens<kIdx, 2, kPackedPairTokens>(group, group_bytes, b0, b1, x, num_tokens, partial.data());
-      else PackedTokens<kIdx, 1, 6>(group, group_bytes, b0, b1, x, num_tokens, partial.data());
-    }
-    for (int g = 0; g < G; ++g) {
-      const int64_t rg = r0 + g * kInterleaveRows;
-      const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - rg);
-      const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        _mm512_mask_storeu_ps(y + t * y_stride + rg, mask, _mm512_loadu_ps(partial.data() + 16 * (G * t + g)));
-      }
-    }
-    r0 += G * kInterleaveRows;
-  }
+  ForRowGroups(row_begin, row_end, nb, kTileBlocks, num_tokens, kPackedPairTokens, y, y_stride,
+               [&]<int G>(int64_t first_group, int64_t b0, int64_t b1, float* partial) {
+                 const uint8_t* group = base + first_group * group_bytes;
+                 ForTokenPasses<kPassTokens>(num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
+                   PackedTile<kIdx, G, N>(group, group_bytes, b0, b1, x, t, partial + 16 * G * t, pf_phase, pf_period);
+                 });
+               });
 }
 
 using PackedFn = void (*)(const TensorView&, int64_t, int64_t, const QuantizedRows&, int64_t, float*, int64_t);
