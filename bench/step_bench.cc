@@ -96,7 +96,7 @@ void BM_DecodeStep(benchmark::State& state) {
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["int8_GOPS"] = benchmark::Counter(2e-9 * MacsPerToken(model) * batch, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_DecodeStep)->ArgNames({"batch", "context"})->Args({1, 128})->Args({2, 128})->Args({4, 128})->Args({8, 128})->Args({16, 128})->Args({32, 128})->Args({1, 512})->Args({16, 512})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeStep)->ArgNames({"batch", "context"})->Args({1, 128})->Args({2, 128})->Args({4, 128})->Args({8, 128})->Args({16, 128})->Args({32, 128})->Args({1, 512})->Args({16, 512})->Args({1, 2000})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // One prompt of `tokens` tokens in one forward pass (prefill, causal attention over itself).
 void BM_PrefillStep(benchmark::State& state) {
