@@ -162,6 +162,10 @@ int main(int argc, char** argv) {
   app.add_option("--url,-u", url, "host:port (default localhost:8000, gRPC :8001)");
   app.add_option("--model,-m", ro.client.model, "Model name (default: ensemble for http, tensorrt_llm for grpc)");
   app.add_option("--api-key", ro.client.api_key, "The server's API key (or INFLIGHT_CLIENT_API_KEY)")->envname("INFLIGHT_CLIENT_API_KEY");
+  app.add_flag("--tls", ro.client.tls, "HTTPS / gRPC over TLS");
+  app.add_option("--tls-ca", ro.client.tls_ca, "PEM file of the certificates that sign the server's (default: the system's)");
+  app.add_option("--tls-cert", ro.client.tls_cert, "This client's certificate (PEM), for mutual TLS");
+  app.add_option("--tls-key", ro.client.tls_key, "This client's private key (PEM), for mutual TLS");
   app.add_option("--tokenizer", tokenizer_path, "Tokenizer of the served model (GGUF, HF folder, tokenizer.model)");
   app.add_option("--vocab-size", wo.vocab_size, "Random token ids below this when there is no tokenizer (grpc)");
   app.add_option("--num-requests,-n", wo.num_requests)->check(CLI::Range(1, 10000000));
@@ -212,12 +216,13 @@ int main(int argc, char** argv) {
   auto proto = clients::ProtocolFromName(protocol);
   if (!proto.ok()) return fail(proto.status().message());
   ro.client.protocol = *proto;
+  if (Status s = clients::CheckTlsOptions(ro.client); !s.ok()) return fail(s.message());
   if (ro.client.model.empty()) ro.client.model = *proto == clients::Protocol::kGrpc ? "tensorrt_llm" : "ensemble";
   if (url.empty()) url = *proto == clients::Protocol::kGrpc ? "localhost:8001" : "localhost:8000";
   const size_t colon = url.rfind(':');
   if (colon == std::string::npos) return fail("--url must be host:port");
   ro.client.host = url.substr(0, colon);
-  if (ro.client.host == "localhost") ro.client.host = "127.0.0.1";
+  if (ro.client.host == "localhost" && !ro.client.tls) ro.client.host = "127.0.0.1";  // TLS checks the name the certificate holds
   ro.client.port = std::atoi(url.c_str() + colon + 1);
   ro.seed = wo.seed;
   wo.token_ids = *proto == clients::Protocol::kGrpc;

@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json_out, "Print one JSON object per answer");
   std::string api_key;
   app.add_option("--api-key", api_key, "The server's API key (or INFLIGHT_CLIENT_API_KEY)")->envname("INFLIGHT_CLIENT_API_KEY");
+  clients::ClientOptions co;
+  app.add_flag("--tls", co.tls, "HTTPS / gRPC over TLS");
+  app.add_option("--tls-ca", co.tls_ca, "PEM file of the certificates that sign the server's (default: the system's)");
+  app.add_option("--tls-cert", co.tls_cert, "This client's certificate (PEM), for mutual TLS");
+  app.add_option("--tls-key", co.tls_key, "This client's private key (PEM), for mutual TLS");
   CLI11_PARSE(app, argc, argv);
   auto fail = [](const std::string& m) {
     std::fprintf(stderr, "inflight-client: %s\n", m.c_str());
@@ -71,7 +76,7 @@ int main(int argc, char** argv) {
   if (stop_after_ms > 0 && !r.streaming) r.streaming = true;
   auto proto = clients::ProtocolFromName(protocol);
   if (!proto.ok()) return fail(proto.status().message());
-  clients::ClientOptions co;
+  if (Status s = clients::CheckTlsOptions(co); !s.ok()) return fail(s.message());
   co.protocol = *proto;
   co.api_key = api_key;
   if (*proto == clients::Protocol::kGrpc && !texts.empty()) return fail("gRPC sends token ids: use --input-ids");
@@ -80,7 +85,7 @@ int main(int argc, char** argv) {
   const size_t colon = url.rfind(':');
   if (colon == std::string::npos) return fail("--url must be host:port");
   co.host = url.substr(0, colon);
-  if (co.host == "localhost") co.host = "127.0.0.1";
+  if (co.host == "localhost" && !co.tls) co.host = "127.0.0.1";  // TLS checks the name the certificate holds
   co.port = std::atoi(url.c_str() + colon + 1);
   r.id = request_id;
   r.exclude_input_in_output = !include_input;

@@ -512,6 +512,44 @@ TEST_F(TlsTest, MutualTlsNeedsAClientCertificate) {
   EXPECT_EQ(Live(Stub(GrpcTls(false)).get()), grpc::StatusCode::UNAVAILABLE);
 }
 
+// inflight-client and inflight-bench over HTTPS and gRPC with TLS: the server's certificate
+// checked against a CA file, a client certificate for mutual TLS, and clear errors for a
+// plaintext client, an unknown CA and incomplete options.
+TEST_F(TlsTest, TheProjectsToolsSpeakTls) {
+  StartServer({"--tls-cert", (dir_ / "server.pem").string(), "--tls-key", (dir_ / "server.key").string(),
+               "--tls-client-ca", (dir_ / "ca.pem").string()});
+  const std::string bin = std::string(INFLIGHT_BINARY_DIR) + "/apps/";
+  const std::string ca = " --tls-ca " + (dir_ / "ca.pem").string();
+  const std::string mine = " --tls-cert " + (dir_ / "client.pem").string() + " --tls-key " + (dir_ / "client.key").string();
+  const std::string http = " --url localhost:" + std::to_string(server_->http_port) + " --text 'Once upon a time' -o 4";
+  const std::string grpc = " -i grpc --url localhost:" + std::to_string(server_->grpc_port) + " --input-ids 1,450,471 -o 4";
+  int code = 0;
+  std::string out = Shell(bin + "inflight-client --tls" + ca + mine + http + " 2>&1", &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_FALSE(out.empty());
+  out = Shell(bin + "inflight-client --tls" + ca + mine + grpc + " 2>&1", &code);
+  EXPECT_EQ(code, 0) << out;
+  out = Shell(bin + "inflight-bench --no-progress -i openai --url localhost:" + std::to_string(server_->http_port) + " --tls" + ca +
+                  mine + " --tokenizer " + testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf -n 4 --json - " +
+                  "token-norm-dist --input-mean 20 --output-mean 8 2>/dev/null", &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["succeeded"], 4) << out;
+  // Refused: plaintext, no client certificate, a CA that did not sign the server's.
+  Shell(bin + "inflight-client" + http + " 2>&1", &code);
+  EXPECT_NE(code, 0);
+  Shell(bin + "inflight-client --tls" + ca + http + " 2>&1", &code);
+  EXPECT_NE(code, 0) << "mutual TLS let a client without a certificate in";
+  Shell(bin + "inflight-client --tls --tls-ca " + (dir_ / "client.pem").string() + mine + grpc + " 2>&1", &code);
+  EXPECT_NE(code, 0) << "a server certificate no given CA signed was accepted";
+  // Options checked before any connection.
+  out = Shell(bin + "inflight-client --tls --tls-cert " + (dir_ / "client.pem").string() + http + " 2>&1", &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("--tls-key"), std::string::npos) << out;
+  out = Shell(bin + "inflight-bench --tls --tls-ca " + (dir_ / "nosuch.pem").string() + " token-norm-dist 2>&1", &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("nosuch.pem"), std::string::npos) << out;
+}
+
 TEST_F(TlsTest, BadCertificateFilesStopTheServerWithAMessage) {
   const std::string bin = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server --model-repository " + (dir_ / "repo").string() +
                           " --http-port 0 --grpc-port 0 --metrics-port 0 ";

@@ -4,6 +4,9 @@
 #include <httplib.h>
 
 #include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "grpc_service.grpc.pb.h"
@@ -65,9 +68,38 @@ std::optional<std::string> ParseGenerateObject(const json& j, GenEvent* e) {
   return std::nullopt;
 }
 
+// A host as it stands in a URL (an IPv6 address in brackets).
+std::string HostForUrl(const std::string& host) {
+  return host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]" : host;
+}
+
+// The whole file, or nullopt when it cannot be read.
+std::optional<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (!in.good() && !in.eof()) return std::nullopt;
+  return s.str();
+}
+
+std::shared_ptr<grpc::ChannelCredentials> GrpcCredentials(const ClientOptions& o) {
+  if (!o.tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  if (!o.tls_ca.empty()) ssl.pem_root_certs = ReadWholeFile(o.tls_ca).value_or("");
+  if (!o.tls_cert.empty()) ssl.pem_cert_chain = ReadWholeFile(o.tls_cert).value_or("");
+  if (!o.tls_key.empty()) ssl.pem_private_key = ReadWholeFile(o.tls_key).value_or("");
+  return grpc::SslCredentials(ssl);
+}
+
 class HttpClient : public LlmClient {
  public:
-  explicit HttpClient(const ClientOptions& o) : o_(o), http_(o.host, o.port) {
+  explicit HttpClient(const ClientOptions& o)
+      : o_(o), http_((o.tls ? "https://" : "http://") + HostForUrl(o.host) + ":" + std::to_string(o.port), o.tls_cert, o.tls_key) {
+    if (o.tls) {
+      http_.enable_server_certificate_verification(true);
+      if (!o.tls_ca.empty()) http_.set_ca_cert_path(o.tls_ca);
+    }
     http_.set_connection_timeout(5);
     http_.set_read_timeout(o.timeout_ms / 1000 + 1);
     http_.set_write_timeout(30);
@@ -233,7 +265,7 @@ class GrpcClient : public LlmClient {
   explicit GrpcClient(const ClientOptions& o)
       : o_(o),
         stub_(inference::GRPCInferenceService::NewStub(
-            grpc::CreateChannel(o.host + ":" + std::to_string(o.port), grpc::InsecureChannelCredentials()))) {}
+            grpc::CreateChannel(HostForUrl(o.host) + ":" + std::to_string(o.port), GrpcCredentials(o)))) {}
 
   GenOutcome Generate(const GenRequest& r, const std::function<bool(const GenEvent&)>& on_event) override {
     GenOutcome out;
@@ -357,6 +389,19 @@ int64_t GenOutcome::output_tokens() const {
   int64_t n = 0;
   for (const GenEvent& e : events) n += e.num_tokens;
   return n;
+}
+
+Status CheckTlsOptions(const ClientOptions& o) {
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return InvalidArgumentError("a client certificate needs its key and a key its certificate (--tls-cert with --tls-key)");
+  }
+  for (const std::string* f : {&o.tls_ca, &o.tls_cert, &o.tls_key}) {
+    if (!f->empty() && !ReadWholeFile(*f)) return InvalidArgumentError("cannot read TLS file '" + *f + "'");
+  }
+  if (!o.tls && (!o.tls_ca.empty() || !o.tls_cert.empty())) {
+    return InvalidArgumentError("TLS files were given without --tls");
+  }
+  return OkStatus();
 }
 
 StatusOr<Protocol> ProtocolFromName(const std::string& name) {

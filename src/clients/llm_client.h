@@ -68,7 +68,16 @@ struct ClientOptions {
   std::string model = "ensemble";
   int64_t timeout_ms = 600000;  // whole request
   std::string api_key;  // sent as "Authorization: Bearer" (HTTP) / "authorization" metadata (gRPC)
+  // TLS (HTTPS, gRPC over SSL) when set. The server's certificate is checked against tls_ca
+  // (PEM; the system's roots when empty); tls_cert / tls_key: this client's certificate and
+  // key for mutual TLS.
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key;
 };
+
+// INVALID_ARGUMENT naming the file when a TLS file of `o` cannot be read, or a key is given
+// without its certificate (or the other way round).
+Status CheckTlsOptions(const ClientOptions& o);
 
 class LlmClient {
  public:
