@@ -35,7 +35,9 @@ async function main() {
     const answer = await page.textContent("#chat-log .assistant");
     const stats = await page.textContent("#stats");
     assert.ok(answer.trim().length > 0, "no streamed text");
-    assert.match(stats, /tokens\/s/);
+    // A rate shows even when a short answer arrives in one network read.
+    const rate = /([\d.]+) tokens\/s/.exec(stats);
+    assert.ok(rate && +rate[1] > 0, `no tokens/s in "${stats}"`);
     await page.screenshot({ path: `${shots}/playground.png`, fullPage: true });
 
     // The same answer as the API gives for the same greedy request.
