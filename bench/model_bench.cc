@@ -83,7 +83,7 @@ struct Bench {
     for (size_t start = 0; start < ids.size(); start += 512) {
       BatchPlan plan;
       plan.chunks.push_back({ids.data() + start, static_cast<int32_t>(std::min<size_t>(512, ids.size() - start)),
-                             static_cast<int32_t>(start), cache.tables[seq].data(), cache.blocks_per_seq, false});
+                             static_cast<int32_t>(start), cache.tables[seq].data(), cache.blocks_per_seq, 1});
       Check(model.Forward(plan, cache.view, scratch, pool, Logits(1)));
     }
     return Seconds(t0);
@@ -96,7 +96,7 @@ struct Bench {
     for (int32_t step = 0; step < steps; ++step) {
       BatchPlan plan;
       for (int32_t s = 0; s < n; ++s) {
-        plan.chunks.push_back({&next[s], 1, depth + step, cache.tables[s].data(), cache.blocks_per_seq, false});
+        plan.chunks.push_back({&next[s], 1, depth + step, cache.tables[s].data(), cache.blocks_per_seq, 1});
       }
       float* out = Logits(n);
       Check(model.Forward(plan, cache.view, scratch, pool, out));

@@ -76,7 +76,7 @@ void BM_DecodeStep(benchmark::State& state) {
   for (int32_t i = 0; i < batch; ++i) {
     for (int32_t b = 0; b < blocks_per_seq; ++b) tables[i].push_back(i * blocks_per_seq + b);
     for (int32_t t = 0; t <= context; ++t) tokens[i].push_back(static_cast<int32_t>(rng() % c.vocab_size));
-    prefill.chunks.push_back({tokens[i].data(), context, 0, tables[i].data(), blocks_per_seq, false});
+    prefill.chunks.push_back({tokens[i].data(), context, 0, tables[i].data(), blocks_per_seq, 1});
   }
   std::vector<float> logits(static_cast<size_t>(batch) * c.vocab_size);
   if (Status s = model.Forward(prefill, kv, scratch, pool, logits.data()); !s.ok()) {
@@ -85,7 +85,7 @@ void BM_DecodeStep(benchmark::State& state) {
   }
   BatchPlan decode;
   for (int32_t i = 0; i < batch; ++i) {
-    decode.chunks.push_back({tokens[i].data() + context, 1, context, tables[i].data(), blocks_per_seq, false});
+    decode.chunks.push_back({tokens[i].data() + context, 1, context, tables[i].data(), blocks_per_seq, 1});
   }
   for (auto _ : state) {
     // Rewrites the same cache slot each time: the cost of the step, not of a growing context.
@@ -113,7 +113,7 @@ void BM_PrefillStep(benchmark::State& state) {
   for (int32_t b = 0; b < blocks; ++b) table[b] = b;
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
   BatchPlan plan;
-  plan.chunks.push_back({prompt.data(), tokens, 0, table.data(), blocks, false});
+  plan.chunks.push_back({prompt.data(), tokens, 0, table.data(), blocks, 1});
   std::vector<float> logits(c.vocab_size);
   // One untimed pass: the engine's scratch is allocated once and kept, so its first page
   // faults are not part of a prompt's cost.

@@ -23,6 +23,22 @@ Status ValidateWords(const std::vector<std::vector<int32_t>>& words, int32_t voc
   return OkStatus();
 }
 
+// Prompt lookup: the tokens that followed the latest earlier occurrence of the sequence's last
+// n tokens, for n from max_ngram down to 1 (at most k of them; none without a match).
+void PromptLookup(const std::vector<int32_t>& t, int32_t max_ngram, int32_t k, std::vector<int32_t>* out) {
+  out->clear();
+  const int64_t len = static_cast<int64_t>(t.size());
+  for (int64_t n = std::min<int64_t>(max_ngram, len - 1); n >= 1; --n) {
+    const int32_t* tail = t.data() + len - n;
+    for (int64_t start = len - n - 1; start >= 0; --start) {
+      if (t[start] != tail[0] || !std::equal(tail, tail + n, t.data() + start)) continue;
+      const int64_t from = start + n;
+      out->assign(t.begin() + from, t.begin() + from + std::min<int64_t>(k, len - from));
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config)
@@ -72,6 +88,16 @@ Status Executor::Validate(const Request& r) const {
   if (r.end_id >= vocab_size_ || r.end_id < -1) return InvalidArgumentError("end_id " + std::to_string(r.end_id) + " is outside the vocabulary");
   RETURN_IF_ERROR(ValidateWords(r.stop_words, vocab_size_, "stop words"));
   RETURN_IF_ERROR(ValidateWords(r.bad_words, vocab_size_, "bad words"));
+  if (static_cast<int64_t>(r.draft_tokens.size()) > kMaxDraftTokens) {
+    return InvalidArgumentError("the request holds " + std::to_string(r.draft_tokens.size()) + " draft tokens; at most " +
+                                std::to_string(kMaxDraftTokens) + " are verified per step");
+  }
+  for (int32_t id : r.draft_tokens) {
+    if (id < 0 || id >= vocab_size_) return InvalidArgumentError("draft token id " + std::to_string(id) + " is outside the vocabulary");
+  }
+  if (r.num_draft_tokens < -1 || r.num_draft_tokens > kMaxDraftTokens) {
+    return InvalidArgumentError("num_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
+  }
   if (!config_.enable_chunked_context && prompt > config_.max_num_tokens) {
     return InvalidArgumentError("prompt of " + std::to_string(prompt) + " tokens exceeds max_num_tokens " +
                                 std::to_string(config_.max_num_tokens) + " (enable chunked context to split it)");
@@ -223,6 +249,9 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
     seq->tokens = r.prompt_ids;
     seq->prompt_len = static_cast<int32_t>(r.prompt_ids.size());
     seq->sampler.AddPromptTokens(r.prompt_ids.data(), seq->prompt_len);
+    // A client's drafts are verified with the prompt's last chunk (sibling sequences fork from
+    // the prompt alone, so not for num_return_sequences > 1).
+    if (r.num_return_sequences == 1) seq->draft = r.draft_tokens;
     if (r.return_context_logits) rs->context_logits.resize(static_cast<size_t>(seq->prompt_len) * vocab_size_);
     scheduler_.AddWaiting(seq.get());
     rs->sequences.push_back(std::move(seq));
@@ -253,8 +282,24 @@ void Executor::HandleCancellationsAndTimeouts(const std::vector<RequestId>& canc
   }
 }
 
+void Executor::ProposeDrafts() {
+  if (config_.speculative_mode == SpeculativeMode::kNone) return;
+  for (Sequence* seq : scheduler_.running()) {
+    if (seq->num_uncomputed() != 1 || seq->num_generated() == 0) continue;  // not decoding
+    const Request& r = seq->request->request;
+    const int32_t k = std::min(r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
+                               r.max_tokens - seq->num_generated() - 1);
+    if (k <= 0) {
+      seq->draft.clear();
+      continue;
+    }
+    PromptLookup(seq->tokens, config_.prompt_lookup_ngram, k, &seq->draft);
+  }
+}
+
 void Executor::RunStep() {
   const Clock::time_point start = Clock::now();
+  ProposeDrafts();
   const ScheduleOutput& out = scheduler_.Step();
   ++iteration_;
   if (out.chunks.empty()) {
@@ -274,14 +319,22 @@ void Executor::RunStep() {
     Sequence* seq = c.seq;
     SequenceChunk ch;
     ch.token_ids = seq->tokens.data() + seq->num_computed;
-    ch.num_tokens = c.num_tokens;
+    if (c.num_draft > 0) {
+      // The draft tokens run after the sequence's own: one contiguous run of ids.
+      seq->step_tokens.assign(seq->tokens.begin() + seq->num_computed, seq->tokens.end());
+      seq->step_tokens.insert(seq->step_tokens.end(), seq->draft.begin(), seq->draft.begin() + c.num_draft);
+      ch.token_ids = seq->step_tokens.data();
+    }
+    ch.num_tokens = c.num_tokens + c.num_draft;
     ch.start_pos = seq->num_computed;
     ch.block_table = seq->blocks.data();
     ch.num_blocks = static_cast<int32_t>(seq->blocks.size());
-    // Context logits of the prompt's first pass.
-    ch.all_logits = seq->index == 0 && seq->request->request.return_context_logits &&
-                    seq->num_computed == seq->request->num_context_logits && seq->num_computed < seq->prompt_len;
-    rows += ch.all_logits ? c.num_tokens : 1;
+    // Context logits of the prompt's first pass; the last token's row and each draft's row
+    // choose tokens.
+    const bool all_logits = seq->index == 0 && seq->request->request.return_context_logits &&
+                            seq->num_computed == seq->request->num_context_logits && seq->num_computed < seq->prompt_len;
+    ch.num_logits = all_logits ? ch.num_tokens : 1 + c.num_draft;
+    rows += ch.num_logits;
     plan_.chunks.push_back(ch);
     if (seq->num_uncomputed() == 1 && seq->num_generated() > 0) {
       ++gen_seqs;
@@ -307,9 +360,11 @@ void Executor::RunStep() {
   }
   int64_t row = 0;
   for (size_t i = 0; i < out.chunks.size(); ++i) {
-    const int64_t n_rows = plan_.chunks[i].all_logits ? out.chunks[i].num_tokens : 1;
-    ProcessChunk(out.chunks[i], plan_.chunks[i].all_logits, logits_.data() + row * vocab_size_, n_rows);
-    row += n_rows;
+    const SequenceChunk& ch = plan_.chunks[i];
+    const int64_t context_rows = ch.num_logits == ch.num_tokens && ch.num_logits > 1 + out.chunks[i].num_draft
+                                     ? out.chunks[i].num_tokens : 0;
+    ProcessChunk(out.chunks[i], context_rows, logits_.data() + row * vocab_size_, ch.num_logits);
+    row += ch.num_logits;
   }
   SampleAll();
   for (RequestState* rs : touched_) {
@@ -320,11 +375,11 @@ void Executor::RunStep() {
   RecordStats(out, start, context_seqs, context_tokens, gen_seqs);
 }
 
-void Executor::ProcessChunk(const ScheduledChunk& c, bool all_logits, const float* logits, int64_t rows) {
+void Executor::ProcessChunk(const ScheduledChunk& c, int64_t context_rows, const float* logits, int64_t rows) {
   Sequence* seq = c.seq;
   RequestState* rs = seq->request;
-  if (all_logits) {
-    const int64_t keep = std::min<int64_t>(rows, seq->prompt_len - rs->num_context_logits);
+  if (context_rows > 0) {
+    const int64_t keep = std::min<int64_t>(context_rows, seq->prompt_len - rs->num_context_logits);
     std::copy(logits, logits + keep * vocab_size_, rs->context_logits.begin() + static_cast<int64_t>(rs->num_context_logits) * vocab_size_);
     rs->num_context_logits += static_cast<int32_t>(keep);
   }
@@ -335,16 +390,16 @@ void Executor::ProcessChunk(const ScheduledChunk& c, bool all_logits, const floa
     touched_.push_back(rs);
   }
   if (seq->num_computed < static_cast<int32_t>(seq->tokens.size())) return;  // mid-prompt chunk
-  to_sample_.push_back({seq, logits + (rows - 1) * vocab_size_});
+  to_sample_.push_back({seq, logits + (rows - 1 - c.num_draft) * vocab_size_, c.num_draft});
 }
 
-SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* scratch) {
+SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft) {
   const Request& r = seq->request->request;
   if (r.return_generation_logits) seq->generation_logits.insert(seq->generation_logits.end(), logits_row, logits_row + vocab_size_);
   const bool ban_end = r.end_id >= 0 && seq->num_generated() < r.min_tokens;
   if (r.bad_words.empty() && !ban_end && !seq->sampler.modifies_logits()) {
     // Nothing to write into the row: sample it where it is (no copy of the vocabulary).
-    return seq->sampler.Sample(const_cast<float*>(logits_row), vocab_size_);
+    return seq->sampler.SampleWithDraft(const_cast<float*>(logits_row), vocab_size_, draft);
   }
   float* x = scratch;
   std::copy(logits_row, logits_row + vocab_size_, x);
@@ -357,7 +412,52 @@ SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* s
     if (std::equal(w.begin(), w.end() - 1, seq->tokens.end() - static_cast<std::ptrdiff_t>(prefix))) x[w.back()] = kBanned;
   }
   if (ban_end) x[r.end_id] = kBanned;
-  return seq->sampler.Sample(x, vocab_size_);
+  return seq->sampler.SampleWithDraft(x, vocab_size_, draft);
+}
+
+void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch, std::vector<SampledToken>* out) {
+  // Row i chooses the token after draft i-1: accepted drafts join the sequence for the
+  // next row's bad words, min_tokens and penalties, and the first mismatch ends the run (its
+  // token replaces the rejected draft; all drafts matching adds one more token).
+  out->clear();
+  const int32_t end_id = seq->request->request.end_id;
+  int32_t pushed = 0;
+  for (int32_t i = 0; i <= num_draft; ++i) {
+    const int32_t draft = i < num_draft ? seq->draft[i] : -1;
+    out->push_back(DrawNext(seq, rows + static_cast<int64_t>(i) * vocab_size_, scratch, draft));
+    if (out->back().id != draft || draft == end_id) break;
+    seq->tokens.push_back(draft);
+    ++pushed;
+  }
+  seq->tokens.resize(seq->tokens.size() - pushed);  // AcceptDrawn appends them for real
+}
+
+void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn, int32_t num_draft) {
+  RequestState* rs = seq->request;
+  int32_t accepted = 0;
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    if (seq->state == SequenceState::kFinished) {
+      // Ended by a stop word or max_tokens inside the run: the rest was never produced.
+      if (rs->request.return_generation_logits) {
+        seq->generation_logits.resize(seq->generation_logits.size() - (drawn.size() - i) * static_cast<size_t>(vocab_size_));
+      }
+      break;
+    }
+    const bool is_draft = static_cast<int32_t>(i) < num_draft && drawn[i].id == seq->draft[i];
+    AcceptToken(seq, drawn[i]);
+    if (is_draft) ++accepted;
+  }
+  rs->stats.num_draft_tokens += num_draft;
+  rs->stats.num_accepted_draft_tokens += accepted;
+  step_draft_tokens_ += num_draft;
+  step_accepted_draft_tokens_ += accepted;
+  seq->draft.clear();
+  if (seq->state == SequenceState::kFinished) return;
+  // The accepted drafts' K/V were computed in this step; the rejected ones' slots are
+  // overwritten later and any block only they used goes back to the pool.
+  seq->num_computed += accepted;
+  scheduler_.CommitFullBlocks(seq);
+  scheduler_.TrimBlocks(seq);
 }
 
 void Executor::AcceptToken(Sequence* seq, const SampledToken& t) {
@@ -393,7 +493,13 @@ void Executor::SampleAll() {
   if (sample_rows_.size() < static_cast<size_t>(threads) * vocab_size_) sample_rows_.resize(static_cast<size_t>(threads) * vocab_size_);
   auto draw = [&](int ti, int nt) {
     for (int64_t i = n * ti / nt; i < n * (ti + 1) / nt; ++i) {
-      drawn_[i] = DrawNext(to_sample_[i].seq, to_sample_[i].row, sample_rows_.data() + static_cast<size_t>(ti) * vocab_size_);
+      float* scratch = sample_rows_.data() + static_cast<size_t>(ti) * vocab_size_;
+      const PendingSample& p = to_sample_[i];
+      if (p.num_draft > 0) {
+        VerifyDrafts(p.seq, p.row, p.num_draft, scratch, &drawn_[i]);
+      } else {
+        drawn_[i].assign(1, DrawNext(p.seq, p.row, scratch));
+      }
     }
   };
   if (threads > 1) pool->Run(draw);
@@ -402,7 +508,12 @@ void Executor::SampleAll() {
     Sequence* seq = to_sample_[i].seq;
     RequestState* rs = seq->request;
     const bool first_of_request = seq->index == 0 && !rs->forked && seq->num_generated() == 0;
-    AcceptToken(seq, drawn_[i]);
+    if (to_sample_[i].num_draft > 0) {
+      AcceptDrawn(seq, drawn_[i], to_sample_[i].num_draft);
+    } else {
+      AcceptToken(seq, drawn_[i][0]);
+      seq->draft.clear();  // a client's drafts that found no room in the prompt's last chunk
+    }
     if (first_of_request && rs->request.num_return_sequences > 1) Fork(seq, to_sample_[i].row);
     rs->forked = true;
   }
@@ -554,6 +665,9 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   s.num_scheduled_generation = gen_seqs;
   s.num_context_tokens = context_tokens;
   s.num_generation_tokens = gen_seqs;
+  s.num_draft_tokens = step_draft_tokens_;
+  s.num_accepted_draft_tokens = step_accepted_draft_tokens_;
+  step_draft_tokens_ = step_accepted_draft_tokens_ = 0;
   s.num_paused = static_cast<int32_t>(out.paused.size());
   s.num_paused_total = scheduler_.num_paused_total();
   const BlockCounts c = blocks_.counts();

@@ -83,8 +83,11 @@ class Executor {
   void Admit(std::vector<std::pair<RequestId, Request>>& submissions);
   void HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels);
   void RunStep();
-  void ProcessChunk(const ScheduledChunk& chunk, bool all_logits, const float* logits, int64_t rows);
-  SampledToken DrawNext(Sequence* seq, const float* logits_row, float* scratch);
+  void ProposeDrafts();
+  void ProcessChunk(const ScheduledChunk& chunk, int64_t context_rows, const float* logits, int64_t rows);
+  SampledToken DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft = -1);
+  void VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch, std::vector<SampledToken>* out);
+  void AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn, int32_t num_draft);
   void AcceptToken(Sequence* seq, const SampledToken& token);
   void SampleAll();
   void Fork(Sequence* parent, const float* logits_row);
@@ -114,10 +117,12 @@ class Executor {
   std::vector<float> sample_row_;   // [vocab]
   struct PendingSample {
     Sequence* seq;
-    const float* row;  // its logits row of this step
+    const float* row;   // its logits row of this step (then one row per draft token)
+    int32_t num_draft;  // draft tokens to verify
   };
   std::vector<PendingSample> to_sample_;
-  std::vector<SampledToken> drawn_;
+  std::vector<std::vector<SampledToken>> drawn_;  // per pending sample: its new tokens
+  int32_t step_draft_tokens_ = 0, step_accepted_draft_tokens_ = 0;
   std::vector<float> sample_rows_;  // [threads, vocab]
   uint64_t next_order_ = 0;
   int64_t iteration_ = 0;

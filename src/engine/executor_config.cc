@@ -22,6 +22,14 @@ const char* CapacityPolicyName(CapacityPolicy p) {
   return p == CapacityPolicy::kGuaranteedNoEvict ? "guaranteed_no_evict" : "max_utilization";
 }
 
+StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name) {
+  if (name == "none" || name.empty()) return SpeculativeMode::kNone;
+  if (name == "prompt_lookup") return SpeculativeMode::kPromptLookup;
+  return InvalidArgumentError("unknown speculative decoding mode '" + name + "' (none, prompt_lookup)");
+}
+
+const char* SpeculativeModeName(SpeculativeMode m) { return m == SpeculativeMode::kPromptLookup ? "prompt_lookup" : "none"; }
+
 const char* BatchingStrategyName(BatchingStrategy b) {
   return b == BatchingStrategy::kInflight ? "inflight_fused_batching" : "static";
 }
@@ -44,6 +52,10 @@ Status ExecutorConfig::Validate() const {
     return InvalidArgumentError("kv cache dtype must be f16, f32 or bf16");
   }
   if (num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
+  if (max_draft_tokens < 0 || max_draft_tokens > kMaxDraftTokens) {
+    return InvalidArgumentError("max_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
+  }
+  if (prompt_lookup_ngram < 1 || prompt_lookup_ngram > 16) return InvalidArgumentError("prompt_lookup_ngram must be in [1, 16]");
   return OkStatus();
 }
 
@@ -57,6 +69,8 @@ std::string IterationStats::ToJson() const {
                       {"num_scheduled_generation", num_scheduled_generation},
                       {"num_context_tokens", num_context_tokens},
                       {"num_generation_tokens", num_generation_tokens},
+                      {"num_draft_tokens", num_draft_tokens},
+                      {"num_accepted_draft_tokens", num_accepted_draft_tokens},
                       {"num_paused", num_paused},
                       {"num_paused_total", num_paused_total},
                       {"kv_blocks", {{"total", kv_blocks_total}, {"free", kv_blocks_free}, {"used", kv_blocks_used},

@@ -21,7 +21,18 @@ enum class BatchingStrategy {
 StatusOr<CapacityPolicy> CapacityPolicyFromName(const std::string& name);  // guaranteed_no_evict|max_utilization
 StatusOr<BatchingStrategy> BatchingStrategyFromName(const std::string& name);  // inflight[_fused_batching]|static[_batching]|v1
 const char* CapacityPolicyName(CapacityPolicy p);
+
+// Where draft tokens come from (speculative decoding: k guesses verified in one forward pass).
+enum class SpeculativeMode {
+  kNone,          // only drafts a client hands in (Request::draft_tokens)
+  kPromptLookup,  // the tokens that followed the latest earlier occurrence of the last n-gram
+};
+StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name);  // none|prompt_lookup
+const char* SpeculativeModeName(SpeculativeMode m);
 const char* BatchingStrategyName(BatchingStrategy b);
+
+// Draft tokens verified per step and sequence, at most (a request's own drafts included).
+inline constexpr int32_t kMaxDraftTokens = 32;
 
 struct ExecutorConfig {
   int32_t max_batch_size = 64;     // sequences per step
@@ -39,6 +50,11 @@ struct ExecutorConfig {
   double kv_cache_free_mem_fraction = 0.9;   // of the memory available after loading weights
   DType kv_dtype = DType::kF16;              // kF16, kF32 or kBF16
   int32_t num_threads = 2;                   // compute threads of the forward pass
+  // Speculative decoding: drafts per step and sequence (a request may ask for fewer), and the
+  // longest n-gram prompt lookup matches (it falls back to shorter ones down to 1).
+  SpeculativeMode speculative_mode = SpeculativeMode::kNone;
+  int32_t max_draft_tokens = 4;
+  int32_t prompt_lookup_ngram = 3;
 
   // INVALID_ARGUMENT naming the field.
   Status Validate() const;
@@ -56,6 +72,8 @@ struct IterationStats {
   int32_t num_scheduled_generation = 0;  // sequences decoding one token this step
   int32_t num_context_tokens = 0;
   int32_t num_generation_tokens = 0;
+  int32_t num_draft_tokens = 0;           // verified this step (speculative decoding)
+  int32_t num_accepted_draft_tokens = 0;  // of which accepted
   int32_t num_paused = 0;        // paused during this step
   int64_t num_paused_total = 0;  // since start
   int32_t kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_used = 0, kv_blocks_cached = 0;

@@ -107,7 +107,7 @@ StatusOr<std::vector<float>> AllLogits(const Model& model, const std::vector<int
   ch.start_pos = 0;
   ch.block_table = cache.block_table.data();
   ch.num_blocks = static_cast<int32_t>(cache.block_table.size());
-  ch.all_logits = true;
+  ch.num_logits = ch.num_tokens;
   plan.chunks.push_back(ch);
   std::vector<float> logits(ids.size() * static_cast<size_t>(c.vocab_size));
   RETURN_IF_ERROR(model.Forward(plan, cache.view, scratch, pool, logits.data()));

@@ -51,6 +51,12 @@ struct Request {
   // Prefix reuse happens only among requests with the same salt (a tenant's): 0 is the
   // shared, unsalted cache. Serving derives it from the client's cache_salt by a keyed hash.
   uint64_t cache_salt = 0;
+  // Speculative decoding. draft_tokens: a client's guesses of the first generated tokens
+  // (TensorRT-LLM's external draft tokens), verified together with the prompt's last position.
+  // num_draft_tokens: drafts per step from the executor's proposer; -1 = its configured
+  // max_draft_tokens, 0 = none for this request.
+  std::vector<int32_t> draft_tokens;
+  int32_t num_draft_tokens = -1;
   // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
   Clock::time_point arrival_time{};
   // Where the results go. Left null, Enqueue makes one (read by AwaitResponses, or drained
@@ -72,6 +78,8 @@ struct RequestStats {
   int32_t num_reused_blocks = 0;      // KV blocks served from the prefix cache
   int32_t num_allocated_blocks = 0;   // KV blocks newly allocated
   int32_t num_pauses = 0;             // max_utilization preemptions
+  int32_t num_draft_tokens = 0;           // speculative decoding: drafts verified
+  int32_t num_accepted_draft_tokens = 0;  // and accepted
 
   double queue_ms() const;
   double time_to_first_token_ms() const;

@@ -102,14 +102,38 @@ Sequence* Scheduler::PickVictim(const Sequence* exclude) const {
   return nullptr;
 }
 
+int32_t Scheduler::FitDrafts(Sequence* seq, int32_t n, int32_t budget) {
+  // Drafts ride only on a chunk that ends the sequence's uncomputed tokens, within the token
+  // budget and the request's remaining max_tokens (the step adds one token beyond the accepted
+  // drafts), in blocks that are free now: drafts never pause anyone.
+  if (seq->draft.empty() || n != seq->num_uncomputed()) return 0;
+  const int32_t left = seq->request->request.max_tokens - seq->num_generated() - 1;
+  int32_t d = std::min({static_cast<int32_t>(seq->draft.size()), budget - n, left});
+  if (d <= 0) return 0;
+  if (!EnsureBlocks(seq, static_cast<int64_t>(seq->num_computed) + n + d)) {
+    const int64_t held = static_cast<int64_t>(seq->blocks.size()) * config_.tokens_per_block - seq->num_computed - n;
+    d = static_cast<int32_t>(std::clamp<int64_t>(held, 0, d));
+  }
+  return d;
+}
+
 void Scheduler::Schedule(Sequence* seq, int32_t n, int32_t& budget) {
   seq->scheduled_step = step_;
   if (!seq->ever_scheduled) {
     seq->ever_scheduled = true;
     if (seq->index == 0) seq->request->stats.first_scheduled_time = Clock::now();
   }
-  out_.chunks.push_back({seq, n});
-  budget -= n;
+  const int32_t d = FitDrafts(seq, n, budget);
+  out_.chunks.push_back({seq, n, d});
+  budget -= n + d;
+}
+
+void Scheduler::TrimBlocks(Sequence* seq) {
+  const int64_t tpb = config_.tokens_per_block;
+  const size_t keep = static_cast<size_t>((static_cast<int64_t>(seq->tokens.size()) + tpb - 1) / tpb);
+  if (seq->blocks.size() <= keep) return;
+  blocks_.Release(std::vector<int32_t>(seq->blocks.begin() + static_cast<std::ptrdiff_t>(keep), seq->blocks.end()));
+  seq->blocks.resize(keep);
 }
 
 void Scheduler::ScheduleRunning(int32_t& budget) {

@@ -25,6 +25,7 @@ namespace inflight {
 struct ScheduledChunk {
   Sequence* seq = nullptr;
   int32_t num_tokens = 0;  // computed this step, from seq->num_computed
+  int32_t num_draft = 0;   // the sequence's first num_draft draft tokens run after them
 };
 
 struct ScheduleOutput {
@@ -63,6 +64,9 @@ class Scheduler {
   // Commits the sequence's newly filled blocks for prefix reuse (after its step ran).
   void CommitFullBlocks(Sequence* seq);
 
+  // Releases the blocks past the sequence's tokens (slots of rejected draft tokens).
+  void TrimBlocks(Sequence* seq);
+
  private:
   int32_t ChunkSize(const Sequence& seq, int32_t budget) const;
   bool EnsureBlocks(Sequence* seq, int64_t num_tokens);
@@ -73,6 +77,7 @@ class Scheduler {
   void TakePrefix(Sequence* seq);
   void DropBlocks(Sequence* seq);
   void Schedule(Sequence* seq, int32_t n, int32_t& budget);
+  int32_t FitDrafts(Sequence* seq, int32_t n, int32_t budget);
 
   ExecutorConfig config_;
   KvBlockManager& blocks_;

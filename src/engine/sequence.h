@@ -45,6 +45,10 @@ struct Sequence {
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // per generated token, if asked
   float cum_log_prob = 0.0f;
   std::vector<float> generation_logits;  // [unpublished generated, vocab]
+  // Speculative decoding: this step's draft tokens (verified after the forward pass) and the
+  // tokens the step computes, [uncomputed tokens..., drafts...] (the chunk points into it).
+  std::vector<int32_t> draft;
+  std::vector<int32_t> step_tokens;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int32_t num_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }

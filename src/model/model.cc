@@ -25,7 +25,7 @@ int64_t BatchPlan::num_tokens() const {
 
 int64_t BatchPlan::num_logit_rows() const {
   int64_t n = 0;
-  for (const auto& c : chunks) n += c.all_logits ? c.num_tokens : 1;
+  for (const auto& c : chunks) n += c.num_logits;
   return n;
 }
 
@@ -185,6 +185,7 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
   }
   for (const SequenceChunk& c : plan.chunks) {
     if (c.num_tokens <= 0) return InvalidArgumentError("a sequence chunk has no tokens");
+    if (c.num_logits < 1 || c.num_logits > c.num_tokens) return InvalidArgumentError("a sequence chunk asks for logits of tokens it does not hold");
     if (c.start_pos < 0 || static_cast<int64_t>(c.start_pos) + c.num_tokens > config_.context_length) {
       return InvalidArgumentError("positions " + std::to_string(c.start_pos) + ".." + std::to_string(c.start_pos + c.num_tokens - 1) +
                                   " exceed the context length " + std::to_string(config_.context_length));
@@ -349,7 +350,7 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
   int64_t out_rows = 0;
   row = 0;
   for (const SequenceChunk& ch : plan.chunks) {
-    const int32_t first = ch.all_logits ? 0 : ch.num_tokens - 1;
+    const int32_t first = ch.num_tokens - ch.num_logits;
     for (int32_t i = first; i < ch.num_tokens; ++i) {
       std::memmove(s.h + out_rows * c.hidden_size, s.x + (row + i) * c.hidden_size, c.hidden_size * sizeof(float));
       ++out_rows;

@@ -46,7 +46,9 @@ struct SequenceChunk {
   int32_t start_pos = 0;                // position of token_ids[0] (tokens already in the cache)
   const int32_t* block_table = nullptr;  // KV blocks of this sequence, covering every position
   int32_t num_blocks = 0;
-  bool all_logits = false;              // logits for every new token, else the last only
+  // Logits for the last num_logits tokens of the chunk (num_tokens: every token; more than one
+  // also when draft tokens are verified).
+  int32_t num_logits = 1;
 };
 
 // One forward pass: a ragged batch, no padding.

@@ -53,10 +53,10 @@ void Sampler::ApplyPenalties(float* logits, int32_t vocab) const {
   }
 }
 
-SampledToken Sampler::Sample(float* logits, int32_t vocab) {
+SampledToken Sampler::SampleWithDraft(float* logits, int32_t vocab, int32_t draft) {
   ApplyPenalties(logits, vocab);
   SampledToken out;
-  out.id = params_.greedy() ? ArgMax(logits, vocab) : Draw(logits, vocab);
+  out.id = params_.greedy() ? ArgMax(logits, vocab) : Draw(logits, vocab, draft < vocab ? draft : -1);
   // Log-probabilities of the penalised distribution (one extra pass over the vocabulary).
   // The greedy pick is already the maximum; only a sampled token needs another pass.
   if (!params_.compute_logprobs && params_.num_top_logprobs == 0) {
@@ -78,7 +78,7 @@ SampledToken Sampler::Sample(float* logits, int32_t vocab) {
   return out;
 }
 
-int32_t Sampler::Draw(const float* logits, int32_t vocab) {
+int32_t Sampler::Draw(const float* logits, int32_t vocab, int32_t draft) {
   const float inv_t = 1.0f / params_.temperature;
   candidates_.clear();
   candidates_.reserve(vocab);
@@ -119,6 +119,26 @@ int32_t Sampler::Draw(const float* logits, int32_t vocab) {
     }
     candidates_.resize(keep);
     total = cum;
+  }
+  if (draft >= 0) {
+    double draft_weight = 0;
+    for (const auto& c : candidates_) {
+      if (c.second == draft) draft_weight = c.first;
+    }
+    // Accept with probability p(draft); otherwise draw from the rest, renormalised:
+    // P(x) = p(x) for the draft and (1 - p(draft)) * p(x) / (1 - p(draft)) for every other x.
+    if (std::uniform_real_distribution<double>(0.0, total)(rng_) < draft_weight) return draft;
+    const double rest = total - draft_weight;
+    if (rest <= 0) return draft;
+    double r = std::uniform_real_distribution<double>(0.0, rest)(rng_);
+    int32_t last = -1;
+    for (const auto& c : candidates_) {
+      if (c.second == draft) continue;
+      last = c.second;
+      r -= c.first;
+      if (r <= 0) return c.second;
+    }
+    return last;
   }
   std::uniform_real_distribution<double> uniform(0.0, total);
   double r = uniform(rng_);

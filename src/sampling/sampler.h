@@ -45,7 +45,13 @@ class Sampler {
   // Tokens the repetition penalty sees besides the output.
   void AddPromptTokens(const int32_t* ids, int64_t n);
   // Picks a token from logits[vocab] (modified in place) and records it as output.
-  SampledToken Sample(float* logits, int32_t vocab);
+  SampledToken Sample(float* logits, int32_t vocab) { return SampleWithDraft(logits, vocab, -1); }
+  // Speculative decoding: the same pick, verifying a draft token that was proposed with
+  // certainty (prompt lookup, a greedy draft model, a client's draft). Greedy: the argmax (the
+  // draft is accepted when it equals it). Sampling: rejection sampling, the draft kept with
+  // probability p(draft) and otherwise a token drawn from p without the draft, so the token has
+  // exactly the distribution Sample gives. The draft is accepted when the result equals it.
+  SampledToken SampleWithDraft(float* logits, int32_t vocab, int32_t draft);
   // Whether Sample writes to the logits (penalties); when not, the caller need not copy them.
   bool modifies_logits() const {
     return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f ||
@@ -54,7 +60,7 @@ class Sampler {
 
  private:
   void ApplyPenalties(float* logits, int32_t vocab) const;
-  int32_t Draw(const float* logits, int32_t vocab);
+  int32_t Draw(const float* logits, int32_t vocab, int32_t draft);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

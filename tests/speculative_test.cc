@@ -1,0 +1,377 @@
+// Speculative decoding in the in-flight executor: draft tokens (prompt lookup, or a client's
+// own) verified in one forward pass. Greedy output never changes, with speculating and
+// non-speculating requests sharing steps; seeded sampling keeps its distribution (rejection
+// sampling); rejected drafts leave no KV block behind.
+#include "engine/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "base/thread_pool.h"
+#include "engine/generate.h"
+#include "model/random_model.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+using std::chrono::milliseconds;
+
+class SpeculativeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto config = PresetConfig(Architecture::kLlama, "tiny");
+    ASSERT_TRUE(config.ok());
+    RandomModelParams params;
+    params.config = *config;
+    params.dtype = DType::kQ8_0;
+    params.seed = 11;
+    path_ = (std::filesystem::temp_directory_path() / ("inflight_speculative_test_" + std::to_string(getpid()) + ".gguf")).string();
+    ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), path_).ok());
+    auto m = Model::Load(path_);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value().release();
+    pool_ = new ThreadPool(2);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete pool_;
+    std::filesystem::remove(path_);
+  }
+
+  static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int32_t max_tokens) {
+    GenerateParams gp;
+    gp.max_new_tokens = max_tokens;
+    gp.sampling.temperature = 0;
+    gp.stop_at_eos = false;
+    auto r = Generate(*model_, prompt, gp, *pool_, nullptr);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->generated_ids : std::vector<int32_t>();
+  }
+
+  static std::unique_ptr<Executor> Make(ExecutorConfig c) {
+    auto e = Executor::Create(*model_, c);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  static std::vector<Result> Collect(Executor& e, RequestId id) {
+    std::vector<Result> all;
+    for (int i = 0; i < 6000; ++i) {
+      for (Result& r : e.AwaitResponses(id, milliseconds(50))) all.push_back(std::move(r));
+      if (!all.empty() && all.back().is_final) return all;
+    }
+    ADD_FAILURE() << "request " << id << " never finished";
+    return all;
+  }
+
+  static Result RunOne(Executor& e, Request r) {
+    auto id = e.Enqueue(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    if (!id.ok()) return Result{};
+    std::vector<Result> rs = Collect(e, *id);
+    return rs.empty() ? Result{} : rs.back();
+  }
+
+  static void ExpectNoLeaks(const Executor& e) {
+    for (int i = 0; i < 200 && (e.num_unfinished_requests() > 0 || e.KvBlockCounts().used > 0); ++i) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    EXPECT_EQ(e.num_unfinished_requests(), 0);
+    const BlockCounts c = e.KvBlockCounts();
+    EXPECT_EQ(c.used, 0);
+    EXPECT_EQ(c.free + c.cached, c.total);
+  }
+
+  static Model* model_;
+  static ThreadPool* pool_;
+  static std::string path_;
+};
+
+Model* SpeculativeTest::model_ = nullptr;
+ThreadPool* SpeculativeTest::pool_ = nullptr;
+std::string SpeculativeTest::path_;
+
+Request Greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  Request r;
+  r.prompt_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.exclude_input_in_output = true;
+  return r;
+}
+
+// A prompt that repeats itself (as code, lists and quoted text do), so prompt lookup finds
+// its n-grams; its continuation on a random-weight model is whatever the model says.
+std::vector<int32_t> RepetitivePrompt(std::mt19937& rng, int len) {
+  std::vector<int32_t> phrase(4 + rng() % 12);
+  for (auto& t : phrase) t = static_cast<int32_t>(3 + rng() % 256);
+  std::vector<int32_t> p;
+  while (static_cast<int>(p.size()) < len) {
+    p.insert(p.end(), phrase.begin(), phrase.end());
+    if (rng() % 3 == 0) p.push_back(static_cast<int32_t>(3 + rng() % 256));  // a variation
+  }
+  p.resize(len);
+  return p;
+}
+
+struct SpecCase {
+  CapacityPolicy policy;
+  bool chunked;
+  bool reuse;
+};
+
+class SpeculativeInvarianceTest : public SpeculativeTest, public ::testing::WithParamInterface<SpecCase> {};
+
+// 64 greedy requests of mixed lengths in flight: a third plain, a third with prompt lookup, a
+// third with a client's drafts (right, partly right, or wrong) on top of prompt lookup. Every
+// request's output is exactly what it gets alone without speculation.
+TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculation) {
+  const SpecCase sc = GetParam();
+  std::mt19937 rng(77);
+  const int n = 64;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> max_tokens;
+  for (int i = 0; i < n; ++i) {
+    const int len = 1 + static_cast<int>(rng() % 400);
+    if (i % 2 == 0) {
+      prompts.push_back(RepetitivePrompt(rng, len));
+    } else {
+      std::vector<int32_t> p(len);
+      for (auto& t : p) t = static_cast<int32_t>(3 + rng() % 256);
+      prompts.push_back(p);
+    }
+    max_tokens.push_back(1 + static_cast<int32_t>(rng() % 48));
+  }
+  std::vector<std::vector<int32_t>> expected;
+  for (int i = 0; i < n; ++i) expected.push_back(Alone(prompts[i], max_tokens[i]));
+
+  ExecutorConfig c;
+  c.policy = sc.policy;
+  c.enable_chunked_context = sc.chunked;
+  c.enable_kv_cache_reuse = sc.reuse;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 16;
+  c.max_num_tokens = sc.chunked ? 128 : 512;
+  c.max_tokens_in_paged_kv_cache = sc.policy == CapacityPolicy::kMaxUtilization ? 1400 : 8192;
+  c.speculative_mode = SpeculativeMode::kPromptLookup;
+  c.max_draft_tokens = 5;
+  auto e = Make(c);
+  std::vector<RequestId> ids(n);
+  for (int i = 0; i < n; ++i) {
+    Request r = Greedy(prompts[i], max_tokens[i]);
+    if (i % 3 == 0) r.num_draft_tokens = 0;  // no speculation for this one
+    if (i % 3 == 2) {
+      // The client's guess of the first tokens: right, wrong from the third on, or all wrong.
+      r.draft_tokens.assign(expected[i].begin(), expected[i].begin() + std::min<size_t>(6, expected[i].size()));
+      if (i % 9 == 5 && r.draft_tokens.size() > 2) r.draft_tokens[2] = (r.draft_tokens[2] + 1) % 259;
+      if (i % 9 == 8) for (auto& t : r.draft_tokens) t = (t + 7) % 259;
+    }
+    auto id = e->Enqueue(std::move(r));
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids[i] = *id;
+    if (i >= 8) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+  }
+  int64_t drafts = 0, accepted = 0, spec_steps = 0;
+  for (int i = 0; i < n; ++i) {
+    std::vector<Result> rs = Collect(*e, ids[i]);
+    ASSERT_FALSE(rs.empty());
+    const Result& res = rs.back();
+    ASSERT_TRUE(res.error.ok()) << res.error.ToString();
+    EXPECT_EQ(res.output_token_ids, expected[i]) << "request " << i << " (prompt " << prompts[i].size() << ", max_tokens "
+                                                 << max_tokens[i] << ")";
+    EXPECT_EQ(res.finish_reason, FinishReason::kLength);
+    EXPECT_LE(res.stats.num_accepted_draft_tokens, res.stats.num_draft_tokens);
+    if (i % 3 == 0) EXPECT_EQ(res.stats.num_draft_tokens, 0) << i;
+    if (i % 9 == 2 && max_tokens[i] > 1) EXPECT_GT(res.stats.num_accepted_draft_tokens, 0) << "the right drafts of request " << i;
+    drafts += res.stats.num_draft_tokens;
+    accepted += res.stats.num_accepted_draft_tokens;
+  }
+  for (const IterationStats& s : e->GetLatestIterationStats()) spec_steps += s.num_draft_tokens > 0;
+  std::printf("drafts %lld, accepted %lld (%.0f%%), steps with drafts %lld\n", static_cast<long long>(drafts),
+              static_cast<long long>(accepted), drafts ? 100.0 * accepted / drafts : 0.0, static_cast<long long>(spec_steps));
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafts) << "some drafts must be rejected for the test to mean anything";
+  ExpectNoLeaks(*e);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configurations, SpeculativeInvarianceTest,
+                         ::testing::Values(SpecCase{CapacityPolicy::kGuaranteedNoEvict, false, false},
+                                           SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true},
+                                           SpecCase{CapacityPolicy::kMaxUtilization, true, true},
+                                           SpecCase{CapacityPolicy::kMaxUtilization, false, false}),
+                         [](const ::testing::TestParamInfo<SpecCase>& info) {
+                           const SpecCase& c = info.param;
+                           return std::string(c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
+                                  (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse");
+                         });
+
+ExecutorConfig SmallConfig() {
+  ExecutorConfig c;
+  c.max_tokens_in_paged_kv_cache = 4096;
+  c.tokens_per_block = 16;
+  c.enable_chunked_context = true;
+  c.max_num_tokens = 64;
+  c.speculative_mode = SpeculativeMode::kPromptLookup;
+  return c;
+}
+
+const std::vector<int32_t> kPrompt = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57};
+
+// Streaming, log-probs and generation logits with drafts: a step that accepts drafts streams
+// several tokens at once; everything equals the non-speculative run.
+TEST_F(SpeculativeTest, StreamingLogProbsAndLogitsEqualTheRunWithoutDrafts) {
+  auto e = Make(SmallConfig());
+  const std::vector<int32_t> alone = Alone(kPrompt, 24);
+  Request plain = Greedy(kPrompt, 24);
+  plain.num_draft_tokens = 0;
+  plain.return_log_probs = true;
+  plain.return_generation_logits = true;
+  const Result want = RunOne(*e, plain);
+  ASSERT_EQ(want.output_token_ids, alone);
+  Request spec = plain;
+  spec.num_draft_tokens = -1;
+  spec.draft_tokens.assign(alone.begin(), alone.begin() + 8);  // all right: 9 tokens in the first step
+  spec.streaming = true;
+  auto id = e->Enqueue(spec);
+  ASSERT_TRUE(id.ok());
+  std::vector<Result> parts = Collect(*e, *id);
+  std::vector<int32_t> ids;
+  std::vector<float> lps, logits;
+  size_t most = 0;
+  for (const Result& p : parts) {
+    ids.insert(ids.end(), p.output_token_ids.begin(), p.output_token_ids.end());
+    lps.insert(lps.end(), p.log_probs.begin(), p.log_probs.end());
+    logits.insert(logits.end(), p.generation_logits.begin(), p.generation_logits.end());
+    most = std::max(most, p.output_token_ids.size());
+  }
+  EXPECT_EQ(ids, alone);
+  EXPECT_GE(most, 9u) << "the first step should stream the 8 accepted drafts and the token after them";
+  EXPECT_EQ(lps, want.log_probs);
+  EXPECT_EQ(logits, want.generation_logits);
+  EXPECT_EQ(parts.back().stats.num_draft_tokens >= 8, true);
+  EXPECT_GE(parts.back().stats.num_accepted_draft_tokens, 8);
+  ExpectNoLeaks(*e);
+}
+
+// An end id, a stop word or max_tokens inside a run of accepted drafts ends the sequence
+// there, as without drafts.
+TEST_F(SpeculativeTest, EndIdStopWordsAndMaxTokensInsideAcceptedDrafts) {
+  auto e = Make(SmallConfig());
+  const std::vector<int32_t> alone = Alone(kPrompt, 12);
+  Request r = Greedy(kPrompt, 12);
+  r.draft_tokens.assign(alone.begin(), alone.begin() + 10);
+  r.return_generation_logits = true;
+  Request end = r;
+  end.end_id = alone[3];
+  Result res = RunOne(*e, end);
+  EXPECT_EQ(res.finish_reason, FinishReason::kEndId);
+  EXPECT_EQ(res.output_token_ids, std::vector<int32_t>(alone.begin(), alone.begin() + 3));
+  EXPECT_EQ(res.generation_logits.size(), 3u * res.vocab_size);
+  Request stop = r;
+  stop.stop_words = {{alone[4], alone[5]}};
+  res = RunOne(*e, stop);
+  EXPECT_EQ(res.finish_reason, FinishReason::kStopWords);
+  EXPECT_EQ(res.output_token_ids, std::vector<int32_t>(alone.begin(), alone.begin() + 6));
+  EXPECT_EQ(res.generation_logits.size(), 6u * res.vocab_size);
+  Request shortr = r;
+  shortr.max_tokens = 4;  // 10 drafts offered, 3 fit (the 4th token comes from the last row)
+  res = RunOne(*e, shortr);
+  EXPECT_EQ(res.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(res.output_token_ids, std::vector<int32_t>(alone.begin(), alone.begin() + 4));
+  EXPECT_EQ(res.stats.num_draft_tokens, 3);
+  ExpectNoLeaks(*e);
+}
+
+TEST_F(SpeculativeTest, BadDraftsAreRefused) {
+  auto e = Make(SmallConfig());
+  Request r = Greedy(kPrompt, 4);
+  r.draft_tokens = {5, 100000};
+  auto id = e->Enqueue(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("draft token id 100000"), std::string::npos) << id.status().ToString();
+  r.draft_tokens.assign(kMaxDraftTokens + 1, 5);
+  id = e->Enqueue(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("at most"), std::string::npos);
+  r.draft_tokens.clear();
+  r.num_draft_tokens = kMaxDraftTokens + 1;
+  EXPECT_FALSE(e->Enqueue(r).ok());
+  ExecutorConfig bad = SmallConfig();
+  bad.max_draft_tokens = -1;
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
+// Rejection sampling keeps the distribution: the first two tokens of many seeded samples with
+// drafts (right and wrong guesses, and prompt lookup) against as many without, a two-sample
+// chi-square test over the (token, token) pairs.
+TEST_F(SpeculativeTest, SeededSamplingKeepsItsDistribution) {
+  auto e = Make(SmallConfig());
+  const std::vector<int32_t> alone = Alone(kPrompt, 2);
+  const int draws = 1500;
+  auto sample = [&](bool speculate, int seed_base) {
+    std::map<std::pair<int32_t, int32_t>, int> counts;
+    std::vector<RequestId> ids;
+    for (int i = 0; i < draws; ++i) {
+      Request r;
+      r.prompt_ids = kPrompt;
+      r.max_tokens = 2;
+      r.exclude_input_in_output = true;
+      r.sampling.temperature = 1.5f;
+      r.sampling.top_k = 4;
+      r.sampling.seed = static_cast<uint64_t>(seed_base + i);
+      r.num_draft_tokens = 0;
+      // The greedy pair as the guess half the time, a pair outside the top-k the other half.
+      if (speculate) r.draft_tokens = i % 2 ? alone : std::vector<int32_t>{200, 201};
+      auto id = e->Enqueue(std::move(r));
+      EXPECT_TRUE(id.ok());
+      ids.push_back(*id);
+    }
+    for (RequestId id : ids) {
+      std::vector<Result> rs = Collect(*e, id);
+      const auto& t = rs.back().output_token_ids;
+      EXPECT_EQ(t.size(), 2u);
+      if (t.size() == 2) counts[{t[0], t[1]}]++;
+    }
+    return counts;
+  };
+  const auto plain = sample(false, 1000);
+  const auto spec = sample(true, 900000);
+  std::map<std::pair<int32_t, int32_t>, std::pair<int, int>> both;
+  for (auto& [k, v] : plain) both[k].first = v;
+  for (auto& [k, v] : spec) both[k].second = v;
+  // Pool cells expected below 5 into one, then the statistic of a 2 x cells table.
+  double chi2 = 0;
+  int cells = 0, pooled_a = 0, pooled_b = 0;
+  auto add = [&](int a, int b) {
+    const double total = a + b, ea = total / 2, eb = total / 2;  // equal sample sizes
+    chi2 += (a - ea) * (a - ea) / ea + (b - eb) * (b - eb) / eb;
+    ++cells;
+  };
+  for (auto& [k, v] : both) {
+    if (v.first + v.second < 10) {
+      pooled_a += v.first;
+      pooled_b += v.second;
+    } else {
+      add(v.first, v.second);
+    }
+  }
+  if (pooled_a + pooled_b > 0) add(pooled_a, pooled_b);
+  const int df = cells - 1;
+  ASSERT_GE(df, 3) << "too few outcomes for the test to mean anything";
+  // The chi-square 99.9% quantile, Wilson-Hilferty approximation.
+  const double z = 3.09, h = 2.0 / (9.0 * df);
+  const double critical = df * std::pow(1 - h + z * std::sqrt(h), 3);
+  std::printf("chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f)\n", chi2, df, critical);
+  EXPECT_LT(chi2, critical);
+  ExpectNoLeaks(*e);
+}
+
+}  // namespace
+}  // namespace inflight
