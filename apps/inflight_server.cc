@@ -167,6 +167,11 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--enable-chunked-context", init.enable_chunked_context);
   init_cmd->add_option("--enable-kv-cache-reuse", init.enable_kv_cache_reuse);
   init_cmd->add_option("--exclude-input-in-output", init.exclude_input_in_output);
+  init_cmd->add_option("--speculative-decoding-mode", init.speculative_decoding_mode,
+                       "none or prompt_lookup (draft tokens from earlier occurrences of the last n-gram)")
+      ->check(CLI::IsMember({"none", "prompt_lookup"}));
+  init_cmd->add_option("--max-draft-len", init.max_draft_len, "Draft tokens verified per step and sequence")
+      ->check(CLI::Range(0, 32));
   init_cmd->add_flag("--force", init.force, "Overwrite an existing repository's configs");
   bool model_in_place = false;
   init_cmd->add_flag("--model-in-place", model_in_place,

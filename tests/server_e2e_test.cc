@@ -77,6 +77,10 @@ class ServerE2eTest : public ::testing::Test {
                {{"decoupled: true", "decoupled: false"},
                 {"key: \"max_queue_size\"\n  value: {\n    string_value: \"0\"", "key: \"max_queue_size\"\n  value: {\n    string_value: \"1\""},
                 {"key: \"max_batch_size\"\n  value: {\n    string_value: \"64\"", "key: \"max_batch_size\"\n  value: {\n    string_value: \"1\""}});
+    AddVariant(*repo_, "tensorrt_llm_spec",
+               {{"decoupled: true", "decoupled: false"},
+                {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
+                 "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"prompt_lookup\""}});
     server_ = ServerProcess::Start({"--model-repository", repo_->string()}).release();
     ASSERT_NE(server_, nullptr);
     auto model = Model::Load(DemoModel());
@@ -275,6 +279,87 @@ TEST_F(ServerE2eTest, GrpcModelInferAndStreamMatchTheEngineAlone) {
     EXPECT_EQ(finals, 1);
     EXPECT_GE(responses, 2);
   }
+}
+
+// Speculative decoding through KServe HTTP and gRPC: a client's draft_input_ids and the
+// model's prompt lookup change no greedy output; the perf metrics and Prometheus count the
+// drafts; bad drafts get 400 / INVALID_ARGUMENT and draft_logits UNIMPLEMENTED.
+TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
+  const std::vector<int32_t> prompt = Tokens("Lily went to the park. Lily went to the park. Lily went to the");
+  const std::vector<int32_t> alone = Alone(prompt, 24);
+  const std::vector<int32_t> guess(alone.begin(), alone.begin() + 4);
+  auto body = [&](const std::string& extra) {
+    json inputs = json::array({
+        {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
+        {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+        {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {24}}},
+        {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+        {{"name", "return_perf_metrics"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+    });
+    if (!extra.empty()) inputs.push_back(json::parse(extra));
+    return json{{"inputs", inputs}}.dump();
+  };
+  auto output = [](const json& j, const std::string& name) {
+    for (const json& o : j["outputs"]) if (o["name"] == name) return o["data"];
+    return json();
+  };
+  const std::string drafts = json{{"name", "draft_input_ids"}, {"datatype", "INT32"}, {"shape", {1, guess.size()}}, {"data", guess}}.dump();
+  for (const std::string& model : {"tensorrt_llm_sync", "tensorrt_llm_spec"}) {
+    auto r = Post("/v2/models/" + model + "/infer", body(drafts));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(output(j, "output_ids").get<std::vector<int32_t>>(), alone) << model;
+    const int total = output(j, "total_draft_tokens")[0], accepted = output(j, "total_accepted_draft_tokens")[0];
+    EXPECT_GE(accepted, 4) << model << ": the client's 4 right drafts";
+    EXPECT_GE(total, accepted);
+    if (model == "tensorrt_llm_sync") EXPECT_EQ(total, 4) << "no prompt lookup without speculative_decoding_mode";
+    if (model == "tensorrt_llm_spec") EXPECT_GT(total, 4) << "prompt lookup adds drafts";
+    EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(), static_cast<double>(accepted) / total, 1e-6);
+  }
+  // gRPC: prompt lookup alone, and the per-request switch num_draft_tokens = 0.
+  auto stub = GrpcStub(server_->grpc_port);
+  for (int32_t per_request : {-1, 0}) {
+    inference::ModelInferRequest q = LlmRequest("tensorrt_llm_spec", "spec", {prompt}, 24, false);
+    auto add = [&](const char* name, const char* dtype, const std::string& raw) {
+      auto* in = q.add_inputs();
+      in->set_name(name);
+      in->set_datatype(dtype);
+      in->add_shape(1);
+      in->add_shape(1);
+      q.add_raw_input_contents(raw);
+    };
+    add("exclude_input_in_output", "BOOL", std::string(1, '\1'));
+    add("return_perf_metrics", "BOOL", std::string(1, '\1'));
+    if (per_request == 0) add("num_draft_tokens", "INT32", RawInt32({0}));
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse resp;
+    grpc::Status s = stub->ModelInfer(&ctx, q, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(OutputInt32(resp, "output_ids"), alone);
+    const std::vector<int32_t> total = OutputInt32(resp, "total_draft_tokens");
+    ASSERT_EQ(total.size(), 1u);
+    if (per_request == 0) EXPECT_EQ(total[0], 0);
+    else EXPECT_GT(total[0], 0);
+  }
+  // Bad drafts.
+  const std::string forty_drafts =
+      json{{"name", "draft_input_ids"}, {"datatype", "INT32"}, {"shape", {1, 40}}, {"data", std::vector<int32_t>(40, 5)}}.dump();
+  const std::vector<std::pair<std::string, std::pair<int, std::string>>> bad = {
+      {R"({"name": "draft_input_ids", "datatype": "INT32", "shape": [1, 2], "data": [5, 99999]})", {400, "outside the vocabulary"}},
+      {forty_drafts, {400, "at most 32"}},
+      {R"({"name": "num_draft_tokens", "datatype": "INT32", "shape": [1, 1], "data": [99]})", {400, "num_draft_tokens must be in [0, 32]"}},
+      {R"({"name": "draft_logits", "datatype": "FP32", "shape": [1, 1, 2], "data": [0.5, 0.5]})", {501, "draft_logits is not supported"}},
+  };
+  for (const auto& [extra, want] : bad) {
+    auto r = Post("/v2/models/tensorrt_llm_spec/infer", body(extra));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, want.first) << r->body;
+    EXPECT_NE(r->body.find(want.second), std::string::npos) << r->body;
+  }
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_spec"));
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find("inflight_speculative_accepted_draft_tokens_total{model=\"tensorrt_llm_spec\""), std::string::npos);
 }
 
 TEST_F(ServerE2eTest, ConcurrentStreamingClientsAreBatchedAndKeepTheirOutputs) {
@@ -531,7 +616,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   json ens_config = json::parse(cli.Get("/v2/models/ensemble/config")->body);
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true) << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 7u);
+  EXPECT_EQ(index.size(), 8u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -765,14 +850,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 7);
+    EXPECT_EQ(r.models_size(), 8);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 7);
+    EXPECT_EQ(r.model_stats_size(), 8);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

@@ -127,6 +127,10 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path) {
       {"embedding_bias", "TYPE_FP32", "[ -1 ]", true, false, true},
       {"num_return_sequences", "TYPE_INT32", "[ 1 ]", true, true},
       {"return_perf_metrics", "TYPE_BOOL", "[ 1 ]", true, true},
+      {"draft_input_ids", "TYPE_INT32", "[ -1 ]", true, false, true},
+      {"draft_logits", "TYPE_FP32", "[ -1, -1 ]", true, false, true},
+      {"draft_acceptance_threshold", "TYPE_FP32", "[ 1 ]", true, true},
+      {"num_draft_tokens", "TYPE_INT32", "[ 1 ]", true, true},
       // Declared for the ensemble's wiring; a request that fills them gets UNIMPLEMENTED.
       {"decoder_input_ids", "TYPE_INT32", "[ -1 ]", true, false, true},
       {"decoder_input_lengths", "TYPE_INT32", "[ 1 ]", true, true},
@@ -170,6 +174,8 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path) {
       {"enable_chunked_context", o.enable_chunked_context ? "true" : "false"},
       {"exclude_input_in_output", o.exclude_input_in_output ? "true" : "false"},
       {"max_queue_size", std::to_string(o.max_queue_size)},
+      {"speculative_decoding_mode", o.speculative_decoding_mode},
+      {"max_draft_len", std::to_string(o.max_draft_len)},
       {"stats_check_period_ms", "100"},
   });
   return c.str();

@@ -69,9 +69,10 @@ void AddPerfMetrics(const RequestStats& st, InferResponse* resp) {
   i64("first_scheduled_time_ns", EpochNs(st.first_scheduled_time));
   i64("first_token_time_ns", EpochNs(st.first_token_time));
   i64("last_token_time_ns", EpochNs(st.last_token_time));
-  resp->outputs.push_back(InferTensor::Float32("acceptance_rate", {1, 1}, {0.0f}));
-  i32("total_accepted_draft_tokens", 0);
-  i32("total_draft_tokens", 0);
+  const float rate = st.num_draft_tokens > 0 ? static_cast<float>(st.num_accepted_draft_tokens) / st.num_draft_tokens : 0.0f;
+  resp->outputs.push_back(InferTensor::Float32("acceptance_rate", {1, 1}, {rate}));
+  i32("total_accepted_draft_tokens", st.num_accepted_draft_tokens);
+  i32("total_draft_tokens", st.num_draft_tokens);
 }
 
 // Results of one row the delivery thread may leave untaken before the row is cancelled
@@ -356,6 +357,7 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   INFLIGHT_READ(exclude, "exclude_input_in_output");
   INFLIGHT_READ(nrs, "num_return_sequences");
   INFLIGHT_READ(perf, "return_perf_metrics");
+  INFLIGHT_READ(num_draft, "num_draft_tokens");
 #undef INFLIGHT_READ
   const double max_tokens = out_len->value_or(0);
   if (max_tokens < 1 || max_tokens > INT32_MAX) {
@@ -406,6 +408,38 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
                                   std::to_string(limits.max_stop_words) + " are taken");
     }
     (std::string(list) == "stop_words_list" ? q.stop_words : q.bad_words) = std::move(words).value();
+  }
+  // Speculative decoding: the client's draft tokens ([k] or [B, k]; -1 pads a shorter row),
+  // and how many drafts per step the server's proposer may add (0: none).
+  if (const InferTensor* drafts = r.FindInput("draft_input_ids"); drafts && drafts->num_elements() > 0) {
+    auto values = drafts->AsInt64();
+    if (!values.ok()) return values.status();
+    const int64_t rows = drafts->shape.size() >= 2 ? drafts->shape[0] : 1;
+    const int64_t k = static_cast<int64_t>(values->size()) / std::max<int64_t>(1, rows);
+    const int64_t row = rows == 1 ? 0 : b;
+    if (row >= rows) return InvalidArgumentError("draft_input_ids has fewer rows than input_ids");
+    if (k > kMaxDraftTokens) {
+      return InvalidArgumentError("draft_input_ids holds " + std::to_string(k) + " tokens; at most " +
+                                  std::to_string(kMaxDraftTokens) + " are verified per step");
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t id = (*values)[row * k + i];
+      if (id == -1) break;
+      if (id < 0 || id >= model_->config().vocab_size) {
+        return InvalidArgumentError("draft_input_ids holds token id " + std::to_string(id) + " outside the vocabulary");
+      }
+      q.draft_tokens.push_back(static_cast<int32_t>(id));
+    }
+  }
+  if (const InferTensor* t = r.FindInput("draft_logits"); t && t->num_elements() > 0) {
+    return UnimplementedError("draft_logits is not supported by this server: draft tokens are verified as tokens "
+                              "(exact for greedy, rejection sampling against a certain draft otherwise)");
+  }
+  if (num_draft->has_value()) {
+    if (**num_draft < 0 || **num_draft > kMaxDraftTokens) {
+      return InvalidArgumentError("num_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
+    }
+    q.num_draft_tokens = static_cast<int32_t>(**num_draft);
   }
   // decoder_input_ids / decoder_input_lengths are ignored: every supported model is
   // decoder-only, and the reference ensemble always sends them (one pad id per row).
@@ -611,6 +645,13 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   if (GetIntParameter(config, "max_beam_width", 1) != 1) {
     return InvalidArgumentError("parameter max_beam_width: only 1 is supported (no beam search)");
   }
+  if (auto mode = GetParameter(config, "speculative_decoding_mode")) {
+    auto m = SpeculativeModeFromName(*mode);
+    if (!m.ok()) return InvalidArgumentError("parameter speculative_decoding_mode: " + m.status().message());
+    e.speculative_mode = *m;
+  }
+  e.max_draft_tokens = static_cast<int32_t>(GetIntParameter(config, "max_draft_len", e.max_draft_tokens));
+  e.prompt_lookup_ngram = static_cast<int32_t>(GetIntParameter(config, "prompt_lookup_max_ngram", e.prompt_lookup_ngram));
   e.max_tokens_in_paged_kv_cache = GetIntParameter(config, "max_tokens_in_paged_kv_cache", 0);
   e.kv_cache_free_mem_fraction = GetDoubleParameter(config, "kv_cache_free_gpu_mem_fraction", 0.9);
   e.enable_kv_cache_reuse = GetBoolParameter(config, "enable_kv_cache_reuse", true);

@@ -22,6 +22,8 @@ using prometheus::Labels;
 
 struct Metrics::Families {
   Family<Counter>* engine_steps;
+  Family<Counter>* draft_tokens;
+  Family<Counter>* accepted_draft_tokens;
   Family<Counter>* engine_step_s;
   Family<Counter>* engine_forward_s;
   Family<Counter>* success;
@@ -107,6 +109,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(std
   f_->e2e = &Build(BuildHistogram(), "inflight_request_latency_seconds", "Time from arrival to the last generated token", r);
   f_->queue = &Build(BuildHistogram(), "inflight_queue_time_seconds", "Time from arrival to the first scheduled step", r);
   f_->engine_steps = &Build(BuildCounter(), "inflight_engine_steps_total", "Engine steps that ran the model", r);
+  f_->draft_tokens = &Build(BuildCounter(), "inflight_speculative_draft_tokens_total",
+                            "Draft tokens verified by speculative decoding (finished requests)", r);
+  f_->accepted_draft_tokens = &Build(BuildCounter(), "inflight_speculative_accepted_draft_tokens_total",
+                                     "Draft tokens accepted by speculative decoding (finished requests)", r);
   f_->engine_step_s = &Build(BuildCounter(), "inflight_engine_step_seconds_total",
                              "Engine thread time in steps (scheduling, forward pass, sampling, handing results out)", r);
   f_->engine_forward_s = &Build(BuildCounter(), "inflight_engine_forward_seconds_total",
@@ -206,6 +212,9 @@ void Metrics::ObserveLlmRequest(const std::string& model, const std::string& ver
   f_->input_len->Add(With(l, "response_metric_type", "total_input_tokens"), kTokenBuckets).Observe(st.num_prompt_tokens);
   f_->output_len->Add(With(l, "response_metric_type", "total_output_tokens"), kTokenBuckets).Observe(st.num_generated_tokens);
   if (st.first_scheduled_time != Clock::time_point{}) f_->queue->Add(l, kLatencyBuckets).Observe(st.queue_ms() / 1000);
+  // Created at a model's first finished request, so both show (at 0) for every LLM model.
+  f_->draft_tokens->Add(l).Increment(st.num_draft_tokens);
+  f_->accepted_draft_tokens->Add(l).Increment(st.num_accepted_draft_tokens);
   if (st.first_token_time != Clock::time_point{}) {
     f_->ttft->Add(l, kLatencyBuckets).Observe(st.time_to_first_token_ms() / 1000);
     f_->e2e->Add(l, kLatencyBuckets)
