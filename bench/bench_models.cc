@@ -9,7 +9,7 @@ namespace inflight {
 
 StatusOr<std::unique_ptr<Model>> LoadOrWriteRandomModel(const std::string& path, const std::string& preset,
                                                         const std::string& weights, const std::string& tokenizer,
-                                                        int32_t context_length) {
+                                                        int32_t context_length, float block_output_scale) {
   if (!std::filesystem::exists(path)) {
     std::fprintf(stderr, "writing %s ...\n", path.c_str());
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -19,6 +19,7 @@ StatusOr<std::unique_ptr<Model>> LoadOrWriteRandomModel(const std::string& path,
     if (context_length > 0) params.config.context_length = context_length;
     params.mix = weights;
     params.tied_embeddings = false;
+    params.block_output_scale = block_output_scale;
     RETURN_IF_ERROR(WriteRandomGguf(params, spec, path));
   }
   return Model::Load(path);

@@ -15,7 +15,7 @@ namespace inflight {
 // tokenizer at `tokenizer`, and the preset's context unless `context_length` > 0.
 StatusOr<std::unique_ptr<Model>> LoadOrWriteRandomModel(const std::string& path, const std::string& preset,
                                                         const std::string& weights, const std::string& tokenizer,
-                                                        int32_t context_length = 0);
+                                                        int32_t context_length = 0, float block_output_scale = 1.0f);
 
 // Multiply-adds of one token through every matrix (the matmul work of a decode token).
 double MacsPerToken(const Model& model);

@@ -104,14 +104,14 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
         RETURN_IF_ERROR(add(p + "attn_k_norm.weight", {c.head_dim}, 0.1f, 1, false));
       }
     }
-    RETURN_IF_ERROR(add(p + "attn_output.weight", {Q, H}, proj_std(Q), 0, true));
+    RETURN_IF_ERROR(add(p + "attn_output.weight", {Q, H}, proj_std(Q) * params.block_output_scale, 0, true));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "attn_output.bias", {H}, 0.02f, 0, false));
     RETURN_IF_ERROR(add(p + "ffn_norm.weight", {H}, 0, 1, false));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_norm.bias", {H}, 0.02f, 0, false));
     if (!c.gelu_ffn) RETURN_IF_ERROR(add(p + "ffn_gate.weight", {H, F}, proj_std(H), 0, true));
     RETURN_IF_ERROR(add(p + "ffn_up.weight", {H, F}, proj_std(H), 0, true));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_up.bias", {F}, 0.02f, 0, false));
-    RETURN_IF_ERROR(add(p + "ffn_down.weight", {F, H}, proj_std(F), 0, true));
+    RETURN_IF_ERROR(add(p + "ffn_down.weight", {F, H}, proj_std(F) * params.block_output_scale, 0, true));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_down.bias", {H}, 0.02f, 0, false));
   }
   RETURN_IF_ERROR(add("output_norm.weight", {H}, 0, 1, false));

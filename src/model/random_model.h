@@ -19,6 +19,11 @@ struct RandomModelParams {
   uint64_t seed = 1;
   float embedding_std = 0.5f;    // projections use 2 / sqrt(fan_in) so outputs depend on context
   bool tied_embeddings = true;
+  // Scales every block's output projections (attention output, FFN down). Near 0 the next
+  // token mostly follows from the current one (a near-bigram model that context changes now
+  // and then): a model whose text a speculator can predict, for speculative decoding
+  // benchmarks, at the full cost of the real shapes.
+  float block_output_scale = 1.0f;
 };
 
 // Architecture presets: "tiny" (a few MB), "small" (~25M params), "tinyllama-1.1b".

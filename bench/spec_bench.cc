@@ -1,0 +1,162 @@
+// spec_bench: single-stream greedy decode with speculative decoding (prompt lookup) against
+// without, A/B interleaved in one run, after a realistic prompt.
+//   repetitive  the prompt is a passage of the model's own text said over and over up to
+//               --prompt-tokens and cut mid-passage (as in editing code or quoting a document:
+//               the answer repeats what the prompt holds)
+//   plain       a prompt of the model's own text with no repetition (what speculation costs
+//               when the drafts rarely come true)
+// How often drafts come true depends on the model. A random-weight model's text is not
+// predictable; --block-output-scale 0 writes the same shapes with every block's output
+// projections zero, a model whose next token is a function of the current one (a bigram
+// chain) at the full cost of the real model: the upper bound, where drafts nearly always hold.
+// Every run's output must equal the run without speculation (greedy is exact), else exit 1.
+// Usage: spec_bench [--model PATH | --preset tinyllama-1.1b --dtype q4_k_m] [--prompt-tokens 512]
+//                   [--decode-tokens 128] [--draft 4] [--ngram 3] [--passage 80] [--reps 3]
+//                   [--block-output-scale 1] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_models.h"
+#include "engine/executor.h"
+
+using namespace inflight;
+
+namespace {
+
+struct Run {
+  std::vector<int32_t> output;
+  double decode_tps = 0;  // tokens after the first over the time since the first
+  double total_s = 0;
+  int32_t drafts = 0, accepted = 0;
+};
+
+Run RunOne(const Model& model, const ExecutorConfig& config, const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  auto e = Executor::Create(model, config);
+  if (!e.ok()) {
+    std::fprintf(stderr, "%s\n", e.status().ToString().c_str());
+    std::exit(1);
+  }
+  Request r;
+  r.prompt_ids = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.exclude_input_in_output = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto id = (*e)->Enqueue(r);
+  if (!id.ok()) {
+    std::fprintf(stderr, "%s\n", id.status().ToString().c_str());
+    std::exit(1);
+  }
+  Run out;
+  while (true) {
+    for (Result& res : (*e)->AwaitResponses(*id, std::chrono::milliseconds(1000))) {
+      if (!res.is_final) continue;
+      out.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      out.output = res.output_token_ids;
+      out.drafts = res.stats.num_draft_tokens;
+      out.accepted = res.stats.num_accepted_draft_tokens;
+      out.decode_tps = (res.stats.num_generated_tokens - 1) / (res.stats.decode_ms() / 1000);
+      return out;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, preset = "tinyllama-1.1b", dtype = "q4_k_m", model_dir = "bench-models";
+  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  double block_output_scale = 1.0;
+  int prompt_tokens = 512, decode_tokens = 128, draft = 4, ngram = 3, passage = 80, reps = 3, threads = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string f = argv[i], v = argv[i + 1];
+    if (f == "--model") model_path = v;
+    else if (f == "--preset") preset = v;
+    else if (f == "--dtype") dtype = v;
+    else if (f == "--model-dir") model_dir = v;
+    else if (f == "--tokenizer") tokenizer = v;
+    else if (f == "--prompt-tokens") prompt_tokens = std::stoi(v);
+    else if (f == "--decode-tokens") decode_tokens = std::stoi(v);
+    else if (f == "--draft") draft = std::stoi(v);
+    else if (f == "--ngram") ngram = std::stoi(v);
+    else if (f == "--passage") passage = std::stoi(v);
+    else if (f == "--reps") reps = std::stoi(v);
+    else if (f == "--block-output-scale") block_output_scale = std::stod(v);
+    else if (f == "--threads") threads = std::stoi(v);
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", f.c_str());
+      return 2;
+    }
+  }
+  StatusOr<std::unique_ptr<Model>> model =
+      !model_path.empty() ? Model::Load(model_path)
+      : block_output_scale == 1.0
+          ? LoadOrWriteRandomModel(model_dir + "/" + preset + "-random-" + dtype + ".gguf", preset, dtype, tokenizer)
+          : LoadOrWriteRandomModel(model_dir + "/" + preset + "-random-" + dtype + "-blockscale" + std::to_string(block_output_scale) + ".gguf",
+                                   preset, dtype, tokenizer, 0, static_cast<float>(block_output_scale));
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  const Model& m = **model;
+  const int32_t context = m.config().context_length;
+  prompt_tokens = std::min(prompt_tokens, context - decode_tokens - 1);
+  ExecutorConfig plain;
+  plain.num_threads = threads;
+  plain.max_num_tokens = 2048;
+  plain.max_tokens_in_paged_kv_cache = 4096;
+  plain.enable_chunked_context = true;
+  ExecutorConfig spec = plain;
+  spec.speculative_mode = SpeculativeMode::kPromptLookup;
+  spec.max_draft_tokens = draft;
+  spec.prompt_lookup_ngram = ngram;
+
+  // The model's own text: its greedy continuation of BOS (id 1).
+  const std::vector<int32_t> seed = {1};
+  const int32_t own_len = std::max(passage, prompt_tokens - 1);
+  std::vector<int32_t> own = RunOne(m, plain, seed, own_len).output;
+  std::vector<int32_t> text_prompt = seed;
+  text_prompt.insert(text_prompt.end(), own.begin(), own.end());
+  text_prompt.resize(prompt_tokens);
+  std::vector<int32_t> repeated = seed;
+  while (static_cast<int>(repeated.size()) < prompt_tokens) repeated.insert(repeated.end(), own.begin(), own.begin() + passage);
+  repeated.resize(prompt_tokens);
+
+  std::printf("model %s, %d threads; prompt %d tokens, %d decoded, up to %d drafts (n-gram <= %d), passage %d tokens\n",
+              m.Describe().c_str(), threads, prompt_tokens, decode_tokens, draft, ngram, passage);
+  std::printf("%-11s %-4s %14s %14s %8s %12s %10s %12s\n", "workload", "rep", "plain tok/s", "spec tok/s", "speedup", "drafts/step",
+              "accepted", "tokens/step");
+  for (const auto& [name, prompt] : {std::pair<const char*, const std::vector<int32_t>&>{"repetitive", repeated},
+                                     std::pair<const char*, const std::vector<int32_t>&>{"plain", text_prompt}}) {
+    double best_plain = 0, best_spec = 0;
+    for (int r = 0; r < reps; ++r) {
+      // A then B, then B then A: neither always runs on a warmer machine.
+      Run a, b;
+      if (r % 2 == 0) {
+        a = RunOne(m, plain, prompt, decode_tokens);
+        b = RunOne(m, spec, prompt, decode_tokens);
+      } else {
+        b = RunOne(m, spec, prompt, decode_tokens);
+        a = RunOne(m, plain, prompt, decode_tokens);
+      }
+      if (a.output != b.output) {
+        std::fprintf(stderr, "%s: speculative output differs from the plain output\n", name);
+        return 1;
+      }
+      // Steps after the first token: each gives one token plus its accepted drafts.
+      const double steps = (decode_tokens - 1) - b.accepted;
+      std::printf("%-11s %-4d %14.2f %14.2f %7.2fx %12.2f %9.0f%% %12.2f\n", name, r, a.decode_tps, b.decode_tps,
+                  b.decode_tps / a.decode_tps, steps > 0 ? b.drafts / steps : 0.0, b.drafts ? 100.0 * b.accepted / b.drafts : 0.0,
+                  steps > 0 ? (decode_tokens - 1) / steps : 0.0);
+      std::fflush(stdout);
+      best_plain = std::max(best_plain, a.decode_tps);
+      best_spec = std::max(best_spec, b.decode_tps);
+    }
+    std::printf("%-11s best %14.2f %14.2f %7.2fx\n", name, best_plain, best_spec, best_spec / best_plain);
+  }
+  return 0;
+}
