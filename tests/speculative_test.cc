@@ -37,9 +37,15 @@ class SpeculativeTest : public ::testing::Test {
     auto m = Model::Load(path_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value().release();
+    // The draft: the same file's first layer (of two), which agrees with the model often but
+    // not always.
+    auto d = Model::Load(path_, {.num_layers = 1});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    draft_ = std::move(d).value().release();
     pool_ = new ThreadPool(2);
   }
   static void TearDownTestSuite() {
+    delete draft_;
     delete model_;
     delete pool_;
     std::filesystem::remove(path_);
@@ -55,8 +61,8 @@ class SpeculativeTest : public ::testing::Test {
     return r.ok() ? r->generated_ids : std::vector<int32_t>();
   }
 
-  static std::unique_ptr<Executor> Make(ExecutorConfig c) {
-    auto e = Executor::Create(*model_, c);
+  static std::unique_ptr<Executor> Make(ExecutorConfig c, const Model* draft = nullptr) {
+    auto e = Executor::Create(*model_, c, draft);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return e.ok() ? std::move(e).value() : nullptr;
   }
@@ -87,14 +93,19 @@ class SpeculativeTest : public ::testing::Test {
     const BlockCounts c = e.KvBlockCounts();
     EXPECT_EQ(c.used, 0);
     EXPECT_EQ(c.free + c.cached, c.total);
+    const BlockCounts d = e.DraftKvBlockCounts();
+    EXPECT_EQ(d.used, 0) << "draft model blocks";
+    EXPECT_EQ(d.free, d.total);
   }
 
   static Model* model_;
+  static Model* draft_;
   static ThreadPool* pool_;
   static std::string path_;
 };
 
 Model* SpeculativeTest::model_ = nullptr;
+Model* SpeculativeTest::draft_ = nullptr;
 ThreadPool* SpeculativeTest::pool_ = nullptr;
 std::string SpeculativeTest::path_;
 
@@ -125,13 +136,15 @@ struct SpecCase {
   CapacityPolicy policy;
   bool chunked;
   bool reuse;
+  SpeculativeMode mode;
 };
 
 class SpeculativeInvarianceTest : public SpeculativeTest, public ::testing::WithParamInterface<SpecCase> {};
 
-// 64 greedy requests of mixed lengths in flight: a third plain, a third with prompt lookup, a
-// third with a client's drafts (right, partly right, or wrong) on top of prompt lookup. Every
-// request's output is exactly what it gets alone without speculation.
+// 64 greedy requests of mixed lengths in flight: a third plain, a third with the executor's
+// drafts (prompt lookup or the draft model), a third with a client's drafts (right, partly
+// right, or wrong) on top. Every request's output is exactly what it gets alone without
+// speculation.
 TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculation) {
   const SpecCase sc = GetParam();
   std::mt19937 rng(77);
@@ -160,9 +173,9 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
   c.max_batch_size = 16;
   c.max_num_tokens = sc.chunked ? 128 : 512;
   c.max_tokens_in_paged_kv_cache = sc.policy == CapacityPolicy::kMaxUtilization ? 1400 : 8192;
-  c.speculative_mode = SpeculativeMode::kPromptLookup;
+  c.speculative_mode = sc.mode;
   c.max_draft_tokens = 5;
-  auto e = Make(c);
+  auto e = Make(c, sc.mode == SpeculativeMode::kDraftModel ? draft_ : nullptr);
   std::vector<RequestId> ids(n);
   for (int i = 0; i < n; ++i) {
     Request r = Greedy(prompts[i], max_tokens[i]);
@@ -202,13 +215,17 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
 }
 
 INSTANTIATE_TEST_SUITE_P(Configurations, SpeculativeInvarianceTest,
-                         ::testing::Values(SpecCase{CapacityPolicy::kGuaranteedNoEvict, false, false},
-                                           SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true},
-                                           SpecCase{CapacityPolicy::kMaxUtilization, true, true},
-                                           SpecCase{CapacityPolicy::kMaxUtilization, false, false}),
+                         ::testing::Values(SpecCase{CapacityPolicy::kGuaranteedNoEvict, false, false, SpeculativeMode::kPromptLookup},
+                                           SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kPromptLookup},
+                                           SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kPromptLookup},
+                                           SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kPromptLookup},
+                                           SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kDraftModel},
+                                           SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kDraftModel},
+                                           SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kDraftModel}),
                          [](const ::testing::TestParamInfo<SpecCase>& info) {
                            const SpecCase& c = info.param;
-                           return std::string(c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
+                           return std::string(c.mode == SpeculativeMode::kDraftModel ? "DraftModel_" : "PromptLookup_") +
+                                  (c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
                                   (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse");
                          });
 
@@ -308,6 +325,38 @@ TEST_F(SpeculativeTest, BadDraftsAreRefused) {
   EXPECT_FALSE(bad.Validate().ok());
 }
 
+// Two-sample chi-square statistic of equal-size samples of outcomes (cells seen fewer than 10
+// times in both pooled into one) and its degrees of freedom.
+template <typename Key>
+std::pair<double, int> ChiSquareTwoSample(const std::map<Key, int>& a, const std::map<Key, int>& b) {
+  std::map<Key, std::pair<int, int>> both;
+  for (auto& [k, v] : a) both[k].first = v;
+  for (auto& [k, v] : b) both[k].second = v;
+  double chi2 = 0;
+  int cells = 0, pooled_a = 0, pooled_b = 0;
+  auto add = [&](int x, int y) {
+    const double e = (x + y) / 2.0;
+    chi2 += (x - e) * (x - e) / e + (y - e) * (y - e) / e;
+    ++cells;
+  };
+  for (auto& [k, v] : both) {
+    if (v.first + v.second < 10) {
+      pooled_a += v.first;
+      pooled_b += v.second;
+    } else {
+      add(v.first, v.second);
+    }
+  }
+  if (pooled_a + pooled_b > 0) add(pooled_a, pooled_b);
+  return {chi2, cells - 1};
+}
+
+// The chi-square distribution's 99.9% quantile (Wilson-Hilferty approximation).
+double ChiSquareCritical999(int df) {
+  const double z = 3.09, h = 2.0 / (9.0 * df);
+  return df * std::pow(1 - h + z * std::sqrt(h), 3);
+}
+
 // Rejection sampling keeps the distribution: the first two tokens of many seeded samples with
 // drafts (right and wrong guesses, and prompt lookup) against as many without, a two-sample
 // chi-square test over the (token, token) pairs.
@@ -343,31 +392,102 @@ TEST_F(SpeculativeTest, SeededSamplingKeepsItsDistribution) {
   };
   const auto plain = sample(false, 1000);
   const auto spec = sample(true, 900000);
-  std::map<std::pair<int32_t, int32_t>, std::pair<int, int>> both;
-  for (auto& [k, v] : plain) both[k].first = v;
-  for (auto& [k, v] : spec) both[k].second = v;
-  // Pool cells expected below 5 into one, then the statistic of a 2 x cells table.
-  double chi2 = 0;
-  int cells = 0, pooled_a = 0, pooled_b = 0;
-  auto add = [&](int a, int b) {
-    const double total = a + b, ea = total / 2, eb = total / 2;  // equal sample sizes
-    chi2 += (a - ea) * (a - ea) / ea + (b - eb) * (b - eb) / eb;
-    ++cells;
-  };
-  for (auto& [k, v] : both) {
-    if (v.first + v.second < 10) {
-      pooled_a += v.first;
-      pooled_b += v.second;
-    } else {
-      add(v.first, v.second);
-    }
-  }
-  if (pooled_a + pooled_b > 0) add(pooled_a, pooled_b);
-  const int df = cells - 1;
+  const auto [chi2, df] = ChiSquareTwoSample(plain, spec);
   ASSERT_GE(df, 3) << "too few outcomes for the test to mean anything";
-  // The chi-square 99.9% quantile, Wilson-Hilferty approximation.
-  const double z = 3.09, h = 2.0 / (9.0 * df);
-  const double critical = df * std::pow(1 - h + z * std::sqrt(h), 3);
+  const double critical = ChiSquareCritical999(df);
+  std::printf("chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f)\n", chi2, df, critical);
+  EXPECT_LT(chi2, critical);
+  ExpectNoLeaks(*e);
+}
+
+// The model as its own draft: every draft holds, so each step after the first adds
+// max_draft_tokens + 1 tokens; the draft model's blocks all come back.
+TEST_F(SpeculativeTest, AModelDraftingForItselfHasEveryDraftAccepted) {
+  auto full = Model::Load(path_);
+  ASSERT_TRUE(full.ok());
+  ExecutorConfig c = SmallConfig();
+  c.speculative_mode = SpeculativeMode::kDraftModel;
+  c.max_draft_tokens = 4;
+  auto e = Make(c, full->get());
+  const std::vector<int32_t> alone = Alone(kPrompt, 41);
+  Request r = Greedy(kPrompt, 41);
+  r.streaming = true;
+  auto id = e->Enqueue(r);
+  ASSERT_TRUE(id.ok());
+  std::vector<Result> parts = Collect(*e, *id);
+  std::vector<int32_t> ids;
+  for (const Result& p : parts) ids.insert(ids.end(), p.output_token_ids.begin(), p.output_token_ids.end());
+  EXPECT_EQ(ids, alone);
+  // 1 token from the prompt's step, then 8 steps of 5.
+  EXPECT_EQ(parts.back().stats.num_draft_tokens, 32);
+  EXPECT_EQ(parts.back().stats.num_accepted_draft_tokens, 32);
+  EXPECT_LE(parts.size(), 10u);
+  ExpectNoLeaks(*e);
+}
+
+TEST_F(SpeculativeTest, ADraftModelMustShareTheVocabulary) {
+  ExecutorConfig c = SmallConfig();
+  c.speculative_mode = SpeculativeMode::kDraftModel;
+  EXPECT_FALSE(Executor::Create(*model_, c, nullptr).ok());
+  auto config = PresetConfig(Architecture::kLlama, "tiny");
+  ASSERT_TRUE(config.ok());
+  RandomModelParams params;
+  params.config = *config;
+  const std::string other = path_ + ".other.gguf";
+  ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab({"extra", "words"}), other).ok());
+  auto m = Model::Load(other);
+  ASSERT_TRUE(m.ok());
+  auto e = Executor::Create(*model_, c, m->get());
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("vocabulary"), std::string::npos) << e.status().ToString();
+  std::filesystem::remove(other);
+}
+
+// The same with the draft model (the model drafting for itself, greedily: accepted with
+// probability p(draft)): the first three tokens, sampled with drafts for tokens 2 and 3,
+// against as many samples without.
+TEST_F(SpeculativeTest, SeededSamplingWithADraftModelKeepsItsDistribution) {
+  auto full = Model::Load(path_);
+  ASSERT_TRUE(full.ok());
+  ExecutorConfig c = SmallConfig();
+  c.speculative_mode = SpeculativeMode::kDraftModel;
+  auto e = Make(c, full->get());
+  const int draws = 2000;
+  auto sample = [&](bool speculate, int seed_base) {
+    std::map<std::vector<int32_t>, int> counts;
+    std::vector<RequestId> ids;
+    int64_t drafts = 0, accepted = 0;
+    for (int i = 0; i < draws; ++i) {
+      Request r;
+      r.prompt_ids = kPrompt;
+      r.max_tokens = 3;
+      r.exclude_input_in_output = true;
+      r.sampling.temperature = 1.5f;
+      r.sampling.top_k = 3;
+      r.sampling.seed = static_cast<uint64_t>(seed_base + i);
+      r.num_draft_tokens = speculate ? -1 : 0;
+      auto id = e->Enqueue(std::move(r));
+      EXPECT_TRUE(id.ok());
+      ids.push_back(*id);
+    }
+    for (RequestId id : ids) {
+      std::vector<Result> rs = Collect(*e, id);
+      counts[rs.back().output_token_ids]++;
+      drafts += rs.back().stats.num_draft_tokens;
+      accepted += rs.back().stats.num_accepted_draft_tokens;
+    }
+    if (speculate) {
+      std::printf("drafts %lld, accepted %lld\n", static_cast<long long>(drafts), static_cast<long long>(accepted));
+      EXPECT_GT(accepted, draws / 10);
+      EXPECT_LT(accepted, drafts);
+    }
+    return counts;
+  };
+  const auto plain = sample(false, 5000);
+  const auto spec = sample(true, 700000);
+  const auto [chi2, df] = ChiSquareTwoSample(plain, spec);
+  ASSERT_GE(df, 5);
+  const double critical = ChiSquareCritical999(df);
   std::printf("chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f)\n", chi2, df, critical);
   EXPECT_LT(chi2, critical);
   ExpectNoLeaks(*e);

@@ -41,7 +41,7 @@ void PromptLookup(const std::vector<int32_t>& t, int32_t max_ngram, int32_t k, s
 
 }  // namespace
 
-Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config)
+Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config, std::unique_ptr<ModelRunner> draft)
     : config_(config),
       runner_(std::move(runner)),
       vocab_size_(runner_->vocab_size()),
@@ -51,12 +51,30 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
       scheduler_(config, blocks_) {
   sample_row_.resize(vocab_size_);
   block_counts_ = blocks_.counts();
+  if (draft && config.speculative_mode == SpeculativeMode::kDraftModel) {
+    draft_runner_ = std::move(draft);
+    draft_blocks_ = std::make_unique<KvBlockManager>(BlockManagerConfig{draft_runner_->num_kv_blocks(), config.tokens_per_block, false});
+    draft_block_counts_ = draft_blocks_->counts();
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
-StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model, const ExecutorConfig& config) {
+StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model, const ExecutorConfig& config, const Model* draft_model) {
   RETURN_IF_ERROR(config.Validate());
-  return std::make_unique<Executor>(std::make_unique<LocalModelRunner>(model, config), config);
+  auto runner = std::make_unique<LocalModelRunner>(model, config);
+  std::unique_ptr<ModelRunner> draft;
+  if (config.speculative_mode == SpeculativeMode::kDraftModel) {
+    if (draft_model == nullptr) return InvalidArgumentError("speculative decoding mode draft_model needs a draft model");
+    if (draft_model->config().vocab_size != model.config().vocab_size) {
+      return InvalidArgumentError("the draft model's vocabulary (" + std::to_string(draft_model->config().vocab_size) +
+                                  " tokens) differs from the model's (" + std::to_string(model.config().vocab_size) + ")");
+    }
+    // As many blocks as the target's (a draft's blocks are smaller), on the target's threads.
+    ExecutorConfig dc = config;
+    dc.max_tokens_in_paged_kv_cache = static_cast<int64_t>(runner->num_kv_blocks()) * config.tokens_per_block;
+    draft = std::make_unique<LocalModelRunner>(*draft_model, dc, runner->pool());
+  }
+  return std::make_unique<Executor>(std::move(runner), config, std::move(draft));
 }
 
 Executor::~Executor() { Shutdown(); }
@@ -203,6 +221,11 @@ BlockCounts Executor::KvBlockCounts() const {
   return block_counts_;
 }
 
+BlockCounts Executor::DraftKvBlockCounts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return draft_block_counts_;
+}
+
 void Executor::Loop() {
   std::vector<std::pair<RequestId, Request>> submissions;
   std::vector<RequestId> cancels;
@@ -229,6 +252,7 @@ void Executor::Loop() {
     // Cancellations free blocks outside steps too: keep the snapshot exact when idle.
     std::lock_guard<std::mutex> lock(mu_);
     block_counts_ = blocks_.counts();
+    if (draft_blocks_) draft_block_counts_ = draft_blocks_->counts();
   }
 }
 
@@ -282,8 +306,107 @@ void Executor::HandleCancellationsAndTimeouts(const std::vector<RequestId>& canc
   }
 }
 
+void Executor::ReleaseDraftBlocks(Sequence* seq) {
+  if (draft_blocks_ && !seq->draft_blocks.empty()) draft_blocks_->Release(seq->draft_blocks);
+  seq->draft_blocks.clear();
+  seq->draft_computed = 0;
+}
+
+void Executor::ProposeWithDraftModel() {
+  // Pass 0 catches each decoding sequence's draft cache up with its tokens (a new sequence's
+  // whole prompt, else the one or few tokens since the last step) and drafts from the last
+  // position; pass j feeds draft j-1 back. Every pass is one batched forward of the draft
+  // model, greedy: the drafts are certain guesses, which rejection sampling keeps exact.
+  const int32_t tpb = config_.tokens_per_block;
+  const int32_t draft_context = draft_runner_->context_length();
+  int32_t budget = config_.max_num_tokens;  // pass 0's catch-up tokens
+  drafting_.clear();
+  draft_plan_.chunks.clear();
+  int32_t most = 0;
+  for (Sequence* seq : scheduler_.running()) {
+    if (seq->num_uncomputed() != 1 || seq->num_generated() == 0 || budget <= 0) continue;
+    seq->draft.clear();
+    const Request& r = seq->request->request;
+    const int32_t len = static_cast<int32_t>(seq->tokens.size());
+    const int32_t k = std::min({r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
+                                r.max_tokens - seq->num_generated() - 1, draft_context - len + 1});
+    if (k <= 0) continue;
+    // The last token is always (re)computed: its logits give the first draft. Slots past it
+    // hold last step's drafts and are overwritten.
+    seq->draft_computed = std::min(seq->draft_computed, len - 1);
+    const int32_t catch_up = std::min(len - seq->draft_computed, budget);
+    const int64_t need = (static_cast<int64_t>(len) + k - 1 + tpb - 1) / tpb - static_cast<int64_t>(seq->draft_blocks.size());
+    if (need > draft_blocks_->NumAvailable()) continue;  // no room: no drafts this step
+    for (int64_t i = 0; i < need; ++i) seq->draft_blocks.push_back(*draft_blocks_->Allocate());
+    budget -= catch_up;
+    seq->draft.reserve(k);
+    SequenceChunk ch;
+    ch.token_ids = seq->tokens.data() + seq->draft_computed;
+    ch.num_tokens = catch_up;
+    ch.start_pos = seq->draft_computed;
+    ch.block_table = seq->draft_blocks.data();
+    ch.num_blocks = static_cast<int32_t>(seq->draft_blocks.size());
+    draft_plan_.chunks.push_back(ch);
+    drafting_.push_back(seq);
+    // A sequence still catching up on a long prompt drafts from a later step.
+    seq->draft.resize(seq->draft_computed + catch_up == len ? k : 0);
+    most = std::max(most, static_cast<int32_t>(seq->draft.size()));
+  }
+  if (drafting_.empty()) return;
+  // seq->draft holds each sequence's k slots; `made` counts the drafts filled in.
+  std::vector<int32_t> made(drafting_.size(), 0);
+  for (int32_t pass = 0; pass < std::max(most, 1); ++pass) {
+    if (pass > 0) {
+      draft_plan_.chunks.clear();
+      for (size_t i = 0; i < drafting_.size(); ++i) {
+        Sequence* seq = drafting_[i];
+        if (made[i] != pass || static_cast<int32_t>(seq->draft.size()) <= pass) continue;
+        SequenceChunk ch;
+        ch.token_ids = &seq->draft[pass - 1];
+        ch.num_tokens = 1;
+        ch.start_pos = seq->draft_computed;
+        ch.block_table = seq->draft_blocks.data();
+        ch.num_blocks = static_cast<int32_t>(seq->draft_blocks.size());
+        draft_plan_.chunks.push_back(ch);
+      }
+      if (draft_plan_.chunks.empty()) break;
+    }
+    const size_t rows = draft_plan_.chunks.size();
+    if (draft_logits_.size() < rows * vocab_size_) draft_logits_.resize(rows * vocab_size_);
+    if (Status st = draft_runner_->Forward(draft_plan_, draft_logits_.data()); !st.ok()) {
+      INFLIGHT_LOG(kWarning) << "draft model forward failed (" << st.message() << "); this step runs without drafts";
+      for (Sequence* seq : drafting_) {
+        seq->draft.clear();
+        seq->draft_computed = 0;
+      }
+      return;
+    }
+    size_t row = 0;
+    for (size_t i = 0; i < drafting_.size(); ++i) {
+      Sequence* seq = drafting_[i];
+      if (pass == 0) {
+        seq->draft_computed += draft_plan_.chunks[row].num_tokens;
+      } else if (made[i] != pass || static_cast<int32_t>(seq->draft.size()) <= pass) {
+        continue;
+      } else {
+        seq->draft_computed += 1;
+      }
+      if (static_cast<int32_t>(seq->draft.size()) > pass) {
+        seq->draft[pass] = ArgMax(draft_logits_.data() + row * vocab_size_, vocab_size_);
+        made[i] = pass + 1;
+      }
+      ++row;
+    }
+  }
+  for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->draft.resize(made[i]);
+}
+
 void Executor::ProposeDrafts() {
   if (config_.speculative_mode == SpeculativeMode::kNone) return;
+  if (config_.speculative_mode == SpeculativeMode::kDraftModel) {
+    if (draft_runner_) ProposeWithDraftModel();
+    return;
+  }
   for (Sequence* seq : scheduler_.running()) {
     if (seq->num_uncomputed() != 1 || seq->num_generated() == 0) continue;  // not decoding
     const Request& r = seq->request->request;
@@ -573,6 +696,7 @@ void Executor::Fork(Sequence* parent, const float* logits_row) {
 
 void Executor::FinishSequence(Sequence* seq, FinishReason reason) {
   seq->finish = reason;
+  ReleaseDraftBlocks(seq);
   scheduler_.Remove(seq);  // releases its blocks now
   seq->request->num_finished++;
 }
@@ -682,6 +806,7 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   num_queued_ = s.num_queued + static_cast<int64_t>(submissions_.size());
   last_stats_ = s;
   block_counts_ = c;
+  if (draft_blocks_) draft_block_counts_ = draft_blocks_->counts();
   stats_.push_back(s);
   if (stats_.size() > kMaxStatsKept) stats_.pop_front();
 }

@@ -39,10 +39,14 @@ namespace inflight {
 
 class Executor {
  public:
-  // Starts the engine thread over `runner` (owned).
-  Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config);
-  // A LocalModelRunner over `model` (which must outlive the executor).
-  static StatusOr<std::unique_ptr<Executor>> Create(const Model& model, const ExecutorConfig& config);
+  // Starts the engine thread over `runner` (owned); `draft` runs the draft model when
+  // config.speculative_mode is kDraftModel.
+  Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config, std::unique_ptr<ModelRunner> draft = nullptr);
+  // A LocalModelRunner over `model` (which must outlive the executor), and one over
+  // `draft_model` on the same compute threads when speculative_mode is kDraftModel (it must
+  // share the vocabulary).
+  static StatusOr<std::unique_ptr<Executor>> Create(const Model& model, const ExecutorConfig& config,
+                                                    const Model* draft_model = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -67,6 +71,8 @@ class Executor {
   std::vector<IterationStats> GetLatestIterationStats();
   IterationStats LastIterationStats() const;
   BlockCounts KvBlockCounts() const;
+  // The draft model's KV blocks (all free when it has none).
+  BlockCounts DraftKvBlockCounts() const;
   int32_t num_kv_blocks() const { return num_kv_blocks_; }
   int32_t vocab_size() const { return vocab_size_; }
   int32_t context_length() const { return context_length_; }
@@ -84,6 +90,8 @@ class Executor {
   void HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels);
   void RunStep();
   void ProposeDrafts();
+  void ProposeWithDraftModel();
+  void ReleaseDraftBlocks(Sequence* seq);
   void ProcessChunk(const ScheduledChunk& chunk, int64_t context_rows, const float* logits, int64_t rows);
   SampledToken DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft = -1);
   void VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch, std::vector<SampledToken>* out);
@@ -109,6 +117,11 @@ class Executor {
 
   // Engine-thread state.
   KvBlockManager blocks_;
+  std::unique_ptr<ModelRunner> draft_runner_;
+  std::unique_ptr<KvBlockManager> draft_blocks_;
+  BatchPlan draft_plan_;
+  std::vector<float> draft_logits_;
+  std::vector<Sequence*> drafting_;
   Scheduler scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;
   std::vector<RequestState*> touched_;  // requests with results to publish this step
@@ -136,6 +149,7 @@ class Executor {
   std::deque<IterationStats> stats_;
   IterationStats last_stats_;
   BlockCounts block_counts_;
+  BlockCounts draft_block_counts_;
   RequestId next_id_ = 1;
   bool stop_ = false;
   std::atomic<int64_t> num_queued_{0};

@@ -25,10 +25,18 @@ const char* CapacityPolicyName(CapacityPolicy p) {
 StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name) {
   if (name == "none" || name.empty()) return SpeculativeMode::kNone;
   if (name == "prompt_lookup") return SpeculativeMode::kPromptLookup;
-  return InvalidArgumentError("unknown speculative decoding mode '" + name + "' (none, prompt_lookup)");
+  if (name == "draft_model" || name == "draft_tokens_external") return SpeculativeMode::kDraftModel;
+  return InvalidArgumentError("unknown speculative decoding mode '" + name + "' (none, prompt_lookup, draft_model)");
 }
 
-const char* SpeculativeModeName(SpeculativeMode m) { return m == SpeculativeMode::kPromptLookup ? "prompt_lookup" : "none"; }
+const char* SpeculativeModeName(SpeculativeMode m) {
+  switch (m) {
+    case SpeculativeMode::kNone: return "none";
+    case SpeculativeMode::kPromptLookup: return "prompt_lookup";
+    case SpeculativeMode::kDraftModel: return "draft_model";
+  }
+  return "none";
+}
 
 const char* BatchingStrategyName(BatchingStrategy b) {
   return b == BatchingStrategy::kInflight ? "inflight_fused_batching" : "static";

@@ -26,8 +26,9 @@ const char* CapacityPolicyName(CapacityPolicy p);
 enum class SpeculativeMode {
   kNone,          // only drafts a client hands in (Request::draft_tokens)
   kPromptLookup,  // the tokens that followed the latest earlier occurrence of the last n-gram
+  kDraftModel,    // a smaller model of the same vocabulary, run greedily inside the step
 };
-StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name);  // none|prompt_lookup
+StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name);  // none|prompt_lookup|draft_model
 const char* SpeculativeModeName(SpeculativeMode m);
 const char* BatchingStrategyName(BatchingStrategy b);
 

@@ -33,18 +33,19 @@ int32_t ComputeNumKvBlocks(const ModelConfig& model, const ExecutorConfig& confi
   return static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, INT32_MAX / 2));
 }
 
-LocalModelRunner::LocalModelRunner(const Model& model, const ExecutorConfig& config)
+LocalModelRunner::LocalModelRunner(const Model& model, const ExecutorConfig& config, ThreadPool* shared_pool)
     : model_(model),
       storage_(KvStorageConfig{model.config().num_layers, ComputeNumKvBlocks(model.config(), config),
                                config.tokens_per_block, model.config().kv_dim(), config.kv_dtype,
                                model.config().head_dim}),
-      pool_(config.num_threads) {
+      owned_pool_(shared_pool ? nullptr : std::make_unique<ThreadPool>(config.num_threads)),
+      pool_(shared_pool ? shared_pool : owned_pool_.get()) {
   view_.layers = storage_.LayerViews();
   view_.num_blocks = storage_.config().num_blocks;
 }
 
 Status LocalModelRunner::Forward(const BatchPlan& plan, float* logits) {
-  return model_.Forward(plan, view_, scratch_, pool_, logits);
+  return model_.Forward(plan, view_, scratch_, *pool_, logits);
 }
 
 // Copies the whole block: a block holds its positions per head (kernels/attention.h), and the

@@ -37,20 +37,23 @@ int32_t ComputeNumKvBlocks(const ModelConfig& model, const ExecutorConfig& confi
 
 class LocalModelRunner : public ModelRunner {
  public:
-  LocalModelRunner(const Model& model, const ExecutorConfig& config);
+  // shared_pool: run on another runner's compute threads (a draft model beside its target:
+  // two pools would fight over the same cores); null: own config.num_threads threads.
+  LocalModelRunner(const Model& model, const ExecutorConfig& config, ThreadPool* shared_pool = nullptr);
   int32_t vocab_size() const override { return model_.config().vocab_size; }
   int32_t context_length() const override { return model_.config().context_length; }
   int32_t num_kv_blocks() const override { return storage_.config().num_blocks; }
   Status Forward(const BatchPlan& plan, float* logits) override;
   void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) override;
-  ThreadPool* pool() override { return &pool_; }
+  ThreadPool* pool() override { return pool_; }
 
  private:
   const Model& model_;
   KvStorage storage_;
   KvCacheView view_;
   ForwardScratch scratch_;
-  ThreadPool pool_;
+  std::unique_ptr<ThreadPool> owned_pool_;
+  ThreadPool* pool_;
 };
 
 }  // namespace inflight

@@ -49,6 +49,9 @@ struct Sequence {
   // tokens the step computes, [uncomputed tokens..., drafts...] (the chunk points into it).
   std::vector<int32_t> draft;
   std::vector<int32_t> step_tokens;
+  // Draft model: its own KV blocks (no prefix sharing) and how many leading tokens they hold.
+  std::vector<int32_t> draft_blocks;
+  int32_t draft_computed = 0;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int32_t num_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }

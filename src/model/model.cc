@@ -68,16 +68,26 @@ void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int32_t t
   capacity_tokens_ = num_tokens;
 }
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+Status ApplyLoadOptions(const ModelLoadOptions& options, ModelConfig* config) {
+  if (options.num_layers == 0) return OkStatus();
+  if (options.num_layers < 0 || options.num_layers > config->num_layers) {
+    return InvalidArgumentError("cannot keep the first " + std::to_string(options.num_layers) + " layers of a model with " +
+                                std::to_string(config->num_layers));
+  }
+  config->num_layers = options.num_layers;
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelLoadOptions& options) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return NotFoundError("model path '" + path + "' does not exist");
-  if (S_ISDIR(st.st_mode)) return LoadHuggingFaceModel(path);
+  if (S_ISDIR(st.st_mode)) return LoadHuggingFaceModel(path, options);
   auto ends_with = [&](const char* suffix) {
     const size_t n = std::strlen(suffix);
     return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
   };
-  if (ends_with(".bin")) return LoadLlama2cModel(path);
-  return LoadGgufModel(path);
+  if (ends_with(".bin")) return LoadLlama2cModel(path, options);
+  return LoadGgufModel(path, options);
 }
 
 namespace {

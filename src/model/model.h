@@ -91,11 +91,18 @@ class ForwardScratch {
   int capacity_threads_ = 0;
 };
 
+struct ModelLoadOptions {
+  // The first num_layers blocks only (0: all): a smaller model that shares the full one's
+  // embeddings and output head, e.g. a draft model for speculative decoding made of the
+  // target's own first layers.
+  int32_t num_layers = 0;
+};
+
 class Model {
  public:
   // Loads a .gguf file, a llama2.c .bin, or a Hugging Face folder (config.json +
   // *.safetensors). Every failure names the file and what is wrong.
-  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path);
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path, const ModelLoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
@@ -133,9 +140,11 @@ class Model {
 };
 
 // Loaders (model_loader_*.cc).
-StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path);
-StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path);
-StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir);
+StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const ModelLoadOptions& options = {});
+StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path, const ModelLoadOptions& options = {});
+StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir, const ModelLoadOptions& options = {});
+// Applies options.num_layers to a config read from a file (before its weights are loaded).
+Status ApplyLoadOptions(const ModelLoadOptions& options, ModelConfig* config);
 // Fills rope_inv_freq_ from the config; call after the config is final.
 void FinishModel(Model* model);
 

@@ -34,7 +34,7 @@ class GgufWeightReader : public WeightSource {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path) {
+StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
   auto parsed = GgufFile::Parse(file);
   if (!parsed.ok()) return Status(parsed.status().code(), path + ": " + parsed.status().message());
@@ -116,6 +116,7 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path) {
   Status valid = c.Validate();
   if (!valid.ok()) return fail(valid);
 
+  if (Status o = ApplyLoadOptions(options, &model->config_); !o.ok()) return fail(o);
   Status w = LoadStandardWeights(reader, model.get());
   if (!w.ok()) return fail(w);
 

@@ -175,7 +175,7 @@ Status ConfigFromJson(const json& j, ModelConfig* c) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir) {
+StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir, const ModelLoadOptions& options) {
   auto fail = [&](const Status& s) { return Status(s.code(), dir + ": " + s.message()); };
   auto cfg = ReadJson(dir + "/config.json");
   if (!cfg.ok()) return fail(cfg.status());
@@ -206,6 +206,8 @@ StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir) {
   }
   // Vocabulary size from the embedding if config.json lacks it.
   if (auto e = src.Get("token_embd.weight"); e.ok() && e->dims.size() == 2) model->config_.vocab_size = static_cast<int32_t>(e->dims[1]);
+  st = ApplyLoadOptions(options, &model->config_);
+  if (!st.ok()) return fail(st);
   st = LoadStandardWeights(src, model.get());
   if (!st.ok()) return fail(st);
   // tokenizer.json, else a SentencePiece tokenizer.model (older Llama/Mistral checkpoints).

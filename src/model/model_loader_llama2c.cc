@@ -21,7 +21,7 @@ class MapWeightSource : public WeightSource {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path) {
+StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path, const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
   auto fail = [&](const std::string& m) { return InvalidArgumentError(path + ": " + m); };
   if (file->size() < 28) return fail("file is too small for a llama2.c header");
@@ -87,6 +87,7 @@ StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path) {
   add("output_norm.weight", take(dim), {dim});
   take(int64_t{seq_len} * head_size);  // freq_cis_real / imag: recomputed instead
   if (!shared) add("output.weight", take(int64_t{vocab} * dim), {dim, vocab});
+  RETURN_IF_ERROR(ApplyLoadOptions(options, &model->config_));
   RETURN_IF_ERROR(LoadStandardWeights(src, model.get()));
   FinishModel(model.get());
   return model;
