@@ -304,7 +304,7 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     return json();
   };
   const std::string drafts = json{{"name", "draft_input_ids"}, {"datatype", "INT32"}, {"shape", {1, guess.size()}}, {"data", guess}}.dump();
-  for (const std::string& model : {"tensorrt_llm_sync", "tensorrt_llm_spec"}) {
+  for (const std::string model : {"tensorrt_llm_sync", "tensorrt_llm_spec"}) {
     auto r = Post("/v2/models/" + model + "/infer", body(drafts));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -313,8 +313,11 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     const int total = output(j, "total_draft_tokens")[0], accepted = output(j, "total_accepted_draft_tokens")[0];
     EXPECT_GE(accepted, 4) << model << ": the client's 4 right drafts";
     EXPECT_GE(total, accepted);
-    if (model == "tensorrt_llm_sync") EXPECT_EQ(total, 4) << "no prompt lookup without speculative_decoding_mode";
-    if (model == "tensorrt_llm_spec") EXPECT_GT(total, 4) << "prompt lookup adds drafts";
+    if (model == "tensorrt_llm_sync") {
+      EXPECT_EQ(total, 4) << "no prompt lookup without speculative_decoding_mode";
+    } else {
+      EXPECT_GT(total, 4) << "prompt lookup adds drafts";
+    }
     EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(), static_cast<double>(accepted) / total, 1e-6);
   }
   // gRPC: prompt lookup alone, and the per-request switch num_draft_tokens = 0.
@@ -339,8 +342,11 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     EXPECT_EQ(OutputInt32(resp, "output_ids"), alone);
     const std::vector<int32_t> total = OutputInt32(resp, "total_draft_tokens");
     ASSERT_EQ(total.size(), 1u);
-    if (per_request == 0) EXPECT_EQ(total[0], 0);
-    else EXPECT_GT(total[0], 0);
+    if (per_request == 0) {
+      EXPECT_EQ(total[0], 0);
+    } else {
+      EXPECT_GT(total[0], 0);
+    }
   }
   // Bad drafts.
   const std::string forty_drafts =

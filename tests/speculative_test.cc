@@ -201,8 +201,12 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
                                                  << max_tokens[i] << ")";
     EXPECT_EQ(res.finish_reason, FinishReason::kLength);
     EXPECT_LE(res.stats.num_accepted_draft_tokens, res.stats.num_draft_tokens);
-    if (i % 3 == 0) EXPECT_EQ(res.stats.num_draft_tokens, 0) << i;
-    if (i % 9 == 2 && max_tokens[i] > 1) EXPECT_GT(res.stats.num_accepted_draft_tokens, 0) << "the right drafts of request " << i;
+    if (i % 3 == 0) {
+      EXPECT_EQ(res.stats.num_draft_tokens, 0) << i;
+    }
+    if (i % 9 == 2 && max_tokens[i] > 1) {
+      EXPECT_GT(res.stats.num_accepted_draft_tokens, 0) << "the right drafts of request " << i;
+    }
     drafts += res.stats.num_draft_tokens;
     accepted += res.stats.num_accepted_draft_tokens;
   }
