@@ -168,8 +168,12 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--enable-kv-cache-reuse", init.enable_kv_cache_reuse);
   init_cmd->add_option("--exclude-input-in-output", init.exclude_input_in_output);
   init_cmd->add_option("--speculative-decoding-mode", init.speculative_decoding_mode,
-                       "none or prompt_lookup (draft tokens from earlier occurrences of the last n-gram)")
-      ->check(CLI::IsMember({"none", "prompt_lookup"}));
+                       "none, prompt_lookup (drafts from earlier occurrences of the last n-gram) or draft_model")
+      ->check(CLI::IsMember({"none", "prompt_lookup", "draft_model"}));
+  init_cmd->add_option("--draft-model", init.draft_model_path, "draft_model: a smaller model of the same vocabulary (default: the model)");
+  init_cmd->add_option("--draft-model-layers", init.draft_model_layers,
+                       "draft_model: use only the draft's first n layers (0: all), e.g. the model's own first layers")
+      ->check(CLI::Range(0, 1 << 16));
   init_cmd->add_option("--max-draft-len", init.max_draft_len, "Draft tokens verified per step and sequence")
       ->check(CLI::Range(0, 32));
   init_cmd->add_flag("--force", init.force, "Overwrite an existing repository's configs");

@@ -81,6 +81,12 @@ class ServerE2eTest : public ::testing::Test {
                {{"decoupled: true", "decoupled: false"},
                 {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
                  "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"prompt_lookup\""}});
+    AddVariant(*repo_, "tensorrt_llm_draft",
+               {{"decoupled: true", "decoupled: false"},
+                {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
+                 "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"draft_model\""},
+                {"key: \"draft_model_layers\"\n  value: {\n    string_value: \"0\"",
+                 "key: \"draft_model_layers\"\n  value: {\n    string_value: \"2\""}});
     server_ = ServerProcess::Start({"--model-repository", repo_->string()}).release();
     ASSERT_NE(server_, nullptr);
     auto model = Model::Load(DemoModel());
@@ -281,8 +287,8 @@ TEST_F(ServerE2eTest, GrpcModelInferAndStreamMatchTheEngineAlone) {
   }
 }
 
-// Speculative decoding through KServe HTTP and gRPC: a client's draft_input_ids and the
-// model's prompt lookup change no greedy output; the perf metrics and Prometheus count the
+// Speculative decoding through KServe HTTP and gRPC: a client's draft_input_ids, the model's
+// prompt lookup and a draft model (the demo model's first 2 layers) change no greedy output; the perf metrics and Prometheus count the
 // drafts; bad drafts get 400 / INVALID_ARGUMENT and draft_logits UNIMPLEMENTED.
 TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
   const std::vector<int32_t> prompt = Tokens("Lily went to the park. Lily went to the park. Lily went to the");
@@ -304,7 +310,7 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     return json();
   };
   const std::string drafts = json{{"name", "draft_input_ids"}, {"datatype", "INT32"}, {"shape", {1, guess.size()}}, {"data", guess}}.dump();
-  for (const std::string model : {"tensorrt_llm_sync", "tensorrt_llm_spec"}) {
+  for (const std::string model : {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft"}) {
     auto r = Post("/v2/models/" + model + "/infer", body(drafts));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -316,7 +322,7 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     if (model == "tensorrt_llm_sync") {
       EXPECT_EQ(total, 4) << "no prompt lookup without speculative_decoding_mode";
     } else {
-      EXPECT_GT(total, 4) << "prompt lookup adds drafts";
+      EXPECT_GT(total, 4) << model << ": prompt lookup or the draft model adds drafts";
     }
     EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(), static_cast<double>(accepted) / total, 1e-6);
   }
@@ -622,7 +628,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   json ens_config = json::parse(cli.Get("/v2/models/ensemble/config")->body);
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true) << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 8u);
+  EXPECT_EQ(index.size(), 9u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -856,14 +862,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 8);
+    EXPECT_EQ(r.models_size(), 9);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 8);
+    EXPECT_EQ(r.model_stats_size(), 9);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

@@ -99,7 +99,7 @@ std::vector<Io> TextModelInputs(bool scalar_flags) {
   };
 }
 
-std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path) {
+std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path, const std::string& draft_path) {
   std::vector<Io> inputs = {
       {"input_ids", "TYPE_INT32", "[ -1 ]", true, false, true},
       {"input_lengths", "TYPE_INT32", "[ 1 ]", false, true},
@@ -176,6 +176,8 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path) {
       {"max_queue_size", std::to_string(o.max_queue_size)},
       {"speculative_decoding_mode", o.speculative_decoding_mode},
       {"max_draft_len", std::to_string(o.max_draft_len)},
+      {"draft_model_path", draft_path.empty() ? model_path : draft_path},
+      {"draft_model_layers", std::to_string(o.draft_model_layers)},
       {"stats_check_period_ms", "100"},
   });
   return c.str();
@@ -275,13 +277,23 @@ Status InitRepository(const InitRepoOptions& o) {
   if (fs::exists(out / "tensorrt_llm" / "config.pbtxt") && !o.force) {
     return InvalidArgumentError("'" + o.out_dir + "' already holds a repository (use --force to overwrite)");
   }
+  std::string draft;
+  if (!o.draft_model_path.empty()) {
+    if (!fs::exists(o.draft_model_path, ec)) return NotFoundError("--draft-model '" + o.draft_model_path + "' does not exist");
+    draft = fs::absolute(o.draft_model_path).lexically_normal().string();
+  }
   if (o.model_in_repository) {
     auto placed = PlaceModel(fs::path(model), out / "weights");
     if (!placed.ok()) return placed.status();
     model = *placed;
+    if (!draft.empty()) {
+      auto placed_draft = PlaceModel(fs::path(draft), out / "weights");
+      if (!placed_draft.ok()) return placed_draft.status();
+      draft = *placed_draft;
+    }
   }
   const std::vector<std::pair<std::string, std::string>> models = {
-      {"preprocessing", PreprocessingConfig(o, model)}, {"tensorrt_llm", LlmConfig(o, model)},
+      {"preprocessing", PreprocessingConfig(o, model)}, {"tensorrt_llm", LlmConfig(o, model, draft)},
       {"postprocessing", PostprocessingConfig(o, model)}, {"ensemble", EnsembleConfig(o)},
       {"tensorrt_llm_bls", BlsConfig(o)},
   };

@@ -22,8 +22,10 @@ struct InitRepoOptions {
   bool enable_kv_cache_reuse = true;
   int32_t max_queue_size = 0;
   bool exclude_input_in_output = false;
-  std::string speculative_decoding_mode = "none";  // or prompt_lookup
+  std::string speculative_decoding_mode = "none";  // prompt_lookup, draft_model
   int32_t max_draft_len = 4;                       // draft tokens per step and sequence
+  std::string draft_model_path;                    // draft_model: the draft (default: the model itself)
+  int32_t draft_model_layers = 0;                  // draft_model: only its first n layers (0: all)
   bool force = false;  // overwrite an existing folder's configs
   // The model goes into the repository (<out>/weights/, a hard link where the filesystem
   // allows, else a copy) and the configs name it relatively, so the server's confinement of

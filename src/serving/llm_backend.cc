@@ -108,9 +108,14 @@ struct Pending {
 
 class LlmBackend : public ModelBackend {
  public:
-  LlmBackend(std::unique_ptr<Model> model, std::unique_ptr<Executor> executor, const LlmParams& params,
-             const inference::ModelConfig& config, const BackendContext& context)
-      : model_(std::move(model)), executor_(std::move(executor)), params_(params), config_(config), context_(context) {
+  LlmBackend(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_model, std::unique_ptr<Executor> executor,
+             const LlmParams& params, const inference::ModelConfig& config, const BackendContext& context)
+      : model_(std::move(model)),
+        draft_model_(std::move(draft_model)),
+        executor_(std::move(executor)),
+        params_(params),
+        config_(config),
+        context_(context) {
     // max_queue_size 0 (unbounded in the reference) is bounded here: a request waiting
     // needs at least one KV block to ever run, so the cache's block count bounds the queue.
     // A negative max_queue_size is unbounded.
@@ -156,7 +161,8 @@ class LlmBackend : public ModelBackend {
   void StopRequest(const InferRequest& r, const ResponseSink& sink);
 
   std::unique_ptr<Model> model_;
-  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Model> draft_model_;  // speculative_decoding_mode draft_model
+  std::unique_ptr<Executor> executor_;  // declared after the models: stops before they go
   LlmParams params_;
   inference::ModelConfig config_;
   BackendContext context_;
@@ -689,12 +695,28 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   const fs::path model_path(*confined);
   auto model = Model::Load(model_path.string());
   if (!model.ok()) return model.status();
-  auto executor = Executor::Create(**model, params->executor);
+  // The draft model: draft_model_path (default: the model's own file), cut to its first
+  // draft_model_layers layers when given.
+  std::unique_ptr<Model> draft;
+  if (params->executor.speculative_mode == SpeculativeMode::kDraftModel) {
+    auto draft_path = ConfinedPath("draft_model_path", GetParameter(config, "draft_model_path").value_or(model_path.string()),
+                                   context.model_dir, context.allowed_roots);
+    if (!draft_path.ok()) return draft_path.status();
+    ModelLoadOptions options;
+    const int64_t layers = GetIntParameter(config, "draft_model_layers", 0);
+    if (layers < 0 || layers > INT32_MAX) return InvalidArgumentError("parameter draft_model_layers must be >= 0");
+    options.num_layers = static_cast<int32_t>(layers);
+    auto d = Model::Load(*draft_path, options);
+    if (!d.ok()) return Status(d.status().code(), "draft model: " + d.status().message());
+    draft = std::move(d).value();
+  }
+  auto executor = Executor::Create(**model, params->executor, draft.get());
   if (!executor.ok()) return executor.status();
   INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "': " << (*model)->Describe() << ", "
                      << (*executor)->num_kv_blocks() << " KV blocks of " << params->executor.tokens_per_block
-                     << " tokens";
-  auto backend = std::make_unique<LlmBackend>(std::move(model).value(), std::move(executor).value(), *params, config, context);
+                     << " tokens" << (draft ? ", draft model " + draft->Describe() : std::string());
+  auto backend = std::make_unique<LlmBackend>(std::move(model).value(), std::move(draft), std::move(executor).value(), *params,
+                                              config, context);
   // The tokenizer the weights carry (GGUF, HF folder), or the one tokenizer_dir names: what
   // the OpenAI frontend speaks text with when this model is named directly. Optional.
   auto tok_path = ConfinedPath("tokenizer_dir", GetParameter(config, "tokenizer_dir").value_or(model_path.string()),
