@@ -1,5 +1,6 @@
-// spec_bench: single-stream greedy decode with speculative decoding (prompt lookup) against
-// without, A/B interleaved in one run, after a realistic prompt.
+// spec_bench: single-stream greedy decode with speculative decoding (prompt lookup, or with
+// --draft-layers N a draft model made of the target's first N layers) against without, A/B
+// interleaved in one run, after a realistic prompt.
 //   repetitive  the prompt is a passage of the model's own text said over and over up to
 //               --prompt-tokens and cut mid-passage (as in editing code or quoting a document:
 //               the answer repeats what the prompt holds)
@@ -11,7 +12,7 @@
 // chain) at the full cost of the real model: the upper bound, where drafts nearly always hold.
 // Every run's output must equal the run without speculation (greedy is exact), else exit 1.
 // Usage: spec_bench [--model PATH | --preset tinyllama-1.1b --dtype q4_k_m] [--prompt-tokens 512]
-//                   [--decode-tokens 128] [--draft 4] [--ngram 3] [--passage 80] [--reps 3]
+//                   [--decode-tokens 128] [--draft 4] [--ngram 3] [--draft-layers 0] [--passage 80] [--reps 3]
 //                   [--block-output-scale 1] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
 #include <algorithm>
 #include <chrono>
@@ -34,8 +35,9 @@ struct Run {
   int32_t drafts = 0, accepted = 0;
 };
 
-Run RunOne(const Model& model, const ExecutorConfig& config, const std::vector<int32_t>& prompt, int32_t max_tokens) {
-  auto e = Executor::Create(model, config);
+Run RunOne(const Model& model, const ExecutorConfig& config, const std::vector<int32_t>& prompt, int32_t max_tokens,
+           const Model* draft = nullptr) {
+  auto e = Executor::Create(model, config, draft);
   if (!e.ok()) {
     std::fprintf(stderr, "%s\n", e.status().ToString().c_str());
     std::exit(1);
@@ -71,7 +73,8 @@ int main(int argc, char** argv) {
   std::string model_path, preset = "tinyllama-1.1b", dtype = "q4_k_m", model_dir = "bench-models";
   std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   double block_output_scale = 1.0;
-  int prompt_tokens = 512, decode_tokens = 128, draft = 4, ngram = 3, passage = 80, reps = 3, threads = 2;
+  int draft_layers = 0;
+  int prompt_tokens = 512, decode_tokens = 128, draft_len = 4, ngram = 3, passage = 80, reps = 3, threads = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--model") model_path = v;
@@ -81,11 +84,12 @@ int main(int argc, char** argv) {
     else if (f == "--tokenizer") tokenizer = v;
     else if (f == "--prompt-tokens") prompt_tokens = std::stoi(v);
     else if (f == "--decode-tokens") decode_tokens = std::stoi(v);
-    else if (f == "--draft") draft = std::stoi(v);
+    else if (f == "--draft") draft_len = std::stoi(v);
     else if (f == "--ngram") ngram = std::stoi(v);
     else if (f == "--passage") passage = std::stoi(v);
     else if (f == "--reps") reps = std::stoi(v);
     else if (f == "--block-output-scale") block_output_scale = std::stod(v);
+    else if (f == "--draft-layers") draft_layers = std::stoi(v);
     else if (f == "--threads") threads = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
@@ -111,8 +115,18 @@ int main(int argc, char** argv) {
   plain.max_tokens_in_paged_kv_cache = 4096;
   plain.enable_chunked_context = true;
   ExecutorConfig spec = plain;
-  spec.speculative_mode = SpeculativeMode::kPromptLookup;
-  spec.max_draft_tokens = draft;
+  spec.speculative_mode = draft_layers > 0 ? SpeculativeMode::kDraftModel : SpeculativeMode::kPromptLookup;
+  // The draft model: the target's own first layers (with its embeddings and output head).
+  std::unique_ptr<Model> draft;
+  if (draft_layers > 0) {
+    auto d = Model::Load(m.path(), {.num_layers = draft_layers});
+    if (!d.ok()) {
+      std::fprintf(stderr, "%s\n", d.status().ToString().c_str());
+      return 1;
+    }
+    draft = std::move(d).value();
+  }
+  spec.max_draft_tokens = draft_len;
   spec.prompt_lookup_ngram = ngram;
 
   // The model's own text: its greedy continuation of BOS (id 1).
@@ -126,8 +140,14 @@ int main(int argc, char** argv) {
   while (static_cast<int>(repeated.size()) < prompt_tokens) repeated.insert(repeated.end(), own.begin(), own.begin() + passage);
   repeated.resize(prompt_tokens);
 
-  std::printf("model %s, %d threads; prompt %d tokens, %d decoded, up to %d drafts (n-gram <= %d), passage %d tokens\n",
-              m.Describe().c_str(), threads, prompt_tokens, decode_tokens, draft, ngram, passage);
+  std::printf("model %s, %d threads; prompt %d tokens, %d decoded, up to %d drafts, passage %d tokens\n", m.Describe().c_str(),
+              threads, prompt_tokens, decode_tokens, draft_len, passage);
+  if (draft) {
+    std::printf("drafts from a draft model: the first %d layers (%.2f GB read per token against %.2f)\n", draft_layers,
+                draft->DecodeWeightBytes() / 1e9, m.DecodeWeightBytes() / 1e9);
+  } else {
+    std::printf("drafts from prompt lookup (n-gram <= %d)\n", ngram);
+  }
   std::printf("%-11s %-4s %14s %14s %8s %12s %10s %12s\n", "workload", "rep", "plain tok/s", "spec tok/s", "speedup", "drafts/step",
               "accepted", "tokens/step");
   for (const auto& [name, prompt] : {std::pair<const char*, const std::vector<int32_t>&>{"repetitive", repeated},
@@ -138,9 +158,9 @@ int main(int argc, char** argv) {
       Run a, b;
       if (r % 2 == 0) {
         a = RunOne(m, plain, prompt, decode_tokens);
-        b = RunOne(m, spec, prompt, decode_tokens);
+        b = RunOne(m, spec, prompt, decode_tokens, draft.get());
       } else {
-        b = RunOne(m, spec, prompt, decode_tokens);
+        b = RunOne(m, spec, prompt, decode_tokens, draft.get());
         a = RunOne(m, plain, prompt, decode_tokens);
       }
       if (a.output != b.output) {

@@ -265,6 +265,53 @@ TEST_F(ServerLimitsTest, PreprocessingReturnsEveryOutputOfTheReference) {
   EXPECT_EQ(status, 200) << g.dump();
 }
 
+// embedding_bias_words / embedding_bias_weights: preprocessing turns them into a [1, vocab]
+// bias (each word's tokens get its weight), the ensemble hands it to tensorrt_llm, and a large
+// bias on one word makes greedy decoding say it every time.
+TEST_F(ServerLimitsTest, EmbeddingBiasWordsSteerTheOutput) {
+  int status = 0;
+  json r = PostJson("/v2/models/preprocessing/infer",
+                    {{"inputs",
+                      {{{"name", "QUERY"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {"Once upon a time"}}},
+                       {{"name", "REQUEST_OUTPUT_LEN"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {8}}},
+                       {{"name", "EMBEDDING_BIAS_WORDS"}, {"datatype", "BYTES"}, {"shape", {1, 2}}, {"data", {"dog", "cat"}}},
+                       {{"name", "EMBEDDING_BIAS_WEIGHTS"}, {"datatype", "FP32"}, {"shape", {1, 2}}, {"data", {2.5, -1.0}}}}}},
+                    &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  json bias;
+  for (const json& o : r["outputs"]) {
+    if (o["name"] == "EMBEDDING_BIAS") bias = o;
+  }
+  ASSERT_EQ(bias["shape"].size(), 2u);
+  EXPECT_EQ(bias["shape"][0], 1);
+  EXPECT_GT(bias["shape"][1].get<int>(), 256);  // the tokenizer's vocabulary
+  int positive = 0, negative = 0;
+  for (const json& v : bias["data"]) {
+    positive += v.get<double>() > 0;
+    negative += v.get<double>() < 0;
+  }
+  EXPECT_GE(positive, 1);
+  EXPECT_GE(negative, 1);
+  // A bias of 100 on " dog": every greedy token is one of its tokens.
+  json g = PostJson("/v2/models/ensemble/generate",
+                    {{"text_input", "Once upon a time"}, {"max_tokens", 6}, {"embedding_bias_words", {" dog"}},
+                     {"embedding_bias_weights", {100.0}}},
+                    &status);
+  ASSERT_EQ(status, 200) << g.dump();
+  const std::string text = g["text_output"];
+  EXPECT_NE(text.find("dog"), std::string::npos) << text;
+  json plain = PostJson("/v2/models/ensemble/generate", {{"text_input", "Once upon a time"}, {"max_tokens", 6}}, &status);
+  EXPECT_NE(plain["text_output"], g["text_output"]);
+  // Words and weights must pair up.
+  json bad = PostJson("/v2/models/ensemble/generate",
+                      {{"text_input", "Once upon a time"}, {"max_tokens", 6}, {"embedding_bias_words", {"dog", "cat"}},
+                       {"embedding_bias_weights", {1.0}}},
+                      &status);
+  EXPECT_EQ(status, 400) << bad.dump();
+  EXPECT_NE(bad.dump().find("Embedding bias words must have same dimension as embedding bias weights"), std::string::npos)
+      << bad.dump();
+}
+
 // A `stop` request answered non-streaming: the reference sends an empty final response
 // (no tensors); we answered with an error.
 TEST_F(ServerLimitsTest, StopRequestGetsAnEmptyResponse) {
@@ -501,7 +548,9 @@ TEST_F(ServerLimitsTest, HeaderCountAndSizeAreBounded) {
   for (auto& t : senders) t.join();
   std::this_thread::sleep_for(milliseconds(200));
   const int64_t after = RssKb(server_->pid());
-  if (!kAddressSanitizer) EXPECT_LE(after, before + before / 10) << "RSS " << before << " kB -> " << after << " kB";
+  if (!kAddressSanitizer) {
+    EXPECT_LE(after, before + before / 10) << "RSS " << before << " kB -> " << after << " kB";
+  }
   EXPECT_LT(HealthMs(), 1000);
 }
 
@@ -577,7 +626,9 @@ TEST_F(ServerLimitsTest, SlowReadersAreCancelledAndCostABoundedAmount) {
   // 480 tokens x 1024 logits as JSON is ~6 MB per stream (~48 MB for 8 unbounded); the
   // bound is 64 kB each, plus allocator slack. (Under ASan freed memory stays in its
   // quarantine, so RSS says nothing there.)
-  if (!kAddressSanitizer) EXPECT_LT(rss_peak - rss_before, 16 * 1024) << "kB held for 8 slow readers";
+  if (!kAddressSanitizer) {
+    EXPECT_LT(rss_peak - rss_before, 16 * 1024) << "kB held for 8 slow readers";
+  }
   EXPECT_TRUE(WaitIdle("tensorrt_llm"));
   // A reader that comes back gets what was buffered and then the reason, as a last event.
   const std::string got = readers[0]->Read(milliseconds(10000), "0\r\n\r\n");

@@ -502,14 +502,24 @@ Status LlmBackend::ReadEmbeddingBias(const InferTensor& t, int64_t row, Sampling
   if (!values.ok()) return values.status();
   const int64_t vocab = model_->config().vocab_size;
   const int64_t n = static_cast<int64_t>(values->size());
-  if (n % vocab != 0) {
-    return InvalidArgumentError("embedding_bias holds " + std::to_string(n) + " values, not a multiple of the vocabulary size " +
+  // [B, width] rows, or one flat row; a row may be shorter than the model's vocabulary (a
+  // tokenizer's vocabulary inside a padded embedding): the rest gets no bias.
+  int64_t rows = 1, width = n;
+  if (t.shape.size() >= 2 && t.shape[0] > 0) {
+    rows = t.shape[0];
+    width = n / rows;
+  } else if (n > vocab && n % vocab == 0) {
+    rows = n / vocab;
+    width = vocab;
+  }
+  if (width > vocab) {
+    return InvalidArgumentError("embedding_bias holds " + std::to_string(width) + " values per row, more than the vocabulary size " +
                                 std::to_string(vocab));
   }
-  const int64_t rows = n / vocab, r = rows == 1 ? 0 : row;
+  const int64_t r = rows == 1 ? 0 : row;
   if (r >= rows) return InvalidArgumentError("embedding_bias has fewer rows than input_ids");
-  for (int64_t i = 0; i < vocab; ++i) {
-    const double v = (*values)[r * vocab + i];
+  for (int64_t i = 0; i < width; ++i) {
+    const double v = (*values)[r * width + i];
     if (!std::isfinite(v)) return InvalidArgumentError("embedding_bias holds a non-finite value at " + std::to_string(i));
     if (v != 0) sampling->logit_bias.emplace_back(static_cast<int32_t>(i), static_cast<float>(v));
   }

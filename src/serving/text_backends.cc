@@ -1,5 +1,6 @@
 #include "serving/text_backends.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "format/gguf.h"
@@ -25,6 +26,15 @@ StatusOr<std::vector<std::string>> RowStrings(const InferTensor* t, int64_t b, i
   if (batch <= 1 || t->shape.empty() || t->shape[0] == 1) return all;
   const int64_t per_row = static_cast<int64_t>(all->size()) / batch;
   return std::vector<std::string>(all->begin() + b * per_row, all->begin() + (b + 1) * per_row);
+}
+
+StatusOr<std::vector<double>> RowDoubles(const InferTensor* t, int64_t b, int64_t batch) {
+  if (!t) return std::vector<double>();
+  auto all = t->AsDouble();
+  if (!all.ok()) return all.status();
+  if (batch <= 1 || t->shape.empty() || t->shape[0] == 1) return all;
+  const int64_t per_row = static_cast<int64_t>(all->size()) / batch;
+  return std::vector<double>(all->begin() + b * per_row, all->begin() + (b + 1) * per_row);
 }
 
 StatusOr<int64_t> RowInt(const InferTensor* t, int64_t b, int64_t fallback) {
@@ -97,8 +107,31 @@ class TokenizerBackend : public ModelBackend {
         }
       }
     }
-    if (const InferTensor* words = r.FindInput("EMBEDDING_BIAS_WORDS"); words && words->num_elements() > 0) {
-      return UnimplementedError("embedding_bias_words is not supported by this server");
+    // Embedding bias: each word's tokens get its weight added (summed where words share a
+    // token), a [B, vocab] row per request; [B, 0] when no row has words. Words are encoded
+    // without special tokens (the reference's encode adds BOS, which would bias BOS too).
+    std::vector<float> bias;
+    const InferTensor* bias_words = r.FindInput("EMBEDDING_BIAS_WORDS");
+    const InferTensor* bias_weights = r.FindInput("EMBEDDING_BIAS_WEIGHTS");
+    const int64_t vocab = tok_->vocab_size();
+    if (bias_words && bias_words->num_elements() > 0) {
+      bias.assign(static_cast<size_t>(batch * vocab), 0.0f);
+      for (int64_t b = 0; b < batch; ++b) {
+        auto words = RowStrings(bias_words, b, batch);
+        if (!words.ok()) return words.status();
+        auto weights = RowDoubles(bias_weights, b, batch);
+        if (!weights.ok()) return weights.status();
+        if (words->size() != weights->size()) {
+          return InvalidArgumentError("Embedding bias words must have same dimension as embedding bias weights (" +
+                                      std::to_string(words->size()) + " words, " + std::to_string(weights->size()) + " weights)");
+        }
+        for (size_t i = 0; i < words->size(); ++i) {
+          if (!std::isfinite((*weights)[i])) return InvalidArgumentError("embedding_bias_weights holds a non-finite value");
+          for (int32_t id : tok_->Encode((*words)[i], /*add_special=*/false)) {
+            if (id >= 0 && id < vocab) bias[static_cast<size_t>(b * vocab + id)] += static_cast<float>((*weights)[i]);
+          }
+        }
+      }
     }
     // Without a decoder query the reference emits one pad id per row (length 1).
     std::vector<std::vector<int32_t>> decoder_ids(batch);
@@ -115,7 +148,7 @@ class TokenizerBackend : public ModelBackend {
     out.push_back(InferTensor::Int32("REQUEST_INPUT_LEN", {batch, 1}, lengths));
     out.push_back(RightPadded("DECODER_INPUT_ID", decoder_ids, pad_ids));
     out.push_back(InferTensor::Int32("REQUEST_DECODER_INPUT_LEN", {batch, 1}, decoder_lengths));
-    out.push_back(InferTensor::Float32("EMBEDDING_BIAS", {batch, 0}, {}));
+    out.push_back(InferTensor::Float32("EMBEDDING_BIAS", {batch, bias.empty() ? 0 : vocab}, bias));
     out.push_back(InferTensor::Int32("REQUEST_OUTPUT_LEN", {batch, 1}, out_lens));
     out.push_back(PackWordLists("STOP_WORDS_IDS", stop));
     out.push_back(PackWordLists("BAD_WORDS_IDS", bad));
