@@ -412,6 +412,7 @@ TEST_F(SpeculativeTest, AModelDraftingForItselfHasEveryDraftAccepted) {
   ExecutorConfig c = SmallConfig();
   c.speculative_mode = SpeculativeMode::kDraftModel;
   c.max_draft_tokens = 4;
+  c.adaptive_draft_length = false;  // a draft as costly as the model never pays off
   auto e = Make(c, full->get());
   const std::vector<int32_t> alone = Alone(kPrompt, 41);
   Request r = Greedy(kPrompt, 41);
@@ -494,6 +495,30 @@ TEST_F(SpeculativeTest, SeededSamplingWithADraftModelKeepsItsDistribution) {
   const double critical = ChiSquareCritical999(df);
   std::printf("chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f)\n", chi2, df, critical);
   EXPECT_LT(chi2, critical);
+  ExpectNoLeaks(*e);
+}
+
+// Adaptive draft length: drafts that cost as much as the step they could save (the model
+// drafting for itself) stop after the first few, with one tried every 8 tokens; a request
+// that asks for a number of drafts gets them.
+TEST_F(SpeculativeTest, AdaptiveDraftLengthDraftsOnlyWhatPaysOff) {
+  auto full = Model::Load(path_);
+  ASSERT_TRUE(full.ok());
+  ExecutorConfig c = SmallConfig();
+  c.speculative_mode = SpeculativeMode::kDraftModel;
+  c.max_draft_tokens = 4;
+  auto e = Make(c, full->get());
+  const std::vector<int32_t> alone = Alone(kPrompt, 80);
+  const Result res = RunOne(*e, Greedy(kPrompt, 80));
+  EXPECT_EQ(res.output_token_ids, alone);
+  std::printf("self-drafting: %d drafts, %d accepted\n", res.stats.num_draft_tokens, res.stats.num_accepted_draft_tokens);
+  EXPECT_LE(res.stats.num_draft_tokens, 4 * 4 + 80 / 8) << "the first steps measure the costs, then a probe every 8 tokens";
+  EXPECT_EQ(res.stats.num_accepted_draft_tokens, res.stats.num_draft_tokens);
+  // A client asking for drafts explicitly gets them whatever they cost.
+  Request fixed = Greedy(kPrompt, 41);
+  fixed.num_draft_tokens = 4;
+  const Result forced = RunOne(*e, fixed);
+  EXPECT_EQ(forced.stats.num_draft_tokens, 32);
   ExpectNoLeaks(*e);
 }
 

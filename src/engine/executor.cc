@@ -306,6 +306,31 @@ void Executor::HandleCancellationsAndTimeouts(const std::vector<RequestId>& canc
   }
 }
 
+int32_t Executor::DraftLength(const Sequence& seq) const {
+  const Request& r = seq.request->request;
+  const int32_t most = std::min(r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
+                                r.max_tokens - seq.num_generated() - 1);
+  if (most <= 0 || !config_.adaptive_draft_length || r.num_draft_tokens >= 0) return std::max(most, 0);
+  // With each draft holding with probability a (after the ones before it), k drafts give
+  // 1 + a + ... + a^k tokens per step for a step that costs 1 + k * (c + v): c a draft model
+  // pass against a target pass (measured), v the target's cost per verified token (~5% on a
+  // memory-bound decode; spec_bench). Pick the best k; with none paying off, try one draft
+  // every 8 tokens so a sequence whose text turns predictable gets them back.
+  const double a = (seq.drafts_accepted + 1) / (seq.drafts_verified + 2);  // a uniform prior
+  const double c = draft_runner_ && target_forward_ms_ > 0 ? draft_pass_ms_ / target_forward_ms_ : 0.0;
+  constexpr double kVerifyCost = 0.05;
+  double best_rate = 1.0, tokens = 1.0, power = 1.0;
+  int32_t best = 0;
+  for (int32_t k = 1; k <= most; ++k) {
+    power *= a;
+    tokens += power;
+    const double rate = tokens / (1.0 + k * (c + kVerifyCost));
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  if (best == 0 && seq.num_generated() % 8 == 0) best = 1;
+  return best;
+}
+
 void Executor::ReleaseDraftBlocks(Sequence* seq) {
   if (draft_blocks_ && !seq->draft_blocks.empty()) draft_blocks_->Release(seq->draft_blocks);
   seq->draft_blocks.clear();
@@ -326,10 +351,8 @@ void Executor::ProposeWithDraftModel() {
   for (Sequence* seq : scheduler_.running()) {
     if (seq->num_uncomputed() != 1 || seq->num_generated() == 0 || budget <= 0) continue;
     seq->draft.clear();
-    const Request& r = seq->request->request;
     const int32_t len = static_cast<int32_t>(seq->tokens.size());
-    const int32_t k = std::min({r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
-                                r.max_tokens - seq->num_generated() - 1, draft_context - len + 1});
+    const int32_t k = std::min(DraftLength(*seq), draft_context - len + 1);
     if (k <= 0) continue;
     // The last token is always (re)computed: its logits give the first draft. Slots past it
     // hold last step's drafts and are overwritten.
@@ -355,6 +378,7 @@ void Executor::ProposeWithDraftModel() {
   if (drafting_.empty()) return;
   // seq->draft holds each sequence's k slots; `made` counts the drafts filled in.
   std::vector<int32_t> made(drafting_.size(), 0);
+  auto ema = [](double& mean, double v) { mean = mean == 0 ? v : 0.9 * mean + 0.1 * v; };
   for (int32_t pass = 0; pass < std::max(most, 1); ++pass) {
     if (pass > 0) {
       draft_plan_.chunks.clear();
@@ -373,7 +397,13 @@ void Executor::ProposeWithDraftModel() {
     }
     const size_t rows = draft_plan_.chunks.size();
     if (draft_logits_.size() < rows * vocab_size_) draft_logits_.resize(rows * vocab_size_);
-    if (Status st = draft_runner_->Forward(draft_plan_, draft_logits_.data()); !st.ok()) {
+    const Clock::time_point pass_start = Clock::now();
+    const Status st = draft_runner_->Forward(draft_plan_, draft_logits_.data());
+    // A drafting pass's cost (a catch-up over a new sequence's prompt is not one).
+    if (draft_plan_.num_tokens() <= 4 * static_cast<int64_t>(rows)) {
+      ema(draft_pass_ms_, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count());
+    }
+    if (!st.ok()) {
       INFLIGHT_LOG(kWarning) << "draft model forward failed (" << st.message() << "); this step runs without drafts";
       for (Sequence* seq : drafting_) {
         seq->draft.clear();
@@ -409,9 +439,7 @@ void Executor::ProposeDrafts() {
   }
   for (Sequence* seq : scheduler_.running()) {
     if (seq->num_uncomputed() != 1 || seq->num_generated() == 0) continue;  // not decoding
-    const Request& r = seq->request->request;
-    const int32_t k = std::min(r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
-                               r.max_tokens - seq->num_generated() - 1);
+    const int32_t k = DraftLength(*seq);
     if (k <= 0) {
       seq->draft.clear();
       continue;
@@ -474,6 +502,7 @@ void Executor::RunStep() {
   const Clock::time_point forward_start = Clock::now();
   const Status st = runner_->Forward(plan_, logits_.data());
   last_forward_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
+  if (context_seqs == 0) target_forward_ms_ = target_forward_ms_ == 0 ? last_forward_ms_ : 0.9 * target_forward_ms_ + 0.1 * last_forward_ms_;
   if (!st.ok()) {
     for (const ScheduledChunk& c : out.chunks) {
       if (c.seq->state != SequenceState::kFinished) FailRequest(c.seq->request, st);
@@ -572,6 +601,9 @@ void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn
   }
   rs->stats.num_draft_tokens += num_draft;
   rs->stats.num_accepted_draft_tokens += accepted;
+  // Drafts verified: the accepted ones and the first rejected one (the rest never were).
+  seq->drafts_verified = 0.9 * seq->drafts_verified + accepted + (accepted < num_draft ? 1 : 0);
+  seq->drafts_accepted = 0.9 * seq->drafts_accepted + accepted;
   step_draft_tokens_ += num_draft;
   step_accepted_draft_tokens_ += accepted;
   seq->draft.clear();

@@ -90,6 +90,7 @@ class Executor {
   void HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels);
   void RunStep();
   void ProposeDrafts();
+  int32_t DraftLength(const Sequence& seq) const;
   void ProposeWithDraftModel();
   void ReleaseDraftBlocks(Sequence* seq);
   void ProcessChunk(const ScheduledChunk& chunk, int64_t context_rows, const float* logits, int64_t rows);
@@ -122,6 +123,9 @@ class Executor {
   BatchPlan draft_plan_;
   std::vector<float> draft_logits_;
   std::vector<Sequence*> drafting_;
+  // Decayed mean times of one draft-model pass and of the target's forward pass: what a
+  // draft costs against the step it may save.
+  double draft_pass_ms_ = 0, target_forward_ms_ = 0;
   Scheduler scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;
   std::vector<RequestState*> touched_;  // requests with results to publish this step

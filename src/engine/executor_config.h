@@ -55,6 +55,9 @@ struct ExecutorConfig {
   // longest n-gram prompt lookup matches (it falls back to shorter ones down to 1).
   SpeculativeMode speculative_mode = SpeculativeMode::kNone;
   int32_t max_draft_tokens = 4;
+  // Per sequence, draft only as many tokens as pay off at the acceptance it has seen (none
+  // when drafts rarely hold, trying one now and then); false: always max_draft_tokens.
+  bool adaptive_draft_length = true;
   int32_t prompt_lookup_ngram = 3;
 
   // INVALID_ARGUMENT naming the field.

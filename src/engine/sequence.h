@@ -52,6 +52,9 @@ struct Sequence {
   // Draft model: its own KV blocks (no prefix sharing) and how many leading tokens they hold.
   std::vector<int32_t> draft_blocks;
   int32_t draft_computed = 0;
+  // Decayed counts of the executor's drafts verified and accepted (a draft after a rejection
+  // is not verified): their ratio estimates how often the next draft holds.
+  double drafts_verified = 0, drafts_accepted = 0;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int32_t num_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
