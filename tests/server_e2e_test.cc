@@ -87,6 +87,14 @@ class ServerE2eTest : public ::testing::Test {
                  "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"draft_model\""},
                 {"key: \"draft_model_layers\"\n  value: {\n    string_value: \"0\"",
                  "key: \"draft_model_layers\"\n  value: {\n    string_value: \"2\""}});
+    {
+      // The BLS model over the prompt-lookup variant.
+      std::string bls = ReadFile(*repo_ / "tensorrt_llm_bls" / "config.pbtxt");
+      Replace(&bls, "name: \"tensorrt_llm_bls\"", "name: \"bls_spec\"");
+      Replace(&bls, "string_value: \"tensorrt_llm\"", "string_value: \"tensorrt_llm_spec\"");
+      fs::create_directories(*repo_ / "bls_spec" / "1");
+      std::ofstream(*repo_ / "bls_spec" / "config.pbtxt") << bls;
+    }
     server_ = ServerProcess::Start({"--model-repository", repo_->string()}).release();
     ASSERT_NE(server_, nullptr);
     auto model = Model::Load(DemoModel());
@@ -369,6 +377,22 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     EXPECT_EQ(r->status, want.first) << r->body;
     EXPECT_NE(r->body.find(want.second), std::string::npos) << r->body;
   }
+  // The BLS model passes num_draft_tokens on (0: no drafts for this request).
+  for (int per_request : {-1, 0}) {
+    json body = {{"text_input", "Lily went to the park. Lily went to the park. Lily went to the"},
+                 {"max_tokens", 24},
+                 {"return_perf_metrics", true}};
+    if (per_request == 0) body["num_draft_tokens"] = 0;
+    auto r = Post("/v2/models/bls_spec/generate", body.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    if (per_request == 0) {
+      EXPECT_EQ(j["total_draft_tokens"], 0) << r->body;
+    } else {
+      EXPECT_GT(j["total_draft_tokens"].get<int>(), 0) << r->body;
+    }
+  }
   EXPECT_TRUE(WaitIdle("tensorrt_llm_spec"));
   const std::string metrics = Metrics();
   EXPECT_NE(metrics.find("inflight_speculative_accepted_draft_tokens_total{model=\"tensorrt_llm_spec\""), std::string::npos);
@@ -628,7 +652,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   json ens_config = json::parse(cli.Get("/v2/models/ensemble/config")->body);
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true) << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 9u);
+  EXPECT_EQ(index.size(), 10u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -862,14 +886,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 9);
+    EXPECT_EQ(r.models_size(), 10);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 9);
+    EXPECT_EQ(r.model_stats_size(), 10);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

@@ -315,7 +315,7 @@ int32_t Executor::DraftLength(const Sequence& seq) const {
   // 1 + a + ... + a^k tokens per step for a step that costs 1 + k * (c + v): c a draft model
   // pass against a target pass (measured), v the target's cost per verified token (~5% on a
   // memory-bound decode; spec_bench). Pick the best k; with none paying off, try one draft
-  // every 8 tokens so a sequence whose text turns predictable gets them back.
+  // every 16 tokens so a sequence whose text turns predictable gets them back.
   const double a = (seq.drafts_accepted + 1) / (seq.drafts_verified + 2);  // a uniform prior
   const double c = draft_runner_ && target_forward_ms_ > 0 ? draft_pass_ms_ / target_forward_ms_ : 0.0;
   constexpr double kVerifyCost = 0.05;
@@ -327,7 +327,7 @@ int32_t Executor::DraftLength(const Sequence& seq) const {
     const double rate = tokens / (1.0 + k * (c + kVerifyCost));
     if (rate > best_rate) best_rate = rate, best = k;
   }
-  if (best == 0 && seq.num_generated() % 8 == 0) best = 1;
+  if (best == 0 && seq.num_generated() % 16 == 0) best = 1;
   return best;
 }
 

@@ -240,13 +240,13 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateEnsembleBackend(const inference::M
 StatusOr<std::unique_ptr<ModelBackend>> CreateBlsBackend(const inference::ModelConfig& config,
                                                          const BackendContext& context) {
   const std::string llm = GetParameter(config, "tensorrt_llm_model_name").value_or("tensorrt_llm");
-  inference::ModelEnsembling steps = ReferenceEnsembleSteps(llm);
+  inference::ModelEnsembling steps = ReferenceEnsembleSteps(llm, /*bls=*/true);
   std::vector<std::string> outputs;
   for (const auto& o : config.output()) outputs.push_back(o.name());
   return std::unique_ptr<ModelBackend>(new EnsembleBackend(steps, outputs, context));
 }
 
-inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_name) {
+inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_name, bool bls) {
   inference::ModelEnsembling e;
   auto* pre = e.add_step();
   pre->set_model_name("preprocessing");
@@ -300,6 +300,9 @@ inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_n
     lin[same] = same;
   }
   lin["streaming"] = "stream";
+  // The reference BLS drafts with a second repository model (tensorrt_llm_draft_model_name);
+  // here the engine drafts itself and num_draft_tokens caps its drafts per step.
+  if (bls) lin["num_draft_tokens"] = "num_draft_tokens";
   lin["stop_words_list"] = "_STOP_WORDS_IDS";
   lin["bad_words_list"] = "_BAD_WORDS_IDS";
   lin["prompt_table_extra_ids"] = "_OUT_PROMPT_TABLE_EXTRA_IDS";

@@ -237,7 +237,9 @@ std::string BlsConfig(const InitRepoOptions& o) {
   std::ostringstream c;
   c << Header("tensorrt_llm_bls", "backend: \"python\"", o.max_batch_size);
   c << "model_transaction_policy {\n  decoupled: " << (o.decoupled ? "true" : "false") << "\n}\n";
-  c << Inputs(TextModelInputs(true), "input") << Inputs(kEnsembleOutputs, "output");
+  std::vector<Io> inputs = TextModelInputs(true);
+  inputs.push_back({"num_draft_tokens", "TYPE_INT32", "[ 1 ]", true});
+  c << Inputs(inputs, "input") << Inputs(kEnsembleOutputs, "output");
   c << Parameters({{"tensorrt_llm_model_name", "tensorrt_llm"}, {"accumulate_tokens", "false"}});
   c << "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]\n";
   return c.str();
