@@ -315,7 +315,8 @@ int32_t Executor::DraftLength(const Sequence& seq) const {
   // 1 + a + ... + a^k tokens per step for a step that costs 1 + k * (c + v): c a draft model
   // pass against a target pass (measured), v the target's cost per verified token (~5% on a
   // memory-bound decode; spec_bench). Pick the best k; with none paying off, try one draft
-  // every 16 tokens so a sequence whose text turns predictable gets them back.
+  // now and then (Sequence::next_probe) so a sequence whose text turns predictable gets them
+  // back.
   const double a = (seq.drafts_accepted + 1) / (seq.drafts_verified + 2);  // a uniform prior
   const double c = draft_runner_ && target_forward_ms_ > 0 ? draft_pass_ms_ / target_forward_ms_ : 0.0;
   constexpr double kVerifyCost = 0.05;
@@ -327,7 +328,7 @@ int32_t Executor::DraftLength(const Sequence& seq) const {
     const double rate = tokens / (1.0 + k * (c + kVerifyCost));
     if (rate > best_rate) best_rate = rate, best = k;
   }
-  if (best == 0 && seq.num_generated() % 16 == 0) best = 1;
+  if (best == 0 && seq.num_generated() >= seq.next_probe) best = 1;
   return best;
 }
 
@@ -604,6 +605,12 @@ void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn
   // Drafts verified: the accepted ones and the first rejected one (the rest never were).
   seq->drafts_verified = 0.9 * seq->drafts_verified + accepted + (accepted < num_draft ? 1 : 0);
   seq->drafts_accepted = 0.9 * seq->drafts_accepted + accepted;
+  if (accepted == 0) {
+    seq->probe_interval = std::min(2 * seq->probe_interval, 256);
+  } else {
+    seq->probe_interval = 16;
+  }
+  seq->next_probe = seq->num_generated() + seq->probe_interval;
   step_draft_tokens_ += num_draft;
   step_accepted_draft_tokens_ += accepted;
   seq->draft.clear();

@@ -55,6 +55,9 @@ struct Sequence {
   // Decayed counts of the executor's drafts verified and accepted (a draft after a rejection
   // is not verified): their ratio estimates how often the next draft holds.
   double drafts_verified = 0, drafts_accepted = 0;
+  // When no draft pays off, one is tried at generated token next_probe; each failed try
+  // doubles the wait (16, 32, ... 256 tokens).
+  int32_t next_probe = 16, probe_interval = 16;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int32_t num_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
