@@ -91,7 +91,7 @@ struct LlmParams {
 struct Pending {
   std::mutex mu;
   ResponseSink sink;
-  std::string model_name, version, triton_id;
+  std::string model_name, version;
   std::string live_key;  // LiveKey of the request ("" when it has no id)
   std::vector<RequestId> ids;  // executor ids of the rows enqueued so far
   int64_t rows_outstanding = 0;
@@ -189,10 +189,8 @@ class LlmBackend : public ModelBackend {
 // tenant cannot stop another's requests by naming their ids.
 std::string LiveKey(const InferRequest& r) {
   if (r.id.empty()) return {};
-  std::string key = r.tenant;
-  key += '\x1f';  // not in a tenant name
-  key += r.id;
-  return key;
+  // Length-prefixed, so no tenant name and id can spell another pair.
+  return std::to_string(r.tenant.size()) + ':' + r.tenant + r.id;
 }
 
 void LlmBackend::StopRequest(const InferRequest& r, const ResponseSink& sink) {
@@ -258,7 +256,6 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   p->sink = std::move(sink);
   p->model_name = context_.model_name;
   p->version = std::to_string(context_.version);
-  p->triton_id = r.id;
   p->live_key = LiveKey(r);
   p->batched = batch > 1;
   p->perf_metrics = perf_metrics;
