@@ -17,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "model/random_model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -28,16 +29,7 @@ using std::chrono::milliseconds;
 class ExecutorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto config = PresetConfig(Architecture::kLlama, "tiny");
-    ASSERT_TRUE(config.ok());
-    RandomModelParams params;
-    params.config = *config;
-    params.dtype = DType::kQ8_0;
-    params.seed = 11;
-    // One file per process: ctest runs the tests of this suite as parallel processes, and
-    // rewriting a file another process has mapped kills it with SIGBUS.
-    path_ = (std::filesystem::temp_directory_path() / ("inflight_executor_test_" + std::to_string(getpid()) + ".gguf")).string();
-    ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), path_).ok());
+    path_ = testing::WriteTinyModel("inflight_executor_test");
     auto m = Model::Load(path_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value().release();
@@ -49,15 +41,8 @@ class ExecutorTest : public ::testing::Test {
     std::filesystem::remove(path_);
   }
 
-  // Greedy ids of the request run alone on the single-sequence path (private cache).
   static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int32_t max_tokens) {
-    GenerateParams gp;
-    gp.max_new_tokens = max_tokens;
-    gp.sampling.temperature = 0;
-    gp.stop_at_eos = false;
-    auto r = Generate(*model_, prompt, gp, *pool_, nullptr);
-    EXPECT_TRUE(r.ok());
-    return r.ok() ? r->generated_ids : std::vector<int32_t>();
+    return testing::GreedyAlone(*model_, *pool_, prompt, max_tokens);
   }
 
   static std::unique_ptr<Executor> Make(ExecutorConfig c) {
@@ -66,27 +51,8 @@ class ExecutorTest : public ::testing::Test {
     return e.ok() ? std::move(e).value() : nullptr;
   }
 
-  // Waits for every result of `id`; returns them in order.
-  static std::vector<Result> Collect(Executor& e, RequestId id) {
-    std::vector<Result> all;
-    for (int i = 0; i < 6000; ++i) {
-      for (Result& r : e.AwaitResponses(id, milliseconds(50))) all.push_back(std::move(r));
-      if (!all.empty() && all.back().is_final) return all;
-    }
-    ADD_FAILURE() << "request " << id << " never finished";
-    return all;
-  }
-
-  static void ExpectNoLeaks(const Executor& e) {
-    // The counts are a snapshot the engine thread refreshes after each loop: poll briefly.
-    for (int i = 0; i < 200 && (e.num_unfinished_requests() > 0 || e.KvBlockCounts().used > 0); ++i) {
-      std::this_thread::sleep_for(milliseconds(5));
-    }
-    EXPECT_EQ(e.num_unfinished_requests(), 0);
-    const BlockCounts c = e.KvBlockCounts();
-    EXPECT_EQ(c.used, 0);
-    EXPECT_EQ(c.free + c.cached, c.total);
-  }
+  static std::vector<Result> Collect(Executor& e, RequestId id) { return testing::CollectResults(e, id); }
+  static void ExpectNoLeaks(const Executor& e) { testing::ExpectNoKvLeaks(e); }
 
   static Model* model_;
   static ThreadPool* pool_;

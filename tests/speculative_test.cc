@@ -17,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "model/random_model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -27,14 +28,7 @@ using std::chrono::milliseconds;
 class SpeculativeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto config = PresetConfig(Architecture::kLlama, "tiny");
-    ASSERT_TRUE(config.ok());
-    RandomModelParams params;
-    params.config = *config;
-    params.dtype = DType::kQ8_0;
-    params.seed = 11;
-    path_ = (std::filesystem::temp_directory_path() / ("inflight_speculative_test_" + std::to_string(getpid()) + ".gguf")).string();
-    ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), path_).ok());
+    path_ = testing::WriteTinyModel("inflight_speculative_test");
     auto m = Model::Load(path_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value().release();
@@ -56,13 +50,7 @@ class SpeculativeTest : public ::testing::Test {
   }
 
   static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int32_t max_tokens) {
-    GenerateParams gp;
-    gp.max_new_tokens = max_tokens;
-    gp.sampling.temperature = 0;
-    gp.stop_at_eos = false;
-    auto r = Generate(*model_, prompt, gp, *pool_, nullptr);
-    EXPECT_TRUE(r.ok());
-    return r.ok() ? r->generated_ids : std::vector<int32_t>();
+    return testing::GreedyAlone(*model_, *pool_, prompt, max_tokens);
   }
 
   static std::unique_ptr<Executor> Make(ExecutorConfig c, const Model* draft = nullptr) {
@@ -72,15 +60,7 @@ class SpeculativeTest : public ::testing::Test {
     return e.ok() ? std::move(e).value() : nullptr;
   }
 
-  static std::vector<Result> Collect(Executor& e, RequestId id) {
-    std::vector<Result> all;
-    for (int i = 0; i < 6000; ++i) {
-      for (Result& r : e.AwaitResponses(id, milliseconds(50))) all.push_back(std::move(r));
-      if (!all.empty() && all.back().is_final) return all;
-    }
-    ADD_FAILURE() << "request " << id << " never finished";
-    return all;
-  }
+  static std::vector<Result> Collect(Executor& e, RequestId id) { return testing::CollectResults(e, id); }
 
   static Result RunOne(Executor& e, Request r) {
     auto id = e.Enqueue(std::move(r));
@@ -90,18 +70,7 @@ class SpeculativeTest : public ::testing::Test {
     return rs.empty() ? Result{} : rs.back();
   }
 
-  static void ExpectNoLeaks(const Executor& e) {
-    for (int i = 0; i < 200 && (e.num_unfinished_requests() > 0 || e.KvBlockCounts().used > 0); ++i) {
-      std::this_thread::sleep_for(milliseconds(5));
-    }
-    EXPECT_EQ(e.num_unfinished_requests(), 0);
-    const BlockCounts c = e.KvBlockCounts();
-    EXPECT_EQ(c.used, 0);
-    EXPECT_EQ(c.free + c.cached, c.total);
-    const BlockCounts d = e.DraftKvBlockCounts();
-    EXPECT_EQ(d.used, 0) << "draft model blocks";
-    EXPECT_EQ(d.free, d.total);
-  }
+  static void ExpectNoLeaks(const Executor& e) { testing::ExpectNoKvLeaks(e); }
 
   static Model* model_;
   static Model* draft_;
