@@ -541,6 +541,32 @@ TEST_F(FeatureTest, ContextAndGenerationLogitsMatchTeacherForcedLogits) {
       ASSERT_NEAR(res.generation_logits[k * V + v], (*want)[(prompt_.size() - 1 + k) * V + v], 1e-4f);
 }
 
+// A prompt whose last chunk is a single token (and a one-token prompt) still returns every
+// context-logits row: the rows of a chunk are told apart from its sampling rows by the plan,
+// not by their count.
+TEST_F(ExecutorTest, ContextLogitsOfAOneTokenLastChunk) {
+  ExecutorConfig c;
+  c.max_tokens_in_paged_kv_cache = 4096;
+  c.tokens_per_block = 16;
+  c.enable_chunked_context = true;
+  c.max_num_tokens = 16;
+  auto e = Make(c);
+  for (size_t len : {size_t{17}, size_t{1}}) {
+    std::vector<int32_t> prompt(len);
+    for (size_t i = 0; i < len; ++i) prompt[i] = static_cast<int32_t>(3 + (i * 7) % 250);
+    Request r = Greedy(prompt, 2);
+    r.return_context_logits = true;
+    auto id = e->Enqueue(r);
+    ASSERT_TRUE(id.ok());
+    const Result res = Collect(*e, *id).back();
+    auto want = AllLogits(*model_, prompt, DType::kF16, *pool_);
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(res.context_logits.size(), len * res.vocab_size) << len << "-token prompt";
+    for (size_t i = 0; i < res.context_logits.size(); ++i) ASSERT_NEAR(res.context_logits[i], (*want)[i], 1e-4f) << i;
+  }
+  ExpectNoLeaks(*e);
+}
+
 TEST_F(FeatureTest, ReturnSequencesShareThePromptAndFollowTheirSeeds) {
   Request r;
   r.prompt_ids = std::vector<int32_t>(prompt_.begin(), prompt_.end());

@@ -468,6 +468,7 @@ void Executor::RunStep() {
   }
   scheduler_.FinishCopies([&](int32_t src, int32_t dst, int32_t n) { runner_->CopyBlockPrefix(src, dst, n); });
   plan_.chunks.clear();
+  context_rows_.clear();
   int64_t rows = 0;
   int32_t context_seqs = 0, context_tokens = 0, gen_seqs = 0;
   for (const ScheduledChunk& c : out.chunks) {
@@ -491,6 +492,7 @@ void Executor::RunStep() {
     ch.num_logits = all_logits ? ch.num_tokens : 1 + c.num_draft;
     rows += ch.num_logits;
     plan_.chunks.push_back(ch);
+    context_rows_.push_back(all_logits ? c.num_tokens : 0);
     if (seq->num_uncomputed() == 1 && seq->num_generated() > 0) {
       ++gen_seqs;
     } else {
@@ -523,9 +525,7 @@ void Executor::RunStep() {
   int64_t row = 0;
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     const SequenceChunk& ch = plan_.chunks[i];
-    const int64_t context_rows = ch.num_logits == ch.num_tokens && ch.num_logits > 1 + out.chunks[i].num_draft
-                                     ? out.chunks[i].num_tokens : 0;
-    ProcessChunk(out.chunks[i], context_rows, logits_.data() + row * vocab_size_, ch.num_logits);
+    ProcessChunk(out.chunks[i], context_rows_[i], logits_.data() + row * vocab_size_, ch.num_logits);
     row += ch.num_logits;
   }
   SampleAll();

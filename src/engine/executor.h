@@ -130,6 +130,7 @@ class Executor {
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;
   std::vector<RequestState*> touched_;  // requests with results to publish this step
   BatchPlan plan_;
+  std::vector<int32_t> context_rows_;  // per chunk of plan_: leading rows that are context logits
   std::vector<float> logits_;       // [rows, vocab]
   std::vector<float> sample_row_;   // [vocab]
   struct PendingSample {

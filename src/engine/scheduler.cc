@@ -105,13 +105,18 @@ Sequence* Scheduler::PickVictim(const Sequence* exclude) const {
 int32_t Scheduler::FitDrafts(Sequence* seq, int32_t n, int32_t budget) {
   // Drafts ride only on a chunk that ends the sequence's uncomputed tokens, within the token
   // budget and the request's remaining max_tokens (the step adds one token beyond the accepted
-  // drafts), in blocks that are free now: drafts never pause anyone.
+  // drafts), in blocks that are free now: drafts never pause anyone. Under max_utilization a
+  // block per running sequence stays free for their own next tokens.
   if (seq->draft.empty() || n != seq->num_uncomputed()) return 0;
   const int32_t left = seq->request->request.max_tokens - seq->num_generated() - 1;
   int32_t d = std::min({static_cast<int32_t>(seq->draft.size()), budget - n, left});
   if (d <= 0) return 0;
-  if (!EnsureBlocks(seq, static_cast<int64_t>(seq->num_computed) + n + d)) {
-    const int64_t held = static_cast<int64_t>(seq->blocks.size()) * config_.tokens_per_block - seq->num_computed - n;
+  const int64_t tpb = config_.tokens_per_block;
+  const int64_t end = static_cast<int64_t>(seq->num_computed) + n + d;
+  const int64_t need = (end + tpb - 1) / tpb - static_cast<int64_t>(seq->blocks.size());
+  const int64_t keep_free = config_.policy == CapacityPolicy::kMaxUtilization ? static_cast<int64_t>(running_.size()) : 0;
+  if (need > 0 && (need > blocks_.NumAvailable() - keep_free || !EnsureBlocks(seq, end))) {
+    const int64_t held = static_cast<int64_t>(seq->blocks.size()) * tpb - seq->num_computed - n;
     d = static_cast<int32_t>(std::clamp<int64_t>(held, 0, d));
   }
   return d;
