@@ -1,0 +1,227 @@
+// Speculative decoding in the executor: where drafts come from (prompt lookup, the draft
+// model's batched passes), how many a sequence gets (adaptive length), and how a step's rows
+// verify them. Engine-thread only, as the rest of the executor.
+#include <algorithm>
+#include <chrono>
+
+#include "base/logging.h"
+#include "engine/executor.h"
+
+namespace inflight {
+namespace {
+
+// Prompt lookup: the tokens that followed the latest earlier occurrence of the sequence's last
+// n tokens, for n from max_ngram down to 1 (at most k of them; none without a match).
+void PromptLookup(const std::vector<int32_t>& t, int32_t max_ngram, int32_t k, std::vector<int32_t>* out) {
+  out->clear();
+  const int64_t len = static_cast<int64_t>(t.size());
+  for (int64_t n = std::min<int64_t>(max_ngram, len - 1); n >= 1; --n) {
+    const int32_t* tail = t.data() + len - n;
+    for (int64_t start = len - n - 1; start >= 0; --start) {
+      if (t[start] != tail[0] || !std::equal(tail, tail + n, t.data() + start)) continue;
+      const int64_t from = start + n;
+      out->assign(t.begin() + from, t.begin() + from + std::min<int64_t>(k, len - from));
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+int32_t Executor::DraftLength(const Sequence& seq) const {
+  const Request& r = seq.request->request;
+  const int32_t most = std::min(r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
+                                r.max_tokens - seq.num_generated() - 1);
+  if (most <= 0 || !config_.adaptive_draft_length || r.num_draft_tokens >= 0) return std::max(most, 0);
+  // With each draft holding with probability a (after the ones before it), k drafts give
+  // 1 + a + ... + a^k tokens per step for a step that costs 1 + k * (c + v): c a draft model
+  // pass against a target pass (measured), v the target's cost per verified token (~5% on a
+  // memory-bound decode; spec_bench). Pick the best k; with none paying off, try one draft
+  // now and then (Sequence::next_probe) so a sequence whose text turns predictable gets them
+  // back.
+  const double a = (seq.drafts_accepted + 1) / (seq.drafts_verified + 2);  // a uniform prior
+  const double c = draft_runner_ && target_forward_ms_ > 0 ? draft_pass_ms_ / target_forward_ms_ : 0.0;
+  double best_rate = 1.0, tokens = 1.0, power = 1.0;
+  int32_t best = 0;
+  for (int32_t k = 1; k <= most; ++k) {
+    power *= a;
+    tokens += power;
+    const double rate = tokens / (1.0 + k * (c + kVerifyCost));
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  if (best == 0 && seq.num_generated() >= seq.next_probe) best = 1;
+  return best;
+}
+
+void Executor::ReleaseDraftBlocks(Sequence* seq) {
+  if (draft_blocks_ && !seq->draft_blocks.empty()) draft_blocks_->Release(seq->draft_blocks);
+  seq->draft_blocks.clear();
+  seq->draft_computed = 0;
+}
+
+void Executor::ProposeWithDraftModel() {
+  // Pass 0 catches each decoding sequence's draft cache up with its tokens (a new sequence's
+  // whole prompt, else the one or few tokens since the last step) and drafts from the last
+  // position; pass j feeds draft j-1 back. Every pass is one batched forward of the draft
+  // model, greedy: the drafts are certain guesses, which rejection sampling keeps exact.
+  const int32_t tpb = config_.tokens_per_block;
+  const int32_t draft_context = draft_runner_->context_length();
+  int32_t budget = config_.max_num_tokens;  // pass 0's catch-up tokens
+  drafting_.clear();
+  draft_plan_.chunks.clear();
+  int32_t most = 0;
+  for (Sequence* seq : scheduler_.running()) {
+    if (seq->num_uncomputed() != 1 || seq->num_generated() == 0 || budget <= 0) continue;
+    seq->draft.clear();
+    const int32_t len = static_cast<int32_t>(seq->tokens.size());
+    const int32_t k = std::min(DraftLength(*seq), draft_context - len + 1);
+    if (k <= 0) continue;
+    // The last token is always (re)computed: its logits give the first draft. Slots past it
+    // hold last step's drafts and are overwritten.
+    seq->draft_computed = std::min(seq->draft_computed, len - 1);
+    const int32_t catch_up = std::min(len - seq->draft_computed, budget);
+    const int64_t need = (static_cast<int64_t>(len) + k - 1 + tpb - 1) / tpb - static_cast<int64_t>(seq->draft_blocks.size());
+    if (need > draft_blocks_->NumAvailable()) continue;  // no room: no drafts this step
+    for (int64_t i = 0; i < need; ++i) seq->draft_blocks.push_back(*draft_blocks_->Allocate());
+    budget -= catch_up;
+    seq->draft.reserve(k);
+    SequenceChunk ch;
+    ch.token_ids = seq->tokens.data() + seq->draft_computed;
+    ch.num_tokens = catch_up;
+    ch.start_pos = seq->draft_computed;
+    ch.block_table = seq->draft_blocks.data();
+    ch.num_blocks = static_cast<int32_t>(seq->draft_blocks.size());
+    draft_plan_.chunks.push_back(ch);
+    drafting_.push_back(seq);
+    // A sequence still catching up on a long prompt drafts from a later step.
+    seq->draft.resize(seq->draft_computed + catch_up == len ? k : 0);
+    most = std::max(most, static_cast<int32_t>(seq->draft.size()));
+  }
+  if (drafting_.empty()) return;
+  // seq->draft holds each sequence's k slots; `made` counts the drafts filled in.
+  std::vector<int32_t> made(drafting_.size(), 0);
+  auto ema = [](double& mean, double v) { mean = mean == 0 ? v : 0.9 * mean + 0.1 * v; };
+  for (int32_t pass = 0; pass < std::max(most, 1); ++pass) {
+    if (pass > 0) {
+      draft_plan_.chunks.clear();
+      for (size_t i = 0; i < drafting_.size(); ++i) {
+        Sequence* seq = drafting_[i];
+        if (made[i] != pass || static_cast<int32_t>(seq->draft.size()) <= pass) continue;
+        SequenceChunk ch;
+        ch.token_ids = &seq->draft[pass - 1];
+        ch.num_tokens = 1;
+        ch.start_pos = seq->draft_computed;
+        ch.block_table = seq->draft_blocks.data();
+        ch.num_blocks = static_cast<int32_t>(seq->draft_blocks.size());
+        draft_plan_.chunks.push_back(ch);
+      }
+      if (draft_plan_.chunks.empty()) break;
+    }
+    const size_t rows = draft_plan_.chunks.size();
+    if (draft_logits_.size() < rows * vocab_size_) draft_logits_.resize(rows * vocab_size_);
+    const Clock::time_point pass_start = Clock::now();
+    const Status st = draft_runner_->Forward(draft_plan_, draft_logits_.data());
+    // A drafting pass's cost (a catch-up over a new sequence's prompt is not one).
+    if (draft_plan_.num_tokens() <= 4 * static_cast<int64_t>(rows)) {
+      ema(draft_pass_ms_, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count());
+    }
+    if (!st.ok()) {
+      INFLIGHT_LOG(kWarning) << "draft model forward failed (" << st.message() << "); this step runs without drafts";
+      for (Sequence* seq : drafting_) {
+        seq->draft.clear();
+        seq->draft_computed = 0;
+      }
+      return;
+    }
+    size_t row = 0;
+    for (size_t i = 0; i < drafting_.size(); ++i) {
+      Sequence* seq = drafting_[i];
+      if (pass == 0) {
+        seq->draft_computed += draft_plan_.chunks[row].num_tokens;
+      } else if (made[i] != pass || static_cast<int32_t>(seq->draft.size()) <= pass) {
+        continue;
+      } else {
+        seq->draft_computed += 1;
+      }
+      if (static_cast<int32_t>(seq->draft.size()) > pass) {
+        seq->draft[pass] = ArgMax(draft_logits_.data() + row * vocab_size_, vocab_size_);
+        made[i] = pass + 1;
+      }
+      ++row;
+    }
+  }
+  for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->draft.resize(made[i]);
+}
+
+void Executor::ProposeDrafts() {
+  if (config_.speculative_mode == SpeculativeMode::kNone) return;
+  if (config_.speculative_mode == SpeculativeMode::kDraftModel) {
+    if (draft_runner_) ProposeWithDraftModel();
+    return;
+  }
+  for (Sequence* seq : scheduler_.running()) {
+    if (seq->num_uncomputed() != 1 || seq->num_generated() == 0) continue;  // not decoding
+    const int32_t k = DraftLength(*seq);
+    if (k <= 0) {
+      seq->draft.clear();
+      continue;
+    }
+    PromptLookup(seq->tokens, config_.prompt_lookup_ngram, k, &seq->draft);
+  }
+}
+
+void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch, std::vector<SampledToken>* out) {
+  // Row i chooses the token after draft i-1: accepted drafts join the sequence for the
+  // next row's bad words, min_tokens and penalties, and the first mismatch ends the run (its
+  // token replaces the rejected draft; all drafts matching adds one more token).
+  out->clear();
+  const int32_t end_id = seq->request->request.end_id;
+  int32_t pushed = 0;
+  for (int32_t i = 0; i <= num_draft; ++i) {
+    const int32_t draft = i < num_draft ? seq->draft[i] : -1;
+    out->push_back(DrawNext(seq, rows + static_cast<int64_t>(i) * vocab_size_, scratch, draft));
+    if (out->back().id != draft || draft == end_id) break;
+    seq->tokens.push_back(draft);
+    ++pushed;
+  }
+  seq->tokens.resize(seq->tokens.size() - pushed);  // AcceptDrawn appends them for real
+}
+
+void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn, int32_t num_draft) {
+  RequestState* rs = seq->request;
+  int32_t accepted = 0;
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    if (seq->state == SequenceState::kFinished) {
+      // Ended by a stop word or max_tokens inside the run: the rest was never produced.
+      if (rs->request.return_generation_logits) {
+        seq->generation_logits.resize(seq->generation_logits.size() - (drawn.size() - i) * static_cast<size_t>(vocab_size_));
+      }
+      break;
+    }
+    const bool is_draft = static_cast<int32_t>(i) < num_draft && drawn[i].id == seq->draft[i];
+    AcceptToken(seq, drawn[i]);
+    if (is_draft) ++accepted;
+  }
+  rs->stats.num_draft_tokens += num_draft;
+  rs->stats.num_accepted_draft_tokens += accepted;
+  // Drafts verified: the accepted ones and the first rejected one (the rest never were).
+  seq->drafts_verified = 0.9 * seq->drafts_verified + accepted + (accepted < num_draft ? 1 : 0);
+  seq->drafts_accepted = 0.9 * seq->drafts_accepted + accepted;
+  if (accepted == 0) {
+    seq->probe_interval = std::min(2 * seq->probe_interval, 256);
+  } else {
+    seq->probe_interval = 16;
+  }
+  seq->next_probe = seq->num_generated() + seq->probe_interval;
+  step_draft_tokens_ += num_draft;
+  step_accepted_draft_tokens_ += accepted;
+  seq->draft.clear();
+  if (seq->state == SequenceState::kFinished) return;
+  // The accepted drafts' K/V were computed in this step; the rejected ones' slots are
+  // overwritten later and any block only they used goes back to the pool.
+  seq->num_computed += accepted;
+  scheduler_.CommitFullBlocks(seq);
+  scheduler_.TrimBlocks(seq);
+}
+
+}  // namespace inflight
