@@ -119,8 +119,9 @@ Workload MakeWorkload(uint32_t seed, int n) {
     while (static_cast<int>(p.size()) < len) p.push_back(token());
     w.prompts.push_back(p);
     w.max_tokens.push_back(1 + static_cast<int32_t>(rng() % 40));
-    // A burst of 8 first, so requests share steps however fast the engine is, then random gaps.
-    w.arrival_gap_us.push_back(i < 8 ? 0 : static_cast<int>(rng() % 3000));
+    // A burst of 16 first, so requests share steps (and overflow a small cache) however fast
+    // the engine is, then random gaps.
+    w.arrival_gap_us.push_back(i < 16 ? 0 : static_cast<int>(rng() % 3000));
   }
   return w;
 }

@@ -83,6 +83,24 @@ Status Executor::Validate(const Request& r) const {
   if (r.num_return_sequences < 1 || r.num_return_sequences > kMaxReturnSequences) {
     return InvalidArgumentError("num_return_sequences must be in [1, " + std::to_string(kMaxReturnSequences) + "]");
   }
+  if (r.beam_width < 1) return InvalidArgumentError("beam_width must be >= 1");
+  if (r.beam_width > config_.max_beam_width) {
+    return InvalidArgumentError("beam_width " + std::to_string(r.beam_width) + " exceeds max_beam_width " +
+                                std::to_string(config_.max_beam_width));
+  }
+  if (r.beam_width > 1) {
+    if (r.num_return_sequences > r.beam_width) {
+      return InvalidArgumentError("num_return_sequences (" + std::to_string(r.num_return_sequences) +
+                                  ") must not exceed beam_width (" + std::to_string(r.beam_width) + ")");
+    }
+    if (r.return_generation_logits) return InvalidArgumentError("generation logits are not returned with beam search (beam_width > 1)");
+    if (!r.draft_tokens.empty()) return InvalidArgumentError("draft tokens cannot be verified with beam search (beam_width > 1)");
+    if (!std::isfinite(r.length_penalty)) return InvalidArgumentError("length_penalty must be finite");
+    if (!std::isfinite(r.beam_search_diversity_rate) || r.beam_search_diversity_rate < 0) {
+      return InvalidArgumentError("beam_search_diversity_rate must be >= 0");
+    }
+    if (r.early_stopping < 0) return InvalidArgumentError("early_stopping must be >= 0");
+  }
   if (r.min_tokens < 0) return InvalidArgumentError("min_tokens must be >= 0");
   if (!(r.priority >= 0 && r.priority <= 1)) return InvalidArgumentError("priority must be in [0, 1]");
   if (r.timeout_ms < 0) return InvalidArgumentError("timeout must be >= 0");
@@ -110,6 +128,7 @@ Status Executor::Validate(const Request& r) const {
   const int64_t lifetime = (prompt + r.max_tokens + tpb - 1) / tpb;
   int64_t need = lifetime;
   if (config_.policy == CapacityPolicy::kGuaranteedNoEvict) need += (r.num_return_sequences - 1) * (lifetime - prompt / tpb);
+  if (r.beam_width > 1) need = r.beam_width * lifetime;  // all beams resident to advance
   if (need > num_kv_blocks_) {
     return InvalidArgumentError("the request needs " + std::to_string(need) + " KV cache blocks of " + std::to_string(tpb) +
                                 " tokens but the whole cache has " + std::to_string(num_kv_blocks_));
@@ -259,7 +278,7 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
     seq->sampler.AddPromptTokens(r.prompt_ids.data(), seq->prompt_len);
     // A client's drafts are verified with the prompt's last chunk (sibling sequences fork from
     // the prompt alone, so not for num_return_sequences > 1).
-    if (r.num_return_sequences == 1) seq->draft = r.draft_tokens;
+    if (r.num_return_sequences == 1 && r.beam_width == 1) seq->draft = r.draft_tokens;
     if (r.return_context_logits) rs->context_logits.resize(static_cast<size_t>(seq->prompt_len) * vocab_size_);
     scheduler_.AddWaiting(seq.get());
     rs->sequences.push_back(std::move(seq));
@@ -269,6 +288,10 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
 
 void Executor::HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels) {
   auto end_request = [&](RequestState* rs, FinishReason reason) {
+    if (rs->request.beam_width > 1) {
+      FinishBeams(rs, reason);
+      return;
+    }
     for (auto& seq : rs->sequences) {
       if (seq->state != SequenceState::kFinished) FinishSequence(seq.get(), reason);
     }
@@ -368,6 +391,9 @@ void Executor::RunStep() {
   }
   SampleAll();
   for (RequestState* rs : touched_) {
+    if (rs->request.beam_width > 1) AdvanceBeams(rs);
+  }
+  for (RequestState* rs : touched_) {
     for (auto& seq : rs->sequences) Publish(seq.get());
     rs->touched = false;
   }
@@ -390,6 +416,7 @@ void Executor::ProcessChunk(const ScheduledChunk& c, int64_t context_rows, const
     touched_.push_back(rs);
   }
   if (seq->num_computed < static_cast<int32_t>(seq->tokens.size())) return;  // mid-prompt chunk
+  if (seq->beam_reported) return;  // a beam recomputed after a pause: its candidates are in
   to_sample_.push_back({seq, logits + (rows - 1 - c.num_draft) * vocab_size_, c.num_draft});
 }
 
@@ -403,16 +430,21 @@ SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* s
   }
   float* x = scratch;
   std::copy(logits_row, logits_row + vocab_size_, x);
+  BanTokens(*seq, x);
+  return seq->sampler.SampleWithDraft(x, vocab_size_, draft);
+}
+
+void Executor::BanTokens(const Sequence& seq, float* logits) const {
+  const Request& r = seq.request->request;
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
   // Bad words: a one-token word is always banned; a longer one bans its last token after
   // its prefix.
   for (const auto& w : r.bad_words) {
     const size_t prefix = w.size() - 1;
-    if (prefix > seq->tokens.size()) continue;
-    if (std::equal(w.begin(), w.end() - 1, seq->tokens.end() - static_cast<std::ptrdiff_t>(prefix))) x[w.back()] = kBanned;
+    if (prefix > seq.tokens.size()) continue;
+    if (std::equal(w.begin(), w.end() - 1, seq.tokens.end() - static_cast<std::ptrdiff_t>(prefix))) logits[w.back()] = kBanned;
   }
-  if (ban_end) x[r.end_id] = kBanned;
-  return seq->sampler.SampleWithDraft(x, vocab_size_, draft);
+  if (r.end_id >= 0 && seq.num_generated() < r.min_tokens) logits[r.end_id] = kBanned;
 }
 
 void Executor::AcceptToken(Sequence* seq, const SampledToken& t) {
@@ -450,7 +482,9 @@ void Executor::SampleAll() {
     for (int64_t i = n * ti / nt; i < n * (ti + 1) / nt; ++i) {
       float* scratch = sample_rows_.data() + static_cast<size_t>(ti) * vocab_size_;
       const PendingSample& p = to_sample_[i];
-      if (p.num_draft > 0) {
+      if (p.seq->request->request.beam_width > 1) {
+        BeamCandidates(p.seq, p.row, scratch);
+      } else if (p.num_draft > 0) {
         VerifyDrafts(p.seq, p.row, p.num_draft, scratch, &drawn_[i]);
       } else {
         drawn_[i].assign(1, DrawNext(p.seq, p.row, scratch));
@@ -462,6 +496,10 @@ void Executor::SampleAll() {
   for (int64_t i = 0; i < n; ++i) {
     Sequence* seq = to_sample_[i].seq;
     RequestState* rs = seq->request;
+    if (rs->request.beam_width > 1) {
+      seq->beam_reported = true;  // AdvanceBeams moves the beams once all have reported
+      continue;
+    }
     const bool first_of_request = seq->index == 0 && !rs->forked && seq->num_generated() == 0;
     if (to_sample_[i].num_draft > 0) {
       AcceptDrawn(seq, drawn_[i], to_sample_[i].num_draft);
@@ -547,6 +585,7 @@ void Executor::Publish(Sequence* seq) {
   const Request& r = rs->request;
   const bool finished = seq->state == SequenceState::kFinished;
   if (seq->num_published < 0) return;  // its final result is out
+  if (r.beam_width > 1) return;          // beams go out together (PublishBeams)
   const int32_t gen = seq->num_generated();
   if (!finished && (!r.streaming || gen == seq->num_published)) return;
   Result res;

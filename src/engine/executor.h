@@ -94,6 +94,13 @@ class Executor {
   void ProposeWithDraftModel();
   void ReleaseDraftBlocks(Sequence* seq);
   void ProcessChunk(const ScheduledChunk& chunk, int64_t context_rows, const float* logits, int64_t rows);
+  void BanTokens(const Sequence& seq, float* logits) const;
+  // Beam search (executor_beam.cc).
+  void BeamCandidates(Sequence* seq, const float* logits_row, float* scratch);
+  void AdvanceBeams(RequestState* rs);
+  void AddHypothesis(RequestState* rs, const Sequence& parent, int32_t token, float log_prob, FinishReason reason);
+  void FinishBeams(RequestState* rs, FinishReason live_reason);
+  void PublishBeams(RequestState* rs, bool final);
   SampledToken DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft = -1);
   void VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch, std::vector<SampledToken>* out);
   void AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn, int32_t num_draft);

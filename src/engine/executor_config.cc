@@ -60,6 +60,9 @@ Status ExecutorConfig::Validate() const {
     return InvalidArgumentError("kv cache dtype must be f16, f32 or bf16");
   }
   if (num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
+  if (max_beam_width < 1 || max_beam_width > kMaxBeamWidth) {
+    return InvalidArgumentError("max_beam_width must be in [1, " + std::to_string(kMaxBeamWidth) + "]");
+  }
   if (max_draft_tokens < 0 || max_draft_tokens > kMaxDraftTokens) {
     return InvalidArgumentError("max_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
   }

@@ -34,11 +34,13 @@ const char* BatchingStrategyName(BatchingStrategy b);
 
 // Draft tokens verified per step and sequence, at most (a request's own drafts included).
 inline constexpr int32_t kMaxDraftTokens = 32;
+inline constexpr int32_t kMaxBeamWidth = 64;  // as num_return_sequences
 
 struct ExecutorConfig {
   int32_t max_batch_size = 64;     // sequences per step
   int32_t max_num_tokens = 2048;   // tokens per step (context chunks + generation tokens)
   int32_t max_queue_size = 0;      // waiting requests; 0 = unbounded
+  int32_t max_beam_width = 1;      // widest beam search a request may ask for
   // Results of one request not yet taken by its consumer, in bytes, beyond which the request
   // is cancelled (for streams Enqueue makes; 0 = unbounded).
   size_t max_unread_output_bytes = 0;

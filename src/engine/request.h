@@ -44,7 +44,19 @@ struct Request {
   bool return_log_probs = false;
   bool return_context_logits = false;     // [prompt_len, vocab]
   bool return_generation_logits = false;  // [generated, vocab]
-  int32_t num_return_sequences = 1;       // independent samples sharing the prompt's KV blocks
+  int32_t num_return_sequences = 1;       // independent samples sharing the prompt's KV blocks;
+                                          // with beam search, the best beams returned (<= beam_width)
+  // Beam search (beam_width > 1): the beam_width most likely continuations by cumulative
+  // log-probability, their KV blocks shared copy-on-write. A hypothesis' score is
+  // cum_log_prob / generated_length^length_penalty (the end token counts in the length).
+  // early_stopping: 1 stops once beam_width hypotheses ended; 0 also while a live beam could
+  // still beat the worst of them at its current length; > 1 at the longest length it may reach.
+  // beam_search_diversity_rate: a candidate ranked r-th among its parent's children is ranked
+  // overall by cum_log_prob - rate * r (its cum_log_prob is unchanged).
+  int32_t beam_width = 1;
+  float length_penalty = 0.0f;
+  int32_t early_stopping = 1;
+  float beam_search_diversity_rate = 0.0f;
   float priority = 0.5f;                  // 0..1, higher is served first (then arrival order)
   int64_t timeout_ms = 0;                 // allotted time from arrival; 0 = none
   int32_t kv_retention_priority = 35;     // 0..100, for this request's cached blocks
@@ -86,6 +98,15 @@ struct RequestStats {
   double decode_ms() const;
 };
 
+// One beam of a beam-search result.
+struct BeamOutput {
+  std::vector<int32_t> output_token_ids;  // as Result::output_token_ids
+  std::vector<float> log_probs;           // per generated token
+  float cum_log_prob = 0.0f;
+  float score = 0.0f;                     // cum_log_prob with the length penalty
+  FinishReason finish_reason = FinishReason::kNotFinished;
+};
+
 struct Result {
   RequestId request_id = 0;
   int32_t sequence_index = 0;
@@ -100,6 +121,10 @@ struct Result {
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
   float cum_log_prob = 0.0f;
   FinishReason finish_reason = FinishReason::kNotFinished;
+  // Beam search: the best num_return_sequences beams, best first, all in one result
+  // (sequence_index 0); the fields above repeat beams[0]. Streaming results carry the live
+  // beams so far (provisional: beams are re-ranked every step).
+  std::vector<BeamOutput> beams;
   std::vector<float> context_logits;     // [prompt_len, vocab], in the first result
   std::vector<float> generation_logits;  // [tokens, vocab] of the tokens in this result
   int32_t vocab_size = 0;

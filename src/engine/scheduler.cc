@@ -95,9 +95,19 @@ void Scheduler::Pause(Sequence* seq) {
   AddWaiting(seq);
 }
 
+void Scheduler::Requeue(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  DropBlocks(seq);
+  AddWaiting(seq);
+}
+
 Sequence* Scheduler::PickVictim(const Sequence* exclude) const {
+  // A beam never evicts its siblings: a beam search advances only with all beams resident.
+  const bool beams = exclude->request->request.beam_width > 1;
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if (*it != exclude && (*it)->scheduled_step != step_) return *it;
+    if (*it == exclude || (*it)->scheduled_step == step_) continue;
+    if (beams && (*it)->request == exclude->request) continue;
+    return *it;
   }
   return nullptr;
 }
@@ -148,6 +158,7 @@ void Scheduler::ScheduleRunning(int32_t& budget) {
   for (Sequence* s : running_) if (s->num_uncomputed() != 1) order_scratch_.push_back(s);
   for (Sequence* seq : order_scratch_) {
     if (seq->state != SequenceState::kRunning) continue;  // paused earlier in this loop
+    if (seq->num_uncomputed() == 0) continue;  // a beam waiting for its siblings
     if (static_cast<int32_t>(out_.chunks.size()) >= config_.max_batch_size) {
       ++out_.waiting_for_max_batch_size;
       continue;

@@ -64,6 +64,10 @@ class Scheduler {
   // Commits the sequence's newly filled blocks for prefix reuse (after its step ran).
   void CommitFullBlocks(Sequence* seq);
 
+  // Drops a running sequence's blocks and queues it to be recomputed (a beam that found no
+  // block for its copy-on-write copy).
+  void Requeue(Sequence* seq);
+
   // Releases the blocks past the sequence's tokens (slots of rejected draft tokens).
   void TrimBlocks(Sequence* seq);
 

@@ -58,9 +58,22 @@ struct Sequence {
   // When no draft pays off, one is tried at generated token next_probe; each failed try
   // doubles the wait (16, 32, ... 256 tokens).
   int32_t next_probe = 16, probe_interval = 16;
+  // Beam search: this round's candidate continuations (token, log-prob), best first; a beam
+  // that has reported waits (fully computed) until all its request's beams have.
+  std::vector<std::pair<int32_t, float>> beam_candidates;
+  bool beam_reported = false;
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int32_t num_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
+};
+
+// A beam-search hypothesis that has ended (or the live beams when the request ends).
+struct BeamHypothesis {
+  std::vector<int32_t> tokens;  // generated (the end token is not in it)
+  std::vector<float> log_probs;
+  float cum_log_prob = 0.0f;
+  float score = 0.0f;
+  FinishReason finish = FinishReason::kNotFinished;
 };
 
 // A request's engine-side state.
@@ -75,6 +88,7 @@ struct RequestState {
   std::vector<float> context_logits;  // [prompt_len, vocab] when requested
   int32_t num_context_logits = 0;     // rows filled so far
   bool context_logits_sent = false;
+  std::vector<BeamHypothesis> beam_hypotheses;  // best score first, at most beam_width
 
   int64_t mark = -1;     // the scheduler's per-step walks
   bool touched = false;  // the executor publishes its results at the end of the step
@@ -85,6 +99,17 @@ struct RequestState {
   int64_t OutstandingBlocks(int32_t tokens_per_block) const {
     const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
     const int64_t lifetime = (prompt + request.max_tokens + tokens_per_block - 1) / tokens_per_block;
+    if (request.beam_width > 1) {
+      // Beams share blocks copy-on-write, so the group never holds more than beam_width
+      // whole tables: what it lacks of that is outstanding.
+      std::vector<int32_t> held;
+      for (const auto& s : sequences) {
+        if (s->state != SequenceState::kFinished) held.insert(held.end(), s->blocks.begin(), s->blocks.end());
+      }
+      std::sort(held.begin(), held.end());
+      const int64_t distinct = std::unique(held.begin(), held.end()) - held.begin();
+      return std::max<int64_t>(0, request.beam_width * lifetime - distinct);
+    }
     int64_t need = 0;
     for (const auto& s : sequences) {
       if (s->state != SequenceState::kFinished) need += std::max<int64_t>(0, lifetime - static_cast<int64_t>(s->blocks.size()));

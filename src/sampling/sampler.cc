@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace inflight {
 
@@ -29,6 +30,43 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 void Sampler::AddPromptTokens(const int32_t* ids, int64_t n) {
   if (params_.repetition_penalty == 1.0f) return;
   for (int64_t i = 0; i < n; ++i) prompt_counts_[ids[i]]++;
+}
+
+void Sampler::SetOutputTokens(const int32_t* ids, int64_t n) {
+  output_counts_.clear();
+  for (int64_t i = 0; i < n; ++i) output_counts_[ids[i]]++;
+}
+
+void TopLogProbs(const float* logits, int32_t vocab, float temperature, int32_t k, std::vector<std::pair<int32_t, float>>* out) {
+  out->clear();
+  if (k <= 0 || vocab <= 0) return;
+  const float inv_t = temperature > 0.0f ? 1.0f / temperature : 1.0f;
+  const int32_t top = ArgMax(logits, vocab);
+  const float mx = logits[top];
+  if (mx == -std::numeric_limits<float>::infinity()) return;  // everything banned
+  double sum = 0;
+  for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>((logits[i] - mx) * inv_t));
+  const float log_z = static_cast<float>(std::log(sum));
+  // A min-heap of the k best (value, id): better = larger value, then lower id.
+  auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::vector<std::pair<float, int32_t>> heap;
+  heap.reserve(static_cast<size_t>(k) + 1);
+  for (int32_t i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    if (v == -std::numeric_limits<float>::infinity()) continue;
+    if (static_cast<int32_t>(heap.size()) < k) {
+      heap.emplace_back(v, i);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better({v, i}, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = {v, i};
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  for (const auto& [v, id] : heap) out->emplace_back(id, (v - mx) * inv_t - log_z);
 }
 
 void Sampler::ApplyPenalties(float* logits, int32_t vocab) const {

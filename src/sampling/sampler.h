@@ -52,6 +52,11 @@ class Sampler {
   // probability p(draft) and otherwise a token drawn from p without the draft, so the token has
   // exactly the distribution Sample gives. The draft is accepted when the result equals it.
   SampledToken SampleWithDraft(float* logits, int32_t vocab, int32_t draft);
+  // Logit bias and penalties, as Sample applies them before choosing (beam search scores the
+  // processed logits itself).
+  void ApplyPenaltiesTo(float* logits, int32_t vocab) const { ApplyPenalties(logits, vocab); }
+  // Replaces the output the penalties see (a beam that took over another beam's tokens).
+  void SetOutputTokens(const int32_t* ids, int64_t n);
   // Whether Sample writes to the logits (penalties); when not, the caller need not copy them.
   bool modifies_logits() const {
     return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f ||
@@ -68,6 +73,10 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> output_counts_;
   std::vector<std::pair<float, int32_t>> candidates_;  // reused
 };
+
+// The k most likely tokens of log_softmax(logits / temperature), best first (lower id first on
+// ties); banned (-inf) tokens are never among them.
+void TopLogProbs(const float* logits, int32_t vocab, float temperature, int32_t k, std::vector<std::pair<int32_t, float>>* out);
 
 // Index of the largest value (lowest index on ties).
 int32_t ArgMax(const float* x, int32_t n);
