@@ -174,6 +174,8 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--draft-model-layers", init.draft_model_layers,
                        "draft_model: use only the draft's first n layers (0: all), e.g. the model's own first layers")
       ->check(CLI::Range(0, 1 << 16));
+  init_cmd->add_option("--max-beam-width", init.max_beam_width, "Widest beam search a request may ask for (beam_width)")
+      ->check(CLI::Range(1, 64));
   init_cmd->add_option("--max-draft-len", init.max_draft_len, "Draft tokens verified per step and sequence")
       ->check(CLI::Range(0, 32));
   init_cmd->add_flag("--force", init.force, "Overwrite an existing repository's configs");

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -87,6 +88,18 @@ class ServerE2eTest : public ::testing::Test {
                  "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"draft_model\""},
                 {"key: \"draft_model_layers\"\n  value: {\n    string_value: \"0\"",
                  "key: \"draft_model_layers\"\n  value: {\n    string_value: \"2\""}});
+    AddVariant(*repo_, "tensorrt_llm_beam",
+               {{"decoupled: true", "decoupled: false"},
+                {"key: \"max_beam_width\"\n  value: {\n    string_value: \"1\"",
+                 "key: \"max_beam_width\"\n  value: {\n    string_value: \"4\""}});
+    {
+      // The ensemble over the beam-search variant.
+      std::string ens = ReadFile(*repo_ / "ensemble" / "config.pbtxt");
+      Replace(&ens, "name: \"ensemble\"", "name: \"ensemble_beam\"");
+      Replace(&ens, "model_name: \"tensorrt_llm\"", "model_name: \"tensorrt_llm_beam\"");
+      fs::create_directories(*repo_ / "ensemble_beam" / "1");
+      std::ofstream(*repo_ / "ensemble_beam" / "config.pbtxt") << ens;
+    }
     {
       // The BLS model over the prompt-lookup variant.
       std::string bls = ReadFile(*repo_ / "tensorrt_llm_bls" / "config.pbtxt");
@@ -293,6 +306,143 @@ TEST_F(ServerE2eTest, GrpcModelInferAndStreamMatchTheEngineAlone) {
     EXPECT_EQ(finals, 1);
     EXPECT_GE(responses, 2);
   }
+}
+
+// Beam search through KServe HTTP, gRPC and the ensemble: the beams come back together as
+// output_ids [1, beams, L] (padded with -1), sequence_length and cum_log_probs [1, beams],
+// equal to the engine's own beam search; the ensemble detokenizes each beam; a width above
+// max_beam_width is refused.
+TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
+  const std::vector<int32_t> prompt = Tokens("Once upon a time, there was a little girl who");
+  // The engine's beams for the same request, in process.
+  ExecutorConfig cfg;
+  cfg.max_beam_width = 4;
+  auto e = Executor::Create(*model_, cfg);
+  ASSERT_TRUE(e.ok());
+  Request q;
+  q.prompt_ids = prompt;
+  q.max_tokens = 12;
+  q.beam_width = 3;
+  q.num_return_sequences = 3;
+  q.exclude_input_in_output = true;
+  q.return_log_probs = true;
+  auto id = (*e)->Enqueue(q);
+  ASSERT_TRUE(id.ok());
+  Result want;
+  for (bool done = false; !done;) {
+    for (Result& res : (*e)->AwaitResponses(*id, std::chrono::milliseconds(1000))) {
+      if (res.is_final) {
+        want = std::move(res);
+        done = true;
+      }
+    }
+  }
+  ASSERT_EQ(want.beams.size(), 3u);
+  int64_t longest = 0;
+  for (const BeamOutput& b : want.beams) longest = std::max<int64_t>(longest, b.output_token_ids.size());
+  auto check = [&](const std::vector<int64_t>& shape, const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths,
+                   const std::vector<float>& cum, const std::string& via) {
+    ASSERT_EQ(shape, (std::vector<int64_t>{1, 3, longest})) << via;
+    ASSERT_EQ(lengths.size(), 3u) << via;
+    ASSERT_EQ(cum.size(), 3u) << via;
+    for (size_t k = 0; k < 3; ++k) {
+      const auto& b = want.beams[k].output_token_ids;
+      EXPECT_EQ(lengths[k], static_cast<int32_t>(b.size())) << via;
+      std::vector<int32_t> row(ids.begin() + k * longest, ids.begin() + (k + 1) * longest);
+      std::vector<int32_t> padded = b;
+      padded.resize(longest, -1);
+      EXPECT_EQ(row, padded) << via << " beam " << k;
+      EXPECT_NEAR(cum[k], want.beams[k].cum_log_prob, 1e-4) << via;
+    }
+    EXPECT_GE(cum[0], cum[2]) << via;
+  };
+  const json inputs = json::array({
+      {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
+      {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+      {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {12}}},
+      {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+      {{"name", "return_log_probs"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+      {{"name", "num_return_sequences"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {3}}},
+  });
+  auto with_width = [&](int width) {
+    json in = inputs;
+    in.push_back({{"name", "beam_width"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {width}}});
+    return json{{"inputs", in}}.dump();
+  };
+  {
+    auto r = Post("/v2/models/tensorrt_llm_beam/infer", with_width(3));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    json ids, lengths, cum;
+    for (const json& o : j["outputs"]) {
+      if (o["name"] == "output_ids") ids = o;
+      if (o["name"] == "sequence_length") lengths = o;
+      if (o["name"] == "cum_log_probs") cum = o;
+      EXPECT_NE(o["name"], "sequence_index") << "beams come back in one response";
+    }
+    check(ids["shape"].get<std::vector<int64_t>>(), ids["data"].get<std::vector<int32_t>>(),
+          lengths["data"].get<std::vector<int32_t>>(), cum["data"].get<std::vector<float>>(), "HTTP");
+  }
+  {
+    auto stub = GrpcStub(server_->grpc_port);
+    inference::ModelInferRequest g = LlmRequest("tensorrt_llm_beam", "beam", {prompt}, 12, false);
+    auto add = [&](const char* name, const char* dtype, const std::string& raw) {
+      auto* in = g.add_inputs();
+      in->set_name(name);
+      in->set_datatype(dtype);
+      in->add_shape(1);
+      in->add_shape(1);
+      g.add_raw_input_contents(raw);
+    };
+    add("exclude_input_in_output", "BOOL", std::string(1, '\1'));
+    add("return_log_probs", "BOOL", std::string(1, '\1'));
+    add("num_return_sequences", "INT32", RawInt32({3}));
+    add("beam_width", "INT32", RawInt32({3}));
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse resp;
+    grpc::Status st = stub->ModelInfer(&ctx, g, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    std::vector<int64_t> shape;
+    std::vector<float> cum;
+    for (int i = 0; i < resp.outputs_size(); ++i) {
+      if (resp.outputs(i).name() == "output_ids") shape.assign(resp.outputs(i).shape().begin(), resp.outputs(i).shape().end());
+      if (resp.outputs(i).name() == "cum_log_probs") {
+        const std::string& raw = resp.raw_output_contents(i);
+        cum.resize(raw.size() / sizeof(float));
+        std::memcpy(cum.data(), raw.data(), raw.size());
+      }
+    }
+    check(shape, OutputInt32(resp, "output_ids"), OutputInt32(resp, "sequence_length"), cum, "gRPC");
+  }
+  {
+    // The ensemble: one text per beam.
+    const json body = {{"text_input", "Once upon a time, there was a little girl who"},
+                       {"max_tokens", 12},
+                       {"beam_width", 3},
+                       {"num_return_sequences", 3},
+                       {"exclude_input_in_output", true}};
+    auto r = Post("/v2/models/ensemble_beam/generate", body.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    ASSERT_TRUE(j["text_output"].is_array()) << r->body;
+    ASSERT_EQ(j["text_output"].size(), 3u) << r->body;
+    // (The postprocessing keeps the space that begins the continuation's first word.)
+    auto trimmed = [](std::string t) { return t.erase(0, t.find_first_not_of(' ')); };
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(trimmed(j["text_output"][k].get<std::string>()), trimmed(model_->tokenizer()->Decode(want.beams[k].output_token_ids, true)))
+          << k;
+    }
+  }
+  // Refusals: wider than max_beam_width, and any beam search on a max_beam_width 1 model.
+  for (const auto& [model, width] : std::vector<std::pair<std::string, int>>{{"tensorrt_llm_beam", 5}, {"tensorrt_llm_sync", 2}}) {
+    auto r = Post("/v2/models/" + model + "/infer", with_width(width));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find("beam_width " + std::to_string(width) + " is outside [1, max_beam_width"), std::string::npos) << r->body;
+  }
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_beam"));
 }
 
 // Speculative decoding through KServe HTTP and gRPC: a client's draft_input_ids, the model's
@@ -652,7 +802,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   json ens_config = json::parse(cli.Get("/v2/models/ensemble/config")->body);
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true) << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 10u);
+  EXPECT_EQ(index.size(), 12u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -886,14 +1036,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 10);
+    EXPECT_EQ(r.models_size(), 12);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 10);
+    EXPECT_EQ(r.model_stats_size(), 12);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

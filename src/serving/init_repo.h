@@ -22,6 +22,7 @@ struct InitRepoOptions {
   bool enable_kv_cache_reuse = true;
   int32_t max_queue_size = 0;
   bool exclude_input_in_output = false;
+  int32_t max_beam_width = 1;                      // widest beam search a request may ask for
   std::string speculative_decoding_mode = "none";  // prompt_lookup, draft_model
   int32_t max_draft_len = 4;                       // draft tokens per step and sequence
   std::string draft_model_path;                    // draft_model: the draft (default: the model itself)

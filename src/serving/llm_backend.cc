@@ -57,6 +57,33 @@ int64_t EpochNs(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(system.time_since_epoch()).count();
 }
 
+// Beam search: output_ids [1, beams, L] padded with -1 to the longest beam, sequence_length
+// [1, beams], and with log-probs cum_log_probs [1, beams], output_log_probs [1, beams, L]
+// (padded with 0), as the reference returns them.
+void AddBeamOutputs(const Result& res, bool log_probs, InferResponse* resp) {
+  const int64_t beams = static_cast<int64_t>(res.beams.size());
+  int64_t longest = 0, longest_lp = 0;
+  for (const BeamOutput& b : res.beams) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(b.output_token_ids.size()));
+    longest_lp = std::max<int64_t>(longest_lp, static_cast<int64_t>(b.log_probs.size()));
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(beams * longest), -1), lengths;  // -1: padding
+  std::vector<float> cum, lps(static_cast<size_t>(beams * longest_lp), 0.0f);
+  for (int64_t i = 0; i < beams; ++i) {
+    const BeamOutput& b = res.beams[i];
+    std::copy(b.output_token_ids.begin(), b.output_token_ids.end(), ids.begin() + i * longest);
+    std::copy(b.log_probs.begin(), b.log_probs.end(), lps.begin() + i * longest_lp);
+    lengths.push_back(static_cast<int32_t>(b.output_token_ids.size()));
+    cum.push_back(b.cum_log_prob);
+  }
+  resp->outputs.push_back(InferTensor::Int32("output_ids", {1, beams, longest}, std::move(ids)));
+  resp->outputs.push_back(InferTensor::Int32("sequence_length", {1, beams}, std::move(lengths)));
+  if (log_probs) {
+    resp->outputs.push_back(InferTensor::Float32("cum_log_probs", {1, beams}, std::move(cum)));
+    resp->outputs.push_back(InferTensor::Float32("output_log_probs", {1, beams, longest_lp}, std::move(lps)));
+  }
+}
+
 void AddPerfMetrics(const RequestStats& st, InferResponse* resp) {
   auto i32 = [&](const char* name, int32_t v) { resp->outputs.push_back(InferTensor::Int32(name, {1, 1}, {v})); };
   auto i64 = [&](const char* name, int64_t v) {
@@ -268,7 +295,8 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   p->rows_outstanding = batch;
   for (int64_t b = 0; b < batch; ++b) {
     Request& row = rows[b];
-    p->multi_sequence = row.num_return_sequences > 1;
+    // Beam search returns its beams together in one response ([1, beams, L]).
+    p->multi_sequence = row.num_return_sequences > 1 && row.beam_width == 1;
     p->return_log_probs = row.return_log_probs;
     // The engine thread only pushes into the row's output stream; its notification schedules
     // the response path on delivery_ (weak: the stream must not own itself).
@@ -361,6 +389,9 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   INFLIGHT_READ(nrs, "num_return_sequences");
   INFLIGHT_READ(perf, "return_perf_metrics");
   INFLIGHT_READ(num_draft, "num_draft_tokens");
+  INFLIGHT_READ(len_penalty, "len_penalty");
+  INFLIGHT_READ(early_stopping, "early_stopping");
+  INFLIGHT_READ(diversity, "beam_search_diversity_rate");
 #undef INFLIGHT_READ
   const double max_tokens = out_len->value_or(0);
   if (max_tokens < 1 || max_tokens > INT32_MAX) {
@@ -370,10 +401,15 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   q.end_id = static_cast<int32_t>(end_id->value_or(-1));
   q.pad_id = static_cast<int32_t>(pad_id->value_or(-1));
   q.streaming = streaming->value_or(0) != 0;
-  if (beam_width->value_or(1) != 1) {
-    return InvalidArgumentError("beam_width " + std::to_string(static_cast<int64_t>(**beam_width)) +
-                                " is not supported: this server runs max_beam_width 1 (sampling or greedy)");
+  const double beams = beam_width->value_or(1);
+  if (!(beams >= 1 && beams <= params_.executor.max_beam_width)) {
+    return InvalidArgumentError("beam_width " + std::to_string(static_cast<int64_t>(beams)) + " is outside [1, max_beam_width " +
+                                std::to_string(params_.executor.max_beam_width) + "]");
   }
+  q.beam_width = static_cast<int32_t>(beams);
+  q.length_penalty = static_cast<float>(len_penalty->value_or(0.0));
+  q.early_stopping = static_cast<int32_t>(early_stopping->value_or(1));
+  q.beam_search_diversity_rate = static_cast<float>(diversity->value_or(0.0));
   // As TensorRT-LLM: no top-k and no top-p means greedy decoding.
   const int32_t k = static_cast<int32_t>(top_k->value_or(0));
   const double pp = top_p->value_or(0);
@@ -571,12 +607,16 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   }
   resp.final = last;
   if (last) p->done = true;
-  const int64_t n = static_cast<int64_t>(res.output_token_ids.size());
-  resp.outputs.push_back(InferTensor::Int32("output_ids", {1, 1, n}, res.output_token_ids));
-  resp.outputs.push_back(InferTensor::Int32("sequence_length", {1, 1}, {static_cast<int32_t>(n)}));
-  if (p->return_log_probs) {
-    resp.outputs.push_back(InferTensor::Float32("cum_log_probs", {1, 1}, {res.cum_log_prob}));
-    resp.outputs.push_back(InferTensor::Float32("output_log_probs", {1, 1, static_cast<int64_t>(res.log_probs.size())}, res.log_probs));
+  if (!res.beams.empty()) {
+    AddBeamOutputs(res, p->return_log_probs, &resp);
+  } else {
+    const int64_t n = static_cast<int64_t>(res.output_token_ids.size());
+    resp.outputs.push_back(InferTensor::Int32("output_ids", {1, 1, n}, res.output_token_ids));
+    resp.outputs.push_back(InferTensor::Int32("sequence_length", {1, 1}, {static_cast<int32_t>(n)}));
+    if (p->return_log_probs) {
+      resp.outputs.push_back(InferTensor::Float32("cum_log_probs", {1, 1}, {res.cum_log_prob}));
+      resp.outputs.push_back(InferTensor::Float32("output_log_probs", {1, 1, static_cast<int64_t>(res.log_probs.size())}, res.log_probs));
+    }
   }
   if (!res.top_logprobs.empty()) {
     // Extension: [1, 1, tokens, k] ids and log-probs of the most likely tokens at each step.
@@ -655,9 +695,11 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
     if (!pol.ok()) return InvalidArgumentError("parameter batch_scheduler_policy: " + pol.status().message());
     e.policy = *pol;
   }
-  if (GetIntParameter(config, "max_beam_width", 1) != 1) {
-    return InvalidArgumentError("parameter max_beam_width: only 1 is supported (no beam search)");
+  const int64_t max_beam_width = GetIntParameter(config, "max_beam_width", 1);
+  if (max_beam_width < 1 || max_beam_width > kMaxBeamWidth) {
+    return InvalidArgumentError("parameter max_beam_width: must be in [1, " + std::to_string(kMaxBeamWidth) + "]");
   }
+  e.max_beam_width = static_cast<int32_t>(max_beam_width);
   if (auto mode = GetParameter(config, "speculative_decoding_mode")) {
     auto m = SpeculativeModeFromName(*mode);
     if (!m.ok()) return InvalidArgumentError("parameter speculative_decoding_mode: " + m.status().message());
