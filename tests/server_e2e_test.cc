@@ -92,11 +92,14 @@ class ServerE2eTest : public ::testing::Test {
                {{"decoupled: true", "decoupled: false"},
                 {"key: \"max_beam_width\"\n  value: {\n    string_value: \"1\"",
                  "key: \"max_beam_width\"\n  value: {\n    string_value: \"4\""}});
+    AddVariant(*repo_, "tensorrt_llm_beam_stream",
+               {{"key: \"max_beam_width\"\n  value: {\n    string_value: \"1\"",
+                 "key: \"max_beam_width\"\n  value: {\n    string_value: \"4\""}});
     {
-      // The ensemble over the beam-search variant.
+      // The ensemble over the (decoupled) beam-search variant.
       std::string ens = ReadFile(*repo_ / "ensemble" / "config.pbtxt");
       Replace(&ens, "name: \"ensemble\"", "name: \"ensemble_beam\"");
-      Replace(&ens, "model_name: \"tensorrt_llm\"", "model_name: \"tensorrt_llm_beam\"");
+      Replace(&ens, "model_name: \"tensorrt_llm\"", "model_name: \"tensorrt_llm_beam_stream\"");
       fs::create_directories(*repo_ / "ensemble_beam" / "1");
       std::ofstream(*repo_ / "ensemble_beam" / "config.pbtxt") << ens;
     }
@@ -434,6 +437,24 @@ TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
       EXPECT_EQ(trimmed(j["text_output"][k].get<std::string>()), trimmed(model_->tokenizer()->Decode(want.beams[k].output_token_ids, true)))
           << k;
     }
+    // Streamed: every event holds the live beams' whole texts so far (provisional); the last
+    // one the same texts as the unstreamed response.
+    json stream_body = body;
+    stream_body["stream"] = true;
+    auto s = Post("/v2/models/ensemble_beam/generate_stream", stream_body.dump());
+    ASSERT_TRUE(s);
+    ASSERT_EQ(s->status, 200) << s->body;
+    const auto events = SseEvents(s->body);
+    ASSERT_GE(events.size(), 3u) << s->body;
+    size_t previous = 0;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      ASSERT_TRUE(events[i]["text_output"].is_array()) << events[i];
+      ASSERT_EQ(events[i]["text_output"].size(), 3u) << events[i];
+      const size_t len = events[i]["text_output"][0].get<std::string>().size();
+      EXPECT_GE(len, previous) << "the best beam so far grows: " << events[i];
+      previous = len;
+    }
+    EXPECT_EQ(events.back()["text_output"], j["text_output"]) << s->body;
   }
   // Refusals: wider than max_beam_width, and any beam search on a max_beam_width 1 model.
   for (const auto& [model, width] : std::vector<std::pair<std::string, int>>{{"tensorrt_llm_beam", 5}, {"tensorrt_llm_sync", 2}}) {
@@ -802,7 +823,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   json ens_config = json::parse(cli.Get("/v2/models/ensemble/config")->body);
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true) << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 12u);
+  EXPECT_EQ(index.size(), 13u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -1036,14 +1057,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 12);
+    EXPECT_EQ(r.models_size(), 13);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 12);
+    EXPECT_EQ(r.model_stats_size(), 13);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

@@ -85,6 +85,9 @@ class EnsembleBackend : public ModelBackend {
     if (trigger) {
       // What a stateful downstream step (the detokenizer) needs to know of the response.
       sub.parameters["upstream_final"] = trigger->final;
+      if (auto it = trigger->parameters.find("all_generated_tokens"); it != trigger->parameters.end()) {
+        sub.parameters["all_generated_tokens"] = it->second;
+      }
       for (const InferTensor& t : trigger->outputs) {
         if (t.name == "batch_index" || t.name == "sequence_index") {
           auto v = t.AsInt64();

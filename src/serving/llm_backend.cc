@@ -609,6 +609,9 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   if (last) p->done = true;
   if (!res.beams.empty()) {
     AddBeamOutputs(res, p->return_log_probs, &resp);
+    // Every response holds whole beams (re-ranked each step), not new tokens: a streaming
+    // detokenizer downstream decodes each afresh.
+    resp.parameters["all_generated_tokens"] = true;
   } else {
     const int64_t n = static_cast<int64_t>(res.output_token_ids.size());
     resp.outputs.push_back(InferTensor::Int32("output_ids", {1, 1, n}, res.output_token_ids));

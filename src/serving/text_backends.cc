@@ -210,6 +210,9 @@ class DetokenizerBackend : public ModelBackend {
     auto final_it = r.parameters.find("upstream_final");
     const bool upstream_final = final_it != r.parameters.end() && std::get_if<bool>(&final_it->second) &&
                                 std::get<bool>(final_it->second);
+    // Beam search: each response holds the beams' whole outputs so far.
+    auto all_it = r.parameters.find("all_generated_tokens");
+    const bool whole_outputs = all_it != r.parameters.end() && std::get_if<bool>(&all_it->second) && std::get<bool>(all_it->second);
     std::vector<std::string> texts;
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t k = 0; k < beams; ++k) {
@@ -226,6 +229,15 @@ class DetokenizerBackend : public ModelBackend {
         }
         if (!state) {
           texts.push_back(tok_->Decode(seq, skip_special_));
+          continue;
+        }
+        if (whole_outputs) {
+          // As a fresh stream would decode them (same spaces as the non-beam path).
+          const bool whole = !seq.empty() && seq[0] == tok_->bos_id();
+          IncrementalDetokenizer fresh(tok_.get(), skip_special_, !whole);
+          std::string text;
+          for (int32_t id : seq) text += fresh.Add(id);
+          texts.push_back(text + fresh.Flush());
           continue;
         }
         std::lock_guard<std::mutex> lock(state->mu);
