@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what inflight needs to build and test on Debian 12: Debian -dev packages (and
-# python3-jinja2, the chat-template reference; chromium, for the web page's browser test) and
+# python3-jinja2, the chat-template reference; python3-jsonschema, the JSON Schema validator of guided outputs; chromium, for the web page's browser test) and
 # the npm packages the tests use (tools/oracle: the tokenizer oracle, the OpenAI SDK,
 # playwright-core). Safe to run again.
 set -euo pipefail
@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
-  libsentencepiece-dev python3-sentencepiece python3-jinja2 libcli11-dev clang libclang-rt-14-dev nodejs npm
+  libsentencepiece-dev python3-sentencepiece python3-jinja2 python3-jsonschema libcli11-dev clang libclang-rt-14-dev nodejs npm
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev libboost-dev prometheus-cpp-dev
   prometheus curl chromium libssl-dev openssl)
 

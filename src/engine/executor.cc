@@ -100,7 +100,9 @@ Status Executor::Validate(const Request& r) const {
       return InvalidArgumentError("beam_search_diversity_rate must be >= 0");
     }
     if (r.early_stopping < 0) return InvalidArgumentError("early_stopping must be >= 0");
+    if (r.guide) return InvalidArgumentError("guided decoding is not supported with beam search (beam_width > 1)");
   }
+  if (r.guide && !r.draft_tokens.empty()) return InvalidArgumentError("draft tokens cannot be verified with guided decoding");
   if (r.min_tokens < 0) return InvalidArgumentError("min_tokens must be >= 0");
   if (!(r.priority >= 0 && r.priority <= 1)) return InvalidArgumentError("priority must be in [0, 1]");
   if (r.timeout_ms < 0) return InvalidArgumentError("timeout must be >= 0");
@@ -276,6 +278,7 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
     seq->tokens = r.prompt_ids;
     seq->prompt_len = static_cast<int32_t>(r.prompt_ids.size());
     seq->sampler.AddPromptTokens(r.prompt_ids.data(), seq->prompt_len);
+    if (r.guide) seq->constraint = r.guide->Clone();
     // A client's drafts are verified with the prompt's last chunk (sibling sequences fork from
     // the prompt alone, so not for num_return_sequences > 1).
     if (r.num_return_sequences == 1 && r.beam_width == 1) seq->draft = r.draft_tokens;
@@ -424,13 +427,18 @@ SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* s
   const Request& r = seq->request->request;
   if (r.return_generation_logits) seq->generation_logits.insert(seq->generation_logits.end(), logits_row, logits_row + vocab_size_);
   const bool ban_end = r.end_id >= 0 && seq->num_generated() < r.min_tokens;
-  if (r.bad_words.empty() && !ban_end && !seq->sampler.modifies_logits()) {
+  if (r.bad_words.empty() && !ban_end && !seq->sampler.modifies_logits() && !seq->constraint) {
     // Nothing to write into the row: sample it where it is (no copy of the vocabulary).
     return seq->sampler.SampleWithDraft(const_cast<float*>(logits_row), vocab_size_, draft);
   }
   float* x = scratch;
   std::copy(logits_row, logits_row + vocab_size_, x);
   BanTokens(*seq, x);
+  if (seq->constraint && seq->constraint->Mask(x, vocab_size_, r.end_id) == 0) {
+    SampledToken none;  // nothing may follow (the guide is complete): AcceptToken ends it
+    none.id = -1;
+    return none;
+  }
   return seq->sampler.SampleWithDraft(x, vocab_size_, draft);
 }
 
@@ -453,7 +461,7 @@ void Executor::AcceptToken(Sequence* seq, const SampledToken& t) {
   const Clock::time_point now = Clock::now();
   if (rs->stats.first_token_time == Clock::time_point{}) rs->stats.first_token_time = now;
   rs->stats.last_token_time = now;
-  if (t.id == r.end_id) {
+  if (t.id == r.end_id || t.id < 0) {
     if (r.return_generation_logits) seq->generation_logits.resize(seq->generation_logits.size() - vocab_size_);
     FinishSequence(seq, FinishReason::kEndId);
     return;
@@ -463,6 +471,13 @@ void Executor::AcceptToken(Sequence* seq, const SampledToken& t) {
   if (r.sampling.num_top_logprobs > 0) seq->top_logprobs.push_back(t.top_logprobs);
   seq->cum_log_prob += t.logprob;
   rs->stats.num_generated_tokens++;
+  if (seq->constraint) {
+    seq->constraint->Advance(t.id);
+    if (seq->constraint->Terminated()) {
+      FinishSequence(seq, FinishReason::kEndId);  // the guided output is complete
+      return;
+    }
+  }
   if (seq->num_generated() >= r.min_tokens && StopWordMatched(*seq)) {
     FinishSequence(seq, FinishReason::kStopWords);
   } else if (seq->num_generated() >= r.max_tokens || static_cast<int32_t>(seq->tokens.size()) >= context_length_) {
@@ -535,6 +550,7 @@ void Executor::Fork(Sequence* parent, const float* logits_row) {
     seq->tokens.assign(rs->request.prompt_ids.begin(), rs->request.prompt_ids.end());
     seq->prompt_len = parent->prompt_len;
     seq->sampler.AddPromptTokens(seq->tokens.data(), seq->prompt_len);
+    if (rs->request.guide) seq->constraint = rs->request.guide->Clone();
     seq->ever_scheduled = true;
     std::optional<int32_t> copy;
     if (partial > 0) copy = blocks_.Allocate();

@@ -31,6 +31,7 @@ void PromptLookup(const std::vector<int32_t>& t, int32_t max_ngram, int32_t k, s
 int32_t Executor::DraftLength(const Sequence& seq) const {
   const Request& r = seq.request->request;
   if (r.beam_width > 1) return 0;  // beams are chosen among all beams' candidates, not verified
+  if (r.guide) return 0;           // drafts would need the guide's mask per verified row
   const int32_t most = std::min(r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
                                 r.max_tokens - seq.num_generated() - 1);
   if (most <= 0 || !config_.adaptive_draft_length || r.num_draft_tokens >= 0) return std::max(most, 0);

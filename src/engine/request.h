@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "sampling/sampler.h"
+#include "sampling/token_constraint.h"
 
 namespace inflight {
 
@@ -69,6 +70,10 @@ struct Request {
   // max_draft_tokens, 0 = none for this request.
   std::vector<int32_t> draft_tokens;
   int32_t num_draft_tokens = -1;
+  // Guided decoding: the constraint at the start of the output (each sequence works on its
+  // own clone); its mask applies before sampling, and the sequence ends once it is
+  // complete. Not with beam search or draft tokens.
+  std::shared_ptr<const TokenConstraint> guide;
   // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
   Clock::time_point arrival_time{};
   // Where the results go. Left null, Enqueue makes one (read by AwaitResponses, or drained

@@ -62,6 +62,7 @@ struct Sequence {
   // that has reported waits (fully computed) until all its request's beams have.
   std::vector<std::pair<int32_t, float>> beam_candidates;
   bool beam_reported = false;
+  std::unique_ptr<TokenConstraint> constraint;  // guided decoding: where the output is
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int32_t num_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
