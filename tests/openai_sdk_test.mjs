@@ -78,6 +78,36 @@ async function main() {
   assert.equal(stopped.choices[0].message.content, full.slice(0, full.indexOf(stop)));
   assert.equal(stopped.choices[0].finish_reason, "stop");
 
+  // Structured outputs: response_format json_schema and json_object (guided decoding).
+  const schema = {
+    type: "object",
+    properties: { name: { type: "string", maxLength: 12 }, legs: { type: "integer", minimum: 0, maximum: 8 }, tame: { type: "boolean" } },
+    required: ["name", "legs", "tame"],
+    additionalProperties: false,
+  };
+  for (const seed of [1, 2, 3]) {
+    const pet = await client.chat.completions.create({
+      model: "ensemble", messages, max_tokens: 80, temperature: 0.8, seed,
+      response_format: { type: "json_schema", json_schema: { name: "pet", schema, strict: true } },
+    });
+    assert.equal(pet.choices[0].finish_reason, "stop");
+    const obj = JSON.parse(pet.choices[0].message.content);
+    assert.deepEqual(Object.keys(obj), ["name", "legs", "tame"]);
+    assert.ok(typeof obj.name === "string" && obj.name.length <= 12, pet.choices[0].message.content);
+    assert.ok(Number.isInteger(obj.legs) && obj.legs >= 0 && obj.legs <= 8, pet.choices[0].message.content);
+    assert.equal(typeof obj.tame, "boolean");
+  }
+  const anyJson = await client.chat.completions.create({ model: "ensemble", messages, max_tokens: 200, temperature: 0, response_format: { type: "json_object" } });
+  if (anyJson.choices[0].finish_reason === "stop") {
+    const v = JSON.parse(anyJson.choices[0].message.content);
+    assert.ok(typeof v === "object" && v !== null);
+  } else {
+    assert.equal(anyJson.choices[0].finish_reason, "length");
+  }
+  await assert.rejects(
+    client.chat.completions.create({ model: "ensemble", messages, response_format: { type: "yaml" } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "response_format");
+
   // A stream the client aborts (the test then checks the KV blocks are free again).
   const controller = new AbortController();
   const long = await client.completions.create(

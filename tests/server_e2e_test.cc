@@ -12,7 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
+#include <tuple>
 
 #include "engine/executor.h"
 #include "grpc_service.grpc.pb.h"
@@ -464,6 +466,112 @@ TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
     EXPECT_NE(r->body.find("beam_width " + std::to_string(width) + " is outside [1, max_beam_width"), std::string::npos) << r->body;
   }
   EXPECT_TRUE(WaitIdle("tensorrt_llm_beam"));
+}
+
+// Guided decoding through KServe HTTP, gRPC and the ensemble: the output follows the regex or
+// schema the request names, and bad guides get 400 (501 for ebnf_grammar) with the reason.
+TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
+  const std::vector<int32_t> prompt = Tokens("Once upon a time");
+  const int32_t eos = model_->tokenizer()->eos_id();
+  auto body = [&](const std::string& type, const std::string& guide) {
+    json inputs = json::array({
+        {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
+        {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+        {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {48}}},
+        {{"name", "end_id"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {eos}}},
+        {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+        {{"name", "runtime_top_k"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {40}}},
+        {{"name", "guided_decoding_guide_type"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {type}}},
+    });
+    if (!guide.empty()) inputs.push_back({{"name", "guided_decoding_guide"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {guide}}});
+    return json{{"inputs", inputs}}.dump();
+  };
+  auto text_of = [&](const json& j) {
+    for (const json& o : j["outputs"]) {
+      if (o["name"] == "output_ids") return model_->tokenizer()->Decode(o["data"].get<std::vector<int32_t>>(), true);
+    }
+    return std::string();
+  };
+  const std::string pattern = "[0-9]{3}-[a-z]{2,4}( [A-Z][a-z]{1,6}){1,2}";
+  for (int i = 0; i < 3; ++i) {
+    auto r = Post("/v2/models/tensorrt_llm_sync/infer", body("regex", pattern));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const std::string text = text_of(json::parse(r->body));
+    EXPECT_TRUE(std::regex_match(text, std::regex(pattern))) << "'" << text << "'";
+  }
+  const std::string schema =
+      R"({"type": "object", "properties": {"hero": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 1, "maximum": 99}, "tags": {"type": "array", "items": {"enum": ["brave", "kind", "sly"]}, "maxItems": 2}}, "required": ["hero", "age", "tags"]})";
+  auto check_schema_output = [](const std::string& text) {
+    ASSERT_TRUE(json::accept(text)) << text;
+    const json v = json::parse(text);
+    ASSERT_TRUE(v.is_object()) << text;
+    EXPECT_TRUE(v["hero"].is_string() && v["hero"].get<std::string>().size() <= 10 * 4) << text;
+    EXPECT_TRUE(v["age"].is_number_integer() && v["age"] >= 1 && v["age"] <= 99) << text;
+    ASSERT_TRUE(v["tags"].is_array()) << text;
+    EXPECT_LE(v["tags"].size(), 2u) << text;
+    for (const json& t : v["tags"]) EXPECT_TRUE(t == "brave" || t == "kind" || t == "sly") << text;
+  };
+  {
+    auto stub = GrpcStub(server_->grpc_port);
+    inference::ModelInferRequest g = LlmRequest("tensorrt_llm_sync", "guided", {prompt}, 48, false);
+    auto add_string = [&](const char* name, const std::string& v) {
+      auto* in = g.add_inputs();
+      in->set_name(name);
+      in->set_datatype("BYTES");
+      in->add_shape(1);
+      in->add_shape(1);
+      std::string raw(4, '\0');
+      const uint32_t n = static_cast<uint32_t>(v.size());
+      std::memcpy(raw.data(), &n, 4);
+      g.add_raw_input_contents(raw + v);
+    };
+    add_string("guided_decoding_guide_type", "json_schema");
+    add_string("guided_decoding_guide", schema);
+    auto* in = g.add_inputs();
+    in->set_name("end_id");
+    in->set_datatype("INT32");
+    in->add_shape(1);
+    in->add_shape(1);
+    g.add_raw_input_contents(RawInt32({eos}));
+    auto* ex = g.add_inputs();
+    ex->set_name("exclude_input_in_output");
+    ex->set_datatype("BOOL");
+    ex->add_shape(1);
+    ex->add_shape(1);
+    g.add_raw_input_contents(std::string(1, '\1'));
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse resp;
+    grpc::Status st = stub->ModelInfer(&ctx, g, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    check_schema_output(model_->tokenizer()->Decode(OutputInt32(resp, "output_ids"), true));
+  }
+  {
+    const json req = {{"text_input", "Once upon a time"}, {"max_tokens", 64}, {"exclude_input_in_output", true},
+                      {"top_k", 40}, {"guided_decoding_guide_type", "json_schema"}, {"guided_decoding_guide", schema}};
+    for (const std::string model : {"ensemble", "tensorrt_llm_bls"}) {
+      auto r = Post("/v2/models/" + model + "/generate", req.dump());
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      check_schema_output(json::parse(r->body)["text_output"].get<std::string>());
+    }
+  }
+  const std::vector<std::tuple<std::string, std::string, int, std::string>> bad = {
+      {"regex", "[0-9", 400, "regex: unterminated ["},
+      {"json_schema", R"({"type": "array", "uniqueItems": true})", 400, "keyword 'uniqueItems' is not supported"},
+      {"json_schema", "{not json", 400, "json schema: not valid JSON"},
+      {"ebnf_grammar", "root ::= \"a\"", 501, "ebnf_grammar' is not supported"},
+      {"yaml", "", 400, "is not one of json, json_schema, regex, ebnf_grammar"},
+      {"regex", "", 400, "guided_decoding_guide is empty"},
+      {"regex", std::string(70000, 'a'), 400, "at most 65536 are taken"},
+  };
+  for (const auto& [type, guide, status, message] : bad) {
+    auto r = Post("/v2/models/tensorrt_llm_sync/infer", body(type, guide));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, status) << r->body;
+    EXPECT_NE(r->body.find(message), std::string::npos) << r->body;
+  }
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
 }
 
 // Speculative decoding through KServe HTTP and gRPC: a client's draft_input_ids, the model's

@@ -136,6 +136,10 @@ InferRequest Completion::BuildRequest(size_t p, int64_t j) const {
     for (const auto& [id, b] : q.logit_bias) bias[static_cast<size_t>(id)] += static_cast<float>(b);
     r.inputs.push_back(InferTensor::Float32("embedding_bias", shape({tok.vocab_size()}), bias));
   }
+  if (!q.guide_type.empty()) {
+    r.inputs.push_back(InferTensor::Strings("guided_decoding_guide_type", shape({1}), {q.guide_type}));
+    if (!q.guide.empty()) r.inputs.push_back(InferTensor::Strings("guided_decoding_guide", shape({1}), {q.guide}));
+  }
   if (q.min_p > 0.0) r.parameters["min_p"] = q.min_p;
   if (q.top_logprobs > 0) r.parameters["num_top_logprobs"] = q.top_logprobs;
   r.parameters["return_finish_reason"] = true;

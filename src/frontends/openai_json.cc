@@ -199,6 +199,55 @@ Status ParseLogitBias(const Fields& f, OpenAiRequest* r) {
   return OkStatus();
 }
 
+// The schema's text with its keys in the client's order (json sorts them; a schema's
+// properties come out in the order they are listed). `body` already parsed within bounds.
+std::string OrderedDump(std::string_view body, const std::vector<std::string>& path) {
+  const nlohmann::ordered_json o = nlohmann::ordered_json::parse(body, nullptr, false);
+  const nlohmann::ordered_json* cur = &o;
+  for (const std::string& k : path) {
+    if (!cur->is_object() || !cur->contains(k)) return "";
+    cur = &(*cur)[k];
+  }
+  return cur->is_string() ? cur->get<std::string>() : cur->dump();
+}
+
+Status ParseResponseFormat(const Fields& f, std::string_view body, OpenAiRequest* r) {
+  if (f.Has("response_format")) {
+    const json& rf = f.Get("response_format");
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) {
+      return f.Fail("response_format", "'response_format' must be an object with a string 'type'");
+    }
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "json_object") {
+      r->guide_type = "json";
+    } else if (type == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema") ||
+          !(rf["json_schema"]["schema"].is_object() || rf["json_schema"]["schema"].is_boolean())) {
+        return f.Fail("response_format", "'response_format.json_schema.schema' must be a JSON schema object");
+      }
+      r->guide_type = "json_schema";
+      r->guide = OrderedDump(body, {"response_format", "json_schema", "schema"});
+    } else if (type != "text") {
+      return f.Fail("response_format", "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
+    }
+  }
+  // vLLM's extensions.
+  if (f.Has("guided_json")) {
+    if (!r->guide_type.empty()) return f.Fail("guided_json", "give one of response_format, guided_json, guided_regex");
+    const json& g = f.Get("guided_json");
+    if (!g.is_object() && !g.is_string()) return f.Fail("guided_json", "'guided_json' must be a JSON schema (object or string)");
+    r->guide_type = "json_schema";
+    r->guide = OrderedDump(body, {"guided_json"});
+  }
+  if (f.Has("guided_regex")) {
+    if (!r->guide_type.empty()) return f.Fail("guided_regex", "give one of response_format, guided_json, guided_regex");
+    if (!f.Get("guided_regex").is_string()) return f.Fail("guided_regex", "'guided_regex' must be a string");
+    r->guide_type = "regex";
+    r->guide = f.Get("guided_regex").get<std::string>();
+  }
+  return OkStatus();
+}
+
 Status ParseLogprobs(const Fields& f, OpenAiRequest* r) {
   if (r->chat) {
     RETURN_IF_ERROR(f.Bool("logprobs", &r->logprobs));
@@ -266,6 +315,7 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std
   RETURN_IF_ERROR(f.Number("repetition_penalty", 1e-3, 100.0, &r.repetition_penalty));
   RETURN_IF_ERROR(ParseLogitBias(f, &r));
   RETURN_IF_ERROR(ParseLogprobs(f, &r));
+  RETURN_IF_ERROR(ParseResponseFormat(f, body, &r));
   RETURN_IF_ERROR(f.Bool("stream", &r.stream));
   if (f.Has("stream_options")) {
     const json& so = f.Get("stream_options");

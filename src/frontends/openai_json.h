@@ -57,6 +57,10 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
   std::string cache_salt;  // prefix-cache blocks are shared only among requests with the same salt
+  // Guided decoding from response_format (json_object -> json, json_schema -> its schema) or
+  // vLLM's guided_json / guided_regex; empty type: none.
+  std::string guide_type;
+  std::string guide;
 };
 
 // INVALID_ARGUMENT naming the field for a malformed or out-of-range request; *param is set to

@@ -14,6 +14,7 @@
 #include "base/serial_worker.h"
 #include "engine/output_stream.h"
 #include "engine/executor.h"
+#include "serving/guide_cache.h"
 #include "model/model.h"
 #include "serving/live_stats.h"
 #include "serving/metrics.h"
@@ -176,7 +177,10 @@ class LlmBackend : public ModelBackend {
     live_stats_.Fill(out);
     return true;
   }
-  void set_tokenizer(std::shared_ptr<const Tokenizer> t) { tokenizer_ = std::move(t); }
+  void set_tokenizer(std::shared_ptr<const Tokenizer> t) {
+    tokenizer_ = std::move(t);
+    guides_ = std::make_unique<GuideCache>(tokenizer_);
+  }
 
  private:
   // embedding_bias ([vocab] or [B, vocab]): row b's non-zero entries become logit biases.
@@ -194,6 +198,7 @@ class LlmBackend : public ModelBackend {
   inference::ModelConfig config_;
   BackendContext context_;
   std::shared_ptr<const Tokenizer> tokenizer_;  // the weights' own (OpenAI frontend); may be null
+  std::unique_ptr<GuideCache> guides_;           // guided decoding over tokenizer_'s vocabulary
   LlmLiveStats live_stats_;                      // the web dashboard's view
 
   std::mutex ids_mu_;  // LiveKey (tenant and Triton id) -> live executor ids, for `stop` requests
@@ -501,9 +506,27 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     }
     q.sampling.num_top_logprobs = static_cast<int32_t>(*v);
   }
+  const InferTensor* guide_type = r.FindInput("guided_decoding_guide_type");
+  if (guide_type && guide_type->num_elements() > 0) {
+    // Guided decoding ([1] or [B] strings; the guide is optional for type json).
+    auto types = guide_type->AsStrings();
+    if (!types.ok()) return types.status();
+    std::vector<std::string> guides;
+    if (const InferTensor* g = r.FindInput("guided_decoding_guide"); g && g->num_elements() > 0) {
+      auto v = g->AsStrings();
+      if (!v.ok()) return v.status();
+      guides = std::move(v).value();
+    }
+    auto pick = [b](const std::vector<std::string>& v) { return v.empty() ? std::string() : v[std::min<size_t>(b, v.size() - 1)]; };
+    if (!guides_) {
+      return FailedPreconditionError("guided decoding needs the model's tokenizer; this model has none (set tokenizer_dir)");
+    }
+    auto guide = guides_->Get(pick(*types), pick(guides));
+    if (!guide.ok()) return guide.status();
+    q.guide = std::move(guide).value();
+  }
   for (const char* unsupported : {"prompt_embedding_table", "prompt_table_extra_ids",
-                                  "lora_task_id", "lora_weights", "lora_config", "guided_decoding_guide_type",
-                                  "guided_decoding_guide"}) {
+                                  "lora_task_id", "lora_weights", "lora_config"}) {
     if (const InferTensor* t = r.FindInput(unsupported); t && t->num_elements() > 0) {
       return UnimplementedError(std::string(unsupported) + " is not supported by this server");
     }
