@@ -80,6 +80,10 @@ Status Executor::Validate(const Request& r) const {
                                 ") exceeds the model's context length " + std::to_string(context_length_));
   }
   RETURN_IF_ERROR(r.sampling.Validate());
+  if (r.lora && r.lora->num_layers() != runner_->num_layers()) {
+    return InvalidArgumentError("the LoRA adapter was built for " + std::to_string(r.lora->num_layers()) + " layers; the model has " +
+                                std::to_string(runner_->num_layers()));
+  }
   if (r.num_return_sequences < 1 || r.num_return_sequences > kMaxReturnSequences) {
     return InvalidArgumentError("num_return_sequences must be in [1, " + std::to_string(kMaxReturnSequences) + "]");
   }
@@ -148,6 +152,11 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
     request.max_tokens = static_cast<int32_t>(context_length_ - prompt);
   }
   RETURN_IF_ERROR(Validate(request));
+  if (request.lora) {
+    // KV computed with an adapter is the adapter's own: prefix reuse only within one task.
+    request.cache_salt = (request.cache_salt ^ 0x6c6f7261ull) * 0x9e3779b97f4a7c15ull + request.lora_task_id + 1;
+    if (request.cache_salt == 0) request.cache_salt = 1;
+  }
   if (request.arrival_time == Clock::time_point{}) request.arrival_time = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return UnavailableError("the executor is shut down");
@@ -347,6 +356,7 @@ void Executor::RunStep() {
     }
     ch.num_tokens = c.num_tokens + c.num_draft;
     ch.start_pos = seq->num_computed;
+    ch.lora = seq->request->request.lora.get();
     ch.block_table = seq->blocks.data();
     ch.num_blocks = static_cast<int32_t>(seq->blocks.size());
     // Context logits of the prompt's first pass; the last token's row and each draft's row

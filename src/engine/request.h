@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/lora.h"
 #include "sampling/sampler.h"
 #include "sampling/token_constraint.h"
 
@@ -74,6 +75,10 @@ struct Request {
   // own clone); its mask applies before sampling, and the sequence ends once it is
   // complete. Not with beam search or draft tokens.
   std::shared_ptr<const TokenConstraint> guide;
+  // LoRA: the adapter this request runs with (null: the base model), built for the
+  // executor's model. Its KV blocks are reused only by requests of the same lora_task_id.
+  std::shared_ptr<const LoraAdapter> lora;
+  uint64_t lora_task_id = 0;
   // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
   Clock::time_point arrival_time{};
   // Where the results go. Left null, Enqueue makes one (read by AwaitResponses, or drained

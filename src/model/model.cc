@@ -195,6 +195,10 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
   }
   for (const SequenceChunk& c : plan.chunks) {
     if (c.num_tokens <= 0) return InvalidArgumentError("a sequence chunk has no tokens");
+    if (c.lora != nullptr && c.lora->num_layers() != config_.num_layers) {
+      return InvalidArgumentError("a LoRA adapter for " + std::to_string(c.lora->num_layers()) + " layers cannot run on a model of " +
+                                  std::to_string(config_.num_layers));
+    }
     if (c.num_logits < 1 || c.num_logits > c.num_tokens) return InvalidArgumentError("a sequence chunk asks for logits of tokens it does not hold");
     if (c.start_pos < 0 || static_cast<int64_t>(c.start_pos) + c.num_tokens > config_.context_length) {
       return InvalidArgumentError("positions " + std::to_string(c.start_pos) + ".." + std::to_string(c.start_pos + c.num_tokens - 1) +
@@ -264,6 +268,16 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
     if (!lw.bk.empty()) kernels::AddBias(k, lw.bk.data(), T, kvd);
     if (!lw.bv.empty()) kernels::AddBias(v, lw.bv.data(), T, kvd);
   }
+  if (s.any_lora) {
+    const int32_t H = c.hidden_size;
+    const int32_t qd32 = static_cast<int32_t>(qd), kvd32 = static_cast<int32_t>(kvd);
+    ApplyLora(layer, kLoraAttnQ, s.h, H, q, qd, 0, qd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnK, s.h, H, k, kvd, 0, kvd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnV, s.h, H, v, kvd, 0, kvd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnQkv, s.h, H, q, qd, 0, qd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnQkv, s.h, H, k, kvd, qd32, kvd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnQkv, s.h, H, v, kvd, qd32 + kvd32, kvd32, s, pool, T);
+  }
   if (!lw.q_norm.empty()) {
     kernels::RmsNorm(q, lw.q_norm.data(), T * c.num_heads, c.head_dim, c.norm_eps, q);
     kernels::RmsNorm(k, lw.k_norm.data(), T * c.num_kv_heads, c.head_dim, c.norm_eps, k);
@@ -296,23 +310,59 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
                           s.attn, pool, s.attention);
   kernels::MatMul(lw.wo, s.attn, T, s.out, pool, s.matmul);
   if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, c.hidden_size);
+  ApplyLora(layer, kLoraAttnDense, s.attn, qd, s.out, c.hidden_size, 0, c.hidden_size, s, pool, T);
   AddResidual(s.x, s.out, T, c.hidden_size, pool);
 }
 
-void Model::FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& pool, int64_t T) const {
+void Model::ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                      int32_t b_row0, int32_t b_rows, const ForwardScratch& s, ThreadPool& pool, int64_t T) const {
+  if (!s.any_lora) return;
+  pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> ax;
+    for (int64_t t = t0; t < t1; ++t) {
+      const LoraAdapter* adapter = s.row_lora[t];
+      const LoraMatrix* m = adapter ? adapter->Get(layer, module) : nullptr;
+      if (m == nullptr) continue;
+      ax.resize(m->rank);
+      const float* xr = x + t * x_stride;
+      for (int32_t r = 0; r < m->rank; ++r) {
+        const float* ar = m->a.data() + static_cast<int64_t>(r) * m->in;
+        float acc = 0;
+        for (int32_t i = 0; i < m->in; ++i) acc += ar[i] * xr[i];
+        ax[r] = acc;
+      }
+      float* yr = y + t * y_stride;
+      for (int32_t j = 0; j < b_rows; ++j) {
+        const float* br = m->b.data() + static_cast<int64_t>(b_row0 + j) * m->rank;
+        float acc = 0;
+        for (int32_t r = 0; r < m->rank; ++r) acc += br[r] * ax[r];
+        yr[j] += acc;
+      }
+    }
+  });
+}
+
+void Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t T) const {
   const ModelConfig& c = config_;
+  const LayerWeights& lw = weights_.layers[layer];
+  const int32_t H = c.hidden_size, F = c.ffn_size;
   if (c.gelu_ffn) {
     kernels::MatMul(lw.w_up, s.h, T, s.up, pool, s.matmul);
     if (!lw.b_up.empty()) kernels::AddBias(s.up, lw.b_up.data(), T, c.ffn_size);
+    ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.up, F, 0, F, s, pool, T);
     pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) { kernels::GeluTanh(s.up + t0 * c.ffn_size, (t1 - t0) * c.ffn_size); });
     kernels::MatMul(lw.w_down, s.up, T, s.out, pool, s.matmul);
+    ApplyLora(layer, kLoraMlp4hToH, s.up, F, s.out, H, 0, H, s, pool, T);
   } else {
     const kernels::MatMulTarget gate_up[] = {{&lw.w_gate, s.gate}, {&lw.w_up, s.up}};
     kernels::MatMulGroup(gate_up, 2, s.h, T, pool, s.matmul);
+    ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.gate, F, 0, F, s, pool, T);
+    ApplyLora(layer, kLoraMlpGate, s.h, H, s.up, F, 0, F, s, pool, T);
     pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
       kernels::SiluMul(s.gate + t0 * c.ffn_size, s.up + t0 * c.ffn_size, (t1 - t0) * c.ffn_size);
     });
     kernels::MatMul(lw.w_down, s.gate, T, s.out, pool, s.matmul);
+    ApplyLora(layer, kLoraMlp4hToH, s.gate, F, s.out, H, 0, H, s, pool, T);
   }
   if (!lw.b_down.empty()) kernels::AddBias(s.out, lw.b_down.data(), T, c.hidden_size);
   AddResidual(s.x, s.out, T, c.hidden_size, pool);
@@ -326,6 +376,15 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
   if (T == 0) return OkStatus();
   s.Reserve(c, T, kv.layers.empty() ? 1 : kv.layers[0].tokens_per_block, pool.num_threads());
 
+  s.any_lora = false;
+  s.row_lora.assign(static_cast<size_t>(T), nullptr);
+  {
+    int64_t r = 0;
+    for (const SequenceChunk& ch : plan.chunks) {
+      for (int32_t i = 0; i < ch.num_tokens; ++i) s.row_lora[r++] = ch.lora;
+      s.any_lora = s.any_lora || ch.lora != nullptr;
+    }
+  }
   // Embeddings (+ learned positions).
   int64_t row = 0;
   std::vector<float> pos_row(c.learned_positions ? c.hidden_size : 0);
@@ -354,7 +413,7 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
     Norm(lw.attn_norm, lw.attn_norm_bias, s.x, s.h, T, pool);
     Attention(layer, plan, kv, s, pool, T);
     Norm(lw.ffn_norm, lw.ffn_norm_bias, s.x, s.h, T, pool);
-    FeedForward(lw, s, pool, T);
+    FeedForward(layer, s, pool, T);
   }
   // Gather the rows that need logits, normalise, project.
   int64_t out_rows = 0;

@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "tensor/tensor_view.h"
 #include "tokenizer/tokenizer.h"
@@ -49,6 +50,7 @@ struct SequenceChunk {
   // Logits for the last num_logits tokens of the chunk (num_tokens: every token; more than one
   // also when draft tokens are verified).
   int32_t num_logits = 1;
+  const LoraAdapter* lora = nullptr;  // this sequence's adapter (built for this model), or none
 };
 
 // One forward pass: a ragged batch, no padding.
@@ -82,6 +84,8 @@ class ForwardScratch {
   float* attention = nullptr;  // kernels::AttentionScratchFloats
   float* rope_angles = nullptr;  // [T, rope_dim]: cos then sin of each token's RoPE angles
   kernels::MatMulScratch matmul;
+  std::vector<const LoraAdapter*> row_lora;  // [T]: each token's adapter (LoRA)
+  bool any_lora = false;
 
  private:
   AlignedBuffer buffer_;     // the per-token activations
@@ -133,7 +137,11 @@ class Model {
   Status ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const;
   void Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
                  ThreadPool& pool, int64_t num_tokens) const;
-  void FeedForward(const LayerWeights& lw, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens) const;
+  void FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens) const;
+  // LoRA: y[t] += B[b_row0 : b_row0 + b_rows] (A x[t]) for each token t whose adapter has
+  // `module` at `layer`.
+  void ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                 int32_t b_row0, int32_t b_rows, const ForwardScratch& s, ThreadPool& pool, int64_t num_tokens) const;
   // Rows are independent: a prompt's rows are split over the pool.
   void Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* out,
             int64_t num_tokens, ThreadPool& pool) const;
