@@ -12,11 +12,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <tuple>
 
+#include "base/fp16.h"
 #include "engine/executor.h"
+#include "model/lora.h"
 #include "grpc_service.grpc.pb.h"
 #include "model/model.h"
 #include "llm_grpc_requests.h"
@@ -61,6 +64,37 @@ void AddVariant(const fs::path& repo, const std::string& name, const std::vector
 }
 
 
+// A random PEFT adapter (r 4, alpha 8) on q_proj and down_proj of the demo model's 4 layers
+// (hidden 192, ffn 512).
+void WriteDemoPeftAdapter(const fs::path& dir) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "adapter_config.json") << R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "down_proj"]})";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0, 0.2f);
+  json header = json::object();
+  std::string data;
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols) {
+    const size_t begin = data.size();
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = normal(rng);
+      data.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    header[name] = {{"dtype", "F32"}, {"shape", {rows, cols}}, {"data_offsets", {begin, data.size()}}};
+  };
+  for (int l = 0; l < 4; ++l) {
+    const std::string p = "base_model.model.model.layers." + std::to_string(l) + ".";
+    add(p + "self_attn.q_proj.lora_A.weight", 4, 192);
+    add(p + "self_attn.q_proj.lora_B.weight", 192, 4);
+    add(p + "mlp.down_proj.lora_A.weight", 4, 512);
+    add(p + "mlp.down_proj.lora_B.weight", 192, 4);
+  }
+  const std::string h = header.dump();
+  const uint64_t n = h.size();
+  std::ofstream out(dir / "adapter_model.safetensors", std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << h << data;
+}
+
 // gRPC helpers shared by the tests below.
 std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub(int port) {
   return inference::GRPCInferenceService::NewStub(
@@ -94,6 +128,13 @@ class ServerE2eTest : public ::testing::Test {
                {{"decoupled: true", "decoupled: false"},
                 {"key: \"max_beam_width\"\n  value: {\n    string_value: \"1\"",
                  "key: \"max_beam_width\"\n  value: {\n    string_value: \"4\""}});
+    {
+      // A model that prefetches task 5's adapter (a PEFT folder) from lora_prefetch_dir.
+      AddVariant(*repo_, "tensorrt_llm_lora", {{"decoupled: true", "decoupled: false"}});
+      std::ofstream(*repo_ / "tensorrt_llm_lora" / "config.pbtxt", std::ios::app)
+          << "parameters: {\n  key: \"lora_prefetch_dir\"\n  value: {\n    string_value: \"loras\"\n  }\n}\n";
+      WriteDemoPeftAdapter(*repo_ / "tensorrt_llm_lora" / "loras" / "5");
+    }
     AddVariant(*repo_, "tensorrt_llm_beam_stream",
                {{"key: \"max_beam_width\"\n  value: {\n    string_value: \"1\"",
                  "key: \"max_beam_width\"\n  value: {\n    string_value: \"4\""}});
@@ -574,6 +615,104 @@ TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
   EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
 }
 
+// LoRA through KServe: a request sends its adapter in TensorRT-LLM's tensor form with a task
+// id, later requests the id alone; a model prefetches a PEFT folder from lora_prefetch_dir;
+// outputs equal the engine's with the same adapter; an unknown id gets the reference's error.
+TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
+  const std::vector<int32_t> prompt = Tokens("Once upon a time, there was a little girl who");
+  const ModelConfig& c = model_->config();
+  // q_proj (module 1) and v_proj (3) of every layer, rank 4, FP16-exact values.
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0, 0.3f);
+  const int64_t r = 4, cols = r * (c.hidden_size + c.q_dim());
+  std::vector<float> weights;
+  std::vector<int32_t> config;
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (int32_t module : {1, 3}) {
+      const int64_t out = module == 1 ? c.q_dim() : c.kv_dim();
+      std::vector<float> row(cols, 0.0f);
+      for (int64_t i = 0; i < r * (c.hidden_size + out); ++i) row[i] = Fp16ToFp32(Fp32ToFp16(normal(rng)));
+      weights.insert(weights.end(), row.begin(), row.end());
+      config.insert(config.end(), {module, l, static_cast<int32_t>(r)});
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(config.size() / 3);
+  auto adapter = LoraAdapter::FromTensors(c, weights, rows, cols, config);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  auto engine_output = [&](std::shared_ptr<const LoraAdapter> lora) {
+    ExecutorConfig cfg;
+    auto e = Executor::Create(*model_, cfg);
+    EXPECT_TRUE(e.ok());
+    Request q;
+    q.prompt_ids = prompt;
+    q.max_tokens = 16;
+    q.sampling.temperature = 0;
+    q.exclude_input_in_output = true;
+    q.lora = std::move(lora);
+    auto id = (*e)->Enqueue(q);
+    EXPECT_TRUE(id.ok());
+    for (;;) {
+      for (Result& res : (*e)->AwaitResponses(*id, std::chrono::milliseconds(1000))) {
+        if (res.is_final) return res.output_token_ids;
+      }
+    }
+  };
+  const std::vector<int32_t> want = engine_output(*adapter);
+  ASSERT_NE(want, Alone(prompt, 16)) << "the adapter changes nothing";
+  auto body = [&](const std::string& model, uint64_t task, bool with_weights, const std::vector<int32_t>& cfg_rows) {
+    json inputs = json::array({
+        {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
+        {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+        {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {16}}},
+        {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+        {{"name", "lora_task_id"}, {"datatype", "UINT64"}, {"shape", {1, 1}}, {"data", {task}}},
+    });
+    if (with_weights) {
+      const int64_t n = static_cast<int64_t>(cfg_rows.size() / 3);
+      std::vector<float> w(weights.begin(), weights.begin() + n * cols);
+      inputs.push_back({{"name", "lora_weights"}, {"datatype", "FP16"}, {"shape", {1, n, cols}}, {"data", w}});
+      inputs.push_back({{"name", "lora_config"}, {"datatype", "INT32"}, {"shape", {1, n, 3}}, {"data", cfg_rows}});
+    }
+    return json{{"inputs", inputs}}.dump();
+  };
+  auto ids_of = [](const std::string& body) {
+    const json parsed = json::parse(body);
+    for (const json& o : parsed["outputs"]) {
+      if (o["name"] == "output_ids") return o["data"].get<std::vector<int32_t>>();
+    }
+    return std::vector<int32_t>();
+  };
+  // First use: the weights with the id; then the id alone.
+  for (bool first : {true, false}) {
+    auto res = Post("/v2/models/tensorrt_llm_sync/infer", body("tensorrt_llm_sync", 7, first, config));
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(ids_of(res->body), want) << (first ? "with weights" : "by task id");
+  }
+  // The prefetched PEFT adapter of task 5.
+  const fs::path peft = *repo_ / "tensorrt_llm_lora" / "loras" / "5";
+  auto prefetched = LoraAdapter::FromPeftFolder(c, peft.string());
+  ASSERT_TRUE(prefetched.ok());
+  auto res5 = Post("/v2/models/tensorrt_llm_lora/infer", body("tensorrt_llm_lora", 5, false, {}));
+  ASSERT_TRUE(res5);
+  ASSERT_EQ(res5->status, 200) << res5->body;
+  EXPECT_EQ(ids_of(res5->body), engine_output(*prefetched));
+  // Errors.
+  std::vector<int32_t> bad_module = config;
+  bad_module[0] = 42;
+  const std::vector<std::tuple<std::string, int, std::string>> bad = {
+      {body("tensorrt_llm_sync", 99, false, {}), 400, "LoRA task 99 not found in cache. Please send LoRA weights with request"},
+      {body("tensorrt_llm_sync", 8, true, bad_module), 400, "module id 42"},
+  };
+  for (const auto& [b, status, message] : bad) {
+    auto res = Post("/v2/models/tensorrt_llm_sync/infer", b);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, status) << res->body;
+    EXPECT_NE(res->body.find(message), std::string::npos) << res->body;
+  }
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
+}
+
 // Speculative decoding through KServe HTTP and gRPC: a client's draft_input_ids, the model's
 // prompt lookup and a draft model (the demo model's first 2 layers) change no greedy output; the perf metrics and Prometheus count the
 // drafts; bad drafts get 400 / INVALID_ARGUMENT and draft_logits UNIMPLEMENTED.
@@ -931,7 +1070,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   json ens_config = json::parse(cli.Get("/v2/models/ensemble/config")->body);
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true) << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 13u);
+  EXPECT_EQ(index.size(), 14u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -1165,14 +1304,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 13);
+    EXPECT_EQ(r.models_size(), 14);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 13);
+    EXPECT_EQ(r.model_stats_size(), 14);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

@@ -15,6 +15,7 @@
 #include "engine/output_stream.h"
 #include "engine/executor.h"
 #include "serving/guide_cache.h"
+#include "serving/lora_cache.h"
 #include "model/model.h"
 #include "serving/live_stats.h"
 #include "serving/metrics.h"
@@ -110,6 +111,7 @@ constexpr size_t kMaxUnreadResultBytes = 256 << 20;
 
 struct LlmParams {
   ExecutorConfig executor;
+  int64_t lora_cache_bytes = int64_t{1} << 30;  // lora_cache_host_memory_bytes
   bool exclude_input_in_output = false;
   int64_t stats_period_ms = 100;
   bool unbounded_queue = false;  // max_queue_size < 0
@@ -143,7 +145,8 @@ class LlmBackend : public ModelBackend {
         executor_(std::move(executor)),
         params_(params),
         config_(config),
-        context_(context) {
+        context_(context),
+        loras_(static_cast<size_t>(params.lora_cache_bytes)) {
     // max_queue_size 0 (unbounded in the reference) is bounded here: a request waiting
     // needs at least one KV block to ever run, so the cache's block count bounds the queue.
     // A negative max_queue_size is unbounded.
@@ -185,6 +188,8 @@ class LlmBackend : public ModelBackend {
  private:
   // embedding_bias ([vocab] or [B, vocab]): row b's non-zero entries become logit biases.
   Status ReadEmbeddingBias(const InferTensor& t, int64_t row, SamplingParams* sampling) const;
+  // lora_task_id (+ lora_weights and lora_config on first use): the row's adapter.
+  Status ReadLora(const InferRequest& r, int64_t row, Request* q);
   StatusOr<Request> BuildRow(const InferRequest& r, int64_t row, const std::vector<int64_t>& ids, int64_t width,
                              bool* perf_metrics);
   void OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& result);
@@ -199,6 +204,13 @@ class LlmBackend : public ModelBackend {
   BackendContext context_;
   std::shared_ptr<const Tokenizer> tokenizer_;  // the weights' own (OpenAI frontend); may be null
   std::unique_ptr<GuideCache> guides_;           // guided decoding over tokenizer_'s vocabulary
+  LoraCache loras_;                              // LoRA adapters by lora_task_id
+
+ public:
+  // lora_prefetch_dir: every subfolder named by a task id holding a PEFT adapter.
+  Status PrefetchLoras(const std::string& dir);
+
+ private:
   LlmLiveStats live_stats_;                      // the web dashboard's view
 
   std::mutex ids_mu_;  // LiveKey (tenant and Triton id) -> live executor ids, for `stop` requests
@@ -525,8 +537,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     if (!guide.ok()) return guide.status();
     q.guide = std::move(guide).value();
   }
-  for (const char* unsupported : {"prompt_embedding_table", "prompt_table_extra_ids",
-                                  "lora_task_id", "lora_weights", "lora_config"}) {
+  RETURN_IF_ERROR(ReadLora(r, b, &q));
+  for (const char* unsupported : {"prompt_embedding_table", "prompt_table_extra_ids"}) {
     if (const InferTensor* t = r.FindInput(unsupported); t && t->num_elements() > 0) {
       return UnimplementedError(std::string(unsupported) + " is not supported by this server");
     }
@@ -679,6 +691,76 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   p->sink(std::move(resp));
 }
 
+Status LlmBackend::ReadLora(const InferRequest& r, int64_t row, Request* q) {
+  const InferTensor* id_t = r.FindInput("lora_task_id");
+  const InferTensor* w_t = r.FindInput("lora_weights");
+  const InferTensor* c_t = r.FindInput("lora_config");
+  const bool has_id = id_t && id_t->num_elements() > 0, has_w = w_t && w_t->num_elements() > 0, has_c = c_t && c_t->num_elements() > 0;
+  if (!has_id && !has_w && !has_c) return OkStatus();
+  if (!has_id) return InvalidArgumentError("lora_weights and lora_config need a lora_task_id to cache them under");
+  if (has_w != has_c) return InvalidArgumentError("lora_weights and lora_config come together");
+  auto ids = id_t->AsInt64();
+  if (!ids.ok()) return ids.status();
+  const uint64_t task = static_cast<uint64_t>((*ids)[std::min<size_t>(row, ids->size() - 1)]);
+  q->lora_task_id = task;
+  if (!has_w) {
+    auto cached = loras_.Get(task);
+    if (!cached.ok()) return InvalidArgumentError(cached.status().message());
+    q->lora = *cached;
+    return OkStatus();
+  }
+  // [rows, cols] / [rows, 3], or with the batch dimension [B, rows, ...] (row b's slice).
+  auto slice = [row](const InferTensor& t, int64_t* rows, int64_t* cols) -> Status {
+    if (t.shape.size() < 2 || t.shape.size() > 3) return InvalidArgumentError(t.name + " must be 2-D, or 3-D with the batch dimension");
+    *rows = t.shape[t.shape.size() - 2];
+    *cols = t.shape.back();
+    if (t.shape.size() == 3 && row >= t.shape[0]) return InvalidArgumentError(t.name + " has no row for batch item " + std::to_string(row));
+    return OkStatus();
+  };
+  int64_t rows = 0, cols = 0, crows = 0, ccols = 0;
+  RETURN_IF_ERROR(slice(*w_t, &rows, &cols));
+  RETURN_IF_ERROR(slice(*c_t, &crows, &ccols));
+  if (ccols != 3 || crows != rows) {
+    return InvalidArgumentError("lora_config must be [" + std::to_string(rows) + ", 3] (module id, layer, adapter size), one row per lora_weights row");
+  }
+  auto weights = w_t->AsDouble();
+  if (!weights.ok()) return weights.status();
+  auto config = c_t->AsInt64();
+  if (!config.ok()) return config.status();
+  const int64_t w_off = w_t->shape.size() == 3 ? row * rows * cols : 0, c_off = c_t->shape.size() == 3 ? row * rows * 3 : 0;
+  std::vector<float> w(weights->begin() + w_off, weights->begin() + w_off + rows * cols);
+  std::vector<int32_t> c;
+  for (int64_t i = 0; i < rows * 3; ++i) {
+    const int64_t v = (*config)[c_off + i];
+    if (v < INT32_MIN || v > INT32_MAX) return InvalidArgumentError("lora_config holds an out-of-range value");
+    c.push_back(static_cast<int32_t>(v));
+  }
+  auto adapter = LoraAdapter::FromTensors(model_->config(), w, rows, cols, c);
+  if (!adapter.ok()) return adapter.status();
+  RETURN_IF_ERROR(loras_.Put(task, *adapter));
+  q->lora = *adapter;
+  return OkStatus();
+}
+
+Status LlmBackend::PrefetchLoras(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return NotFoundError("lora_prefetch_dir '" + dir + "' is not a directory");
+  int loaded = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_directory()) continue;
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.size() > 19 || name.find_first_not_of("0123456789") != std::string::npos) {
+      return InvalidArgumentError("lora_prefetch_dir: subfolder '" + name + "' is not named by a task id (a decimal number)");
+    }
+    auto adapter = LoraAdapter::FromPeftFolder(model_->config(), entry.path().string());
+    if (!adapter.ok()) return Status(adapter.status().code(), "lora_prefetch_dir: " + adapter.status().message());
+    RETURN_IF_ERROR(loras_.Put(std::stoull(name), *adapter));
+    ++loaded;
+  }
+  INFLIGHT_LOG(kInfo) << "model '" << context_.model_name << "': " << loaded << " LoRA adapters from " << dir;
+  return OkStatus();
+}
+
 void LlmBackend::StatsLoop() {
   std::unique_lock<std::mutex> lock(stats_mu_);
   while (!stop_) {
@@ -751,6 +833,8 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
     e.kv_dtype = *dt;
   }
   p.exclude_input_in_output = GetBoolParameter(config, "exclude_input_in_output", false);
+  p.lora_cache_bytes = GetIntParameter(config, "lora_cache_host_memory_bytes", p.lora_cache_bytes);
+  if (p.lora_cache_bytes < 1) return InvalidArgumentError("parameter lora_cache_host_memory_bytes must be >= 1");
   p.stats_period_ms = std::max<int64_t>(10, GetIntParameter(config, "stats_check_period_ms", 100));
   Status s = e.Validate();
   if (!s.ok()) return s;
@@ -792,6 +876,11 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
                      << " tokens" << (draft ? ", draft model " + draft->Describe() : std::string());
   auto backend = std::make_unique<LlmBackend>(std::move(model).value(), std::move(draft), std::move(executor).value(), *params,
                                               config, context);
+  if (auto prefetch = GetParameter(config, "lora_prefetch_dir"); prefetch && !prefetch->empty()) {
+    auto dir = ConfinedPath("lora_prefetch_dir", *prefetch, context.model_dir, context.allowed_roots);
+    if (!dir.ok()) return dir.status();
+    RETURN_IF_ERROR(backend->PrefetchLoras(*dir));
+  }
   // The tokenizer the weights carry (GGUF, HF folder), or the one tokenizer_dir names: what
   // the OpenAI frontend speaks text with when this model is named directly. Optional.
   auto tok_path = ConfinedPath("tokenizer_dir", GetParameter(config, "tokenizer_dir").value_or(model_path.string()),
