@@ -523,15 +523,26 @@ StatusOr<std::unique_ptr<RegexDfa>> RegexDfa::Compile(std::string_view pattern) 
 }
 
 void RegexDfa::Close(std::vector<int32_t>* states) const {
-  std::vector<int32_t> stack = *states;
-  std::vector<char> seen(nfa_.size(), 0);
-  for (int32_t s : stack) seen[s] = 1;
+  if (mark_.size() != nfa_.size()) mark_.assign(nfa_.size(), 0);
+  if (++stamp_ == 0) {
+    std::fill(mark_.begin(), mark_.end(), 0);
+    stamp_ = 1;
+  }
+  std::vector<int32_t> unique;
+  for (int32_t s : *states) {
+    if (mark_[s] != stamp_) {
+      mark_[s] = stamp_;
+      unique.push_back(s);
+    }
+  }
+  *states = unique;
+  std::vector<int32_t> stack = std::move(unique);
   while (!stack.empty()) {
     const int32_t s = stack.back();
     stack.pop_back();
     for (int32_t e : nfa_[s].eps) {
-      if (!seen[e]) {
-        seen[e] = 1;
+      if (mark_[e] != stamp_) {
+        mark_[e] = stamp_;
         states->push_back(e);
         stack.push_back(e);
       }
@@ -549,10 +560,12 @@ void RegexDfa::Close(std::vector<int32_t>* states) const {
 int32_t RegexDfa::AddState(std::vector<int32_t> closure) {
   auto it = index_.find(closure);
   if (it != index_.end()) return it->second;
-  if (static_cast<int32_t>(dfa_.size()) >= kMaxDfaStates) {
+  if (static_cast<int32_t>(dfa_.size()) >= kMaxDfaStates ||
+      closure_entries_ + static_cast<int64_t>(closure.size()) > kMaxClosureEntries) {
     exhausted_ = true;
     return kDead;
   }
+  closure_entries_ += static_cast<int64_t>(closure.size());
   DfaState st;
   st.accepting = std::binary_search(closure.begin(), closure.end(), nfa_accept_);
   st.next.fill(kUnknown);

@@ -38,8 +38,13 @@ class RegexDfa {
   int32_t num_states() const { return static_cast<int32_t>(dfa_.size()); }
   bool states_exhausted() const { return exhausted_; }
 
-  static constexpr int32_t kMaxNfaStates = 200000;
+  // Bounds on what a client's pattern can cost: NFA states, DFA states, and the NFA states
+  // all DFA states list together (memory, and the work of building them, which happens on
+  // the engine thread as masks are computed). Past the DFA bounds no new state is built and
+  // the bytes that would need one are refused.
+  static constexpr int32_t kMaxNfaStates = 100000;
   static constexpr int32_t kMaxDfaStates = 20000;
+  static constexpr int64_t kMaxClosureEntries = int64_t{4} << 20;
 
  private:
   struct NfaState {
@@ -63,6 +68,10 @@ class RegexDfa {
   std::vector<DfaState> dfa_;
   std::map<std::vector<int32_t>, int32_t> index_;
   bool exhausted_ = false;
+  int64_t closure_entries_ = 0;
+  // Close()'s visited marks: a stamp per NFA state, so a closure costs its own size.
+  mutable std::vector<uint32_t> mark_;
+  mutable uint32_t stamp_ = 0;
 };
 
 // The pattern matching exactly the UTF-8 text `literal` (regex metacharacters escaped).
