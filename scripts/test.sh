@@ -10,7 +10,7 @@ jobs="$(nproc)"
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DINFLIGHT_SANITIZE=address,undefined -DINFLIGHT_BUILD_BENCH=OFF >/dev/null
-asan_tests="gguf_test tokenizer_test jinja_test kernels_test quant_formats_test block_manager_test scheduler_test executor_test speculative_test beam_search_test guided_test guided_decoding_test lora_test serving_test server_e2e_test server_limits_test openai_test control_plane_test security_test tools_e2e_test"
+asan_tests="gguf_test tokenizer_test jinja_test kernels_test quant_formats_test block_manager_test scheduler_test executor_test speculative_test beam_search_test guided_test guided_decoding_test lora_test ptuning_test serving_test server_e2e_test server_limits_test openai_test control_plane_test security_test tools_e2e_test"
 cmake --build build-asan -j "$jobs" --target $asan_tests inflight-server inflight-bench inflight-client inflight-model
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 for t in $asan_tests; do

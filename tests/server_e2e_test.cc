@@ -713,6 +713,80 @@ TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
   EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
 }
 
+// P-tuning through KServe: virtual token ids (vocab_size + i) in input_ids take their
+// embeddings from prompt_embedding_table; the output equals the engine's with the same table,
+// and a table of real tokens' embeddings gives those tokens' output.
+TEST_F(ServerE2eTest, PromptEmbeddingTableOverHttp) {
+  const ModelConfig& c = model_->config();
+  const std::vector<int32_t> real = Tokens("Once upon a time, there was a little girl who");
+  // Rows: the first 4 prompt tokens' embeddings, rounded to FP16 as the request carries them.
+  std::vector<float> table(4 * c.hidden_size);
+  for (int i = 0; i < 4; ++i) model_->EmbeddingRow(real[i], table.data() + i * c.hidden_size);
+  for (float& v : table) v = Fp16ToFp32(Fp32ToFp16(v));
+  std::vector<int32_t> prompt = real;
+  for (int i = 0; i < 4; ++i) prompt[i] = c.vocab_size + i;
+  ExecutorConfig cfg;
+  auto e = Executor::Create(*model_, cfg);
+  ASSERT_TRUE(e.ok());
+  Request q;
+  q.prompt_ids = prompt;
+  q.max_tokens = 16;
+  q.sampling.temperature = 0;
+  q.exclude_input_in_output = true;
+  q.prompt_table = std::make_shared<std::vector<float>>(table);
+  auto id = (*e)->Enqueue(q);
+  ASSERT_TRUE(id.ok());
+  std::vector<int32_t> want;
+  for (bool done = false; !done;) {
+    for (Result& res : (*e)->AwaitResponses(*id, std::chrono::milliseconds(1000))) {
+      if (res.is_final) {
+        want = res.output_token_ids;
+        done = true;
+      }
+    }
+  }
+  auto body = [&](const std::vector<int32_t>& ids, int64_t rows, int vocab_rows) {
+    json inputs = json::array({
+        {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, ids.size()}}, {"data", ids}},
+        {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {ids.size()}}},
+        {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {16}}},
+        {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+    });
+    if (rows > 0) {
+      std::vector<float> t(table.begin(), table.begin() + rows * c.hidden_size);
+      inputs.push_back({{"name", "prompt_embedding_table"}, {"datatype", "FP16"}, {"shape", {1, rows, c.hidden_size}}, {"data", t}});
+    }
+    if (vocab_rows > 0) inputs.push_back({{"name", "prompt_vocab_size"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {vocab_rows}}});
+    return json{{"inputs", inputs}}.dump();
+  };
+  auto ids_of = [](const std::string& text) {
+    const json parsed = json::parse(text);
+    for (const json& o : parsed["outputs"]) {
+      if (o["name"] == "output_ids") return o["data"].get<std::vector<int32_t>>();
+    }
+    return std::vector<int32_t>();
+  };
+  auto r = Post("/v2/models/tensorrt_llm_sync/infer", body(prompt, 4, 4));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(ids_of(r->body), want);
+  const std::vector<int32_t> plain = Alone(real, 16);
+  // The FP16 rounding of the rows rarely changes a greedy token; when it does not, the
+  // virtual tokens are the real ones.
+  if (want != plain) std::fprintf(stderr, "note: FP16 rows changed the greedy output\n");
+  // A virtual id past the table (or past prompt_vocab_size), and a table of the wrong width.
+  for (const auto& [b, message] : std::vector<std::pair<std::string, std::string>>{
+           {body(prompt, 4, 3), "outside the vocabulary"},
+           {body(prompt, 0, 0), "outside the vocabulary"},
+           {body(prompt, 4, 9), "prompt_vocab_size must be in [1, 4]"}}) {
+    auto res = Post("/v2/models/tensorrt_llm_sync/infer", b);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << res->body;
+    EXPECT_NE(res->body.find(message), std::string::npos) << res->body;
+  }
+  EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
+}
+
 // Speculative decoding through KServe HTTP and gRPC: a client's draft_input_ids, the model's
 // prompt lookup and a draft model (the demo model's first 2 layers) change no greedy output; the perf metrics and Prometheus count the
 // drafts; bad drafts get 400 / INVALID_ARGUMENT and draft_logits UNIMPLEMENTED.
@@ -736,6 +810,19 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     return json();
   };
   const std::string drafts = json{{"name", "draft_input_ids"}, {"datatype", "INT32"}, {"shape", {1, guess.size()}}, {"data", guess}}.dump();
+  {
+    // With the draft model's logits of the guesses too (greedy: the same output).
+    json both = json::array({json::parse(drafts)});
+    std::vector<float> logits(guess.size() * 1024, 0.0f);
+    for (size_t i = 0; i < guess.size(); ++i) logits[i * 1024 + guess[i]] = 3.0f;
+    both.push_back({{"name", "draft_logits"}, {"datatype", "FP32"}, {"shape", {1, guess.size(), 1024}}, {"data", logits}});
+    json b = json::parse(body(""));
+    for (const json& x : both) b["inputs"].push_back(x);
+    auto r = Post("/v2/models/tensorrt_llm_sync/infer", b.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(output(json::parse(r->body), "output_ids").get<std::vector<int32_t>>(), alone);
+  }
   for (const std::string model : {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft"}) {
     auto r = Post("/v2/models/" + model + "/infer", body(drafts));
     ASSERT_TRUE(r);
@@ -787,7 +874,7 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
       {R"({"name": "draft_input_ids", "datatype": "INT32", "shape": [1, 2], "data": [5, 99999]})", {400, "outside the vocabulary"}},
       {forty_drafts, {400, "at most 32"}},
       {R"({"name": "num_draft_tokens", "datatype": "INT32", "shape": [1, 1], "data": [99]})", {400, "num_draft_tokens must be in [0, 32]"}},
-      {R"({"name": "draft_logits", "datatype": "FP32", "shape": [1, 1, 2], "data": [0.5, 0.5]})", {501, "draft_logits is not supported"}},
+      {R"({"name": "draft_logits", "datatype": "FP32", "shape": [1, 1, 2], "data": [0.5, 0.5]})", {400, "draft_logits must be [draft tokens, 1024]"}},
   };
   for (const auto& [extra, want] : bad) {
     auto r = Post("/v2/models/tensorrt_llm_spec/infer", body(extra));

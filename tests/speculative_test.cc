@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 #include <thread>
@@ -392,6 +393,85 @@ TEST_F(SpeculativeTest, SeededSamplingKeepsItsDistribution) {
   const double critical = ChiSquareCritical999(df);
   std::printf("chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f)\n", chi2, df, critical);
   EXPECT_LT(chi2, critical);
+  ExpectNoLeaks(*e);
+}
+
+// Speculative sampling with the draft model's distribution (draft_logits): drafts drawn from
+// q, kept with probability min(1, p / q), otherwise replaced from max(0, p - q); the first two
+// tokens keep the distribution of plain sampling (two-sample chi-square test).
+TEST_F(SpeculativeTest, DraftLogitsKeepTheDistribution) {
+  auto e = Make(SmallConfig());
+  const std::vector<int32_t> alone = Alone(kPrompt, 2);
+  const int32_t vocab = model_->config().vocab_size;
+  const float temperature = 1.5f;
+  // The draft model's logits per position: most mass near the greedy tokens, some elsewhere.
+  std::vector<std::vector<float>> logits(2, std::vector<float>(vocab, 0.0f));
+  for (int pos = 0; pos < 2; ++pos) {
+    logits[pos][alone[pos]] = 8.0f;
+    for (int d = 1; d <= 6; ++d) logits[pos][(alone[pos] + 37 * d) % vocab] = 6.0f;
+  }
+  std::vector<std::discrete_distribution<int32_t>> q;
+  for (int pos = 0; pos < 2; ++pos) {
+    std::vector<double> w(vocab);
+    for (int32_t v = 0; v < vocab; ++v) w[v] = std::exp(logits[pos][v] / temperature);
+    q.emplace_back(w.begin(), w.end());
+  }
+  std::mt19937 rng(5);
+  const int draws = 1500;
+  int accepted = 0, drafted = 0;
+  auto sample = [&](bool speculate, int seed_base) {
+    std::map<std::pair<int32_t, int32_t>, int> counts;
+    std::vector<RequestId> ids;
+    for (int i = 0; i < draws; ++i) {
+      Request r;
+      r.prompt_ids = kPrompt;
+      r.max_tokens = 2;
+      r.exclude_input_in_output = true;
+      r.sampling.temperature = temperature;
+      r.sampling.top_k = 4;
+      r.sampling.seed = static_cast<uint64_t>(seed_base + i);
+      r.num_draft_tokens = 0;
+      if (speculate) {
+        r.draft_tokens = {q[0](rng), q[1](rng)};
+        for (int pos = 0; pos < 2; ++pos) r.draft_logits.insert(r.draft_logits.end(), logits[pos].begin(), logits[pos].end());
+      }
+      auto id = e->Enqueue(std::move(r));
+      EXPECT_TRUE(id.ok()) << id.status().ToString();
+      ids.push_back(*id);
+    }
+    for (RequestId id : ids) {
+      std::vector<Result> rs = Collect(*e, id);
+      const auto& t = rs.back().output_token_ids;
+      EXPECT_EQ(t.size(), 2u);
+      if (t.size() == 2) counts[{t[0], t[1]}]++;
+      drafted += rs.back().stats.num_draft_tokens;
+      accepted += rs.back().stats.num_accepted_draft_tokens;
+    }
+    return counts;
+  };
+  const auto plain = sample(false, 1000);
+  const auto spec = sample(true, 900000);
+  const auto [chi2, df] = ChiSquareTwoSample(plain, spec);
+  ASSERT_GE(df, 3) << "too few outcomes for the test to mean anything";
+  const double critical = ChiSquareCritical999(df);
+  std::printf("draft logits: chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f), %d of %d drafts accepted\n", chi2, df,
+              critical, accepted, drafted);
+  EXPECT_LT(chi2, critical);
+  EXPECT_GT(accepted, drafted / 10) << "drafts from q near p are mostly kept";
+  EXPECT_LT(accepted, drafted) << "and sometimes replaced";
+  // Bad logits: the wrong width, or a row with no finite value.
+  Request bad;
+  bad.prompt_ids = kPrompt;
+  bad.max_tokens = 2;
+  bad.draft_tokens = {alone[0]};
+  bad.draft_logits.assign(vocab - 1, 0.0f);
+  auto id = e->Enqueue(bad);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("draft_logits must be [1, " + std::to_string(vocab) + "]"), std::string::npos);
+  bad.draft_logits.assign(vocab, -std::numeric_limits<float>::infinity());
+  id = e->Enqueue(bad);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("no finite logit"), std::string::npos);
   ExpectNoLeaks(*e);
 }
 

@@ -29,6 +29,7 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
     : config_(config),
       runner_(std::move(runner)),
       vocab_size_(runner_->vocab_size()),
+      hidden_size_(runner_->hidden_size()),
       context_length_(runner_->context_length()),
       num_kv_blocks_(runner_->num_kv_blocks()),
       blocks_({num_kv_blocks_, config.tokens_per_block, config.enable_kv_cache_reuse}),
@@ -66,8 +67,18 @@ Executor::~Executor() { Shutdown(); }
 Status Executor::Validate(const Request& r) const {
   const int64_t prompt = static_cast<int64_t>(r.prompt_ids.size());
   if (prompt == 0) return InvalidArgumentError("the prompt is empty");
+  int64_t table_rows = 0;
+  if (r.prompt_table) {
+    if (r.prompt_table->empty() || r.prompt_table->size() % static_cast<size_t>(hidden_size_) != 0) {
+      return InvalidArgumentError("the prompt embedding table must be [rows, " + std::to_string(hidden_size_) + "] (the model's hidden size)");
+    }
+    table_rows = static_cast<int64_t>(r.prompt_table->size()) / hidden_size_;
+  }
   for (int32_t id : r.prompt_ids) {
-    if (id < 0 || id >= vocab_size_) return InvalidArgumentError("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(vocab_size_) + ")");
+    if (id < 0 || id >= vocab_size_ + table_rows) {
+      return InvalidArgumentError("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(vocab_size_) + ")" +
+                                  (table_rows > 0 ? " and the prompt embedding table (" + std::to_string(table_rows) + " rows)" : std::string()));
+    }
   }
   if (r.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
   if (prompt >= context_length_) {
@@ -121,6 +132,21 @@ Status Executor::Validate(const Request& r) const {
   for (int32_t id : r.draft_tokens) {
     if (id < 0 || id >= vocab_size_) return InvalidArgumentError("draft token id " + std::to_string(id) + " is outside the vocabulary");
   }
+  if (!r.draft_logits.empty()) {
+    if (r.draft_logits.size() != r.draft_tokens.size() * static_cast<size_t>(vocab_size_)) {
+      return InvalidArgumentError("draft_logits must be [" + std::to_string(r.draft_tokens.size()) + ", " + std::to_string(vocab_size_) +
+                                  "]: one row of the vocabulary's logits per draft token");
+    }
+    for (size_t row = 0; row < r.draft_tokens.size(); ++row) {
+      bool finite = false;
+      for (int32_t v = 0; v < vocab_size_; ++v) {
+        const float x = r.draft_logits[row * vocab_size_ + v];
+        if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) return InvalidArgumentError("draft_logits hold NaN or +inf");
+        finite = finite || std::isfinite(x);
+      }
+      if (!finite) return InvalidArgumentError("a draft_logits row has no finite logit");
+    }
+  }
   if (r.num_draft_tokens < -1 || r.num_draft_tokens > kMaxDraftTokens) {
     return InvalidArgumentError("num_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
   }
@@ -152,6 +178,13 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
     request.max_tokens = static_cast<int32_t>(context_length_ - prompt);
   }
   RETURN_IF_ERROR(Validate(request));
+  if (request.prompt_table) {
+    // Virtual tokens mean this table's rows: prefix reuse only among equal tables.
+    uint64_t h = 1469598103934665603ull;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(request.prompt_table->data());
+    for (size_t i = 0; i < request.prompt_table->size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    request.cache_salt = (request.cache_salt ^ h) | 1;
+  }
   if (request.lora) {
     // KV computed with an adapter is the adapter's own: prefix reuse only within one task.
     request.cache_salt = (request.cache_salt ^ 0x6c6f7261ull) * 0x9e3779b97f4a7c15ull + request.lora_task_id + 1;
@@ -357,6 +390,10 @@ void Executor::RunStep() {
     ch.num_tokens = c.num_tokens + c.num_draft;
     ch.start_pos = seq->num_computed;
     ch.lora = seq->request->request.lora.get();
+    if (const auto& table = seq->request->request.prompt_table) {
+      ch.prompt_table = table->data();
+      ch.prompt_table_rows = static_cast<int32_t>(table->size() / static_cast<size_t>(hidden_size_));
+    }
     ch.block_table = seq->blocks.data();
     ch.num_blocks = static_cast<int32_t>(seq->blocks.size());
     // Context logits of the prompt's first pass; the last token's row and each draft's row
@@ -433,13 +470,13 @@ void Executor::ProcessChunk(const ScheduledChunk& c, int64_t context_rows, const
   to_sample_.push_back({seq, logits + (rows - 1 - c.num_draft) * vocab_size_, c.num_draft});
 }
 
-SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft) {
+SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft, const float* draft_probs) {
   const Request& r = seq->request->request;
   if (r.return_generation_logits) seq->generation_logits.insert(seq->generation_logits.end(), logits_row, logits_row + vocab_size_);
   const bool ban_end = r.end_id >= 0 && seq->num_generated() < r.min_tokens;
   if (r.bad_words.empty() && !ban_end && !seq->sampler.modifies_logits() && !seq->constraint) {
     // Nothing to write into the row: sample it where it is (no copy of the vocabulary).
-    return seq->sampler.SampleWithDraft(const_cast<float*>(logits_row), vocab_size_, draft);
+    return seq->sampler.SampleWithDraft(const_cast<float*>(logits_row), vocab_size_, draft, draft_probs);
   }
   float* x = scratch;
   std::copy(logits_row, logits_row + vocab_size_, x);
@@ -449,7 +486,7 @@ SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* s
     none.id = -1;
     return none;
   }
-  return seq->sampler.SampleWithDraft(x, vocab_size_, draft);
+  return seq->sampler.SampleWithDraft(x, vocab_size_, draft, draft_probs);
 }
 
 void Executor::BanTokens(const Sequence& seq, float* logits) const {

@@ -101,7 +101,8 @@ class Executor {
   void AddHypothesis(RequestState* rs, const Sequence& parent, int32_t token, float log_prob, FinishReason reason);
   void FinishBeams(RequestState* rs, FinishReason live_reason);
   void PublishBeams(RequestState* rs, bool final);
-  SampledToken DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft = -1);
+  SampledToken DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft = -1,
+                        const float* draft_probs = nullptr);
   void VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch, std::vector<SampledToken>* out);
   void AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn, int32_t num_draft);
   void AcceptToken(Sequence* seq, const SampledToken& token);
@@ -123,6 +124,7 @@ class Executor {
   ExecutorConfig config_;
   std::unique_ptr<ModelRunner> runner_;
   const int32_t vocab_size_;
+  const int32_t hidden_size_;
   const int32_t context_length_;
   double last_forward_ms_ = 0;  // of the step being recorded
   const int32_t num_kv_blocks_;

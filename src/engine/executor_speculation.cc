@@ -3,6 +3,8 @@
 // verify them. Engine-thread only, as the rest of the executor.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "base/logging.h"
 #include "engine/executor.h"
@@ -32,6 +34,7 @@ int32_t Executor::DraftLength(const Sequence& seq) const {
   const Request& r = seq.request->request;
   if (r.beam_width > 1) return 0;  // beams are chosen among all beams' candidates, not verified
   if (r.guide) return 0;           // drafts would need the guide's mask per verified row
+  if (r.prompt_table) return 0;    // the prompt's virtual tokens mean nothing to a drafter
   const int32_t most = std::min(r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
                                 r.max_tokens - seq.num_generated() - 1);
   if (most <= 0 || !config_.adaptive_draft_length || r.num_draft_tokens >= 0) return std::max(most, 0);
@@ -179,9 +182,26 @@ void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft,
   out->clear();
   const int32_t end_id = seq->request->request.end_id;
   int32_t pushed = 0;
+  // A client's drafts with their draft model's logits (verified with the prompt's last
+  // chunk): speculative sampling against q = softmax(logits / temperature).
+  const Request& r = seq->request->request;
+  const bool with_q = !r.draft_logits.empty() && seq->num_generated() == 0 && !r.sampling.greedy();
+  thread_local std::vector<float> q;
   for (int32_t i = 0; i <= num_draft; ++i) {
     const int32_t draft = i < num_draft ? seq->draft[i] : -1;
-    out->push_back(DrawNext(seq, rows + static_cast<int64_t>(i) * vocab_size_, scratch, draft));
+    const float* probs = nullptr;
+    if (with_q && draft >= 0) {
+      const float* logits = r.draft_logits.data() + static_cast<int64_t>(i) * vocab_size_;
+      const float inv_t = 1.0f / r.sampling.temperature;
+      q.resize(vocab_size_);
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int32_t v = 0; v < vocab_size_; ++v) mx = std::max(mx, logits[v] * inv_t);
+      double sum = 0;
+      for (int32_t v = 0; v < vocab_size_; ++v) sum += (q[v] = std::exp(logits[v] * inv_t - mx));
+      for (int32_t v = 0; v < vocab_size_; ++v) q[v] = static_cast<float>(q[v] / sum);
+      probs = q.data();
+    }
+    out->push_back(DrawNext(seq, rows + static_cast<int64_t>(i) * vocab_size_, scratch, draft, probs));
     if (out->back().id != draft || draft == end_id) break;
     seq->tokens.push_back(draft);
     ++pushed;

@@ -21,6 +21,7 @@ class ModelRunner {
   virtual int32_t context_length() const = 0;
   virtual int32_t num_kv_blocks() const = 0;
   virtual int32_t num_layers() const = 0;
+  virtual int32_t hidden_size() const = 0;
   // Logits [plan.num_logit_rows(), vocab]; K/V of the new tokens go to their blocks.
   virtual Status Forward(const BatchPlan& plan, float* logits) = 0;
   // Copies the K/V of the first num_tokens slots of block src into block dst (the rest of
@@ -45,6 +46,7 @@ class LocalModelRunner : public ModelRunner {
   int32_t context_length() const override { return model_.config().context_length; }
   int32_t num_kv_blocks() const override { return storage_.config().num_blocks; }
   int32_t num_layers() const override { return model_.config().num_layers; }
+  int32_t hidden_size() const override { return model_.config().hidden_size; }
   Status Forward(const BatchPlan& plan, float* logits) override;
   void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) override;
   ThreadPool* pool() override { return pool_; }

@@ -71,6 +71,10 @@ struct Request {
   // max_draft_tokens, 0 = none for this request.
   std::vector<int32_t> draft_tokens;
   int32_t num_draft_tokens = -1;
+  // The draft model's logits of each of draft_tokens ([draft_tokens, vocab]; empty: the
+  // drafts were proposed with certainty). Sampling then keeps a draft with probability
+  // min(1, p / q) (TensorRT-LLM's draft_logits).
+  std::vector<float> draft_logits;
   // Guided decoding: the constraint at the start of the output (each sequence works on its
   // own clone); its mask applies before sampling, and the sequence ends once it is
   // complete. Not with beam search or draft tokens.
@@ -79,6 +83,9 @@ struct Request {
   // executor's model. Its KV blocks are reused only by requests of the same lora_task_id.
   std::shared_ptr<const LoraAdapter> lora;
   uint64_t lora_task_id = 0;
+  // P-tuning (TensorRT-LLM's prompt_embedding_table): prompt ids vocab_size + i take row i of
+  // this [rows, hidden] table as their embedding. Prefix reuse only among equal tables.
+  std::shared_ptr<const std::vector<float>> prompt_table;
   // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
   Clock::time_point arrival_time{};
   // Where the results go. Left null, Enqueue makes one (read by AwaitResponses, or drained

@@ -182,6 +182,8 @@ int64_t Model::DecodeWeightBytes() const {
   return bytes;
 }
 
+void Model::EmbeddingRow(int32_t id, float* out) const { kernels::DequantizeRow(weights_.token_embedding, id, out); }
+
 Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
   if (static_cast<int>(kv.layers.size()) != config_.num_layers) {
     return InvalidArgumentError("KV cache has " + std::to_string(kv.layers.size()) + " layers, model has " + std::to_string(config_.num_layers));
@@ -195,6 +197,13 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
   }
   for (const SequenceChunk& c : plan.chunks) {
     if (c.num_tokens <= 0) return InvalidArgumentError("a sequence chunk has no tokens");
+    for (int32_t i = 0; i < c.num_tokens; ++i) {
+      const int32_t id = c.token_ids[i];
+      if (id < 0 || id >= config_.vocab_size + (c.prompt_table ? c.prompt_table_rows : 0)) {
+        return InvalidArgumentError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(config_.vocab_size) +
+                                    (c.prompt_table ? " and the prompt table of " + std::to_string(c.prompt_table_rows) + " rows" : std::string()));
+      }
+    }
     if (c.lora != nullptr && c.lora->num_layers() != config_.num_layers) {
       return InvalidArgumentError("a LoRA adapter for " + std::to_string(c.lora->num_layers()) + " layers cannot run on a model of " +
                                   std::to_string(config_.num_layers));
@@ -203,11 +212,6 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
     if (c.start_pos < 0 || static_cast<int64_t>(c.start_pos) + c.num_tokens > config_.context_length) {
       return InvalidArgumentError("positions " + std::to_string(c.start_pos) + ".." + std::to_string(c.start_pos + c.num_tokens - 1) +
                                   " exceed the context length " + std::to_string(config_.context_length));
-    }
-    for (int32_t i = 0; i < c.num_tokens; ++i) {
-      if (c.token_ids[i] < 0 || c.token_ids[i] >= config_.vocab_size) {
-        return InvalidArgumentError("token id " + std::to_string(c.token_ids[i]) + " is outside the vocabulary of " + std::to_string(config_.vocab_size));
-      }
     }
     const int32_t tpb = kv.layers[0].tokens_per_block;
     const int64_t need = (static_cast<int64_t>(c.start_pos) + c.num_tokens + tpb - 1) / tpb;
@@ -391,7 +395,12 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
   for (const SequenceChunk& ch : plan.chunks) {
     for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
       float* xr = s.x + row * c.hidden_size;
-      kernels::DequantizeRow(weights_.token_embedding, ch.token_ids[i], xr);
+      const int32_t id = ch.token_ids[i];
+      if (id >= c.vocab_size) {
+        std::memcpy(xr, ch.prompt_table + static_cast<int64_t>(id - c.vocab_size) * c.hidden_size, c.hidden_size * sizeof(float));
+      } else {
+        kernels::DequantizeRow(weights_.token_embedding, id, xr);
+      }
       if (c.learned_positions) {
         kernels::DequantizeRow(weights_.position_embedding, ch.start_pos + i, pos_row.data());
         kernels::AddInPlace(xr, pos_row.data(), c.hidden_size);

@@ -51,6 +51,9 @@ struct SequenceChunk {
   // also when draft tokens are verified).
   int32_t num_logits = 1;
   const LoraAdapter* lora = nullptr;  // this sequence's adapter (built for this model), or none
+  // P-tuning: token ids vocab_size + i embed as row i of this [rows, hidden] table.
+  const float* prompt_table = nullptr;
+  int32_t prompt_table_rows = 0;
 };
 
 // One forward pass: a ragged batch, no padding.
@@ -109,6 +112,8 @@ class Model {
   static StatusOr<std::unique_ptr<Model>> Load(const std::string& path, const ModelLoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
+  // The input embedding of a token id (dequantized): [hidden].
+  void EmbeddingRow(int32_t id, float* out) const;
   const ModelWeights& weights() const { return weights_; }
   // Null when the file carries no tokenizer (llama2.c).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }

@@ -91,10 +91,10 @@ void Sampler::ApplyPenalties(float* logits, int32_t vocab) const {
   }
 }
 
-SampledToken Sampler::SampleWithDraft(float* logits, int32_t vocab, int32_t draft) {
+SampledToken Sampler::SampleWithDraft(float* logits, int32_t vocab, int32_t draft, const float* draft_probs) {
   ApplyPenalties(logits, vocab);
   SampledToken out;
-  out.id = params_.greedy() ? ArgMax(logits, vocab) : Draw(logits, vocab, draft < vocab ? draft : -1);
+  out.id = params_.greedy() ? ArgMax(logits, vocab) : Draw(logits, vocab, draft < vocab ? draft : -1, draft_probs);
   // Log-probabilities of the penalised distribution (one extra pass over the vocabulary).
   // The greedy pick is already the maximum; only a sampled token needs another pass.
   if (!params_.compute_logprobs && params_.num_top_logprobs == 0) {
@@ -116,7 +116,7 @@ SampledToken Sampler::SampleWithDraft(float* logits, int32_t vocab, int32_t draf
   return out;
 }
 
-int32_t Sampler::Draw(const float* logits, int32_t vocab, int32_t draft) {
+int32_t Sampler::Draw(const float* logits, int32_t vocab, int32_t draft, const float* draft_probs) {
   const float inv_t = 1.0f / params_.temperature;
   candidates_.clear();
   candidates_.reserve(vocab);
@@ -157,6 +157,32 @@ int32_t Sampler::Draw(const float* logits, int32_t vocab, int32_t draft) {
     }
     candidates_.resize(keep);
     total = cum;
+  }
+  if (draft >= 0 && draft_probs != nullptr) {
+    double draft_weight = 0;
+    for (const auto& c : candidates_) {
+      if (c.second == draft) draft_weight = c.first;
+    }
+    const double p = draft_weight / total, q = draft_probs[draft];
+    // Keep the draft with probability min(1, p / q) (q = 0: it was not drawn from q at all;
+    // keep it as p allows).
+    if (p > 0 && (q <= 0 || std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * q < p)) return draft;
+    // Otherwise from the residual max(0, p - q), renormalised.
+    double residual = 0;
+    for (const auto& c : candidates_) residual += std::max(0.0, c.first / total - static_cast<double>(draft_probs[c.second]));
+    if (residual > 0) {
+      double r = std::uniform_real_distribution<double>(0.0, residual)(rng_);
+      int32_t last = -1;
+      for (const auto& c : candidates_) {
+        const double w = std::max(0.0, c.first / total - static_cast<double>(draft_probs[c.second]));
+        if (w <= 0) continue;
+        last = c.second;
+        r -= w;
+        if (r <= 0) return c.second;
+      }
+      return last;
+    }
+    draft = -1;  // p == q where p > 0: draw from p
   }
   if (draft >= 0) {
     double draft_weight = 0;

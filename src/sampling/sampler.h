@@ -51,7 +51,10 @@ class Sampler {
   // draft is accepted when it equals it). Sampling: rejection sampling, the draft kept with
   // probability p(draft) and otherwise a token drawn from p without the draft, so the token has
   // exactly the distribution Sample gives. The draft is accepted when the result equals it.
-  SampledToken SampleWithDraft(float* logits, int32_t vocab, int32_t draft);
+  // draft_probs ([vocab], the distribution the draft was drawn from; null: with certainty):
+  // speculative sampling proper, the draft kept with probability min(1, p / q) and otherwise
+  // a token drawn from max(0, p - q) renormalised, which again gives exactly p.
+  SampledToken SampleWithDraft(float* logits, int32_t vocab, int32_t draft, const float* draft_probs = nullptr);
   // Logit bias and penalties, as Sample applies them before choosing (beam search scores the
   // processed logits itself).
   void ApplyPenaltiesTo(float* logits, int32_t vocab) const { ApplyPenalties(logits, vocab); }
@@ -65,7 +68,7 @@ class Sampler {
 
  private:
   void ApplyPenalties(float* logits, int32_t vocab) const;
-  int32_t Draw(const float* logits, int32_t vocab, int32_t draft);
+  int32_t Draw(const float* logits, int32_t vocab, int32_t draft, const float* draft_probs);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

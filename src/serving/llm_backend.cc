@@ -487,9 +487,25 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
       q.draft_tokens.push_back(static_cast<int32_t>(id));
     }
   }
+  // The draft model's logits of those tokens ([k, vocab] or [B, k, vocab]): speculative
+  // sampling against their distribution instead of a certain draft.
   if (const InferTensor* t = r.FindInput("draft_logits"); t && t->num_elements() > 0) {
-    return UnimplementedError("draft_logits is not supported by this server: draft tokens are verified as tokens "
-                              "(exact for greedy, rejection sampling against a certain draft otherwise)");
+    const int64_t vocab = model_->config().vocab_size;
+    if ((t->shape.size() != 2 && t->shape.size() != 3) || t->shape.back() != vocab) {
+      return InvalidArgumentError("draft_logits must be [draft tokens, " + std::to_string(vocab) + "] (the vocabulary)" +
+                                  ", or 3-D with the batch dimension");
+    }
+    // (Rows past the drafts, of -1 padding in draft_input_ids, are not read.)
+    const int64_t rows = t->shape[t->shape.size() - 2], k = static_cast<int64_t>(q.draft_tokens.size());
+    if (rows < k) {
+      return InvalidArgumentError("draft_logits has " + std::to_string(rows) + " rows for " + std::to_string(k) + " draft_input_ids");
+    }
+    if (t->shape.size() == 3 && b >= t->shape[0]) return InvalidArgumentError("draft_logits has no row for batch item " + std::to_string(b));
+    auto values = t->AsDouble();
+    if (!values.ok()) return values.status();
+    const int64_t off = t->shape.size() == 3 ? b * rows * vocab : 0;
+    q.draft_logits.resize(static_cast<size_t>(k * vocab));
+    for (int64_t i = 0; i < k * vocab; ++i) q.draft_logits[i] = static_cast<float>((*values)[off + i]);
   }
   if (num_draft->has_value()) {
     if (**num_draft < 0 || **num_draft > kMaxDraftTokens) {
@@ -538,10 +554,35 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     q.guide = std::move(guide).value();
   }
   RETURN_IF_ERROR(ReadLora(r, b, &q));
-  for (const char* unsupported : {"prompt_embedding_table", "prompt_table_extra_ids"}) {
-    if (const InferTensor* t = r.FindInput(unsupported); t && t->num_elements() > 0) {
-      return UnimplementedError(std::string(unsupported) + " is not supported by this server");
+  // P-tuning: prompt_embedding_table [rows, hidden] (or [B, rows, hidden]); prompt ids
+  // vocab_size + i take row i. prompt_vocab_size, when given, is how many rows count.
+  // (prompt_table_extra_ids only key the reference's block reuse: here the table's content
+  // keys it.)
+  if (const InferTensor* t = r.FindInput("prompt_embedding_table"); t && t->num_elements() > 0) {
+    const int64_t hidden = model_->config().hidden_size;
+    if ((t->shape.size() != 2 && t->shape.size() != 3) || t->shape.back() != hidden) {
+      return InvalidArgumentError("prompt_embedding_table must be [rows, " + std::to_string(hidden) + "] (the model's hidden size)" +
+                                  ", or 3-D with the batch dimension");
     }
+    int64_t rows = t->shape[t->shape.size() - 2];
+    if (t->shape.size() == 3 && b >= t->shape[0]) return InvalidArgumentError("prompt_embedding_table has no row for batch item " + std::to_string(b));
+    auto values = t->AsDouble();
+    if (!values.ok()) return values.status();
+    const int64_t off = t->shape.size() == 3 ? b * rows * hidden : 0;
+    if (auto pv = in.Scalar("prompt_vocab_size", b); pv.ok() && pv->has_value()) {
+      const double v = **pv;
+      if (!(v >= 1 && v <= static_cast<double>(rows))) {
+        return InvalidArgumentError("prompt_vocab_size must be in [1, " + std::to_string(rows) + "] (the table's rows)");
+      }
+      rows = static_cast<int64_t>(v);
+    }
+    auto table = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * hidden));
+    for (int64_t i = 0; i < rows * hidden; ++i) {
+      const double x = (*values)[off + i];
+      if (!std::isfinite(x)) return InvalidArgumentError("prompt_embedding_table holds a non-finite value");
+      (*table)[i] = static_cast<float>(x);
+    }
+    q.prompt_table = std::move(table);
   }
   Status s = q.sampling.Validate();
   if (!s.ok()) return s;
