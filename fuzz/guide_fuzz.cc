@@ -1,4 +1,5 @@
-// Guides are client input: the first byte picks regex, JSON schema or free-form JSON; the
+// Guides are client input: the first byte picks regex, JSON schema, free-form JSON or an
+// EBNF grammar; the
 // rest up to a NUL is the guide, and the bytes after it are stepped through the compiled
 // automaton (and masks computed over a small vocabulary) after a successful compile.
 #include <cstddef>
@@ -6,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "guided/grammar.h"
 #include "guided/guide.h"
 #include "guided/json_matcher.h"
 #include "guided/json_schema.h"
@@ -15,12 +17,21 @@ using namespace inflight::guided;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const int kind = data[0] % 3;
+  const int kind = data[0] % 4;
   std::string rest(reinterpret_cast<const char*>(data + 1), size - 1);
   const size_t nul = rest.find('\0');
   const std::string guide = rest.substr(0, nul);
   const std::string text = nul == std::string::npos ? std::string() : rest.substr(nul + 1);
-  if (kind == 2) {
+  if (kind == 3) {
+    auto g = Grammar::Parse(guide);
+    if (!g.ok()) return 0;
+    GrammarState st(g->get());
+    for (char c : text) {
+      if (!st.Step(static_cast<uint8_t>(c))) break;
+      (void)st.Accepting();
+      (void)st.Key();
+    }
+  } else if (kind == 2) {
     JsonState st;
     for (char c : guide + text) {
       if (!st.Step(static_cast<uint8_t>(c))) break;
@@ -47,7 +58,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> vocab = {"", "{", "}", "[", "]", "\"", ",", ":", "a", "0", " ", "true", "null"};
   for (size_t i = 0; i + 3 <= text.size() && vocab.size() < 40; i += 3) vocab.push_back(text.substr(i, 3));
   auto v = std::make_shared<GuideVocabulary>(vocab);
-  auto g = Guide::Compile(kind == 0 ? GuideType::kRegex : kind == 1 ? GuideType::kJsonSchema : GuideType::kJson, guide, v);
+  const GuideType type = kind == 0 ? GuideType::kRegex : kind == 1 ? GuideType::kJsonSchema : kind == 2 ? GuideType::kJson : GuideType::kEbnf;
+  auto g = Guide::Compile(type, guide, v);
   if (!g.ok()) return 0;
   auto c = (*g)->NewConstraint();
   std::vector<float> logits(vocab.size());

@@ -309,6 +309,69 @@ TEST_F(GuidedDecodingTest, FreeFormJsonParsesAndSiblingsAndStreamsFollowTheGuide
   testing::ExpectNoKvLeaks(*e);
 }
 
+// Balanced parentheses around letters: the test's own checker.
+bool BalancedOk(const std::string& s) {
+  int depth = 0;
+  for (char c : s) {
+    if (c == '(') ++depth;
+    else if (c == ')') {
+      if (--depth < 0) return false;
+    } else if (c < 'a' || c > 'z') {
+      return false;
+    }
+  }
+  return depth == 0 && !s.empty() && s.front() == '(';
+}
+
+TEST_F(GuidedDecodingTest, EbnfGrammarsInFlightAllParse) {
+  auto e = Make();
+  ASSERT_NE(e, nullptr);
+  // A bounded grammar (every output must end complete) and a recursive one.
+  const std::string sums = R"G(root ::= term (" + " term){0,3}
+term ::= [0-9]{1,3} | "(" [0-9]{1,3} (" * " [0-9]{1,3})? ")"
+)G";
+  const std::string nested = R"G(root ::= "(" inner ")"
+inner ::= ( "(" inner ")" | [a-z] ){0,3}
+)G";
+  const std::regex sums_re(R"(([0-9]{1,3}|\([0-9]{1,3}( \* [0-9]{1,3})?\))( \+ ([0-9]{1,3}|\([0-9]{1,3}( \* [0-9]{1,3})?\))){0,3})");
+  std::vector<RequestId> sum_ids, nested_ids;
+  for (int i = 0; i < 12; ++i) {
+    auto g1 = Guide(guided::GuideType::kEbnf, sums);
+    auto g2 = Guide(guided::GuideType::kEbnf, nested);
+    ASSERT_NE(g1, nullptr);
+    ASSERT_NE(g2, nullptr);
+    auto a = e->Enqueue(Guided(g1, 300 + i));
+    Request r = Guided(g2, 400 + i);
+    r.max_tokens = 120;
+    auto b = e->Enqueue(r);
+    ASSERT_TRUE(a.ok() && b.ok());
+    sum_ids.push_back(*a);
+    nested_ids.push_back(*b);
+  }
+  for (RequestId id : sum_ids) {
+    const auto rs = testing::CollectResults(*e, id);
+    const std::string out = Bytes(rs.back().output_token_ids);
+    EXPECT_EQ(rs.back().finish_reason, FinishReason::kEndId) << out;
+    EXPECT_TRUE(std::regex_match(out, sums_re)) << "'" << out << "'";
+  }
+  int complete = 0;
+  for (RequestId id : nested_ids) {
+    const auto rs = testing::CollectResults(*e, id);
+    const std::string out = Bytes(rs.back().output_token_ids);
+    if (rs.back().finish_reason == FinishReason::kEndId) {
+      ++complete;
+      EXPECT_TRUE(BalancedOk(out)) << "'" << out << "'";
+    } else {
+      // Cut by max_tokens: parentheses open but never closed too early.
+      int depth = 0;
+      for (char c : out) depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+      EXPECT_GT(depth, 0) << "'" << out << "'";
+    }
+  }
+  EXPECT_GT(complete, 0);
+  testing::ExpectNoKvLeaks(*e);
+}
+
 TEST_F(GuidedDecodingTest, GuidesRefuseWhatTheyCannotDo) {
   auto e = Make();
   ASSERT_NE(e, nullptr);
@@ -323,9 +386,12 @@ TEST_F(GuidedDecodingTest, GuidesRefuseWhatTheyCannotDo) {
   auto none = guided::Guide::Compile(guided::GuideType::kRegex, "[^\\s\\S]", *vocab_);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("allows no token"), std::string::npos);
-  auto ebnf = guided::GuideTypeFromName("ebnf_grammar");
-  ASSERT_FALSE(ebnf.ok());
-  EXPECT_EQ(ebnf.status().code(), StatusCode::kUnimplemented);
+  auto tag = guided::GuideTypeFromName("structural_tag");
+  ASSERT_FALSE(tag.ok());
+  EXPECT_EQ(tag.status().code(), StatusCode::kUnimplemented);
+  auto left = guided::Guide::Compile(guided::GuideType::kEbnf, "root ::= root \"a\" | \"a\"", *vocab_);
+  ASSERT_FALSE(left.ok());
+  EXPECT_NE(left.status().message().find("left-recursive"), std::string::npos);
 }
 
 }  // namespace

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <chrono>
+#include <functional>
 #include <random>
 #include <regex>
 
+#include "guided/grammar.h"
 #include "guided/guide.h"
 #include "guided/json_matcher.h"
 #include "guided/json_schema.h"
@@ -208,6 +211,7 @@ TEST(TokenMaskTest, MasksEqualSteppingEachToken) {
   for (const auto& [type, text] : std::vector<std::pair<GuideType, std::string>>{
            {GuideType::kJson, ""},
            {GuideType::kRegex, "\\{\"a\": (1|12|true)\\}"},
+           {GuideType::kEbnf, "root ::= \"{\" (\"\\\"a\\\": \" (\"1\" [0-9]? | \"true\") (\", \" [a-z]+)?)? \"}\""},
            {GuideType::kJsonSchema, R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "maximum": 20}}})"}}) {
     auto g = Guide::Compile(type, text, v);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
@@ -233,6 +237,10 @@ TEST(TokenMaskTest, MasksEqualSteppingEachToken) {
           std::string bytes = out + vocab[t];
           if (type == GuideType::kJson) {
             for (char ch : bytes) alive = alive && js.Step(static_cast<uint8_t>(ch));
+          } else if (type == GuideType::kEbnf) {
+            auto grammar = Grammar::Parse(text);
+            GrammarState gs(grammar->get());
+            for (char ch : bytes) alive = alive && gs.Step(static_cast<uint8_t>(ch));
           } else {
             auto dfa = RegexDfa::Compile(type == GuideType::kRegex ? text : *JsonSchemaToRegex(text));
             int32_t s = (*dfa)->start();
@@ -249,6 +257,213 @@ TEST(TokenMaskTest, MasksEqualSteppingEachToken) {
         c->Advance(pick);
       }
     }
+  }
+}
+
+bool GrammarMatches(const Grammar& g, const std::string& s) {
+  GrammarState st(&g);
+  for (char c : s) {
+    if (!st.Step(static_cast<uint8_t>(c))) return false;
+  }
+  return st.Accepting();
+}
+
+// Arithmetic over digits, + - * / and parentheses: the test's own recursive-descent checker.
+bool ArithOk(const std::string& s) {
+  size_t i = 0;
+  std::function<bool()> expr, term, factor;
+  factor = [&]() {
+    if (i < s.size() && s[i] == '(') {
+      ++i;
+      if (!expr() || i >= s.size() || s[i] != ')') return false;
+      ++i;
+      return true;
+    }
+    const size_t start = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return i > start;
+  };
+  term = [&]() {
+    if (!factor()) return false;
+    while (i < s.size() && (s[i] == '*' || s[i] == '/')) {
+      ++i;
+      if (!factor()) return false;
+    }
+    return true;
+  };
+  expr = [&]() {
+    if (!term()) return false;
+    while (i < s.size() && (s[i] == '+' || s[i] == '-')) {
+      ++i;
+      if (!term()) return false;
+    }
+    return true;
+  };
+  return expr() && i == s.size();
+}
+
+const char* kArithGrammar = R"G(# arithmetic
+root   ::= expr
+expr   ::= term (("+" | "-") term)*
+term   ::= factor (("*" | "/") factor)*
+factor ::= [0-9]+ | "(" expr ")"
+)G";
+
+TEST(GrammarTest, RegularGrammarsAgreeWithStdRegex) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"G(root ::= "a" [b-d]* ("x" | "yz")?)G", R"(a[b-d]*(x|yz)?)"},
+      {"root ::= digit+ (\".\" digit{1,3})?\ndigit ::= [0-9]", R"([0-9]+(\.[0-9]{1,3})?)"},
+      {R"G(root ::= ("ab" | "c"){2,3} [^a-c]?)G", "(ab|c){2,3}[^a-c]?"},
+      {R"G(root ::= "\"" ([^"\\] | "\\" ["\\n])* "\"")G", R"("([^"\\]|\\["\\n])*")"},
+      {"root ::= \"x\"\n  | \"y\" \"z\"*  # a comment\n", "x|yz*"},
+  };
+  const std::string alphabet = "abcdxyz0123456789.\"\\n";
+  std::mt19937 rng(6);
+  for (const auto& [grammar, pattern] : cases) {
+    auto g = Grammar::Parse(grammar);
+    ASSERT_TRUE(g.ok()) << grammar << ": " << g.status().ToString();
+    auto dfa = RegexDfa::Compile(pattern);
+    ASSERT_TRUE(dfa.ok()) << pattern;
+    const std::regex ref(pattern);
+    int matched = 0;
+    for (int i = 0; i < 600; ++i) {
+      std::string str;
+      if (i % 2 == 0) {
+        str = RandomMatch(**dfa, rng, alphabet);
+      } else {
+        for (int k = 0, n = static_cast<int>(rng() % 7); k < n; ++k) str += alphabet[rng() % alphabet.size()];
+      }
+      const bool want = std::regex_match(str, ref);
+      matched += want;
+      EXPECT_EQ(GrammarMatches(**g, str), want) << grammar << " on '" << str << "'";
+    }
+    EXPECT_GT(matched, 10) << grammar;
+  }
+}
+
+TEST(GrammarTest, RecursiveGrammarsAgreeWithARecursiveDescentChecker) {
+  auto g = Grammar::Parse(kArithGrammar);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  std::mt19937 rng(7);
+  const std::string alphabet = "0123456789+-*/()";
+  // Random expressions (valid by construction) and random strings.
+  std::function<std::string(int)> gen = [&](int depth) -> std::string {
+    std::string out;
+    const int terms = 1 + static_cast<int>(rng() % 3);
+    for (int t = 0; t < terms; ++t) {
+      if (t) out += "+-*/"[rng() % 4];
+      if (depth < 4 && rng() % 3 == 0) {
+        out += "(" + gen(depth + 1) + ")";
+      } else {
+        out += std::to_string(rng() % 1000);
+      }
+    }
+    return out;
+  };
+  int valid = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string str;
+    if (i % 2 == 0) {
+      str = gen(0);
+      if (i % 4 == 0 && !str.empty()) str[rng() % str.size()] = alphabet[rng() % alphabet.size()];
+    } else {
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 9); k < n; ++k) str += alphabet[rng() % alphabet.size()];
+    }
+    const bool want = ArithOk(str);
+    valid += want;
+    EXPECT_EQ(GrammarMatches(**g, str), want) << "'" << str << "'";
+  }
+  EXPECT_GT(valid, 1000);
+  // Prefixes of valid texts stay alive; the state is not accepting mid-parenthesis.
+  GrammarState st(g->get());
+  for (char c : std::string("(1+(2*3)")) ASSERT_TRUE(st.Step(static_cast<uint8_t>(c)));
+  EXPECT_FALSE(st.Accepting());
+  EXPECT_TRUE(st.Step(')'));
+  EXPECT_TRUE(st.Accepting());
+  EXPECT_TRUE(st.CanContinue());
+}
+
+TEST(GrammarTest, AJsonGrammarAgreesWithNlohmann) {
+  const char* json_grammar = R"G(
+root    ::= object | array
+value   ::= object | array | string | number | "true" | "false" | "null"
+object  ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+array   ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string  ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number  ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]{1,2} )?
+ws      ::= [ \t\n\r]*
+)G";
+  auto g = Grammar::Parse(json_grammar);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  std::mt19937 rng(8);
+  for (int i = 0; i < 1000; ++i) {
+    const nlohmann::json j = RandomJson(rng, 0);
+    std::string text = j.dump(i % 3 == 0 ? 2 : -1);
+    ASSERT_TRUE(GrammarMatches(**g, text)) << text;
+    std::string bad = text;
+    const std::string noise = "{}[]\",:0-.eE tfnx\\";
+    bad[rng() % bad.size()] = noise[rng() % noise.size()];
+    const bool valid = nlohmann::json::accept(bad);
+    if (GrammarMatches(**g, bad)) {
+      EXPECT_TRUE(valid) << bad;
+    } else if (valid) {
+      const nlohmann::json parsed = nlohmann::json::parse(bad);
+      EXPECT_TRUE(!parsed.is_object() && !parsed.is_array() || std::regex_search(bad, std::regex("[eE][+-]?[0-9]{3}"))) << bad;
+    }
+  }
+}
+
+TEST(GrammarTest, OnlyValidUtf8IsRead) {
+  auto g = Grammar::Parse("root ::= [^a]*");
+  ASSERT_TRUE(g.ok());
+  auto run = [&](const std::string& bytes) {
+    GrammarState st(g->get());
+    for (char c : bytes) {
+      if (!st.Step(static_cast<uint8_t>(c))) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(run("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+  EXPECT_FALSE(run("\xe0\x80"));      // overlong from its second byte
+  EXPECT_FALSE(run("\xc0\xaf"));      // overlong lead
+  EXPECT_FALSE(run("\xed\xa0\x80"));  // a surrogate
+  EXPECT_FALSE(run("\xf4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(run("a"));
+}
+
+TEST(GrammarTest, AnAmbiguousGrammarCostsBoundedWork) {
+  // 2^40 ways to enter the last rule without reading a character.
+  std::string text = "root ::= r0\n";
+  for (int i = 0; i < 40; ++i) text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " | r" + std::to_string(i + 1) + "\n";
+  text += "r40 ::= \"a\"+\n";
+  auto g = Grammar::Parse(text);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  GrammarState st(g->get());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(st.Step('a'));
+  EXPECT_TRUE(st.Accepting());
+  // Not a speed test: unbounded, this would not finish at all (2^40 expansions per step).
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+}
+
+TEST(GrammarTest, BadGrammarsAreRefusedWithTheReason) {
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"(root ::= root "a" | "a")", "left-recursive"},
+           {R"(root ::= x "a"
+x ::= y?
+y ::= root)", "left-recursive"},
+           {R"(root ::= missing)", "'missing' is used but not defined"},
+           {R"(start ::= "a")", "no 'root' rule"},
+           {R"(root ::= "abc)", "unterminated string literal"},
+           {R"(root ::= [a-)", "unterminated ["},
+           {R"(root ::= "a"{5,2})", "m < n"},
+           {R"(root ::= "a"
+root ::= "b")", "defined twice"},
+           {R"(root ::= ( "a" )", "unterminated ("},
+       }) {
+    auto g = Grammar::Parse(text);
+    ASSERT_FALSE(g.ok()) << text;
+    EXPECT_NE(g.status().message().find(message), std::string::npos) << g.status().message();
   }
 }
 

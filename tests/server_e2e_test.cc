@@ -534,6 +534,15 @@ TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
     return std::string();
   };
   const std::string pattern = "[0-9]{3}-[a-z]{2,4}( [A-Z][a-z]{1,6}){1,2}";
+  {
+    // An EBNF grammar (xgrammar's notation).
+    const std::string grammar = "root ::= greeting \" \" name \"!\"\ngreeting ::= \"Hi\" | \"Hello\"\nname ::= [A-Z] [a-z]{1,8}\n";
+    auto r = Post("/v2/models/tensorrt_llm_sync/infer", body("ebnf_grammar", grammar));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const std::string text = text_of(json::parse(r->body));
+    EXPECT_TRUE(std::regex_match(text, std::regex("(Hi|Hello) [A-Z][a-z]{1,8}!"))) << "'" << text << "'";
+  }
   for (int i = 0; i < 3; ++i) {
     auto r = Post("/v2/models/tensorrt_llm_sync/infer", body("regex", pattern));
     ASSERT_TRUE(r);
@@ -601,7 +610,8 @@ TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
       {"regex", "[0-9", 400, "regex: unterminated ["},
       {"json_schema", R"({"type": "array", "uniqueItems": true})", 400, "keyword 'uniqueItems' is not supported"},
       {"json_schema", "{not json", 400, "json schema: not valid JSON"},
-      {"ebnf_grammar", "root ::= \"a\"", 501, "ebnf_grammar' is not supported"},
+      {"structural_tag", "{}", 501, "'structural_tag' is not supported"},
+      {"ebnf_grammar", "root ::= root \"a\"", 400, "left-recursive"},
       {"yaml", "", 400, "is not one of json, json_schema, regex, ebnf_grammar"},
       {"regex", "", 400, "guided_decoding_guide is empty"},
       {"regex", std::string(70000, 'a'), 400, "at most 65536 are taken"},

@@ -27,9 +27,10 @@ StatusOr<GuideType> GuideTypeFromName(std::string_view name) {
   if (name == "json") return GuideType::kJson;
   if (name == "json_schema") return GuideType::kJsonSchema;
   if (name == "regex") return GuideType::kRegex;
-  if (name == "ebnf_grammar" || name == "structural_tag") {
-    return UnimplementedError("guided_decoding_guide_type '" + std::string(name) +
-                              "' is not supported (json, json_schema and regex are)");
+  if (name == "ebnf_grammar") return GuideType::kEbnf;
+  if (name == "structural_tag") {
+    return UnimplementedError("guided_decoding_guide_type 'structural_tag' is not supported (json, json_schema, regex and "
+                              "ebnf_grammar are)");
   }
   return InvalidArgumentError("guided_decoding_guide_type '" + std::string(name) +
                               "' is not one of json, json_schema, regex, ebnf_grammar");
@@ -38,7 +39,9 @@ StatusOr<GuideType> GuideTypeFromName(std::string_view name) {
 // One sequence's position in a guide.
 class GuideConstraint : public TokenConstraint {
  public:
-  explicit GuideConstraint(std::shared_ptr<Guide> guide) : guide_(std::move(guide)) {}
+  explicit GuideConstraint(std::shared_ptr<Guide> guide) : guide_(std::move(guide)) {
+    if (guide_->grammar_) pos_.grammar = GrammarState(guide_->grammar_.get());
+  }
 
   int32_t Mask(float* logits, int32_t vocab, int32_t end_id) override {
     if (dead_) {
@@ -98,6 +101,18 @@ StatusOr<std::shared_ptr<Guide>> Guide::Compile(GuideType type, std::string_view
                                                 std::shared_ptr<const GuideVocabulary> vocab) {
   auto g = std::shared_ptr<Guide>(new Guide(type, std::move(vocab)));
   if (type == GuideType::kJson) return g;  // `guide` is unused: any JSON
+  if (type == GuideType::kEbnf) {
+    auto grammar = Grammar::Parse(guide);
+    if (!grammar.ok()) return grammar.status();
+    g->grammar_ = *grammar;
+    Position start;
+    start.grammar = GrammarState(g->grammar_.get());
+    auto first = g->MaskAt(start);
+    if (first->allowed.count == 0 && !first->accepting) {
+      return InvalidArgumentError("the guide allows no token of this model's vocabulary to start the output");
+    }
+    return g;
+  }
   std::string pattern(guide);
   if (type == GuideType::kJsonSchema) {
     auto regex = JsonSchemaToRegex(guide);
@@ -126,6 +141,18 @@ int32_t Guide::num_cached_masks() const {
 std::shared_ptr<const Guide::Mask> Guide::MaskAt(const Position& p) {
   std::lock_guard<std::mutex> lock(mu_);
   const size_t mask_bytes = (static_cast<size_t>(vocab_->size()) + 63) / 64 * 8 + sizeof(Mask);
+  if (type_ == GuideType::kEbnf) {
+    const std::string key = p.grammar.Key();
+    auto it = json_masks_.find(key);
+    if (it != json_masks_.end()) return it->second;
+    auto m = std::make_shared<Mask>();
+    m->allowed = vocab_->trie().Allowed(p.grammar, [](GrammarState& s, uint8_t b) { return s.Step(b); });
+    m->accepting = p.grammar.Accepting();
+    m->can_continue = p.grammar.CanContinue();
+    if (json_masks_.size() * mask_bytes > kMaxCacheBytes) json_masks_.clear();
+    json_masks_.emplace(key, m);
+    return m;
+  }
   if (type_ == GuideType::kJson) {
     const std::string key = p.json.Key();
     auto it = json_masks_.find(key);
@@ -162,6 +189,8 @@ bool Guide::Step(Position* p, int32_t token) {
     const auto b = static_cast<uint8_t>(c);
     if (type_ == GuideType::kJson) {
       if (!p->json.Step(b)) return false;
+    } else if (type_ == GuideType::kEbnf) {
+      if (!p->grammar.Step(b)) return false;
     } else {
       p->dfa = dfa_->Next(p->dfa, b);
       if (p->dfa == RegexDfa::kDead) return false;

@@ -3,6 +3,7 @@
 //   json         any JSON text whose root is an object or an array (a pushdown recognizer)
 //   json_schema  a JSON value valid against the schema (json_schema.h, as a regex)
 //   regex        the whole output matches the pattern (regex_dfa.h)
+//   ebnf_grammar the output is in the grammar's language (grammar.h, a pushdown recognizer)
 // The allowed-token set of each automaton state is computed once (a walk of the vocabulary
 // trie) and cached, so a step costs a cache lookup and one pass over the logits once the
 // states an output visits have been seen. A compiled guide is shared by every request that
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "guided/grammar.h"
 #include "guided/json_matcher.h"
 #include "guided/regex_dfa.h"
 #include "guided/token_trie.h"
@@ -28,9 +30,9 @@ class Tokenizer;
 
 namespace inflight::guided {
 
-enum class GuideType { kJson, kJsonSchema, kRegex };
-// json | json_schema | regex; ebnf_grammar and unknown names are INVALID_ARGUMENT /
-// UNIMPLEMENTED with the reason.
+enum class GuideType { kJson, kJsonSchema, kRegex, kEbnf };
+// json | json_schema | regex | ebnf_grammar; others are INVALID_ARGUMENT (structural_tag:
+// UNIMPLEMENTED) with the reason.
 StatusOr<GuideType> GuideTypeFromName(std::string_view name);
 
 // The vocabulary a guide works over: each token's bytes (empty for special tokens).
@@ -67,6 +69,7 @@ class Guide : public std::enable_shared_from_this<Guide> {
   struct Position {
     int32_t dfa = 0;
     JsonState json;
+    GrammarState grammar;
   };
   struct Mask {
     TokenBitset allowed;
@@ -81,6 +84,7 @@ class Guide : public std::enable_shared_from_this<Guide> {
   std::shared_ptr<const GuideVocabulary> vocab_;
   mutable std::mutex mu_;
   std::unique_ptr<RegexDfa> dfa_;
+  std::shared_ptr<const Grammar> grammar_;
   std::unordered_map<int32_t, std::shared_ptr<const Mask>> dfa_masks_;
   std::unordered_map<std::string, std::shared_ptr<const Mask>> json_masks_;
 };
