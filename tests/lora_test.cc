@@ -19,6 +19,7 @@
 #include "engine_test_util.h"
 #include "model/gguf_export.h"
 #include "model/lora.h"
+#include "safetensors_writer.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -26,26 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Tensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<float> values;
-};
-
-void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensors) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
-  for (const Tensor& t : tensors) {
-    const size_t begin = data.size();
-    data.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
-  }
-  const std::string h = header.dump();
-  const uint64_t n = h.size();
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out << h << data;
-}
+using Tensor = testing::HfTensor;
+using testing::WriteSafetensors;
 
 constexpr int64_t H = 64, L = 2, NH = 4, NKV = 2, D = H / NH, F = 192, V = 32000;
 

@@ -28,6 +28,7 @@
 #include "model/gguf_export.h"
 #include "model/quant_mix.h"
 #include "model/model.h"
+#include "safetensors_writer.h"
 #include "model/random_model.h"
 #include "test_util.h"
 
@@ -447,32 +448,8 @@ INSTANTIATE_TEST_SUITE_P(
 // RoPE for llama). Agreement checks the HF loader and the converter against each other and
 // against the reference.
 
-struct HfTensor {
-  std::string name;
-  std::vector<int64_t> shape;  // row-major
-  std::vector<float> values;
-};
-
-void WriteSafetensors(const std::string& path, const std::vector<HfTensor>& tensors, const std::string& dtype) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
-  for (const HfTensor& t : tensors) {
-    const size_t begin = data.size();
-    for (float f : t.values) {
-      if (dtype == "F32") data.append(reinterpret_cast<const char*>(&f), 4);
-      else {
-        const uint16_t h = dtype == "BF16" ? Fp32ToBf16(f) : Fp32ToFp16(f);
-        data.append(reinterpret_cast<const char*>(&h), 2);
-      }
-    }
-    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
-  }
-  const std::string h = header.dump();
-  const uint64_t n = h.size();
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out << h << data;
-}
+using testing::HfTensor;
+using testing::WriteSafetensors;
 
 struct HfCase {
   const char* arch;
