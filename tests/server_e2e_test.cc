@@ -707,6 +707,53 @@ TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
   ASSERT_TRUE(res5);
   ASSERT_EQ(res5->status, 200) << res5->body;
   EXPECT_EQ(ids_of(res5->body), engine_output(*prefetched));
+  // Through the ensemble (text in, text out) by task id, once the ensemble's LLM model
+  // (tensorrt_llm, decoupled) has the adapter (/generate carries scalars and 1-D arrays only,
+  // as Triton's, so the weights go by KServe infer).
+  {
+    auto stub = GrpcStub(server_->grpc_port);
+    grpc::ClientContext ctx;
+    auto stream = stub->ModelStreamInfer(&ctx);
+    inference::ModelInferRequest g = LlmRequest("tensorrt_llm", "lora-prime", {prompt}, 16, false);
+    auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape, const std::string& raw) {
+      auto* in = g.add_inputs();
+      in->set_name(name);
+      in->set_datatype(dtype);
+      for (int64_t d : shape) in->add_shape(d);
+      g.add_raw_input_contents(raw);
+    };
+    const uint64_t task = 21;
+    std::string fp16;
+    for (float v : weights) {
+      const uint16_t h = Fp32ToFp16(v);
+      fp16.append(reinterpret_cast<const char*>(&h), 2);
+    }
+    add("exclude_input_in_output", "BOOL", {1, 1}, std::string(1, '\1'));
+    add("lora_task_id", "UINT64", {1, 1}, std::string(reinterpret_cast<const char*>(&task), 8));
+    add("lora_weights", "FP16", {1, rows, cols}, fp16);
+    add("lora_config", "INT32", {1, rows, 3}, RawInt32(config));
+    ASSERT_TRUE(stream->Write(g));
+    stream->WritesDone();
+    inference::ModelStreamInferResponse r;
+    std::vector<int32_t> got;
+    while (stream->Read(&r)) {
+      EXPECT_TRUE(r.error_message().empty()) << r.error_message();
+      const auto ids = OutputInt32(r.infer_response(), "output_ids");
+      got.insert(got.end(), ids.begin(), ids.end());
+    }
+    ASSERT_TRUE(stream->Finish().ok());
+    EXPECT_EQ(got, want);
+    const json req = {{"text_input", "Once upon a time, there was a little girl who"}, {"max_tokens", 16},
+                      {"exclude_input_in_output", true}, {"lora_task_id", 21}};
+    for (const std::string model : {"ensemble", "tensorrt_llm_bls"}) {
+      auto res = Post("/v2/models/" + model + "/generate", req.dump());
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 200) << res->body.substr(0, 300);
+      auto trimmed = [](std::string t) { return t.erase(0, t.find_first_not_of(' ')); };
+      EXPECT_EQ(trimmed(json::parse(res->body)["text_output"].get<std::string>()), trimmed(model_->tokenizer()->Decode(want, true)))
+          << model;
+    }
+  }
   // Errors.
   std::vector<int32_t> bad_module = config;
   bad_module[0] = 42;
