@@ -460,6 +460,8 @@ y ::= root)", "left-recursive"},
            {R"(root ::= "a"
 root ::= "b")", "defined twice"},
            {R"(root ::= ( "a" )", "unterminated ("},
+           {"root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')'), "groups nested too deeply"},
+           {"root ::= \"a\"{1001}", "too large repetition bound"},
        }) {
     auto g = Grammar::Parse(text);
     ASSERT_FALSE(g.ok()) << text;
@@ -476,7 +478,14 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAreRefusedByName) {
            {R"({"type": "integer", "minimum": 5, "maximum": 1})", "no integer"},
            {R"({"type": "string", "format": "hostname"})", "hostname"},
            {R"({"type": "number", "maximum": 2.5})", "number bounds"},
-           {R"(not json)", "not valid JSON"}}) {
+           {R"(not json)", "not valid JSON"},
+           // An attacker's nesting: 40 levels of arrays.
+           {[] {
+              std::string t;
+              for (int i = 0; i < 40; ++i) t += R"({"type": "array", "items": )";
+              return t + R"({"type": "null"})" + std::string(40, '}');
+            }(),
+            "nested more than 32 levels"}}) {
     auto r = JsonSchemaToRegex(schema);
     ASSERT_FALSE(r.ok()) << schema;
     EXPECT_NE(r.status().message().find(word), std::string::npos) << r.status().message();

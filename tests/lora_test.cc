@@ -338,6 +338,13 @@ TEST_F(LoraTest, BadAdaptersAreRefusedWithTheReason) {
   auto short_row = LoraAdapter::FromTensors(c, std::vector<float>(10, 0.1f), 1, 10, {1, 0, 4});
   ASSERT_FALSE(short_row.ok());
   EXPECT_NE(short_row.status().message().find("needs"), std::string::npos) << short_row.status().message();
+  // Sizes an attacker would send: an adapter size near INT32_MAX, a negative layer.
+  auto huge = LoraAdapter::FromTensors(c, std::vector<float>(4 * (H + NH * D), 0.1f), 1, 4 * (H + NH * D), {1, 0, 2147483647});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("adapter size 2147483647"), std::string::npos) << huge.status().message();
+  auto negative = LoraAdapter::FromTensors(c, std::vector<float>(4 * (H + NH * D), 0.1f), 1, 4 * (H + NH * D), {1, -1, 4});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("layer -1"), std::string::npos) << negative.status().message();
   auto config_rows = LoraAdapter::FromTensors(c, std::vector<float>(4 * (H + NH * D), 0.1f), 1, 4 * (H + NH * D), {1, 0});
   ASSERT_FALSE(config_rows.ok());
   auto missing = LoraAdapter::FromPeftFolder(c, dir_ + "/nope");

@@ -138,46 +138,46 @@ int32_t Guide::num_cached_masks() const {
   return static_cast<int32_t>(dfa_masks_.size() + json_masks_.size());
 }
 
+namespace {
+
+// The cached mask of `key`, or a new one from a trie walk of `state` (which `step` advances
+// by a byte) and the state's accepting / can-continue answers; the cache starts over past
+// kMaxCacheBytes.
+template <typename Key, typename Cache, typename State, typename StepFn>
+std::shared_ptr<const Guide::Mask> CachedMask(Cache& cache, const Key& key, const State& state, StepFn step, bool accepting,
+                                              bool can_continue, const GuideVocabulary& vocab) {
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  auto m = std::make_shared<Guide::Mask>();
+  m->allowed = vocab.trie().Allowed(state, step);
+  m->accepting = accepting;
+  m->can_continue = can_continue;
+  const size_t mask_bytes = (static_cast<size_t>(vocab.size()) + 63) / 64 * 8 + sizeof(Guide::Mask);
+  if (cache.size() * mask_bytes > kMaxCacheBytes) cache.clear();
+  cache.emplace(key, m);
+  return m;
+}
+
+}  // namespace
+
 std::shared_ptr<const Guide::Mask> Guide::MaskAt(const Position& p) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t mask_bytes = (static_cast<size_t>(vocab_->size()) + 63) / 64 * 8 + sizeof(Mask);
-  if (type_ == GuideType::kEbnf) {
-    const std::string key = p.grammar.Key();
-    auto it = json_masks_.find(key);
-    if (it != json_masks_.end()) return it->second;
-    auto m = std::make_shared<Mask>();
-    m->allowed = vocab_->trie().Allowed(p.grammar, [](GrammarState& s, uint8_t b) { return s.Step(b); });
-    m->accepting = p.grammar.Accepting();
-    m->can_continue = p.grammar.CanContinue();
-    if (json_masks_.size() * mask_bytes > kMaxCacheBytes) json_masks_.clear();
-    json_masks_.emplace(key, m);
-    return m;
+  switch (type_) {
+    case GuideType::kEbnf:
+      return CachedMask(json_masks_, p.grammar.Key(), p.grammar, [](GrammarState& s, uint8_t b) { return s.Step(b); },
+                        p.grammar.Accepting(), p.grammar.CanContinue(), *vocab_);
+    case GuideType::kJson:
+      return CachedMask(json_masks_, p.json.Key(), p.json, [](JsonState& s, uint8_t b) { return s.Step(b); }, p.json.Done(),
+                        !p.json.Done(), *vocab_);
+    default: {
+      RegexDfa* dfa = dfa_.get();
+      auto step = [dfa](int32_t& s, uint8_t b) {
+        s = dfa->Next(s, b);
+        return s != RegexDfa::kDead;
+      };
+      return CachedMask(dfa_masks_, p.dfa, p.dfa, step, dfa->Accepting(p.dfa), dfa->CanContinue(p.dfa), *vocab_);
+    }
   }
-  if (type_ == GuideType::kJson) {
-    const std::string key = p.json.Key();
-    auto it = json_masks_.find(key);
-    if (it != json_masks_.end()) return it->second;
-    auto m = std::make_shared<Mask>();
-    m->allowed = vocab_->trie().Allowed(p.json, [](JsonState& s, uint8_t b) { return s.Step(b); });
-    m->accepting = p.json.Done();
-    m->can_continue = !p.json.Done();
-    if (json_masks_.size() * mask_bytes > kMaxCacheBytes) json_masks_.clear();
-    json_masks_.emplace(key, m);
-    return m;
-  }
-  auto it = dfa_masks_.find(p.dfa);
-  if (it != dfa_masks_.end()) return it->second;
-  auto m = std::make_shared<Mask>();
-  RegexDfa* dfa = dfa_.get();
-  m->allowed = vocab_->trie().Allowed(p.dfa, [dfa](int32_t& s, uint8_t b) {
-    s = dfa->Next(s, b);
-    return s != RegexDfa::kDead;
-  });
-  m->accepting = dfa_->Accepting(p.dfa);
-  m->can_continue = dfa_->CanContinue(p.dfa);
-  if (dfa_masks_.size() * mask_bytes > kMaxCacheBytes) dfa_masks_.clear();
-  dfa_masks_.emplace(p.dfa, m);
-  return m;
 }
 
 bool Guide::Step(Position* p, int32_t token) {

@@ -61,6 +61,13 @@ class Guide : public std::enable_shared_from_this<Guide> {
   // For tests and benchmarks: automaton states built and masks cached so far.
   int32_t num_cached_masks() const;
 
+  // A state's allowed tokens, and whether the output may end or go on there.
+  struct Mask {
+    TokenBitset allowed;
+    bool accepting = false;
+    bool can_continue = false;
+  };
+
  private:
   friend class GuideConstraint;
   Guide(GuideType type, std::shared_ptr<const GuideVocabulary> vocab) : type_(type), vocab_(std::move(vocab)) {}
@@ -71,12 +78,6 @@ class Guide : public std::enable_shared_from_this<Guide> {
     JsonState json;
     GrammarState grammar;
   };
-  struct Mask {
-    TokenBitset allowed;
-    bool accepting = false;     // the output may end here
-    bool can_continue = false;  // some byte may follow
-  };
-
   std::shared_ptr<const Mask> MaskAt(const Position& p);
   bool Step(Position* p, int32_t token);
 
@@ -86,7 +87,7 @@ class Guide : public std::enable_shared_from_this<Guide> {
   std::unique_ptr<RegexDfa> dfa_;
   std::shared_ptr<const Grammar> grammar_;
   std::unordered_map<int32_t, std::shared_ptr<const Mask>> dfa_masks_;
-  std::unordered_map<std::string, std::shared_ptr<const Mask>> json_masks_;
+  std::unordered_map<std::string, std::shared_ptr<const Mask>> json_masks_;  // json and ebnf_grammar states, by Key()
 };
 
 }  // namespace inflight::guided

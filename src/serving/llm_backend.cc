@@ -15,6 +15,7 @@
 #include "engine/output_stream.h"
 #include "engine/executor.h"
 #include "serving/guide_cache.h"
+#include "serving/llm_inputs.h"
 #include "serving/lora_cache.h"
 #include "model/model.h"
 #include "serving/live_stats.h"
@@ -34,19 +35,7 @@ namespace fs = std::filesystem;
 class Inputs {
  public:
   explicit Inputs(const InferRequest& r) : r_(r) {}
-
-  StatusOr<std::optional<double>> Scalar(const char* name, int64_t row) const {
-    const InferTensor* t = r_.FindInput(name);
-    if (!t) return std::optional<double>();
-    auto v = t->AsDouble();
-    if (!v.ok()) return v.status();
-    if (v->empty()) return std::optional<double>();
-    const size_t i = v->size() == 1 ? 0 : static_cast<size_t>(row);
-    if (i >= v->size()) {
-      return InvalidArgumentError(std::string("input '") + name + "' has fewer rows than input_ids");
-    }
-    return std::optional<double>((*v)[i]);
-  }
+  StatusOr<std::optional<double>> Scalar(const char* name, int64_t row) const { return ScalarInput(r_, name, row); }
 
  private:
   const InferRequest& r_;
@@ -188,8 +177,6 @@ class LlmBackend : public ModelBackend {
  private:
   // embedding_bias ([vocab] or [B, vocab]): row b's non-zero entries become logit biases.
   Status ReadEmbeddingBias(const InferTensor& t, int64_t row, SamplingParams* sampling) const;
-  // lora_task_id (+ lora_weights and lora_config on first use): the row's adapter.
-  Status ReadLora(const InferRequest& r, int64_t row, Request* q);
   StatusOr<Request> BuildRow(const InferRequest& r, int64_t row, const std::vector<int64_t>& ids, int64_t width,
                              bool* perf_metrics);
   void OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& result);
@@ -208,7 +195,12 @@ class LlmBackend : public ModelBackend {
 
  public:
   // lora_prefetch_dir: every subfolder named by a task id holding a PEFT adapter.
-  Status PrefetchLoras(const std::string& dir);
+  Status PrefetchLoras(const std::string& dir) {
+    auto loaded = serving::PrefetchLoras(dir, model_->config(), loras_);
+    if (!loaded.ok()) return loaded.status();
+    INFLIGHT_LOG(kInfo) << "model '" << context_.model_name << "': " << *loaded << " LoRA adapters from " << dir;
+    return OkStatus();
+  }
 
  private:
   LlmLiveStats live_stats_;                      // the web dashboard's view
@@ -487,26 +479,7 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
       q.draft_tokens.push_back(static_cast<int32_t>(id));
     }
   }
-  // The draft model's logits of those tokens ([k, vocab] or [B, k, vocab]): speculative
-  // sampling against their distribution instead of a certain draft.
-  if (const InferTensor* t = r.FindInput("draft_logits"); t && t->num_elements() > 0) {
-    const int64_t vocab = model_->config().vocab_size;
-    if ((t->shape.size() != 2 && t->shape.size() != 3) || t->shape.back() != vocab) {
-      return InvalidArgumentError("draft_logits must be [draft tokens, " + std::to_string(vocab) + "] (the vocabulary)" +
-                                  ", or 3-D with the batch dimension");
-    }
-    // (Rows past the drafts, of -1 padding in draft_input_ids, are not read.)
-    const int64_t rows = t->shape[t->shape.size() - 2], k = static_cast<int64_t>(q.draft_tokens.size());
-    if (rows < k) {
-      return InvalidArgumentError("draft_logits has " + std::to_string(rows) + " rows for " + std::to_string(k) + " draft_input_ids");
-    }
-    if (t->shape.size() == 3 && b >= t->shape[0]) return InvalidArgumentError("draft_logits has no row for batch item " + std::to_string(b));
-    auto values = t->AsDouble();
-    if (!values.ok()) return values.status();
-    const int64_t off = t->shape.size() == 3 ? b * rows * vocab : 0;
-    q.draft_logits.resize(static_cast<size_t>(k * vocab));
-    for (int64_t i = 0; i < k * vocab; ++i) q.draft_logits[i] = static_cast<float>((*values)[off + i]);
-  }
+  RETURN_IF_ERROR(ReadDraftLogits(r, b, model_->config().vocab_size, &q));
   if (num_draft->has_value()) {
     if (**num_draft < 0 || **num_draft > kMaxDraftTokens) {
       return InvalidArgumentError("num_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
@@ -534,56 +507,9 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     }
     q.sampling.num_top_logprobs = static_cast<int32_t>(*v);
   }
-  const InferTensor* guide_type = r.FindInput("guided_decoding_guide_type");
-  if (guide_type && guide_type->num_elements() > 0) {
-    // Guided decoding ([1] or [B] strings; the guide is optional for type json).
-    auto types = guide_type->AsStrings();
-    if (!types.ok()) return types.status();
-    std::vector<std::string> guides;
-    if (const InferTensor* g = r.FindInput("guided_decoding_guide"); g && g->num_elements() > 0) {
-      auto v = g->AsStrings();
-      if (!v.ok()) return v.status();
-      guides = std::move(v).value();
-    }
-    auto pick = [b](const std::vector<std::string>& v) { return v.empty() ? std::string() : v[std::min<size_t>(b, v.size() - 1)]; };
-    if (!guides_) {
-      return FailedPreconditionError("guided decoding needs the model's tokenizer; this model has none (set tokenizer_dir)");
-    }
-    auto guide = guides_->Get(pick(*types), pick(guides));
-    if (!guide.ok()) return guide.status();
-    q.guide = std::move(guide).value();
-  }
-  RETURN_IF_ERROR(ReadLora(r, b, &q));
-  // P-tuning: prompt_embedding_table [rows, hidden] (or [B, rows, hidden]); prompt ids
-  // vocab_size + i take row i. prompt_vocab_size, when given, is how many rows count.
-  // (prompt_table_extra_ids only key the reference's block reuse: here the table's content
-  // keys it.)
-  if (const InferTensor* t = r.FindInput("prompt_embedding_table"); t && t->num_elements() > 0) {
-    const int64_t hidden = model_->config().hidden_size;
-    if ((t->shape.size() != 2 && t->shape.size() != 3) || t->shape.back() != hidden) {
-      return InvalidArgumentError("prompt_embedding_table must be [rows, " + std::to_string(hidden) + "] (the model's hidden size)" +
-                                  ", or 3-D with the batch dimension");
-    }
-    int64_t rows = t->shape[t->shape.size() - 2];
-    if (t->shape.size() == 3 && b >= t->shape[0]) return InvalidArgumentError("prompt_embedding_table has no row for batch item " + std::to_string(b));
-    auto values = t->AsDouble();
-    if (!values.ok()) return values.status();
-    const int64_t off = t->shape.size() == 3 ? b * rows * hidden : 0;
-    if (auto pv = in.Scalar("prompt_vocab_size", b); pv.ok() && pv->has_value()) {
-      const double v = **pv;
-      if (!(v >= 1 && v <= static_cast<double>(rows))) {
-        return InvalidArgumentError("prompt_vocab_size must be in [1, " + std::to_string(rows) + "] (the table's rows)");
-      }
-      rows = static_cast<int64_t>(v);
-    }
-    auto table = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * hidden));
-    for (int64_t i = 0; i < rows * hidden; ++i) {
-      const double x = (*values)[off + i];
-      if (!std::isfinite(x)) return InvalidArgumentError("prompt_embedding_table holds a non-finite value");
-      (*table)[i] = static_cast<float>(x);
-    }
-    q.prompt_table = std::move(table);
-  }
+  RETURN_IF_ERROR(ReadGuide(r, b, guides_.get(), &q));
+  RETURN_IF_ERROR(ReadLora(r, b, model_->config(), loras_, &q));
+  RETURN_IF_ERROR(ReadPromptTable(r, b, model_->config().hidden_size, &q));
   Status s = q.sampling.Validate();
   if (!s.ok()) return s;
   if (auto it = r.parameters.find("cache_salt"); it != r.parameters.end()) {
@@ -730,76 +656,6 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   lock.unlock();
   // Sequences that finished without a final result of their own are already covered above.
   p->sink(std::move(resp));
-}
-
-Status LlmBackend::ReadLora(const InferRequest& r, int64_t row, Request* q) {
-  const InferTensor* id_t = r.FindInput("lora_task_id");
-  const InferTensor* w_t = r.FindInput("lora_weights");
-  const InferTensor* c_t = r.FindInput("lora_config");
-  const bool has_id = id_t && id_t->num_elements() > 0, has_w = w_t && w_t->num_elements() > 0, has_c = c_t && c_t->num_elements() > 0;
-  if (!has_id && !has_w && !has_c) return OkStatus();
-  if (!has_id) return InvalidArgumentError("lora_weights and lora_config need a lora_task_id to cache them under");
-  if (has_w != has_c) return InvalidArgumentError("lora_weights and lora_config come together");
-  auto ids = id_t->AsInt64();
-  if (!ids.ok()) return ids.status();
-  const uint64_t task = static_cast<uint64_t>((*ids)[std::min<size_t>(row, ids->size() - 1)]);
-  q->lora_task_id = task;
-  if (!has_w) {
-    auto cached = loras_.Get(task);
-    if (!cached.ok()) return InvalidArgumentError(cached.status().message());
-    q->lora = *cached;
-    return OkStatus();
-  }
-  // [rows, cols] / [rows, 3], or with the batch dimension [B, rows, ...] (row b's slice).
-  auto slice = [row](const InferTensor& t, int64_t* rows, int64_t* cols) -> Status {
-    if (t.shape.size() < 2 || t.shape.size() > 3) return InvalidArgumentError(t.name + " must be 2-D, or 3-D with the batch dimension");
-    *rows = t.shape[t.shape.size() - 2];
-    *cols = t.shape.back();
-    if (t.shape.size() == 3 && row >= t.shape[0]) return InvalidArgumentError(t.name + " has no row for batch item " + std::to_string(row));
-    return OkStatus();
-  };
-  int64_t rows = 0, cols = 0, crows = 0, ccols = 0;
-  RETURN_IF_ERROR(slice(*w_t, &rows, &cols));
-  RETURN_IF_ERROR(slice(*c_t, &crows, &ccols));
-  if (ccols != 3 || crows != rows) {
-    return InvalidArgumentError("lora_config must be [" + std::to_string(rows) + ", 3] (module id, layer, adapter size), one row per lora_weights row");
-  }
-  auto weights = w_t->AsDouble();
-  if (!weights.ok()) return weights.status();
-  auto config = c_t->AsInt64();
-  if (!config.ok()) return config.status();
-  const int64_t w_off = w_t->shape.size() == 3 ? row * rows * cols : 0, c_off = c_t->shape.size() == 3 ? row * rows * 3 : 0;
-  std::vector<float> w(weights->begin() + w_off, weights->begin() + w_off + rows * cols);
-  std::vector<int32_t> c;
-  for (int64_t i = 0; i < rows * 3; ++i) {
-    const int64_t v = (*config)[c_off + i];
-    if (v < INT32_MIN || v > INT32_MAX) return InvalidArgumentError("lora_config holds an out-of-range value");
-    c.push_back(static_cast<int32_t>(v));
-  }
-  auto adapter = LoraAdapter::FromTensors(model_->config(), w, rows, cols, c);
-  if (!adapter.ok()) return adapter.status();
-  RETURN_IF_ERROR(loras_.Put(task, *adapter));
-  q->lora = *adapter;
-  return OkStatus();
-}
-
-Status LlmBackend::PrefetchLoras(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return NotFoundError("lora_prefetch_dir '" + dir + "' is not a directory");
-  int loaded = 0;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_directory()) continue;
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.size() > 19 || name.find_first_not_of("0123456789") != std::string::npos) {
-      return InvalidArgumentError("lora_prefetch_dir: subfolder '" + name + "' is not named by a task id (a decimal number)");
-    }
-    auto adapter = LoraAdapter::FromPeftFolder(model_->config(), entry.path().string());
-    if (!adapter.ok()) return Status(adapter.status().code(), "lora_prefetch_dir: " + adapter.status().message());
-    RETURN_IF_ERROR(loras_.Put(std::stoull(name), *adapter));
-    ++loaded;
-  }
-  INFLIGHT_LOG(kInfo) << "model '" << context_.model_name << "': " << loaded << " LoRA adapters from " << dir;
-  return OkStatus();
 }
 
 void LlmBackend::StatsLoop() {
