@@ -479,6 +479,10 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAreRefusedByName) {
            {R"({"type": "string", "format": "hostname"})", "hostname"},
            {R"({"type": "number", "maximum": 2.5})", "number bounds"},
            {R"(not json)", "not valid JSON"},
+           // Counts an integer cannot hold (found by guide_fuzz), negative, fractional.
+           {R"({"type": "array", "maxItems": 999999999999999999999999999})", "minItems / maxItems"},
+           {R"({"type": "string", "minLength": -1e300})", "minLength / maxLength"},
+           {R"({"type": "string", "maxLength": 2.5})", "minLength / maxLength"},
            // An attacker's nesting: 40 levels of arrays.
            {[] {
               std::string t;

@@ -1,5 +1,6 @@
 #include "guided/json_schema.h"
 
+#include <climits>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -69,6 +70,19 @@ std::string NonNegativeRange(int64_t a, int64_t b) {
   std::string out = "(";
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? "|" : "") + parts[i];
   return out + ")";
+}
+
+// A count keyword (minItems, maxLength, ...): its value when a whole number within
+// [0, 1e6], `absent` when missing, kBadCount otherwise (a client's 1e30 must not reach an
+// integer conversion).
+constexpr int64_t kBadCount = INT64_MIN;
+int64_t CountKeyword(const json& s, const char* key, int64_t absent) {
+  if (!s.contains(key)) return absent;
+  const json& v = s[key];
+  if (!v.is_number()) return kBadCount;
+  const double d = v.get<double>();
+  if (!(d >= 0 && d <= 1e6) || d != std::floor(d)) return kBadCount;
+  return static_cast<int64_t>(d);
 }
 
 class Converter {
@@ -252,8 +266,8 @@ class Converter {
   }
 
   Status Array(const json& s, int depth, std::string* out) {
-    int64_t min = s.value("minItems", 0), max = s.contains("maxItems") ? s["maxItems"].get<int64_t>() : -1;
-    if (min < 0 || (max >= 0 && max < min) || min > 1000 || max > 1000) {
+    const int64_t min = CountKeyword(s, "minItems", 0), max = CountKeyword(s, "maxItems", -1);
+    if (min < 0 || (max >= 0 && max < min) || min > 1000 || max > 1000 || min == kBadCount || max == kBadCount) {
       return InvalidArgumentError("json schema: minItems / maxItems must satisfy 0 <= minItems <= maxItems <= 1000");
     }
     std::vector<std::string> prefix;
@@ -334,9 +348,8 @@ class Converter {
       *out += "\"" + r + "\"";
       return OkStatus();
     }
-    const int64_t min = s.value("minLength", 0);
-    const int64_t max = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
-    if (min < 0 || min > 1000 || max > 1000 || (max >= 0 && max < min)) {
+    const int64_t min = CountKeyword(s, "minLength", 0), max = CountKeyword(s, "maxLength", -1);
+    if (min < 0 || min > 1000 || max > 1000 || (max >= 0 && max < min) || min == kBadCount || max == kBadCount) {
       return InvalidArgumentError("json schema: minLength / maxLength must satisfy 0 <= minLength <= maxLength <= 1000");
     }
     *out += StringRegex(static_cast<int>(min), static_cast<int>(max));

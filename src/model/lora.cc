@@ -132,6 +132,7 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPeftFolder(const M
   }
   const double r = cfg["r"].get<double>(), alpha = cfg["lora_alpha"].get<double>();
   if (r < 1) return InvalidArgumentError(config_path.string() + ": 'r' must be >= 1");
+  if (cfg.contains("use_rslora") && !cfg["use_rslora"].is_boolean()) return InvalidArgumentError(config_path.string() + ": 'use_rslora' must be a boolean");
   const bool rslora = cfg.value("use_rslora", false);
   const float scale = static_cast<float>(rslora ? alpha / std::sqrt(r) : alpha / r);
   if (cfg.contains("rank_pattern") && cfg["rank_pattern"].is_object() && !cfg["rank_pattern"].empty()) {
