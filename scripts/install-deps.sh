@@ -10,7 +10,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
   libsentencepiece-dev python3-sentencepiece python3-jinja2 python3-jsonschema libcli11-dev clang libclang-rt-14-dev nodejs npm
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev libboost-dev prometheus-cpp-dev
-  prometheus curl chromium libssl-dev openssl)
+  prometheus curl chromium libssl-dev openssl libopenmpi-dev openmpi-bin iproute2)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -22,22 +22,27 @@ int64_t AvailableMemoryBytes() {
 
 }  // namespace
 
-int32_t ComputeNumKvBlocks(const ModelConfig& model, const ExecutorConfig& config) {
-  const KvStorageConfig one{model.num_layers, 1, config.tokens_per_block, model.kv_dim(), config.kv_dtype,
-                             model.head_dim};
-  const int64_t block_bytes = KvStorage::BytesPerBlock(one);
-  int64_t blocks = static_cast<int64_t>(config.kv_cache_free_mem_fraction * static_cast<double>(AvailableMemoryBytes())) / block_bytes;
+KvStorageConfig KvStorageConfigFor(const Model& model, int32_t num_blocks, const ExecutorConfig& config) {
+  const ModelConfig& c = model.config();
+  const ShardLayout& shard = model.shard();
+  return KvStorageConfig{shard.num_layers(), num_blocks, config.tokens_per_block, shard.num_kv_heads * c.head_dim,
+                         config.kv_dtype, c.head_dim};
+}
+
+int32_t ComputeNumKvBlocks(const Model& model, const ExecutorConfig& config, double memory_share) {
+  const int64_t block_bytes = KvStorage::BytesPerBlock(KvStorageConfigFor(model, 1, config));
+  const double budget = config.kv_cache_free_mem_fraction * memory_share * static_cast<double>(AvailableMemoryBytes());
+  int64_t blocks = static_cast<int64_t>(budget) / block_bytes;
   if (config.max_tokens_in_paged_kv_cache > 0) blocks = std::min(blocks, config.max_tokens_in_paged_kv_cache / config.tokens_per_block);
-  const int64_t per_sequence = (model.context_length + config.tokens_per_block - 1) / config.tokens_per_block;
+  const int64_t context = model.config().context_length;
+  const int64_t per_sequence = (context + config.tokens_per_block - 1) / config.tokens_per_block;
   blocks = std::min(blocks, 2 * per_sequence * std::max(config.max_batch_size, 1));
   return static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, INT32_MAX / 2));
 }
 
 LocalModelRunner::LocalModelRunner(const Model& model, const ExecutorConfig& config, ThreadPool* shared_pool)
     : model_(model),
-      storage_(KvStorageConfig{model.config().num_layers, ComputeNumKvBlocks(model.config(), config),
-                               config.tokens_per_block, model.config().kv_dim(), config.kv_dtype,
-                               model.config().head_dim}),
+      storage_(KvStorageConfigFor(model, ComputeNumKvBlocks(model, config), config)),
       owned_pool_(shared_pool ? nullptr : std::make_unique<ThreadPool>(config.num_threads)),
       pool_(shared_pool ? shared_pool : owned_pool_.get()) {
   view_.layers = storage_.LayerViews();
@@ -52,14 +57,7 @@ Status LocalModelRunner::Forward(const BatchPlan& plan, float* logits) {
 // positions past num_tokens are written by the new owner before anything reads them.
 void LocalModelRunner::CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) {
   (void)num_tokens;
-  const KvStorageConfig& c = storage_.config();
-  const size_t block = static_cast<size_t>(c.kv_dim) * DTypeBlockBytes(c.dtype) * c.tokens_per_block;
-  for (const kernels::KvLayerView& l : view_.layers) {
-    for (void* base : {l.k, l.v}) {
-      auto* p = static_cast<uint8_t*>(base);
-      std::memcpy(p + dst * block, p + src * block, block);
-    }
-  }
+  storage_.CopyBlock(src, dst);
 }
 
 }  // namespace inflight

@@ -29,13 +29,21 @@ class ModelRunner {
   virtual void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) = 0;
   // The compute pool, for per-sequence work between forward passes; null: run it inline.
   virtual ThreadPool* pool() { return nullptr; }
+  // OK while the runner can run steps; an error (e.g. a parallel rank died) is final.
+  virtual Status Health() const { return OkStatus(); }
+  // Whether plans may carry LoRA adapters.
+  virtual bool supports_lora() const { return true; }
 };
 
 // Pool size for a model: max_tokens_in_paged_kv_cache or kv_cache_free_mem_fraction of the
 // memory available now (after the weights are loaded), whichever is smaller, and never more
 // than twice what max_batch_size sequences at full context could use (the rest would only
 // ever serve as prefix cache). At least one full-context sequence when the memory allows.
-int32_t ComputeNumKvBlocks(const ModelConfig& model, const ExecutorConfig& config);
+// A shard (tensor/pipeline parallel) counts only its own layers and K/V heads; memory_share is
+// the part of this host's memory the process may take (ranks sharing a host split it).
+int32_t ComputeNumKvBlocks(const Model& model, const ExecutorConfig& config, double memory_share = 1.0);
+// The paged pool of a model or of its shard: its layers, its K/V heads.
+KvStorageConfig KvStorageConfigFor(const Model& model, int32_t num_blocks, const ExecutorConfig& config);
 
 class LocalModelRunner : public ModelRunner {
  public:

@@ -1,5 +1,7 @@
 #include "kvcache/kv_storage.h"
 
+#include <cstring>
+
 namespace inflight {
 
 int64_t KvStorage::BytesPerBlock(const KvStorageConfig& c) {
@@ -12,6 +14,16 @@ KvStorage::KvStorage(const KvStorageConfig& config) : config_(config) {
   for (int32_t l = 0; l < config.num_layers; ++l) {
     k_.emplace_back(layer_bytes);
     v_.emplace_back(layer_bytes);
+  }
+}
+
+void KvStorage::CopyBlock(int32_t src, int32_t dst) {
+  const size_t block = static_cast<size_t>(config_.kv_dim) * DTypeBlockBytes(config_.dtype) * config_.tokens_per_block;
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    for (AlignedBuffer* pool : {&k_[l], &v_[l]}) {
+      auto* p = static_cast<uint8_t*>(pool->data());
+      std::memcpy(p + dst * block, p + src * block, block);
+    }
   }
 }
 

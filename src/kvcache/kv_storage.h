@@ -28,6 +28,8 @@ class KvStorage {
   // Per-layer views for the kernels.
   std::vector<kernels::KvLayerView> LayerViews();
   static int64_t BytesPerBlock(const KvStorageConfig& config);
+  // Copies block src's K/V over block dst in every layer (copy-on-write, partial reuse).
+  void CopyBlock(int32_t src, int32_t dst);
 
  private:
   KvStorageConfig config_;

@@ -107,7 +107,7 @@ void InterleaveWeights(Model* model) {
   std::vector<TensorView*> targets;
   std::vector<size_t> target_job;
   auto plan = [&](TensorView& v) {
-    if (!kernels::CanInterleave(v)) return;
+    if (v.empty() || !kernels::CanInterleave(v)) return;
     auto [it, fresh] = index.emplace(v.data, jobs.size());
     if (fresh) jobs.push_back({v, {}, {}});
     targets.push_back(&v);
@@ -143,14 +143,18 @@ void InterleaveWeights(Model* model) {
 
 }  // namespace
 
-void FinishModel(Model* model) {
+Status CutToShard(const ModelShard& shard, Model* model);  // model_shard.cc
+
+Status FinishModel(Model* model, const ModelLoadOptions& options) {
+  RETURN_IF_ERROR(CutToShard(options.shard, model));
   InterleaveWeights(model);
   const ModelConfig& c = model->config_;
-  if (c.learned_positions) return;
+  if (c.learned_positions) return OkStatus();
   model->rope_inv_freq_.resize(c.rope_dim / 2);
   kernels::RopeInvFreq(c.rope_base, c.rope_dim,
                        c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(),
                        c.rope_linear_scale, model->rope_inv_freq_.data());
+  return OkStatus();
 }
 
 std::string Model::Describe() const {
@@ -185,13 +189,15 @@ int64_t Model::DecodeWeightBytes() const {
 void Model::EmbeddingRow(int32_t id, float* out) const { kernels::DequantizeRow(weights_.token_embedding, id, out); }
 
 Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
-  if (static_cast<int>(kv.layers.size()) != config_.num_layers) {
-    return InvalidArgumentError("KV cache has " + std::to_string(kv.layers.size()) + " layers, model has " + std::to_string(config_.num_layers));
+  const ShardLayout& sh = shard_;
+  if (static_cast<int>(kv.layers.size()) != sh.num_layers()) {
+    return InvalidArgumentError("KV cache has " + std::to_string(kv.layers.size()) + " layers, model has " + std::to_string(sh.num_layers()));
   }
+  const int64_t kv_dim = static_cast<int64_t>(sh.num_kv_heads) * config_.head_dim;
   for (const kernels::KvLayerView& l : kv.layers) {
-    if (l.head_dim != config_.head_dim || l.kv_dim != config_.kv_dim() || l.tokens_per_block < 1) {
+    if (l.head_dim != config_.head_dim || l.kv_dim != kv_dim || l.tokens_per_block < 1) {
       return InvalidArgumentError("KV cache layout (kv_dim " + std::to_string(l.kv_dim) + ", head_dim " + std::to_string(l.head_dim) +
-                                  ") does not match the model (" + std::to_string(config_.kv_dim()) + ", " +
+                                  ") does not match the model (" + std::to_string(kv_dim) + ", " +
                                   std::to_string(config_.head_dim) + ")");
     }
   }
@@ -213,6 +219,7 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
       return InvalidArgumentError("positions " + std::to_string(c.start_pos) + ".." + std::to_string(c.start_pos + c.num_tokens - 1) +
                                   " exceed the context length " + std::to_string(config_.context_length));
     }
+    if (kv.layers.empty()) continue;
     const int32_t tpb = kv.layers[0].tokens_per_block;
     const int64_t need = (static_cast<int64_t>(c.start_pos) + c.num_tokens + tpb - 1) / tpb;
     if (c.num_blocks < need) return InvalidArgumentError("block table too short for the chunk's positions");
@@ -231,7 +238,39 @@ void AddResidual(float* x, const float* y, int64_t num_tokens, int64_t n, Thread
   pool.ParallelFor(num_tokens, 8, [&](int64_t t0, int64_t t1) { kernels::AddInPlace(x + t0 * n, y + t0 * n, (t1 - t0) * n); });
 }
 
+float* Grow(std::vector<float>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(std::max<size_t>(static_cast<size_t>(n), 2 * v.size()));
+  return v.data();
+}
+
 }  // namespace
+
+Status Model::GatherColumns(TensorParallelGroup* tp, const float* local, int64_t T, const std::vector<int64_t>& sizes,
+                            float* out, ForwardScratch& s, bool only_first) const {
+  const int64_t ranks = static_cast<int64_t>(sizes.size());
+  const int64_t widest = *std::max_element(sizes.begin(), sizes.end());
+  const int64_t mine = sizes[tp->rank()];
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  // [send: T x widest][recv: ranks x T x widest]; a narrower rank pads its rows.
+  float* send = Grow(s.tp_exchange, (ranks + 1) * T * widest);
+  float* recv = send + T * widest;
+  if (mine == widest) {
+    send = const_cast<float*>(local);
+  } else {
+    for (int64_t t = 0; t < T; ++t) std::memcpy(send + t * widest, local + t * mine, mine * sizeof(float));
+  }
+  RETURN_IF_ERROR(only_first ? tp->Gather(send, T * widest, recv) : tp->AllGather(send, T * widest, recv));
+  if (only_first && tp->rank() != 0) return OkStatus();
+  int64_t offset = 0;
+  for (int64_t r = 0; r < ranks; ++r) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(out + t * total + offset, recv + (r * T + t) * widest, sizes[r] * sizeof(float));
+    }
+    offset += sizes[r];
+  }
+  return OkStatus();
+}
 
 void Model::Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* out,
                  int64_t num_tokens, ThreadPool& pool) const {
@@ -247,11 +286,15 @@ void Model::Norm(const std::vector<float>& w, const std::vector<float>& b, const
   else rows(0, num_tokens);
 }
 
-void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
-                      ThreadPool& pool, int64_t T) const {
+Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
+                        ThreadPool& pool, int64_t T, TensorParallelGroup* tp) const {
   const ModelConfig& c = config_;
-  const LayerWeights& lw = weights_.layers[layer];
-  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  const ShardLayout& sh = shard_;
+  const int local = layer - sh.layer_begin;
+  const LayerWeights& lw = weights_.layers[local];
+  // This rank's heads (all of them without tensor parallelism).
+  const int64_t qd = static_cast<int64_t>(sh.num_heads) * c.head_dim, kvd = static_cast<int64_t>(sh.num_kv_heads) * c.head_dim;
+  const int32_t H = c.hidden_size, lh = static_cast<int32_t>(sh.hidden.size());
   float* q = s.q;
   float* k = s.k;
   float* v = s.v;
@@ -273,18 +316,19 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
     if (!lw.bv.empty()) kernels::AddBias(v, lw.bv.data(), T, kvd);
   }
   if (s.any_lora) {
-    const int32_t H = c.hidden_size;
+    // An adapter's B rows for this rank's heads: offsets into the full q / k / v (or fused) rows.
     const int32_t qd32 = static_cast<int32_t>(qd), kvd32 = static_cast<int32_t>(kvd);
-    ApplyLora(layer, kLoraAttnQ, s.h, H, q, qd, 0, qd32, s, pool, T);
-    ApplyLora(layer, kLoraAttnK, s.h, H, k, kvd, 0, kvd32, s, pool, T);
-    ApplyLora(layer, kLoraAttnV, s.h, H, v, kvd, 0, kvd32, s, pool, T);
-    ApplyLora(layer, kLoraAttnQkv, s.h, H, q, qd, 0, qd32, s, pool, T);
-    ApplyLora(layer, kLoraAttnQkv, s.h, H, k, kvd, qd32, kvd32, s, pool, T);
-    ApplyLora(layer, kLoraAttnQkv, s.h, H, v, kvd, qd32 + kvd32, kvd32, s, pool, T);
+    const int32_t q0 = sh.head_begin * c.head_dim, kv0 = sh.kv_head_begin * c.head_dim;
+    ApplyLora(layer, kLoraAttnQ, s.h, H, q, qd, q0, qd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnK, s.h, H, k, kvd, kv0, kvd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnV, s.h, H, v, kvd, kv0, kvd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnQkv, s.h, H, q, qd, q0, qd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnQkv, s.h, H, k, kvd, c.q_dim() + kv0, kvd32, s, pool, T);
+    ApplyLora(layer, kLoraAttnQkv, s.h, H, v, kvd, c.q_dim() + c.kv_dim() + kv0, kvd32, s, pool, T);
   }
   if (!lw.q_norm.empty()) {
-    kernels::RmsNorm(q, lw.q_norm.data(), T * c.num_heads, c.head_dim, c.norm_eps, q);
-    kernels::RmsNorm(k, lw.k_norm.data(), T * c.num_kv_heads, c.head_dim, c.norm_eps, k);
+    kernels::RmsNorm(q, lw.q_norm.data(), T * sh.num_heads, c.head_dim, c.norm_eps, q);
+    kernels::RmsNorm(k, lw.k_norm.data(), T * sh.num_kv_heads, c.head_dim, c.norm_eps, k);
   }
   std::vector<kernels::AttentionSeq> seqs;
   seqs.reserve(plan.chunks.size());
@@ -293,6 +337,7 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
     seqs.push_back({ch.block_table, ch.start_pos, ch.num_tokens, row});
     row += ch.num_tokens;
   }
+  const kernels::KvLayerView& kv_layer = kv.layers[local];
   // RoPE and the K/V store, sequence by sequence on the pool (each writes its own slots).
   pool.ParallelFor(static_cast<int64_t>(seqs.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t si = begin; si < end; ++si) {
@@ -301,21 +346,34 @@ void Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, F
         for (int64_t row = seq.row_offset; row < seq.row_offset + seq.num_tokens; ++row) {
           const float* cos = s.rope_angles + row * c.rope_dim;
           const float* sin = cos + c.rope_dim / 2;
-          kernels::ApplyRopeAngles(q + row * qd, c.num_heads, c.head_dim, c.rope_dim, c.rope_style, cos, sin);
-          kernels::ApplyRopeAngles(k + row * kvd, c.num_kv_heads, c.head_dim, c.rope_dim, c.rope_style, cos, sin);
+          kernels::ApplyRopeAngles(q + row * qd, sh.num_heads, c.head_dim, c.rope_dim, c.rope_style, cos, sin);
+          kernels::ApplyRopeAngles(k + row * kvd, sh.num_kv_heads, c.head_dim, c.rope_dim, c.rope_style, cos, sin);
         }
       }
-      kernels::WriteKv(kv.layers[layer], seq, k + seq.row_offset * kvd, v + seq.row_offset * kvd);
+      kernels::WriteKv(kv_layer, seq, k + seq.row_offset * kvd, v + seq.row_offset * kvd);
     }
   });
-  const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
+  const kernels::AttentionShape shape{sh.num_heads, sh.num_kv_heads, c.head_dim,
                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  kernels::PagedAttention(kv.layers[layer], shape, seqs.data(), static_cast<int>(seqs.size()), q,
-                          s.attn, pool, s.attention);
-  kernels::MatMul(lw.wo, s.attn, T, s.out, pool, s.matmul);
-  if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, c.hidden_size);
-  ApplyLora(layer, kLoraAttnDense, s.attn, qd, s.out, c.hidden_size, 0, c.hidden_size, s, pool, T);
-  AddResidual(s.x, s.out, T, c.hidden_size, pool);
+  kernels::PagedAttention(kv_layer, shape, seqs.data(), static_cast<int>(seqs.size()), q, s.attn, pool, s.attention);
+  // The output projection reads every head: gather them first under tensor parallelism.
+  const float* attn = s.attn;
+  if (tp != nullptr) {
+    float* all_heads = Grow(s.tp_wide, T * std::max<int64_t>(c.q_dim(), c.ffn_size));
+    RETURN_IF_ERROR(GatherColumns(tp, s.attn, T, std::vector<int64_t>(sh.tp_size(), qd), all_heads, s));
+    attn = all_heads;
+  }
+  kernels::MatMul(lw.wo, attn, T, s.out, pool, s.matmul);
+  if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, lh);
+  ApplyLora(layer, kLoraAttnDense, attn, c.q_dim(), s.out, lh, static_cast<int32_t>(sh.hidden.begin), lh, s, pool, T);
+  const float* out = s.out;
+  if (tp != nullptr) {
+    float* full = Grow(s.tp_full, T * H);
+    RETURN_IF_ERROR(GatherColumns(tp, s.out, T, sh.hidden_sizes, full, s));
+    out = full;
+  }
+  AddResidual(s.x, out, T, H, pool);
+  return OkStatus();
 }
 
 void Model::ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y, int64_t y_stride,
@@ -346,36 +404,132 @@ void Model::ApplyLora(int layer, int32_t module, const float* x, int64_t x_strid
   });
 }
 
-void Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t T) const {
+Status Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t T, TensorParallelGroup* tp) const {
   const ModelConfig& c = config_;
-  const LayerWeights& lw = weights_.layers[layer];
+  const ShardLayout& sh = shard_;
+  const LayerWeights& lw = weights_.layers[layer - sh.layer_begin];
+  // This rank's FFN columns and output rows (all of them without tensor parallelism).
   const int32_t H = c.hidden_size, F = c.ffn_size;
+  const int32_t lf = static_cast<int32_t>(sh.ffn.size()), lh = static_cast<int32_t>(sh.hidden.size());
+  const int32_t f0 = static_cast<int32_t>(sh.ffn.begin), h0 = static_cast<int32_t>(sh.hidden.begin);
+  float* act = c.gelu_ffn ? s.up : s.gate;  // [T, lf]: the down projection's input
   if (c.gelu_ffn) {
     kernels::MatMul(lw.w_up, s.h, T, s.up, pool, s.matmul);
-    if (!lw.b_up.empty()) kernels::AddBias(s.up, lw.b_up.data(), T, c.ffn_size);
-    ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.up, F, 0, F, s, pool, T);
-    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) { kernels::GeluTanh(s.up + t0 * c.ffn_size, (t1 - t0) * c.ffn_size); });
-    kernels::MatMul(lw.w_down, s.up, T, s.out, pool, s.matmul);
-    ApplyLora(layer, kLoraMlp4hToH, s.up, F, s.out, H, 0, H, s, pool, T);
+    if (!lw.b_up.empty()) kernels::AddBias(s.up, lw.b_up.data(), T, lf);
+    ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.up, lf, f0, lf, s, pool, T);
+    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) { kernels::GeluTanh(s.up + t0 * lf, (t1 - t0) * lf); });
   } else {
     const kernels::MatMulTarget gate_up[] = {{&lw.w_gate, s.gate}, {&lw.w_up, s.up}};
     kernels::MatMulGroup(gate_up, 2, s.h, T, pool, s.matmul);
-    ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.gate, F, 0, F, s, pool, T);
-    ApplyLora(layer, kLoraMlpGate, s.h, H, s.up, F, 0, F, s, pool, T);
-    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
-      kernels::SiluMul(s.gate + t0 * c.ffn_size, s.up + t0 * c.ffn_size, (t1 - t0) * c.ffn_size);
-    });
-    kernels::MatMul(lw.w_down, s.gate, T, s.out, pool, s.matmul);
-    ApplyLora(layer, kLoraMlp4hToH, s.gate, F, s.out, H, 0, H, s, pool, T);
+    ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.gate, lf, f0, lf, s, pool, T);
+    ApplyLora(layer, kLoraMlpGate, s.h, H, s.up, lf, f0, lf, s, pool, T);
+    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) { kernels::SiluMul(s.gate + t0 * lf, s.up + t0 * lf, (t1 - t0) * lf); });
   }
-  if (!lw.b_down.empty()) kernels::AddBias(s.out, lw.b_down.data(), T, c.hidden_size);
-  AddResidual(s.x, s.out, T, c.hidden_size, pool);
+  const float* down_in = act;
+  if (tp != nullptr) {
+    float* all_columns = Grow(s.tp_wide, T * std::max<int64_t>(c.q_dim(), F));
+    RETURN_IF_ERROR(GatherColumns(tp, act, T, sh.ffn_sizes, all_columns, s));
+    down_in = all_columns;
+  }
+  kernels::MatMul(lw.w_down, down_in, T, s.out, pool, s.matmul);
+  ApplyLora(layer, kLoraMlp4hToH, down_in, F, s.out, lh, h0, lh, s, pool, T);
+  if (!lw.b_down.empty()) kernels::AddBias(s.out, lw.b_down.data(), T, lh);
+  const float* out = s.out;
+  if (tp != nullptr) {
+    float* full = Grow(s.tp_full, T * H);
+    RETURN_IF_ERROR(GatherColumns(tp, s.out, T, sh.hidden_sizes, full, s));
+    out = full;
+  }
+  AddResidual(s.x, out, T, H, pool);
+  return OkStatus();
+}
+
+Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T, TensorParallelGroup* tp) const {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  // Under tensor parallelism a token's row lives on the rank owning its vocabulary range: each
+  // rank looks up its own, then all take each row from its owner (a copy, not a sum).
+  s.tp_owner.assign(static_cast<size_t>(T), -1);
+  int64_t row = 0;
+  std::vector<float> pos_row(c.learned_positions ? c.hidden_size : 0);
+  for (const SequenceChunk& ch : plan.chunks) {
+    for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
+      float* xr = s.x + row * H;
+      const int32_t id = ch.token_ids[i];
+      if (id >= c.vocab_size) {
+        std::memcpy(xr, ch.prompt_table + static_cast<int64_t>(id - c.vocab_size) * H, H * sizeof(float));
+      } else if (id >= shard_.vocab.begin && id < shard_.vocab.end) {
+        kernels::DequantizeRow(weights_.token_embedding, id - shard_.vocab.begin, xr);
+      } else {
+        int32_t owner = 0;
+        for (int64_t end = shard_.vocab_sizes[0]; id >= end; end += shard_.vocab_sizes[++owner]) {
+        }
+        s.tp_owner[row] = owner;
+      }
+    }
+  }
+  if (tp != nullptr) {
+    float* all = Grow(s.tp_exchange, tp->size() * T * H);
+    RETURN_IF_ERROR(tp->AllGather(s.x, T * H, all));
+    for (int64_t t = 0; t < T; ++t) {
+      if (s.tp_owner[t] >= 0) std::memcpy(s.x + t * H, all + (s.tp_owner[t] * T + t) * H, H * sizeof(float));
+    }
+  }
+  if (c.learned_positions) {
+    row = 0;
+    for (const SequenceChunk& ch : plan.chunks) {
+      for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
+        kernels::DequantizeRow(weights_.position_embedding, ch.start_pos + i, pos_row.data());
+        kernels::AddInPlace(s.x + row * H, pos_row.data(), H);
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status Model::Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool, TensorParallelGroup* tp, float* logits) const {
+  const ModelConfig& c = config_;
+  // Gather the rows that need logits, normalise, project.
+  int64_t out_rows = 0, row = 0;
+  for (const SequenceChunk& ch : plan.chunks) {
+    const int32_t first = ch.num_tokens - ch.num_logits;
+    for (int32_t i = first; i < ch.num_tokens; ++i) {
+      std::memmove(s.h + out_rows * c.hidden_size, s.x + (row + i) * c.hidden_size, c.hidden_size * sizeof(float));
+      ++out_rows;
+    }
+    row += ch.num_tokens;
+  }
+  Norm(weights_.output_norm, weights_.output_norm_bias, s.h, s.h, out_rows, pool);
+  if (tp == nullptr) {
+    kernels::MatMul(weights_.output, s.h, out_rows, logits, pool, s.matmul);
+    return OkStatus();
+  }
+  // Each rank projects onto its vocabulary rows; TP rank 0 assembles whole rows.
+  float* local = Grow(s.tp_logits, out_rows * shard_.vocab.size());
+  kernels::MatMul(weights_.output, s.h, out_rows, local, pool, s.matmul);
+  return GatherColumns(tp, local, out_rows, shard_.vocab_sizes, logits, s, /*only_first=*/true);
 }
 
 Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
                       ThreadPool& pool, float* logits) const {
+  ShardIo io;
+  io.logits = logits;
+  return ForwardShard(plan, kv, s, pool, io);
+}
+
+Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s, ThreadPool& pool,
+                           const ShardIo& io) const {
   RETURN_IF_ERROR(ValidatePlan(plan, kv));
   const ModelConfig& c = config_;
+  const ShardLayout& sh = shard_;
+  TensorParallelGroup* tp = sh.tp_size() > 1 ? io.tp : nullptr;
+  if (sh.tp_size() > 1 && (tp == nullptr || tp->size() != sh.tp_size() || tp->rank() != sh.shard.tp_rank)) {
+    return FailedPreconditionError("a tensor-parallel shard runs only in its own group of " + std::to_string(sh.tp_size()) + " ranks");
+  }
+  const bool last = sh.last_stage(c.num_layers);
+  if ((!sh.first_stage() && io.hidden_in == nullptr) || (!last && io.hidden_out == nullptr)) {
+    return FailedPreconditionError("a pipeline stage needs the hidden states of the stage before it and a place for its own");
+  }
   const int64_t T = plan.num_tokens();
   if (T == 0) return OkStatus();
   s.Reserve(c, T, kv.layers.empty() ? 1 : kv.layers[0].tokens_per_block, pool.num_threads());
@@ -389,27 +543,14 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
       s.any_lora = s.any_lora || ch.lora != nullptr;
     }
   }
-  // Embeddings (+ learned positions).
-  int64_t row = 0;
-  std::vector<float> pos_row(c.learned_positions ? c.hidden_size : 0);
-  for (const SequenceChunk& ch : plan.chunks) {
-    for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
-      float* xr = s.x + row * c.hidden_size;
-      const int32_t id = ch.token_ids[i];
-      if (id >= c.vocab_size) {
-        std::memcpy(xr, ch.prompt_table + static_cast<int64_t>(id - c.vocab_size) * c.hidden_size, c.hidden_size * sizeof(float));
-      } else {
-        kernels::DequantizeRow(weights_.token_embedding, id, xr);
-      }
-      if (c.learned_positions) {
-        kernels::DequantizeRow(weights_.position_embedding, ch.start_pos + i, pos_row.data());
-        kernels::AddInPlace(xr, pos_row.data(), c.hidden_size);
-      }
-    }
+  if (io.hidden_in != nullptr) {
+    std::memcpy(s.x, io.hidden_in, T * c.hidden_size * sizeof(float));
+  } else {
+    RETURN_IF_ERROR(Embed(plan, s, T, tp));
   }
   // RoPE angles of every token, once for all layers.
   if (!c.learned_positions) {
-    row = 0;
+    int64_t row = 0;
     for (const SequenceChunk& ch : plan.chunks) {
       for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
         float* cos = s.rope_angles + row * c.rope_dim;
@@ -417,27 +558,18 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
       }
     }
   }
-  for (int layer = 0; layer < c.num_layers; ++layer) {
-    const LayerWeights& lw = weights_.layers[layer];
+  for (int layer = sh.layer_begin; layer < sh.layer_end; ++layer) {
+    const LayerWeights& lw = weights_.layers[layer - sh.layer_begin];
     Norm(lw.attn_norm, lw.attn_norm_bias, s.x, s.h, T, pool);
-    Attention(layer, plan, kv, s, pool, T);
+    RETURN_IF_ERROR(Attention(layer, plan, kv, s, pool, T, tp));
     Norm(lw.ffn_norm, lw.ffn_norm_bias, s.x, s.h, T, pool);
-    FeedForward(layer, s, pool, T);
+    RETURN_IF_ERROR(FeedForward(layer, s, pool, T, tp));
   }
-  // Gather the rows that need logits, normalise, project.
-  int64_t out_rows = 0;
-  row = 0;
-  for (const SequenceChunk& ch : plan.chunks) {
-    const int32_t first = ch.num_tokens - ch.num_logits;
-    for (int32_t i = first; i < ch.num_tokens; ++i) {
-      std::memmove(s.h + out_rows * c.hidden_size, s.x + (row + i) * c.hidden_size, c.hidden_size * sizeof(float));
-      ++out_rows;
-    }
-    row += ch.num_tokens;
+  if (!last) {
+    std::memcpy(io.hidden_out, s.x, T * c.hidden_size * sizeof(float));
+    return OkStatus();
   }
-  Norm(weights_.output_norm, weights_.output_norm_bias, s.h, s.h, out_rows, pool);
-  kernels::MatMul(weights_.output, s.h, out_rows, logits, pool, s.matmul);
-  return OkStatus();
+  return Logits(plan, s, pool, tp, io.logits);
 }
 
 }  // namespace inflight

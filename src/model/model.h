@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "model/lora.h"
 #include "model/model_config.h"
+#include "model/shard.h"
 #include "tensor/tensor_view.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,6 +33,8 @@ struct LayerWeights {
   std::vector<float> b_up, b_down;
 };
 
+// A shard (model/shard.h) holds only its own rows: the layers of its pipeline stage, and in
+// each matrix the rows of its tensor-parallel rank (shapes below are then the local ones).
 struct ModelWeights {
   TensorView token_embedding;     // [vocab, hidden]
   TensorView position_embedding;  // GPT-2 [context, hidden]
@@ -89,6 +92,12 @@ class ForwardScratch {
   kernels::MatMulScratch matmul;
   std::vector<const LoraAdapter*> row_lora;  // [T]: each token's adapter (LoRA)
   bool any_lora = false;
+  // Tensor parallel: the gathered activations and the raw all-gather results.
+  std::vector<float> tp_wide;      // [T, max(q_dim, ffn)]: all heads' attention / all FFN columns
+  std::vector<float> tp_full;      // [T, hidden]: all rows of a projection
+  std::vector<float> tp_exchange;  // [tp, T, max local columns]
+  std::vector<float> tp_logits;    // [rows, local vocab]
+  std::vector<int32_t> tp_owner;   // [T]: the rank whose vocabulary rows hold each token
 
  private:
   AlignedBuffer buffer_;     // the per-token activations
@@ -103,6 +112,17 @@ struct ModelLoadOptions {
   // embeddings and output head, e.g. a draft model for speculative decoding made of the
   // target's own first layers.
   int32_t num_layers = 0;
+  // Tensor/pipeline parallel: load only this shard's rows and layers (the file's other
+  // pages are never read).
+  ModelShard shard;
+};
+
+// What one shard's forward pass reads and writes besides the KV cache.
+struct ShardIo {
+  TensorParallelGroup* tp = nullptr;  // required when the shard's tp_size > 1
+  const float* hidden_in = nullptr;   // [T, hidden] from the previous stage; null: embed the tokens
+  float* hidden_out = nullptr;        // not the last stage: [T, hidden] after this stage's layers
+  float* logits = nullptr;            // last stage: [logit rows, vocab] (TP: on TP rank 0 only)
 };
 
 class Model {
@@ -127,6 +147,11 @@ class Model {
   // INVALID_ARGUMENT for an out-of-range token id or position, or a short block table.
   Status Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& scratch,
                  ThreadPool& pool, float* logits) const;
+  // The same for a shard: this stage's layers (kv holds only those) on this rank's rows.
+  Status ForwardShard(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& scratch,
+                      ThreadPool& pool, const ShardIo& io) const;
+  const ShardLayout& shard() const { return shard_; }
+  bool sharded() const { return shard_.tp_size() > 1 || shard_.num_layers() != config_.num_layers; }
 
   // Internal: used by the loaders.
   Model() = default;
@@ -137,12 +162,20 @@ class Model {
   std::vector<AlignedBuffer> owned_;               // converted weights
   std::string path_;
   std::vector<float> rope_inv_freq_;
+  ShardLayout shard_;
 
  private:
   Status ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const;
-  void Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
-                 ThreadPool& pool, int64_t num_tokens) const;
-  void FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens) const;
+  // `layer` is the global id; weights_.layers and kv.layers hold this stage's only.
+  Status Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
+                   ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
+  Status FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
+  Status Embed(const BatchPlan& plan, ForwardScratch& s, int64_t num_tokens, TensorParallelGroup* tp) const;
+  Status Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool, TensorParallelGroup* tp, float* logits) const;
+  // Under TP: out[T, sum(sizes)] = every rank's local[T, sizes[rank]] side by side (only_first:
+  // on TP rank 0 only).
+  Status GatherColumns(TensorParallelGroup* tp, const float* local, int64_t num_tokens, const std::vector<int64_t>& sizes,
+                       float* out, ForwardScratch& s, bool only_first = false) const;
   // LoRA: y[t] += B[b_row0 : b_row0 + b_rows] (A x[t]) for each token t whose adapter has
   // `module` at `layer`.
   void ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y, int64_t y_stride,
@@ -158,7 +191,9 @@ StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path, const
 StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir, const ModelLoadOptions& options = {});
 // Applies options.num_layers to a config read from a file (before its weights are loaded).
 Status ApplyLoadOptions(const ModelLoadOptions& options, ModelConfig* config);
-// Fills rope_inv_freq_ from the config; call after the config is final.
-void FinishModel(Model* model);
+// Cuts the weights to options.shard (model/shard.h), interleaves them and fills
+// rope_inv_freq_; call after the config is final. INVALID_ARGUMENT when the shard does not fit
+// the model (heads not divisible by tp_size, a bad layer range).
+Status FinishModel(Model* model, const ModelLoadOptions& options = {});
 
 }  // namespace inflight

@@ -129,7 +129,7 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const Mo
                                        " tokens but the embedding only " + std::to_string(c.vocab_size)));
     }
   }
-  FinishModel(model.get());
+  if (Status f = FinishModel(model.get(), options); !f.ok()) return fail(f);
   return model;
 }
 

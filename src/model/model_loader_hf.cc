@@ -222,7 +222,7 @@ StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir, co
     if (!sp.ok()) return fail(sp.status());
     model->tokenizer_ = std::move(sp).value();
   }
-  FinishModel(model.get());
+  if (Status f = FinishModel(model.get(), options); !f.ok()) return fail(f);
   return model;
 }
 

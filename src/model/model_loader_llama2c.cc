@@ -89,7 +89,7 @@ StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path, const
   if (!shared) add("output.weight", take(int64_t{vocab} * dim), {dim, vocab});
   RETURN_IF_ERROR(ApplyLoadOptions(options, &model->config_));
   RETURN_IF_ERROR(LoadStandardWeights(src, model.get()));
-  FinishModel(model.get());
+  RETURN_IF_ERROR(FinishModel(model.get(), options));
   return model;
 }
 

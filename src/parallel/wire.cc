@@ -1,0 +1,72 @@
+#include "parallel/wire.h"
+
+#include <algorithm>
+
+namespace inflight::parallel {
+namespace {
+
+// Bounds a follower accepts (far above what a step holds).
+constexpr int64_t kMaxChunks = 1 << 20;
+constexpr int64_t kMaxTokens = 1 << 24;
+
+}  // namespace
+
+void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan, int32_t tokens_per_block,
+                int32_t vocab_size, int32_t hidden_size, const std::vector<uint64_t>& lora_ids, WireWriter* out) {
+  std::vector<int32_t> flat;
+  for (const auto& [src, dst] : copies) flat.push_back(src), flat.push_back(dst);
+  out->PutArray(flat.data(), static_cast<int64_t>(flat.size()));
+  out->Put<int64_t>(static_cast<int64_t>(plan.chunks.size()));
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const SequenceChunk& c = plan.chunks[i];
+    out->Put<int32_t>(c.start_pos);
+    out->Put<int32_t>(c.num_logits);
+    out->Put<uint64_t>(lora_ids.empty() ? 0 : lora_ids[i]);
+    out->PutArray(c.token_ids, c.num_tokens);
+    const int64_t reached = (static_cast<int64_t>(c.start_pos) + c.num_tokens + tokens_per_block - 1) / tokens_per_block;
+    out->PutArray(c.block_table, std::min<int64_t>(reached, c.num_blocks));
+    const bool uses_table = c.prompt_table != nullptr &&
+                            std::any_of(c.token_ids, c.token_ids + c.num_tokens, [&](int32_t id) { return id >= vocab_size; });
+    out->PutArray(uses_table ? c.prompt_table : nullptr, uses_table ? int64_t{c.prompt_table_rows} * hidden_size : 0);
+  }
+}
+
+Status DecodeStep(WireReader& in, int32_t hidden_size, std::vector<std::pair<int32_t, int32_t>>* copies, OwnedPlan* plan) {
+  std::vector<int32_t> flat;
+  RETURN_IF_ERROR(in.GetArray(&flat, kMaxTokens));
+  if (flat.size() % 2 != 0) return DataLossError("a parallel step message holds half a block copy");
+  copies->clear();
+  for (size_t i = 0; i < flat.size(); i += 2) copies->emplace_back(flat[i], flat[i + 1]);
+  int64_t num_chunks = 0;
+  RETURN_IF_ERROR(in.Get(&num_chunks));
+  if (num_chunks < 0 || num_chunks > kMaxChunks) return DataLossError("a parallel step message holds a bad chunk count");
+  plan->chunks.resize(static_cast<size_t>(num_chunks));
+  plan->plan.chunks.resize(static_cast<size_t>(num_chunks));
+  for (int64_t i = 0; i < num_chunks; ++i) {
+    OwnedPlan::Chunk& c = plan->chunks[i];
+    RETURN_IF_ERROR(in.Get(&c.start_pos));
+    RETURN_IF_ERROR(in.Get(&c.num_logits));
+    RETURN_IF_ERROR(in.Get(&c.lora_id));
+    RETURN_IF_ERROR(in.GetArray(&c.tokens, kMaxTokens));
+    RETURN_IF_ERROR(in.GetArray(&c.blocks, kMaxTokens));
+    RETURN_IF_ERROR(in.GetArray(&c.prompt_table, int64_t{1} << 32));
+    if (hidden_size <= 0 || c.prompt_table.size() % static_cast<size_t>(hidden_size) != 0) {
+      return DataLossError("a parallel step message holds a ragged prompt table");
+    }
+    c.prompt_table_rows = static_cast<int32_t>(c.prompt_table.size() / static_cast<size_t>(hidden_size));
+    SequenceChunk& v = plan->plan.chunks[i];
+    v = SequenceChunk{};
+    v.token_ids = c.tokens.data();
+    v.num_tokens = static_cast<int32_t>(c.tokens.size());
+    v.start_pos = c.start_pos;
+    v.block_table = c.blocks.data();
+    v.num_blocks = static_cast<int32_t>(c.blocks.size());
+    v.num_logits = c.num_logits;
+    v.prompt_table = c.prompt_table.empty() ? nullptr : c.prompt_table.data();
+    v.prompt_table_rows = c.prompt_table_rows;
+  }
+  if (!in.done()) return DataLossError("a parallel step message has trailing bytes");
+  return OkStatus();
+}
+
+}  // namespace inflight::parallel
