@@ -24,26 +24,29 @@ class MpiTensorGroup : public TensorParallelGroup {
   MpiTensorGroup(ModelGroup* group, MPI_Comm comm, int32_t rank, int32_t size) : group_(group), comm_(comm), rank_(rank), size_(size) {}
   int32_t size() const override { return size_; }
   int32_t rank() const override { return rank_; }
-  Status AllGather(const float* send, int64_t n, float* recv) override {
-    if (n > INT_MAX) return InvalidArgumentError("an all-gather of " + std::to_string(n) + " floats is too large for one MPI message");
-    MPI_Request request;
-    if (MPI_Iallgather(send, static_cast<int>(n), MPI_FLOAT, recv, static_cast<int>(n), MPI_FLOAT, comm_, &request) != MPI_SUCCESS) {
-      group_->Fail("MPI_Iallgather failed");
-      return UnavailableError(group_->failure());
-    }
-    return group_->Wait(&request);
-  }
-  Status Gather(const float* send, int64_t n, float* recv) override {
-    if (n > INT_MAX) return InvalidArgumentError("a gather of " + std::to_string(n) + " floats is too large for one MPI message");
-    MPI_Request request;
-    if (MPI_Igather(send, static_cast<int>(n), MPI_FLOAT, recv, static_cast<int>(n), MPI_FLOAT, 0, comm_, &request) != MPI_SUCCESS) {
-      group_->Fail("MPI_Igather failed");
-      return UnavailableError(group_->failure());
-    }
-    return group_->Wait(&request);
-  }
+  Status AllGather(const float* send, int64_t n, float* recv) override { return Collective(send, n, recv, /*all=*/true); }
+  Status Gather(const float* send, int64_t n, float* recv) override { return Collective(send, n, recv, /*all=*/false); }
 
  private:
+  Status Collective(const float* send, int64_t n, float* recv, bool all) {
+    if (n > INT_MAX) return InvalidArgumentError("a gather of " + std::to_string(n) + " floats is too large for one MPI message");
+    const auto start = Clock::now();
+    MPI_Request request;
+    const int count = static_cast<int>(n);
+    const int rc = all ? MPI_Iallgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, comm_, &request)
+                       : MPI_Igather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, 0, comm_, &request);
+    if (rc != MPI_SUCCESS) {
+      group_->Fail(all ? "MPI_Iallgather failed" : "MPI_Igather failed");
+      return UnavailableError(group_->failure());
+    }
+    const Status status = group_->Wait(&request);
+    ModelGroup::TensorCounters& counters = group_->tensor_counters();
+    ++counters.collectives;
+    counters.bytes += n * static_cast<int64_t>(sizeof(float));
+    counters.wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    return status;
+  }
+
   ModelGroup* group_;
   MPI_Comm comm_;
   int32_t rank_, size_;

@@ -63,6 +63,14 @@ class ModelGroup {
   // Stops watching the other ranks (before a planned shutdown, when they stop answering).
   void StopWatching();
 
+  // The TP all-gathers so far (engine thread): count, bytes this rank sent, time waited.
+  struct TensorCounters {
+    int64_t collectives = 0;
+    int64_t bytes = 0;
+    double wait_ms = 0;
+  };
+  TensorCounters& tensor_counters() { return tensor_counters_; }
+
  private:
   ModelGroup() = default;
   void HeartbeatLoop();
@@ -73,6 +81,7 @@ class ModelGroup {
   MPI_Comm tp_comm_ = MPI_COMM_NULL;    // this stage's TP all-gathers
   MPI_Comm beat_comm_ = MPI_COMM_NULL;  // heartbeats only
   std::unique_ptr<TensorParallelGroup> tensor_group_;
+  TensorCounters tensor_counters_;
   std::vector<int32_t> pids_;           // per rank
   std::vector<std::string> hosts_;      // per rank
   std::atomic<bool> failed_{false};

@@ -134,7 +134,12 @@ class ShardExecutor {
   const Model& model() const { return *model_; }
   int32_t num_blocks() const { return storage_->config().num_blocks; }
   ThreadPool& pool() { return *pool_; }
-  CommStats stats() const { return stats_; }
+  CommStats stats() const {
+    CommStats s = stats_;
+    const ModelGroup::TensorCounters& t = group_->tensor_counters();
+    s.collectives += t.collectives, s.bytes += t.bytes, s.comm_ms += t.wait_ms;
+    return s;
+  }
 
  private:
   Status RunMicroBatch(int32_t mb, const BatchPlan& plan, int64_t logit_row, float* logits, std::vector<MPI_Request>* sends);

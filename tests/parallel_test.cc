@@ -1,0 +1,142 @@
+// Tensor and pipeline parallelism over MPI (mpirun -np 2 or 4 on this machine, one compute
+// thread per rank): the scenario of parallel_scenario.h run by parallel_harness must give
+// exactly the outputs of the same scenario on one process, with streaming, cancellation,
+// chunked context, prefix reuse, n = 2, beam search and max_utilization pauses.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "model/random_model.h"
+#include "parallel_scenario.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempPath(const std::string& stem) {
+  return (fs::temp_directory_path() / (stem + "_" + std::to_string(getpid()))).string();
+}
+
+// mpirun as root with more ranks than cores, surviving a rank's death (--enable-recovery:
+// otherwise mpirun kills the whole job, the leader included).
+std::string MpirunCommand(int np) {
+  return "timeout 600 mpirun --allow-run-as-root --oversubscribe --enable-recovery --mca btl self,vader,tcp -np " + std::to_string(np) + " ";
+}
+
+#define REQUIRE_MPIRUN()                                                             \
+  do {                                                                               \
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                     \
+      if (testing::InCi()) FAIL() << "CI=true but mpirun (openmpi-bin) is missing";  \
+      GTEST_SKIP() << "mpirun is missing (apt-get install openmpi-bin)";             \
+    }                                                                                \
+  } while (0)
+
+nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::string& scenario, bool expect_ok = true) {
+  const std::string out = TempPath("parallel_" + scenario + "_" + std::to_string(tp) + "x" + std::to_string(pp)) + ".json";
+  const std::string cmd = MpirunCommand(tp * pp) + INFLIGHT_BINARY_DIR "/tests/parallel_harness --model " + model + " --tp " +
+                          std::to_string(tp) + " --pp " + std::to_string(pp) + " --scenario " + scenario + " --out " + out;
+  const int rc = std::system(cmd.c_str());
+  // (mpirun --enable-recovery exits 0 when some ranks failed: the JSON tells.)
+  if (expect_ok) EXPECT_EQ(rc, 0) << cmd;
+  std::ifstream in(out);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  fs::remove(out);
+  return j;
+}
+
+nlohmann::json RunLocal(const std::string& model_path, const std::string& scenario_name) {
+  testing::ScenarioConfig s;
+  s.name = scenario_name;
+  if (scenario_name == "max_utilization") s.policy = CapacityPolicy::kMaxUtilization, s.kv_tokens = 40 * 16;
+  auto model = Model::Load(model_path);
+  EXPECT_TRUE(model.ok());
+  auto executor = Executor::Create(**model, testing::ScenarioExecutorConfig(s));
+  EXPECT_TRUE(executor.ok());
+  nlohmann::json j = testing::RunScenario(**executor, s);
+  (*executor)->Shutdown();
+  return j;
+}
+
+void ExpectSameRun(const nlohmann::json& parallel, const nlohmann::json& local) {
+  ASSERT_FALSE(parallel.is_discarded());
+  ASSERT_FALSE(parallel.contains("error")) << parallel["error"];
+  ASSERT_EQ(parallel["outputs"].size(), 32u);
+  for (size_t i = 0; i < 32; ++i) {
+    const auto& p = parallel["outputs"][i];
+    EXPECT_TRUE(p["final"].get<bool>()) << "request " << i;
+    EXPECT_EQ(p["error"], "") << "request " << i;
+    EXPECT_EQ(p["sequences"], local["outputs"][i]["sequences"]) << "request " << i;
+  }
+  // Cancelled after 5 streamed tokens: what came is the start of the uncancelled output.
+  const auto& cancelled = parallel["cancelled"];
+  EXPECT_EQ(cancelled["finish"], static_cast<int>(FinishReason::kCancelled));
+  const auto tokens = cancelled["tokens"].get<std::vector<int32_t>>();
+  const auto reference = local["cancelled"]["tokens"].get<std::vector<int32_t>>();
+  EXPECT_GE(tokens.size(), 5u);
+  EXPECT_LT(tokens.size(), 400u);
+  const size_t common = std::min(tokens.size(), reference.size());
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.begin() + common, reference.begin()));
+  EXPECT_GT(parallel["reused_blocks"].get<int64_t>(), 0) << "the shared prefix was never reused";
+  EXPECT_LE(parallel["max_context_tokens"].get<int64_t>(), 96) << "prompts of up to 190 tokens must run in chunks";
+  EXPECT_EQ(parallel["kv_used_at_end"], 0);
+  EXPECT_EQ(parallel["unfinished_at_end"], 0);
+  EXPECT_GT(parallel["comm"]["bytes"].get<int64_t>(), 0);
+}
+
+class ParallelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto config = PresetConfig(Architecture::kLlama, "tiny");
+    ASSERT_TRUE(config.ok());
+    RandomModelParams params;
+    params.config = *config;
+    params.dtype = DType::kQ8_0;
+    params.seed = 21;
+    model_ = TempPath("parallel_tiny") + ".gguf";
+    ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), model_).ok());
+  }
+  static void TearDownTestSuite() { fs::remove(model_); }
+  static std::string model_;
+};
+std::string ParallelTest::model_;
+
+TEST_F(ParallelTest, TensorParallelTwoRanksEqualsOneProcess) {
+  REQUIRE_MPIRUN();
+  ExpectSameRun(RunParallel(model_, 2, 1, "default"), RunLocal(model_, "default"));
+}
+
+TEST_F(ParallelTest, PipelineParallelTwoStagesEqualsOneProcessUnderMaxUtilization) {
+  REQUIRE_MPIRUN();
+  const nlohmann::json parallel = RunParallel(model_, 1, 2, "max_utilization");
+  ExpectSameRun(parallel, RunLocal(model_, "max_utilization"));
+  EXPECT_GT(parallel["paused_total"].get<int64_t>(), 0) << "max_utilization never paused: the scenario tests nothing";
+}
+
+TEST_F(ParallelTest, TensorTimesPipelineFourRanksEqualsOneProcess) {
+  REQUIRE_MPIRUN();
+  ExpectSameRun(RunParallel(model_, 2, 2, "max_utilization"), RunLocal(model_, "max_utilization"));
+}
+
+TEST_F(ParallelTest, StoriesTensorParallelEqualsOneProcess) {
+  REQUIRE_MPIRUN();
+  const std::string stories = testing::SharedDir() + "/models/llama2c/stories260K.bin";
+  REQUIRE_SHARED_FILE(stories);
+  ExpectSameRun(RunParallel(stories, 2, 1, "default"), RunLocal(stories, "default"));
+}
+
+TEST_F(ParallelTest, ALayoutTheModelCannotTakeIsRefusedOnEveryRank) {
+  REQUIRE_MPIRUN();
+  // The tiny model has 2 K/V heads: 4-way tensor parallelism cannot split them.
+  const nlohmann::json j = RunParallel(model_, 4, 1, "default", /*expect_ok=*/false);
+  ASSERT_TRUE(j.contains("error"));
+  EXPECT_NE(j["error"].get<std::string>().find("K/V heads"), std::string::npos) << j["error"];
+}
+
+}  // namespace
+}  // namespace inflight
