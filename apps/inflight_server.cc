@@ -19,6 +19,7 @@
 #include "base/logging.h"
 #include "frontends/grpc_frontend.h"
 #include "frontends/http_frontend.h"
+#include "parallel/mpi_process.h"
 #include "serving/init_repo.h"
 #include "serving/server.h"
 
@@ -174,6 +175,11 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--draft-model-layers", init.draft_model_layers,
                        "draft_model: use only the draft's first n layers (0: all), e.g. the model's own first layers")
       ->check(CLI::Range(0, 1 << 16));
+  init_cmd->add_option("--tensor-parallel-size", init.tensor_parallel_size,
+                       "MPI ranks that split each layer (heads, FFN columns; leader or orchestrator mode)")
+      ->check(CLI::Range(1, 256));
+  init_cmd->add_option("--pipeline-parallel-size", init.pipeline_parallel_size, "MPI ranks that split the layers into stages")
+      ->check(CLI::Range(1, 256));
   init_cmd->add_option("--max-beam-width", init.max_beam_width, "Widest beam search a request may ask for (beam_width)")
       ->check(CLI::Range(1, 64));
   init_cmd->add_option("--max-draft-len", init.max_draft_len, "Draft tokens verified per step and sequence")
@@ -183,7 +189,20 @@ int main(int argc, char** argv) {
   init_cmd->add_flag("--model-in-place", model_in_place,
                      "Name the model where it is instead of linking it into <out>/weights (the server then needs "
                      "--model-path-allow for its folder)");
+  bool parallel_worker = false;
+  app.add_flag("--parallel-worker", parallel_worker,
+               "Internal: run as a tensor/pipeline-parallel worker spawned by a server in orchestrator mode");
   CLI11_PARSE(app, argc, argv);
+  if (parallel_worker) {
+    // Orchestrator mode: follow the parent's model, then exit (no MPI_Finalize after a failure).
+    const Status s = parallel::RunSpawnedWorker();
+    if (!s.ok()) {
+      std::fprintf(stderr, "inflight-server worker: %s\n", s.message().c_str());
+      std::_Exit(1);
+    }
+    parallel::FinalizeMpi(false);
+    return 0;
+  }
 
   init.model_in_repository = !model_in_place;
   if (*init_cmd) {
@@ -244,7 +263,7 @@ int main(int argc, char** argv) {
     openai.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
 
-  // Signals are taken by sigwait below; block them before any thread starts.
+  // Signals are taken by sigwait below; block them before any thread starts (MPI's too).
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -252,7 +271,32 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // Leader mode (mpirun -np N inflight-server ...): rank 0 serves; the others follow the
+  // parallel model it loads, then exit.
+  if (parallel::LaunchedByMpirun()) {
+    if (Status s = parallel::InitMpi(); !s.ok()) return Fail(s);
+    if (parallel::WorldRank() != 0) {
+      pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+      const Status s = parallel::RunWorldFollower();
+      if (!s.ok()) {
+        std::fprintf(stderr, "inflight-server rank %d: %s\n", parallel::WorldRank(), s.message().c_str());
+        std::_Exit(1);
+      }
+      parallel::FinalizeMpi(false);
+      return 0;
+    }
+  }
+  const bool leader_mode = parallel::MpiInitialized() && parallel::WorldSize() > 1;
+
   auto server = serving::Server::Create(so);
+  if (leader_mode && (!server.ok() || (!parallel::WorldClaimed() && so.control_mode != serving::ModelControlMode::kExplicit))) {
+    parallel::DismissWorldFollowers();
+    if (server.ok()) {
+      return Fail(FailedPreconditionError("mpirun started " + std::to_string(parallel::WorldSize()) +
+                                          " ranks, but no model of the repository has tensor_parallel_size x pipeline_parallel_size = " +
+                                          std::to_string(parallel::WorldSize())));
+    }
+  }
   if (!server.ok()) return Fail(server.status());
   frontends::SharedMemoryRegistry shared_memory;  // both protocols see the same regions
   std::unique_ptr<frontends::HttpFrontend> http;
@@ -297,6 +341,11 @@ int main(int argc, char** argv) {
   if (http) http->Stop(std::chrono::milliseconds(500));
   if (grpc) grpc->Stop();
   if (metrics) metrics->Stop();
+  const bool healthy = !parallel::AnyGroupFailed();
+  server->reset();  // models unloaded: parallel followers are free
+  if (leader_mode && healthy) parallel::DismissWorldFollowers();
   INFLIGHT_LOG(kInfo) << "exiting";
+  if (parallel::MpiInitialized() && !healthy) std::_Exit(0);  // MPI_Finalize would wait for a dead rank
+  parallel::FinalizeMpi(false);
   return 0;
 }

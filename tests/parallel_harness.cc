@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       executor.Shutdown();
     }
     std::ofstream(Arg(argc, argv, "--out")) << out.dump();
-    if (code != 0) std::_Exit(code);  // the followers may wait in the load handshake
+    inflight::parallel::SendDismissal(MPI_COMM_WORLD);
   }
   MPI_Finalize();
   return code;

@@ -46,13 +46,18 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
 
 StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model, const ExecutorConfig& config, const Model* draft_model) {
   RETURN_IF_ERROR(config.Validate());
-  auto runner = std::make_unique<LocalModelRunner>(model, config);
+  return CreateWithRunner(std::make_unique<LocalModelRunner>(model, config), config, draft_model);
+}
+
+StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config,
+                                                               const Model* draft_model) {
+  RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<ModelRunner> draft;
   if (config.speculative_mode == SpeculativeMode::kDraftModel) {
     if (draft_model == nullptr) return InvalidArgumentError("speculative decoding mode draft_model needs a draft model");
-    if (draft_model->config().vocab_size != model.config().vocab_size) {
+    if (draft_model->config().vocab_size != runner->vocab_size()) {
       return InvalidArgumentError("the draft model's vocabulary (" + std::to_string(draft_model->config().vocab_size) +
-                                  " tokens) differs from the model's (" + std::to_string(model.config().vocab_size) + ")");
+                                  " tokens) differs from the model's (" + std::to_string(runner->vocab_size()) + ")");
     }
     // As many blocks as the target's (a draft's blocks are smaller), on the target's threads.
     ExecutorConfig dc = config;
@@ -91,6 +96,9 @@ Status Executor::Validate(const Request& r) const {
                                 ") exceeds the model's context length " + std::to_string(context_length_));
   }
   RETURN_IF_ERROR(r.sampling.Validate());
+  if (r.lora && !runner_->supports_lora()) {
+    return UnimplementedError("LoRA adapters do not run under tensor/pipeline parallelism yet");
+  }
   if (r.lora && r.lora->num_layers() != runner_->num_layers()) {
     return InvalidArgumentError("the LoRA adapter was built for " + std::to_string(r.lora->num_layers()) + " layers; the model has " +
                                 std::to_string(runner_->num_layers()));
@@ -177,6 +185,7 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
                            << context_length_ << "; max_tokens clamped to " << context_length_ - prompt;
     request.max_tokens = static_cast<int32_t>(context_length_ - prompt);
   }
+  RETURN_IF_ERROR(Health());
   RETURN_IF_ERROR(Validate(request));
   if (request.prompt_table) {
     // Virtual tokens mean this table's rows: prefix reuse only among equal tables.

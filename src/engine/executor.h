@@ -47,6 +47,10 @@ class Executor {
   // share the vocabulary).
   static StatusOr<std::unique_ptr<Executor>> Create(const Model& model, const ExecutorConfig& config,
                                                     const Model* draft_model = nullptr);
+  // The same over any runner (e.g. a tensor/pipeline-parallel one); the draft model runs on the
+  // runner's compute threads.
+  static StatusOr<std::unique_ptr<Executor>> CreateWithRunner(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config,
+                                                              const Model* draft_model = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -63,6 +67,10 @@ class Executor {
   // Cancels at the next step boundary: a final result (kCancelled) with what was generated,
   // blocks freed. Unknown or finished ids are ignored.
   void Cancel(RequestId id);
+
+  // OK while the model runs; UNAVAILABLE once its runner failed for good (a parallel rank
+  // died): Enqueue then refuses, and every request the engine still holds fails at its next step.
+  Status Health() const { return runner_->Health(); }
 
   // Finishes every outstanding request with kCancelled and stops the engine thread.
   void Shutdown();

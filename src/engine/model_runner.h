@@ -30,6 +30,7 @@ class ModelRunner {
   // The compute pool, for per-sequence work between forward passes; null: run it inline.
   virtual ThreadPool* pool() { return nullptr; }
   // OK while the runner can run steps; an error (e.g. a parallel rank died) is final.
+  // Thread-safe (serving threads ask it for readiness).
   virtual Status Health() const { return OkStatus(); }
   // Whether plans may carry LoRA adapters.
   virtual bool supports_lora() const { return true; }

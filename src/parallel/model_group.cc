@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/logging.h"
+#include "parallel/mpi_process.h"
 
 namespace inflight::parallel {
 namespace {
@@ -17,6 +18,8 @@ constexpr int kBeatTag = 7;
 const int kBeat = 1;  // the heartbeat's payload; static, so sends need not be waited for
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> any_group_failed{false};
 
 // The TP all-gathers of one stage over its communicator, waited for by the group.
 class MpiTensorGroup : public TensorParallelGroup {
@@ -115,6 +118,7 @@ void ModelGroup::Fail(const std::string& why) {
     failure_ = why;
   }
   failed_ = true;
+  any_group_failed = true;
   INFLIGHT_LOG(kError) << "parallel group (rank " << rank_ << " of " << size_ << ") failed: " << why;
 }
 
@@ -181,5 +185,7 @@ void ModelGroup::HeartbeatLoop() {
     }
   }
 }
+
+bool AnyGroupFailed() { return any_group_failed.load(); }
 
 }  // namespace inflight::parallel

@@ -429,22 +429,42 @@ void ParallelModelRunner::CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_
   pending_copies_.emplace_back(src, dst);
 }
 
-Status RunFollower(MPI_Comm comm) {
-  std::string bytes;
-  RETURN_IF_ERROR(BroadcastBytes(comm, &bytes, [](MPI_Request* r) {
+void SendDismissal(MPI_Comm comm) {
+  LoadRequest none;  // no model path: nothing more to follow
+  WireWriter w;
+  none.Encode(&w);
+  (void)BroadcastBytes(comm, &w.bytes(), [](MPI_Request* r) {
     WaitPolling(r);
     return OkStatus();
-  }));
-  LoadRequest load;
-  WireReader in(bytes);
-  RETURN_IF_ERROR(load.Decode(in));
-  ASSIGN_OR_RETURN(auto shard, ShardExecutor::Create(comm, load));
-  INFLIGHT_LOG(kInfo) << "rank " << shard->group().rank() << ": stage " << shard->group().stage() << ", tensor-parallel rank "
-                      << shard->group().tp_rank() << " of '" << load.model_path << "'";
-  Status status;
-  while (shard->NextStep(&status)) {
+  });
+}
+
+Status RunFollower(MPI_Comm comm, bool one_model) {
+  for (;;) {
+    std::string bytes;
+    RETURN_IF_ERROR(BroadcastBytes(comm, &bytes, [](MPI_Request* r) {
+      WaitPolling(r);
+      return OkStatus();
+    }));
+    LoadRequest load;
+    WireReader in(bytes);
+    RETURN_IF_ERROR(load.Decode(in));
+    if (load.model_path.empty()) return OkStatus();
+    auto shard = ShardExecutor::Create(comm, load);
+    if (!shard.ok()) {
+      INFLIGHT_LOG(kError) << "parallel worker: " << shard.status().message();
+      // A model the ranks could not load: the leader reports it and may load another.
+      if (one_model || shard.status().code() == StatusCode::kUnavailable) return shard.status();
+      continue;
+    }
+    INFLIGHT_LOG(kInfo) << "rank " << (*shard)->group().rank() << ": stage " << (*shard)->group().stage() << ", tensor-parallel rank "
+                        << (*shard)->group().tp_rank() << " of '" << load.model_path << "'";
+    Status status;
+    while ((*shard)->NextStep(&status)) {
+    }
+    if (!status.ok()) return status;
+    if (one_model) return OkStatus();
   }
-  return status;
 }
 
 }  // namespace inflight::parallel

@@ -77,8 +77,11 @@ class ParallelModelRunner : public ModelRunner {
 };
 
 // A follower: waits for the leader's load request on `comm`, loads its shard, then runs the
-// leader's steps until it is told to stop (OK) or the group fails (UNAVAILABLE, naming the
-// rank that failed).
-Status RunFollower(MPI_Comm comm);
+// leader's steps until the leader stops the model. Then it waits for the next load request
+// (one_model: returns), until the leader dismisses it (OK) or the group fails (UNAVAILABLE,
+// naming the rank that failed).
+Status RunFollower(MPI_Comm comm, bool one_model = false);
+// Leader: tells followers waiting in RunFollower that no model follows.
+void SendDismissal(MPI_Comm comm);
 
 }  // namespace inflight::parallel

@@ -54,6 +54,9 @@ class ModelBackend {
   virtual std::shared_ptr<const Tokenizer> tokenizer() const { return nullptr; }
   // Tokens a sequence may hold (prompt + output) for an LLM model; 0 for other models.
   virtual int64_t context_length() const { return 0; }
+  // OK while the model can serve; an error once it cannot any more (a tensor/pipeline-parallel
+  // rank died): the model and the server then report not ready.
+  virtual Status Health() const { return OkStatus(); }
   // An LLM model fills the live view of its engine (the web dashboard) and returns true.
   virtual bool LiveSnapshot(LlmLiveSnapshot* /*out*/) const { return false; }
 };

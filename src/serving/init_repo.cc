@@ -180,6 +180,8 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path, c
       {"max_draft_len", std::to_string(o.max_draft_len)},
       {"draft_model_path", draft_path.empty() ? model_path : draft_path},
       {"draft_model_layers", std::to_string(o.draft_model_layers)},
+      {"tensor_parallel_size", std::to_string(o.tensor_parallel_size)},
+      {"pipeline_parallel_size", std::to_string(o.pipeline_parallel_size)},
       {"stats_check_period_ms", "100"},
   });
   return c.str();

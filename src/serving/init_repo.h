@@ -27,6 +27,8 @@ struct InitRepoOptions {
   int32_t max_draft_len = 4;                       // draft tokens per step and sequence
   std::string draft_model_path;                    // draft_model: the draft (default: the model itself)
   int32_t draft_model_layers = 0;                  // draft_model: only its first n layers (0: all)
+  int32_t tensor_parallel_size = 1;                // MPI ranks splitting each layer
+  int32_t pipeline_parallel_size = 1;              // MPI ranks splitting the layers
   bool force = false;  // overwrite an existing folder's configs
   // The model goes into the repository (<out>/weights/, a hard link where the filesystem
   // allows, else a copy) and the configs name it relatively, so the server's confinement of

@@ -18,6 +18,8 @@
 #include "serving/llm_inputs.h"
 #include "serving/lora_cache.h"
 #include "model/model.h"
+#include "parallel/mpi_process.h"
+#include "parallel/parallel_runner.h"
 #include "serving/live_stats.h"
 #include "serving/metrics.h"
 #include "serving/model_config_util.h"
@@ -104,6 +106,7 @@ struct LlmParams {
   bool exclude_input_in_output = false;
   int64_t stats_period_ms = 100;
   bool unbounded_queue = false;  // max_queue_size < 0
+  parallel::ParallelConfig parallel;  // tensor_parallel_size, pipeline_parallel_size, ...
 };
 
 // What one Triton request became in the executor: one executor request per batch row.
@@ -127,9 +130,14 @@ struct Pending {
 
 class LlmBackend : public ModelBackend {
  public:
-  LlmBackend(std::unique_ptr<Model> model, std::unique_ptr<Model> draft_model, std::unique_ptr<Executor> executor,
-             const LlmParams& params, const inference::ModelConfig& config, const BackendContext& context)
+  // `model` is null when a tensor/pipeline-parallel runner holds the shards (model_config is
+  // then the whole model's); holds_mpi_world: leader mode, released when the model goes.
+  LlmBackend(std::unique_ptr<Model> model, const inflight::ModelConfig& model_config, std::unique_ptr<Model> draft_model,
+             std::unique_ptr<Executor> executor, const LlmParams& params, const inference::ModelConfig& config,
+             const BackendContext& context, bool holds_mpi_world = false)
       : model_(std::move(model)),
+        model_config_(model_config),
+        holds_mpi_world_(holds_mpi_world),
         draft_model_(std::move(draft_model)),
         executor_(std::move(executor)),
         params_(params),
@@ -153,11 +161,14 @@ class LlmBackend : public ModelBackend {
     unloading_ = true;  // requests the shutdown cancels end with an error, not as complete
     executor_->Shutdown();
     delivery_.Stop();  // after the executor's last results have been delivered
+    executor_.reset();  // a parallel runner stops its followers here
+    if (holds_mpi_world_) parallel::ReleaseWorld();
   }
 
   void Execute(InferRequest request, ResponseSink sink) override;
   std::shared_ptr<const Tokenizer> tokenizer() const override { return tokenizer_; }
   int64_t context_length() const override { return executor_->context_length(); }
+  Status Health() const override { return executor_->Health(); }
   bool LiveSnapshot(LlmLiveSnapshot* out) const override {
     out->model = context_.model_name;
     out->max_batch_size = params_.executor.max_batch_size;
@@ -183,7 +194,9 @@ class LlmBackend : public ModelBackend {
   void StatsLoop();
   void StopRequest(const InferRequest& r, const ResponseSink& sink);
 
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> model_;  // null under tensor/pipeline parallelism
+  const inflight::ModelConfig model_config_;
+  const bool holds_mpi_world_;
   std::unique_ptr<Model> draft_model_;  // speculative_decoding_mode draft_model
   std::unique_ptr<Executor> executor_;  // declared after the models: stops before they go
   LlmParams params_;
@@ -196,7 +209,7 @@ class LlmBackend : public ModelBackend {
  public:
   // lora_prefetch_dir: every subfolder named by a task id holding a PEFT adapter.
   Status PrefetchLoras(const std::string& dir) {
-    auto loaded = serving::PrefetchLoras(dir, model_->config(), loras_);
+    auto loaded = serving::PrefetchLoras(dir, model_config_, loras_);
     if (!loaded.ok()) return loaded.status();
     INFLIGHT_LOG(kInfo) << "model '" << context_.model_name << "': " << *loaded << " LoRA adapters from " << dir;
     return OkStatus();
@@ -473,13 +486,13 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     for (int64_t i = 0; i < k; ++i) {
       const int64_t id = (*values)[row * k + i];
       if (id == -1) break;
-      if (id < 0 || id >= model_->config().vocab_size) {
+      if (id < 0 || id >= model_config_.vocab_size) {
         return InvalidArgumentError("draft_input_ids holds token id " + std::to_string(id) + " outside the vocabulary");
       }
       q.draft_tokens.push_back(static_cast<int32_t>(id));
     }
   }
-  RETURN_IF_ERROR(ReadDraftLogits(r, b, model_->config().vocab_size, &q));
+  RETURN_IF_ERROR(ReadDraftLogits(r, b, model_config_.vocab_size, &q));
   if (num_draft->has_value()) {
     if (**num_draft < 0 || **num_draft > kMaxDraftTokens) {
       return InvalidArgumentError("num_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
@@ -508,8 +521,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     q.sampling.num_top_logprobs = static_cast<int32_t>(*v);
   }
   RETURN_IF_ERROR(ReadGuide(r, b, guides_.get(), &q));
-  RETURN_IF_ERROR(ReadLora(r, b, model_->config(), loras_, &q));
-  RETURN_IF_ERROR(ReadPromptTable(r, b, model_->config().hidden_size, &q));
+  RETURN_IF_ERROR(ReadLora(r, b, model_config_, loras_, &q));
+  RETURN_IF_ERROR(ReadPromptTable(r, b, model_config_.hidden_size, &q));
   Status s = q.sampling.Validate();
   if (!s.ok()) return s;
   if (auto it = r.parameters.find("cache_salt"); it != r.parameters.end()) {
@@ -535,7 +548,7 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
 Status LlmBackend::ReadEmbeddingBias(const InferTensor& t, int64_t row, SamplingParams* sampling) const {
   auto values = t.AsDouble();
   if (!values.ok()) return values.status();
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = model_config_.vocab_size;
   const int64_t n = static_cast<int64_t>(values->size());
   // [B, width] rows, or one flat row; a row may be shorter than the model's vocabulary (a
   // tokenizer's vocabulary inside a padded embedding): the rest gets no bias.
@@ -733,12 +746,51 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   p.lora_cache_bytes = GetIntParameter(config, "lora_cache_host_memory_bytes", p.lora_cache_bytes);
   if (p.lora_cache_bytes < 1) return InvalidArgumentError("parameter lora_cache_host_memory_bytes must be >= 1");
   p.stats_period_ms = std::max<int64_t>(10, GetIntParameter(config, "stats_check_period_ms", 100));
+  const auto int32_parameter = [&](const char* name, int64_t fallback, int32_t* out) -> Status {
+    const int64_t v = GetIntParameter(config, name, fallback);
+    if (v < 0 || v > 1 << 20) return InvalidArgumentError(std::string("parameter ") + name + " is out of range");
+    *out = static_cast<int32_t>(v);
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(int32_parameter("tensor_parallel_size", 1, &p.parallel.tp_size));
+  RETURN_IF_ERROR(int32_parameter("pipeline_parallel_size", 1, &p.parallel.pp_size));
+  RETURN_IF_ERROR(int32_parameter("pipeline_micro_batches", 0, &p.parallel.micro_batches));
+  p.parallel.heartbeat_ms = GetIntParameter(config, "parallel_heartbeat_ms", p.parallel.heartbeat_ms);
+  p.parallel.failure_timeout_ms = GetIntParameter(config, "parallel_failure_timeout_ms", p.parallel.failure_timeout_ms);
+  if (Status ps = p.parallel.Validate(); !ps.ok()) return InvalidArgumentError("parameter " + ps.message());
   Status s = e.Validate();
   if (!s.ok()) return s;
   return p;
 }
 
 }  // namespace
+
+// Leader mode (started by mpirun): the world's ranks; orchestrator mode: workers spawned
+// for this model (executor_worker_path, default this program).
+StatusOr<std::unique_ptr<parallel::ParallelModelRunner>> CreateParallelRunner(const inference::ModelConfig& config,
+                                                                             const BackendContext& context,
+                                                                             const std::string& model_path, const LlmParams& params,
+                                                                             bool* holds_world) {
+  const int ranks = params.parallel.tp_size * params.parallel.pp_size;
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (parallel::LaunchedByMpirun() && parallel::WorldSize() > 1) {
+    ASSIGN_OR_RETURN(comm, parallel::ClaimWorld(ranks, context.model_name));
+    *holds_world = true;
+  } else {
+    std::error_code ec;
+    std::string worker = fs::read_symlink("/proc/self/exe", ec).string();
+    if (auto p = GetParameter(config, "executor_worker_path"); p && !p->empty()) {
+      ASSIGN_OR_RETURN(worker, ConfinedPath("executor_worker_path", *p, context.model_dir, context.allowed_roots));
+    }
+    ASSIGN_OR_RETURN(comm, parallel::SpawnWorkers(ranks - 1, worker));
+  }
+  auto runner = parallel::ParallelModelRunner::Create(comm, model_path, params.executor, params.parallel);
+  if (!runner.ok() && *holds_world) {
+    parallel::ReleaseWorld();
+    *holds_world = false;
+  }
+  return runner;
+}
 
 StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelConfig& config,
                                                          const BackendContext& context) {
@@ -749,8 +801,6 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   auto confined = ConfinedPath("gpt_model_path", *path, context.model_dir, context.allowed_roots);
   if (!confined.ok()) return confined.status();
   const fs::path model_path(*confined);
-  auto model = Model::Load(model_path.string());
-  if (!model.ok()) return model.status();
   // The draft model: draft_model_path (default: the model's own file), cut to its first
   // draft_model_layers layers when given.
   std::unique_ptr<Model> draft;
@@ -766,13 +816,36 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
     if (!d.ok()) return Status(d.status().code(), "draft model: " + d.status().message());
     draft = std::move(d).value();
   }
-  auto executor = Executor::Create(**model, params->executor, draft.get());
-  if (!executor.ok()) return executor.status();
-  INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "': " << (*model)->Describe() << ", "
-                     << (*executor)->num_kv_blocks() << " KV blocks of " << params->executor.tokens_per_block
-                     << " tokens" << (draft ? ", draft model " + draft->Describe() : std::string());
-  auto backend = std::make_unique<LlmBackend>(std::move(model).value(), std::move(draft), std::move(executor).value(), *params,
-                                              config, context);
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Executor> executor;
+  bool holds_world = false;
+  inflight::ModelConfig parallel_config;
+  if (params->parallel.tp_size * params->parallel.pp_size > 1) {
+    auto runner = CreateParallelRunner(config, context, model_path.string(), *params, &holds_world);
+    if (!runner.ok()) return runner.status();
+    parallel_config = (*runner)->model().config();
+    auto e = Executor::CreateWithRunner(std::move(runner).value(), params->executor, draft.get());
+    if (!e.ok()) {
+      if (holds_world) parallel::ReleaseWorld();
+      return e.status();
+    }
+    executor = std::move(e).value();
+  } else {
+    auto m = Model::Load(model_path.string());
+    if (!m.ok()) return m.status();
+    model = std::move(m).value();
+    auto e = Executor::Create(*model, params->executor, draft.get());
+    if (!e.ok()) return e.status();
+    executor = std::move(e).value();
+  }
+  const inflight::ModelConfig model_config = model ? model->config() : parallel_config;
+  INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "': "
+                      << (model ? model->Describe() : "tensor_parallel_size " + std::to_string(params->parallel.tp_size) +
+                                                          " x pipeline_parallel_size " + std::to_string(params->parallel.pp_size))
+                      << ", " << executor->num_kv_blocks() << " KV blocks of " << params->executor.tokens_per_block << " tokens"
+                      << (draft ? ", draft model " + draft->Describe() : std::string());
+  auto backend = std::make_unique<LlmBackend>(std::move(model), model_config, std::move(draft), std::move(executor), *params, config,
+                                              context, holds_world);
   if (auto prefetch = GetParameter(config, "lora_prefetch_dir"); prefetch && !prefetch->empty()) {
     auto dir = ConfinedPath("lora_prefetch_dir", *prefetch, context.model_dir, context.allowed_roots);
     if (!dir.ok()) return dir.status();

@@ -523,6 +523,10 @@ bool Server::ready() const {
                                   options_.control_mode != ModelControlMode::kExplicit)) {
       return false;
     }
+    // A loaded model that can no longer serve (a parallel rank died).
+    for (const auto& [v, loaded] : e->versions) {
+      if (loaded->backend && !loaded->backend->Health().ok()) return false;
+    }
   }
   return true;
 }
@@ -619,7 +623,8 @@ StatusOr<inference::ModelConfig> Server::ModelConfigOf(const std::string& name, 
 }
 
 bool Server::ModelReady(const std::string& name, const std::string& version) const {
-  return Find(name, version).ok() && !shutting_down_;
+  auto loaded = Find(name, version);
+  return loaded.ok() && !shutting_down_ && (*loaded)->backend->Health().ok();
 }
 
 std::vector<RepositoryEntry> Server::RepositoryIndex(bool ready_only) const {
