@@ -23,12 +23,16 @@ class ServerProcess {
  public:
   // Starts `inflight-server args...` with every port 0 and waits until the three services
   // report their ports (up to 60 s). Null (and a test failure) when it does not come up.
-  static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& args) {
+  // `launcher`: a command the server runs under (e.g. mpirun -np 2), searched in PATH.
+  static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& args, const std::vector<std::string>& launcher = {}) {
     auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
     int fds[2];
     if (pipe(fds) != 0) return nullptr;
-    std::vector<std::string> argv = {std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server", "--http-port", "0",
-                                     "--grpc-port", "0", "--metrics-port", "0"};
+    std::vector<std::string> argv = launcher;
+    for (std::string a : {std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server", std::string("--http-port"), std::string("0"),
+                          std::string("--grpc-port"), std::string("0"), std::string("--metrics-port"), std::string("0")}) {
+      argv.push_back(a);
+    }
     argv.insert(argv.end(), args.begin(), args.end());
     p->pid_ = fork();
     if (p->pid_ == 0) {
@@ -37,7 +41,7 @@ class ServerProcess {
       std::vector<char*> cargv;
       for (auto& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);
-      execv(cargv[0], cargv.data());
+      execvp(cargv[0], cargv.data());
       _exit(127);
     }
     close(fds[1]);

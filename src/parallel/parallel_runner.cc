@@ -1,6 +1,7 @@
 #include "parallel/parallel_runner.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -457,7 +458,7 @@ Status RunFollower(MPI_Comm comm, bool one_model) {
       if (one_model || shard.status().code() == StatusCode::kUnavailable) return shard.status();
       continue;
     }
-    INFLIGHT_LOG(kInfo) << "rank " << (*shard)->group().rank() << ": stage " << (*shard)->group().stage() << ", tensor-parallel rank "
+    INFLIGHT_LOG(kInfo) << "rank " << (*shard)->group().rank() << " (pid " << ::getpid() << "): stage " << (*shard)->group().stage() << ", tensor-parallel rank "
                         << (*shard)->group().tp_rank() << " of '" << load.model_path << "'";
     Status status;
     while ((*shard)->NextStep(&status)) {

@@ -1,0 +1,238 @@
+// inflight-server with a tensor/pipeline-parallel model, end to end on the bundled demo model:
+// leader mode (mpirun -np 2 inflight-server) and orchestrator mode (the server spawns its
+// worker) serve exactly the texts a single-process server serves, whole and streamed; killing
+// a worker turns the server not ready within 5 s and ends every open stream with an error;
+// ranks that disagree on the model or on the layout are refused with a message.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <sys/mount.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "server_harness.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string DemoModel() { return testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf"; }
+
+std::vector<std::string> Mpirun(int np) {
+  return {"mpirun", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "btl", "self,vader,tcp", "-np",
+          std::to_string(np)};
+}
+
+#define REQUIRE_MPIRUN()                                                             \
+  do {                                                                               \
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                     \
+      if (testing::InCi()) FAIL() << "CI=true but mpirun (openmpi-bin) is missing";  \
+      GTEST_SKIP() << "mpirun is missing (apt-get install openmpi-bin)";             \
+    }                                                                                \
+  } while (0)
+
+const std::vector<std::string> kPrompts = {"Once upon a time", "The little dog", "Lily and Ben went to the park"};
+
+std::string Generate(int port, const std::string& prompt, int max_tokens = 40) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  const nlohmann::json body = {{"text_input", prompt}, {"max_tokens", max_tokens}};
+  auto r = c.Post("/v2/models/ensemble/generate", body.dump(), "application/json");
+  if (!r || r->status != 200) return "<error " + (r ? std::to_string(r->status) + " " + r->body : std::string("no answer")) + ">";
+  return nlohmann::json::parse(r->body)["text_output"].get<std::string>();
+}
+
+// The streamed text of a generate_stream request, and the error event's message if any.
+struct Streamed {
+  std::string text, error;
+};
+Streamed GenerateStream(int port, const std::string& prompt, int max_tokens, std::atomic<int>* events = nullptr) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  const nlohmann::json body = {{"text_input", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
+  std::string raw;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v2/models/ensemble/generate_stream";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    raw.append(data, n);
+    if (events) events->store(static_cast<int>(testing::SseEvents(raw).size()));
+    return true;
+  };
+  c.send(req);
+  Streamed out;
+  for (const nlohmann::json& e : testing::SseEvents(raw)) {
+    if (e.contains("error")) out.error = e["error"].get<std::string>();
+    if (e.contains("text_output")) out.text += e["text_output"].get<std::string>();
+  }
+  return out;
+}
+
+int Status(int port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(1);
+  auto r = c.Get(path.c_str());
+  return r ? r->status : 0;
+}
+
+// The pid a follower rank logged ("rank 1 (pid 1234): ...").
+pid_t FollowerPid(const std::string& log, int rank) {
+  std::smatch m;
+  const std::regex re("rank " + std::to_string(rank) + " \\(pid ([0-9]+)\\)");
+  return std::regex_search(log, m, re) ? static_cast<pid_t>(std::stol(m[1])) : -1;
+}
+
+class ParallelServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = (fs::temp_directory_path() / ("parallel_server_" + std::to_string(getpid()))).string();
+    for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
+             {"tp1", ""}, {"tp2", " --tensor-parallel-size 2"}, {"pp2", " --pipeline-parallel-size 2"}}) {
+      const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() + " --out " +
+                              root_ + "/" + name + flags + " >/dev/null";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+    // The single-process server's texts: what every parallel layout must serve.
+    auto server = testing::ServerProcess::Start({"--model-repository", root_ + "/tp1"});
+    ASSERT_TRUE(server);
+    for (const std::string& p : kPrompts) expected_.push_back(Generate(server->http_port, p));
+    expected_stream_ = GenerateStream(server->http_port, kPrompts[0], 40).text;
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static void ExpectSameTexts(int port) {
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(Generate(port, kPrompts[i]), expected_[i]) << kPrompts[i];
+    const Streamed s = GenerateStream(port, kPrompts[0], 40);
+    EXPECT_EQ(s.error, "");
+    EXPECT_EQ(s.text, expected_stream_);
+  }
+
+  static std::string root_;
+  static std::vector<std::string> expected_;
+  static std::string expected_stream_;
+};
+std::string ParallelServerTest::root_;
+std::vector<std::string> ParallelServerTest::expected_;
+std::string ParallelServerTest::expected_stream_;
+
+TEST_F(ParallelServerTest, LeaderModeServesTheSameTextsAndFailsCleanlyWhenAWorkerDies) {
+  REQUIRE_MPIRUN();
+  auto server = testing::ServerProcess::Start({"--model-repository", root_ + "/tp2"}, Mpirun(2));
+  ASSERT_TRUE(server);
+  EXPECT_EQ(Status(server->http_port, "/v2/health/ready"), 200);
+  ExpectSameTexts(server->http_port);
+  const pid_t worker = FollowerPid(server->log(), 1);
+  ASSERT_GT(worker, 0) << server->log();
+
+  // Three long streams in flight; the worker dies once each has streamed something.
+  std::vector<std::atomic<int>> events(3);
+  std::vector<Streamed> results(3);
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.emplace_back([&, i] { results[i] = GenerateStream(server->http_port, kPrompts[i], 480, &events[i]); });
+  }
+  for (int i = 0; i < 400 && (events[0] < 2 || events[1] < 2 || events[2] < 2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  while (Status(server->http_port, "/v2/health/ready") == 200 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double not_ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::printf("not ready %.2f s after the worker was killed\n", not_ready_s);
+  EXPECT_LT(not_ready_s, 5.0) << "the server stayed ready " << not_ready_s << " s after its worker died";
+  EXPECT_NE(Status(server->http_port, "/v2/models/tensorrt_llm/ready"), 200);
+  EXPECT_EQ(Status(server->http_port, "/v2/health/live"), 200) << "the leader itself must stay up";
+  for (auto& t : streams) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(results[i].error.find("rank 1"), std::string::npos) << "stream " << i << " ended without naming the failure: '"
+                                                                  << results[i].error << "'";
+  }
+  // New requests are refused at once, with the reason.
+  httplib::Client c("127.0.0.1", server->http_port);
+  auto r = c.Post("/v2/models/ensemble/generate", R"({"text_input": "Hello", "max_tokens": 5})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_GE(r->status, 400);
+  EXPECT_NE(r->body.find("parallel group failed"), std::string::npos) << r->body;
+}
+
+TEST_F(ParallelServerTest, PipelineParallelLeaderModeServesTheSameTexts) {
+  REQUIRE_MPIRUN();
+  auto server = testing::ServerProcess::Start({"--model-repository", root_ + "/pp2"}, Mpirun(2));
+  ASSERT_TRUE(server);
+  ExpectSameTexts(server->http_port);
+}
+
+TEST_F(ParallelServerTest, OrchestratorModeSpawnsItsWorkerAndStopsIt) {
+  REQUIRE_MPIRUN();
+  // Open MPI refuses root unless told (its own opt-in); the server then spawns as root.
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  auto server = testing::ServerProcess::Start({"--model-repository", root_ + "/tp2"});
+  ASSERT_TRUE(server);
+  ExpectSameTexts(server->http_port);
+  const pid_t worker = FollowerPid(server->log(), 1);
+  ASSERT_GT(worker, 0) << server->log();
+  EXPECT_EQ(kill(worker, 0), 0);
+  const pid_t pid = server->pid();
+  kill(pid, SIGTERM);
+  int status = -1;
+  for (int i = 0; i < 200 && waitpid(pid, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server->log();
+  for (int i = 0; i < 100 && kill(worker, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_NE(kill(worker, 0), 0) << "the spawned worker outlived its server";
+}
+
+TEST_F(ParallelServerTest, ALayoutThatDoesNotMatchTheJobIsRefused) {
+  REQUIRE_MPIRUN();
+  // Two ranks, but no model asks for two.
+  const std::string bin = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server";
+  std::string mpirun;
+  for (const std::string& a : Mpirun(2)) mpirun += a + " ";
+  const std::string log = root_ + "/mismatch.log";
+  std::system((mpirun + bin + " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " + root_ + "/tp1 > " + log + " 2>&1").c_str());
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("mpirun started 2 ranks, but no model"), std::string::npos) << text;
+  // Three ranks for a model of two.
+  std::string mpirun3;
+  for (const std::string& a : Mpirun(3)) mpirun3 += a + " ";
+  std::system((mpirun3 + bin + " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " + root_ + "/tp2 > " + log + " 2>&1").c_str());
+  std::ifstream in3(log);
+  const std::string text3((std::istreambuf_iterator<char>(in3)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text3.find("needs tensor_parallel_size x pipeline_parallel_size = 2 ranks, but mpirun started 3"), std::string::npos) << text3;
+}
+
+TEST_F(ParallelServerTest, RanksThatSeeDifferentModelFilesAreRefused) {
+  REQUIRE_MPIRUN();
+  if (geteuid() != 0 || std::system("command -v unshare >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs root and unshare (mount namespaces)";
+  // Rank 1 runs in a mount namespace where the model's path holds another file: the same
+  // path on two "hosts" with different contents.
+  // The demo model with bytes appended: it loads, but its size differs.
+  const std::string other = root_ + "/other.gguf";
+  fs::copy_file(DemoModel(), other, fs::copy_options::overwrite_existing);
+  std::ofstream(other, std::ios::app | std::ios::binary) << std::string(64, '\0');
+  const std::string weights = fs::canonical(root_ + "/tp2/weights").string();
+  std::string weights_file;
+  for (const auto& e : fs::directory_iterator(weights)) weights_file = e.path().string();
+  const std::string bin = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server";
+  const std::string args = " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " + root_ + "/tp2";
+  const std::string log = root_ + "/disagree.log";
+  std::string mpmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe --enable-recovery -np 1 " + bin + args +
+                     " : -np 1 unshare -m sh -c 'mount --bind " + other + " " + weights_file + " && exec " + bin + args + "' > " + log + " 2>&1";
+  std::system(mpmd.c_str());
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("ranks disagree on the model"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace inflight
