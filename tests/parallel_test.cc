@@ -37,9 +37,10 @@ std::string MpirunCommand(int np) {
     }                                                                                \
   } while (0)
 
-nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::string& scenario, bool expect_ok = true) {
+nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::string& scenario, bool expect_ok = true,
+                           const std::string& launcher = "") {
   const std::string out = TempPath("parallel_" + scenario + "_" + std::to_string(tp) + "x" + std::to_string(pp)) + ".json";
-  const std::string cmd = MpirunCommand(tp * pp) + INFLIGHT_BINARY_DIR "/tests/parallel_harness --model " + model + " --tp " +
+  const std::string cmd = (launcher.empty() ? MpirunCommand(tp * pp) : launcher) + INFLIGHT_BINARY_DIR "/tests/parallel_harness --model " + model + " --tp " +
                           std::to_string(tp) + " --pp " + std::to_string(pp) + " --scenario " + scenario + " --out " + out;
   const int rc = std::system(cmd.c_str());
   // (mpirun --enable-recovery exits 0 when some ranks failed: the JSON tells.)
@@ -128,6 +129,61 @@ TEST_F(ParallelTest, StoriesTensorParallelEqualsOneProcess) {
   const std::string stories = testing::SharedDir() + "/models/llama2c/stories260K.bin";
   REQUIRE_SHARED_FILE(stories);
   ExpectSameRun(RunParallel(stories, 2, 1, "default"), RunLocal(stories, "default"));
+}
+
+// Two hosts on one machine: network namespaces joined by a veth pair. mpirun runs on host A
+// and starts host B's daemon through an "ssh" that enters B's namespace, as it would over ssh
+// on a cluster; the ranks talk MPI over TCP across the veth only.
+class TwoHosts {
+ public:
+  TwoHosts() {
+    const std::string id = std::to_string(getpid() % 100000);
+    ns_ = {"inflA" + id, "inflB" + id};
+    const int net = 10 + static_cast<int>(getpid() % 200);
+    subnet_ = "10.231." + std::to_string(net) + ".";
+    const std::string a = ns_[0], b = ns_[1], va = "va" + id, vb = "vb" + id;
+    const std::string cmd = "ip netns add " + a + " && ip netns add " + b + " && ip link add " + va + " type veth peer name " + vb +
+                            " && ip link set " + va + " netns " + a + " && ip link set " + vb + " netns " + b + " && ip -n " + a +
+                            " addr add " + subnet_ + "1/24 dev " + va + " && ip -n " + b + " addr add " + subnet_ + "2/24 dev " + vb +
+                            " && ip -n " + a + " link set " + va + " up && ip -n " + b + " link set " + vb + " up && ip -n " + a +
+                            " link set lo up && ip -n " + b + " link set lo up";
+    ok_ = std::system(cmd.c_str()) == 0;
+    agent_ = TempPath("netns_ssh") + ".sh";
+    std::ofstream(agent_) << "#!/bin/sh\n# mpirun's ssh: the command runs in the namespace of the host it names.\nhost=\"$1\"; shift\n"
+                          << "case \"$host\" in " << subnet_ << "1) ns=" << a << ";; " << subnet_ << "2) ns=" << b
+                          << ";; *) exit 1;; esac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n";
+    fs::permissions(agent_, fs::perms::owner_all);
+    hostfile_ = TempPath("netns_hosts");
+    std::ofstream(hostfile_) << subnet_ << "1 slots=1\n" << subnet_ << "2 slots=1\n";
+  }
+  ~TwoHosts() {
+    for (const std::string& n : ns_) std::system(("ip netns del " + n + " 2>/dev/null").c_str());
+    fs::remove(agent_);
+    fs::remove(hostfile_);
+  }
+  bool ok() const { return ok_; }
+  // Each host has its own cores on a cluster: no binding (both would take core 0 here).
+  std::string Mpirun() const {
+    return "timeout 600 ip netns exec " + ns_[0] + " mpirun --allow-run-as-root --enable-recovery --bind-to none --hostfile " + hostfile_ +
+           " --mca plm_rsh_agent " + agent_ + " --mca btl self,tcp --mca btl_tcp_if_include " + subnet_ + "0/24 --mca oob_tcp_if_include " +
+           subnet_ + "0/24 -np 2 ";
+  }
+
+ private:
+  std::vector<std::string> ns_;
+  std::string subnet_, agent_, hostfile_;
+  bool ok_ = false;
+};
+
+TEST_F(ParallelTest, TwoHostsInNetworkNamespacesOverTcpEqualOneProcess) {
+  REQUIRE_MPIRUN();
+  if (geteuid() != 0 || std::system("command -v ip >/dev/null 2>&1") != 0) {
+    if (testing::InCi()) FAIL() << "CI=true but network namespaces need root and iproute2";
+    GTEST_SKIP() << "network namespaces need root and iproute2";
+  }
+  TwoHosts hosts;
+  ASSERT_TRUE(hosts.ok()) << "could not make the two network namespaces";
+  ExpectSameRun(RunParallel(model_, 2, 1, "default", true, hosts.Mpirun()), RunLocal(model_, "default"));
 }
 
 TEST_F(ParallelTest, ALayoutTheModelCannotTakeIsRefusedOnEveryRank) {
