@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     inflight::parallel::ParallelConfig parallel;
     parallel.tp_size = std::atoi(Arg(argc, argv, "--tp", "1").c_str());
     parallel.pp_size = std::atoi(Arg(argc, argv, "--pp", "1").c_str());
+    parallel.share_host_cores = false;  // one compute thread per rank (the scenario's num_threads)
     auto runner = inflight::parallel::ParallelModelRunner::Create(MPI_COMM_WORLD, Arg(argc, argv, "--model"),
                                                                   inflight::testing::ScenarioExecutorConfig(scenario), parallel);
     nlohmann::json out;

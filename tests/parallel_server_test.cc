@@ -164,9 +164,12 @@ TEST_F(ParallelServerTest, LeaderModeServesTheSameTextsAndFailsCleanlyWhenAWorke
   EXPECT_NE(r->body.find("parallel group failed"), std::string::npos) << r->body;
 }
 
-TEST_F(ParallelServerTest, PipelineParallelLeaderModeServesTheSameTexts) {
+TEST_F(ParallelServerTest, PipelineParallelLeaderModeThroughTheLauncherScriptServesTheSameTexts) {
   REQUIRE_MPIRUN();
-  auto server = testing::ServerProcess::Start({"--model-repository", root_ + "/pp2"}, Mpirun(2));
+  // scripts/launch_inflight_server.py --world_size 2 (the reference's launch_triton_server.py).
+  const std::vector<std::string> launcher = {"python3", testing::SourceDir() + "/scripts/launch_inflight_server.py", "--world_size", "2",
+                                             "--oversubscribe", "--model_repo", root_ + "/pp2", "--server"};
+  auto server = testing::ServerProcess::Start({}, launcher);
   ASSERT_TRUE(server);
   ExpectSameTexts(server->http_port);
 }

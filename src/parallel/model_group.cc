@@ -132,8 +132,13 @@ Status ModelGroup::Wait(MPI_Request* request) {
     if (done) return OkStatus();
     if (failed_.load(std::memory_order_relaxed)) return UnavailableError("the model's parallel group failed: " + failure());
     // Inside a step peers answer within microseconds; a follower between steps may wait for
-    // hours, and should not hold a core meanwhile.
-    if (polls > 20000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 500 : 20));
+    // hours, and should not hold a core meanwhile. The leader's serving threads may share
+    // this core: yield to them while polling.
+    if (polls > 20000) {
+      std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 500 : 20));
+    } else if (polls % 64 == 63) {
+      std::this_thread::yield();
+    }
   }
 }
 

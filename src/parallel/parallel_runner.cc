@@ -62,7 +62,7 @@ struct LoadRequest {
     w->Put<int32_t>(kProtocolVersion);
     w->PutString(model_path);
     w->Put(parallel.tp_size), w->Put(parallel.pp_size), w->Put(parallel.micro_batches);
-    w->Put(parallel.heartbeat_ms), w->Put(parallel.failure_timeout_ms);
+    w->Put(parallel.heartbeat_ms), w->Put(parallel.failure_timeout_ms), w->Put<int32_t>(parallel.share_host_cores ? 1 : 0);
     w->Put(executor.tokens_per_block), w->Put(static_cast<int32_t>(executor.kv_dtype)), w->Put(executor.num_threads);
     w->Put(executor.kv_cache_free_mem_fraction), w->Put(executor.max_tokens_in_paged_kv_cache), w->Put(executor.max_batch_size);
   }
@@ -79,6 +79,9 @@ struct LoadRequest {
     RETURN_IF_ERROR(r.Get(&parallel.micro_batches));
     RETURN_IF_ERROR(r.Get(&parallel.heartbeat_ms));
     RETURN_IF_ERROR(r.Get(&parallel.failure_timeout_ms));
+    int32_t share = 1;
+    RETURN_IF_ERROR(r.Get(&share));
+    parallel.share_host_cores = share != 0;
     RETURN_IF_ERROR(r.Get(&executor.tokens_per_block));
     RETURN_IF_ERROR(r.Get(&dtype));
     RETURN_IF_ERROR(r.Get(&executor.num_threads));
@@ -234,7 +237,8 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm, co
   e->storage_ = std::make_unique<KvStorage>(KvStorageConfigFor(*e->model_, blocks, load.executor));
   e->view_.layers = e->storage_->LayerViews();
   e->view_.num_blocks = blocks;
-  e->pool_ = std::make_unique<ThreadPool>(std::max(1, load.executor.num_threads));
+  const int threads = load.parallel.share_host_cores ? std::max(1, DefaultNumThreads() / ranks_here) : load.executor.num_threads;
+  e->pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
   return e;
 }
 

@@ -28,6 +28,10 @@ struct ParallelConfig {
   int32_t micro_batches = 0;  // per step under pipeline parallelism; 0: pp_size
   int64_t heartbeat_ms = 200;
   int64_t failure_timeout_ms = 3000;
+  // Compute threads per rank: the host's cores shared among the ranks on it (else the
+  // executor's num_threads: ranks whose threads outnumber the cores wait on each other at
+  // every all-gather for a scheduler tick).
+  bool share_host_cores = true;
   // INVALID_ARGUMENT naming the field.
   Status Validate() const;
 };

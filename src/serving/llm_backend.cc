@@ -755,6 +755,7 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   RETURN_IF_ERROR(int32_parameter("tensor_parallel_size", 1, &p.parallel.tp_size));
   RETURN_IF_ERROR(int32_parameter("pipeline_parallel_size", 1, &p.parallel.pp_size));
   RETURN_IF_ERROR(int32_parameter("pipeline_micro_batches", 0, &p.parallel.micro_batches));
+  p.parallel.share_host_cores = !GetParameter(config, "num_threads").has_value();
   p.parallel.heartbeat_ms = GetIntParameter(config, "parallel_heartbeat_ms", p.parallel.heartbeat_ms);
   p.parallel.failure_timeout_ms = GetIntParameter(config, "parallel_failure_timeout_ms", p.parallel.failure_timeout_ms);
   if (Status ps = p.parallel.Validate(); !ps.ok()) return InvalidArgumentError("parameter " + ps.message());
