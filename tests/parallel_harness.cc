@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
       code = 2;
     } else {
       inflight::parallel::ParallelModelRunner* raw = runner->get();
+      const inflight::ModelConfig model = raw->model().config();
       inflight::Executor executor(std::move(runner).value(), inflight::testing::ScenarioExecutorConfig(scenario));
-      out = inflight::testing::RunScenario(executor, scenario);
+      out = inflight::testing::RunScenario(executor, scenario, model);
       const inflight::parallel::CommStats stats = raw->comm_stats();
       out["comm"] = {{"steps", stats.steps}, {"bytes", stats.bytes}, {"comm_ms", stats.comm_ms}, {"forward_ms", stats.forward_ms}};
       executor.Shutdown();

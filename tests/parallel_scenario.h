@@ -1,7 +1,7 @@
 // The workload parallel_test runs on a tensor/pipeline-parallel executor (in parallel_harness,
 // under mpirun) and on a single-process one (the reference), and what it records of each: 32
 // requests in flight (greedy, streamed, seeded sampling, n = 2, a beam search, a shared prefix
-// for reuse, prompts longer than a step's token budget), then a streamed request cancelled
+// for reuse, prompts longer than a step's token budget, LoRA adapters), then a streamed request cancelled
 // after a few tokens, and the executor's counters (pauses, reused blocks, leaks).
 #pragma once
 
@@ -38,7 +38,30 @@ inline ExecutorConfig ScenarioExecutorConfig(const ScenarioConfig& s) {
   return c;
 }
 
-inline std::vector<Request> ScenarioRequests(int32_t vocab) {
+// A random LoRA adapter on the q projection of layer 0 and the FFN down projection of the last
+// layer, strong enough to change greedy outputs.
+inline std::shared_ptr<const LoraAdapter> ScenarioAdapter(const ModelConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  const int32_t rank = 4;
+  const std::vector<std::pair<int32_t, int32_t>> targets = {{kLoraAttnQ, 0}, {kLoraMlp4hToH, c.num_layers - 1}};
+  int64_t cols = 0;
+  for (const auto& [module, layer] : targets) {
+    int32_t in = 0, out = 0;
+    LoraModuleShape(c, module, &in, &out);
+    cols = std::max<int64_t>(cols, int64_t{rank} * (in + out));
+  }
+  std::vector<float> weights(targets.size() * cols);
+  for (float& w : weights) w = normal(rng);
+  std::vector<int32_t> config;
+  for (const auto& [module, layer] : targets) config.insert(config.end(), {module, layer, rank});
+  auto adapter = LoraAdapter::FromTensors(c, weights, static_cast<int64_t>(targets.size()), cols, config);
+  return adapter.ok() ? *adapter : nullptr;
+}
+
+inline std::vector<Request> ScenarioRequests(const ModelConfig& model) {
+  const int32_t vocab = model.vocab_size;
+  const auto adapter_a = ScenarioAdapter(model, 1), adapter_b = ScenarioAdapter(model, 2);
   std::mt19937 rng(1234);
   auto random_ids = [&](int n) {
     std::vector<int32_t> ids(n);
@@ -62,16 +85,18 @@ inline std::vector<Request> ScenarioRequests(int32_t vocab) {
     }
     if (i == 9) r.num_return_sequences = 2, r.sampling.temperature = 1.0f, r.sampling.seed = 7;  // forked blocks
     if (i == 13) r.beam_width = 2, r.num_return_sequences = 2;  // copy-on-write blocks
+    if (i == 21 || i == 25) r.lora = adapter_a, r.lora_task_id = 1;  // LoRA: two adapters and none in a step
+    if (i == 29) r.lora = adapter_b, r.lora_task_id = 2;
     requests.push_back(std::move(r));
   }
   return requests;
 }
 
 // Runs the workload; the JSON holds every output and the counters.
-inline nlohmann::json RunScenario(Executor& executor, const ScenarioConfig& s) {
+inline nlohmann::json RunScenario(Executor& executor, const ScenarioConfig& s, const ModelConfig& model) {
   nlohmann::json out;
   out["name"] = s.name;
-  std::vector<Request> requests = ScenarioRequests(executor.vocab_size());
+  std::vector<Request> requests = ScenarioRequests(model);
   std::vector<RequestId> ids;
   // Four waves: later requests join batches already running.
   for (size_t i = 0; i < requests.size(); ++i) {

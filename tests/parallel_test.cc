@@ -59,7 +59,7 @@ nlohmann::json RunLocal(const std::string& model_path, const std::string& scenar
   EXPECT_TRUE(model.ok());
   auto executor = Executor::Create(**model, testing::ScenarioExecutorConfig(s));
   EXPECT_TRUE(executor.ok());
-  nlohmann::json j = testing::RunScenario(**executor, s);
+  nlohmann::json j = testing::RunScenario(**executor, s, (*model)->config());
   (*executor)->Shutdown();
   return j;
 }

@@ -1,5 +1,7 @@
 #include "model/lora.h"
 
+#include <atomic>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -84,6 +86,34 @@ Status LoraAdapter::Add(const ModelConfig& c, int32_t layer, int32_t module, Lor
   bytes_ += (m.a.size() + m.b.size()) * sizeof(float);
   layers_[layer][module] = std::move(m);
   return OkStatus();
+}
+
+LoraAdapter::LoraAdapter() {
+  static std::atomic<uint64_t> next{1};
+  id_ = next.fetch_add(1);
+}
+
+StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromMatrices(const ModelConfig& c,
+                                                                        std::vector<std::array<LoraMatrix, kLoraNumModules>> layers) {
+  if (static_cast<int32_t>(layers.size()) != c.num_layers) {
+    return InvalidArgumentError("a LoRA adapter of " + std::to_string(layers.size()) + " layers for a model of " + std::to_string(c.num_layers));
+  }
+  auto adapter = std::shared_ptr<LoraAdapter>(new LoraAdapter());
+  for (int32_t module = 0; module < kLoraNumModules; ++module) {
+    int32_t in = 0, out = 0;
+    const bool exists = LoraModuleShape(c, module, &in, &out);
+    for (auto& layer : layers) {
+      const LoraMatrix& m = layer[module];
+      if (m.rank == 0 && m.a.empty() && m.b.empty()) continue;
+      if (!exists || m.rank < 1 || m.rank > kMaxRank || m.in != in || m.out != out ||
+          m.a.size() != static_cast<size_t>(m.rank) * in || m.b.size() != static_cast<size_t>(m.rank) * out) {
+        return InvalidArgumentError("a LoRA matrix of module " + std::to_string(module) + " has a shape this model does not have");
+      }
+      adapter->bytes_ += (m.a.size() + m.b.size()) * sizeof(float);
+    }
+  }
+  adapter->layers_ = std::move(layers);
+  return std::shared_ptr<const LoraAdapter>(adapter);
 }
 
 StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromTensors(const ModelConfig& c, const std::vector<float>& weights,

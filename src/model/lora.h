@@ -58,12 +58,23 @@ class LoraAdapter {
   int32_t num_layers() const { return static_cast<int32_t>(layers_.size()); }
   size_t bytes() const { return bytes_; }
 
+  // Unique in this process (tensor-parallel ranks cache the adapters they were sent by it).
+  uint64_t id() const { return id_; }
+  // Every (layer, module) matrix as this model uses it (rank 0: none), to send to another rank.
+  const std::vector<std::array<LoraMatrix, kLoraNumModules>>& matrices() const { return layers_; }
+  // The adapter matrices() returned, rebuilt (no row permutation: they are already in this
+  // model's order). INVALID_ARGUMENT for a shape the model does not have.
+  static StatusOr<std::shared_ptr<const LoraAdapter>> FromMatrices(const ModelConfig& c,
+                                                                   std::vector<std::array<LoraMatrix, kLoraNumModules>> layers);
+
  private:
+  LoraAdapter();
   // Checks and stores one module; permutes q/k rows for interleaved RoPE.
   Status Add(const ModelConfig& c, int32_t layer, int32_t module, LoraMatrix m);
 
   std::vector<std::array<LoraMatrix, kLoraNumModules>> layers_;
   size_t bytes_ = 0;
+  uint64_t id_;
 };
 
 // The (in, out) sizes of a module's projection in a model; false for a module it lacks.

@@ -8,6 +8,7 @@
 #include <climits>
 #include <fstream>
 #include <thread>
+#include <unordered_map>
 
 #include "base/logging.h"
 #include "kvcache/kv_storage.h"
@@ -132,6 +133,9 @@ class ShardExecutor {
   bool NextStep(Status* status);
   // Leader: sends a step (or the stop) to the followers.
   Status SendStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan);
+  // Leader: adapters the followers lack go with the step; the least recently used beyond
+  // kAdapterBudgetBytes are dropped (never one this step uses).
+  void TrackAdapters(const BatchPlan& plan);
   void SendShutdown();
 
   ModelGroup& group() { return *group_; }
@@ -159,6 +163,19 @@ class ShardExecutor {
   std::vector<std::vector<float>> hidden_;    // per micro-batch: hidden states sent on / received
   std::vector<std::vector<float>> logits_;    // per micro-batch on the last stage's TP rank 0
   OwnedPlan received_;
+  // Leader: adapters the followers hold (id -> bytes, last step used) and this step's changes.
+  struct SentAdapter {
+    size_t bytes;
+    int64_t last_step;
+  };
+  std::unordered_map<uint64_t, SentAdapter> sent_adapters_;
+  size_t sent_adapter_bytes_ = 0;
+  int64_t adapter_step_ = 0;
+  std::vector<uint64_t> adapter_drops_, chunk_adapter_ids_;
+  std::vector<const LoraAdapter*> fresh_adapters_;
+  // Followers: the adapters sent so far, by id.
+  std::unordered_map<uint64_t, std::shared_ptr<const LoraAdapter>> adapters_;
+  static constexpr size_t kAdapterBudgetBytes = size_t{1} << 30;
   std::vector<std::pair<int32_t, int32_t>> received_copies_;
   std::string message_;
   CommStats stats_;
@@ -242,11 +259,43 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm, co
   return e;
 }
 
+void ShardExecutor::TrackAdapters(const BatchPlan& plan) {
+  ++adapter_step_;
+  adapter_drops_.clear();
+  fresh_adapters_.clear();
+  chunk_adapter_ids_.assign(plan.chunks.size(), 0);
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const LoraAdapter* a = plan.chunks[i].lora;
+    if (a == nullptr) continue;
+    chunk_adapter_ids_[i] = a->id();
+    auto [it, fresh] = sent_adapters_.try_emplace(a->id(), SentAdapter{a->bytes(), adapter_step_});
+    it->second.last_step = adapter_step_;
+    if (fresh) {
+      fresh_adapters_.push_back(a);
+      sent_adapter_bytes_ += a->bytes();
+    }
+  }
+  while (sent_adapter_bytes_ > kAdapterBudgetBytes) {
+    auto oldest = sent_adapters_.end();
+    for (auto it = sent_adapters_.begin(); it != sent_adapters_.end(); ++it) {
+      if (it->second.last_step < adapter_step_ && (oldest == sent_adapters_.end() || it->second.last_step < oldest->second.last_step)) {
+        oldest = it;
+      }
+    }
+    if (oldest == sent_adapters_.end()) break;  // all in this step
+    sent_adapter_bytes_ -= oldest->second.bytes;
+    adapter_drops_.push_back(oldest->first);
+    sent_adapters_.erase(oldest);
+  }
+}
+
 Status ShardExecutor::SendStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan) {
+  TrackAdapters(plan);
   WireWriter w;
   w.Put<int64_t>(kStep);
   const ModelConfig& c = model_->config();
-  EncodeStep(copies, plan, load_.executor.tokens_per_block, c.vocab_size, c.hidden_size, {}, &w);
+  EncodeAdapters(adapter_drops_, fresh_adapters_, &w);
+  EncodeStep(copies, plan, load_.executor.tokens_per_block, c.vocab_size, c.hidden_size, chunk_adapter_ids_, &w);
   message_ = std::move(w.bytes());
   return BroadcastBytes(group_->comm(), &message_, [&](MPI_Request* r) { return group_->Wait(r); });
 }
@@ -269,7 +318,22 @@ bool ShardExecutor::NextStep(Status* status) {
     *status = DataLossError("unknown parallel command " + std::to_string(command));
     return false;
   }
+  std::vector<uint64_t> drops;
+  std::vector<std::pair<uint64_t, std::shared_ptr<const LoraAdapter>>> fresh;
+  if (!(*status = DecodeAdapters(in, model_->config(), &drops, &fresh)).ok()) return false;
+  for (uint64_t id : drops) adapters_.erase(id);
+  for (auto& [id, adapter] : fresh) adapters_[id] = std::move(adapter);
   if (!(*status = DecodeStep(in, model_->config().hidden_size, &received_copies_, &received_)).ok()) return false;
+  for (size_t i = 0; i < received_.chunks.size(); ++i) {
+    const uint64_t id = received_.chunks[i].lora_id;
+    if (id == 0) continue;
+    auto it = adapters_.find(id);
+    if (it == adapters_.end()) {
+      *status = DataLossError("a step names LoRA adapter " + std::to_string(id) + ", which this rank was never sent");
+      return false;
+    }
+    received_.plan.chunks[i].lora = it->second.get();
+  }
   *status = RunStep(received_copies_, received_.plan, nullptr);
   return status->ok();
 }
@@ -419,9 +483,6 @@ Status ParallelModelRunner::Health() const {
 
 Status ParallelModelRunner::Forward(const BatchPlan& plan, float* logits) {
   RETURN_IF_ERROR(Health());
-  for (const SequenceChunk& c : plan.chunks) {
-    if (c.lora != nullptr) return UnimplementedError("LoRA adapters do not run under tensor/pipeline parallelism yet");
-  }
   RETURN_IF_ERROR(shard_->SendStep(pending_copies_, plan));
   const Status status = shard_->RunStep(pending_copies_, plan, logits);
   pending_copies_.clear();

@@ -68,7 +68,6 @@ class ParallelModelRunner : public ModelRunner {
   void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) override;
   ThreadPool* pool() override;
   Status Health() const override;
-  bool supports_lora() const override { return false; }
 
   // The leader's shard: the whole model's config and its tokenizer.
   const Model& model() const;

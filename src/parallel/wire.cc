@@ -11,6 +11,51 @@ constexpr int64_t kMaxTokens = 1 << 24;
 
 }  // namespace
 
+void EncodeAdapters(const std::vector<uint64_t>& drops, const std::vector<const LoraAdapter*>& fresh, WireWriter* out) {
+  out->PutArray(drops.data(), static_cast<int64_t>(drops.size()));
+  out->Put<int64_t>(static_cast<int64_t>(fresh.size()));
+  for (const LoraAdapter* a : fresh) {
+    out->Put<uint64_t>(a->id());
+    out->Put<int32_t>(a->num_layers());
+    for (const auto& layer : a->matrices()) {
+      for (const LoraMatrix& m : layer) {
+        out->Put(m.rank), out->Put(m.in), out->Put(m.out);
+        out->PutArray(m.a.data(), static_cast<int64_t>(m.a.size()));
+        out->PutArray(m.b.data(), static_cast<int64_t>(m.b.size()));
+      }
+    }
+  }
+}
+
+Status DecodeAdapters(WireReader& in, const ModelConfig& config, std::vector<uint64_t>* drops,
+                      std::vector<std::pair<uint64_t, std::shared_ptr<const LoraAdapter>>>* fresh) {
+  RETURN_IF_ERROR(in.GetArray(drops, kMaxChunks));
+  int64_t count = 0;
+  RETURN_IF_ERROR(in.Get(&count));
+  if (count < 0 || count > kMaxChunks) return DataLossError("a parallel step message holds a bad adapter count");
+  fresh->clear();
+  for (int64_t i = 0; i < count; ++i) {
+    uint64_t id = 0;
+    int32_t num_layers = 0;
+    RETURN_IF_ERROR(in.Get(&id));
+    RETURN_IF_ERROR(in.Get(&num_layers));
+    if (num_layers != config.num_layers) return DataLossError("a LoRA adapter for another model");
+    std::vector<std::array<LoraMatrix, kLoraNumModules>> layers(static_cast<size_t>(num_layers));
+    for (auto& layer : layers) {
+      for (LoraMatrix& m : layer) {
+        RETURN_IF_ERROR(in.Get(&m.rank));
+        RETURN_IF_ERROR(in.Get(&m.in));
+        RETURN_IF_ERROR(in.Get(&m.out));
+        RETURN_IF_ERROR(in.GetArray(&m.a, int64_t{1} << 32));
+        RETURN_IF_ERROR(in.GetArray(&m.b, int64_t{1} << 32));
+      }
+    }
+    ASSIGN_OR_RETURN(auto adapter, LoraAdapter::FromMatrices(config, std::move(layers)));
+    fresh->emplace_back(id, std::move(adapter));
+  }
+  return OkStatus();
+}
+
 void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan, int32_t tokens_per_block,
                 int32_t vocab_size, int32_t hidden_size, const std::vector<uint64_t>& lora_ids, WireWriter* out) {
   std::vector<int32_t> flat;

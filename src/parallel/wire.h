@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,12 @@ struct OwnedPlan {
   std::vector<Chunk> chunks;
   BatchPlan plan;  // views of `chunks`
 };
+
+// LoRA adapters the followers cache by LoraAdapter::id(): ids to forget, then new adapters
+// (their matrices whole; each rank applies its own rows).
+void EncodeAdapters(const std::vector<uint64_t>& drops, const std::vector<const LoraAdapter*>& fresh, WireWriter* out);
+Status DecodeAdapters(WireReader& in, const ModelConfig& config, std::vector<uint64_t>* drops,
+                      std::vector<std::pair<uint64_t, std::shared_ptr<const LoraAdapter>>>* fresh);
 
 // One step: block copies to make first, then the plan. Only the blocks the chunk's positions
 // reach are sent, and a p-tuning table only with a chunk that uses one of its rows.
