@@ -96,9 +96,6 @@ Status Executor::Validate(const Request& r) const {
                                 ") exceeds the model's context length " + std::to_string(context_length_));
   }
   RETURN_IF_ERROR(r.sampling.Validate());
-  if (r.lora && !runner_->supports_lora()) {
-    return UnimplementedError("LoRA adapters do not run under tensor/pipeline parallelism yet");
-  }
   if (r.lora && r.lora->num_layers() != runner_->num_layers()) {
     return InvalidArgumentError("the LoRA adapter was built for " + std::to_string(r.lora->num_layers()) + " layers; the model has " +
                                 std::to_string(runner_->num_layers()));

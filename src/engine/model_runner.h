@@ -32,8 +32,6 @@ class ModelRunner {
   // OK while the runner can run steps; an error (e.g. a parallel rank died) is final.
   // Thread-safe (serving threads ask it for readiness).
   virtual Status Health() const { return OkStatus(); }
-  // Whether plans may carry LoRA adapters.
-  virtual bool supports_lora() const { return true; }
 };
 
 // Pool size for a model: max_tokens_in_paged_kv_cache or kv_cache_free_mem_fraction of the
