@@ -6,6 +6,34 @@
 
 #include "format/gguf.h"
 #include "kernels/quantize.h"
+#include "parallel/wire.h"
+
+namespace {
+
+// A parallel step message: a LoRA adapter, a block copy and two chunks (one with a p-tuning
+// table), as parallel_wire_fuzz's model (hidden 64, 2 layers) would receive it.
+bool WriteParallelSeed(const std::string& path) {
+  using namespace inflight;
+  ModelConfig c;
+  c.vocab_size = 259, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16, c.ffn_size = 192;
+  std::vector<float> weights(4 * (64 + 64), 0.25f);
+  auto adapter = LoraAdapter::FromTensors(c, weights, 1, static_cast<int64_t>(weights.size()), {kLoraAttnQ, 0, 4});
+  if (!adapter.ok()) return false;
+  parallel::WireWriter w;
+  parallel::EncodeAdapters({7}, {adapter->get()}, &w);
+  const std::vector<int32_t> tokens = {1, 20, 30, 259}, blocks = {0, 1};
+  const std::vector<float> table(64, 0.5f);
+  BatchPlan plan;
+  SequenceChunk a{tokens.data(), 4, 0, blocks.data(), 2, 1};
+  a.prompt_table = table.data(), a.prompt_table_rows = 1;
+  plan.chunks.push_back(a);
+  plan.chunks.push_back(SequenceChunk{tokens.data(), 1, 17, blocks.data(), 2, 1});
+  parallel::EncodeStep({{0, 1}}, plan, 16, c.vocab_size, c.hidden_size, {(*adapter)->id(), 0}, &w);
+  std::ofstream(path, std::ios::binary) << w.bytes();
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -13,6 +41,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
+  if (!WriteParallelSeed(dir + "/parallel-step-seed.bin")) return 1;
   inflight::GgufWriter w;
   w.SetString("general.architecture", "llama");
   w.SetU32("llama.block_count", 1);
