@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -123,6 +124,7 @@ void ModelGroup::Fail(const std::string& why) {
 }
 
 Status ModelGroup::Wait(MPI_Request* request) {
+  int64_t sleep_us = 10;
   for (int64_t polls = 0;; ++polls) {
     int done = 0;
     if (MPI_Test(request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -134,8 +136,11 @@ Status ModelGroup::Wait(MPI_Request* request) {
     // Inside a step peers answer within microseconds; a follower between steps may wait for
     // hours, and should not hold a core meanwhile. The leader's serving threads may share
     // this core: yield to them while polling.
+    // Past a few milliseconds of spinning, sleeps double up to 1 ms: an idle follower then
+    // wakes 1000 times a second instead of stealing the other ranks' cores.
     if (polls > 20000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 500 : 20));
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min<int64_t>(1000, 2 * sleep_us);
     } else if (polls % 64 == 63) {
       std::this_thread::yield();
     }
