@@ -194,6 +194,25 @@ TEST_F(ParallelServerTest, OrchestratorModeSpawnsItsWorkerAndStopsIt) {
   EXPECT_NE(kill(worker, 0), 0) << "the spawned worker outlived its server";
 }
 
+TEST_F(ParallelServerTest, OrchestratorModeReportsADeadWorkerAndStaysUp) {
+  REQUIRE_MPIRUN();
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  auto server = testing::ServerProcess::Start({"--model-repository", root_ + "/tp2"});
+  ASSERT_TRUE(server);
+  EXPECT_EQ(Generate(server->http_port, kPrompts[0]), expected_[0]);
+  const pid_t worker = FollowerPid(server->log(), 1);
+  ASSERT_GT(worker, 0) << server->log();
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  while (Status(server->http_port, "/v2/health/ready") == 200 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 5.0);
+  EXPECT_EQ(Status(server->http_port, "/v2/health/live"), 200);
+  EXPECT_NE(Generate(server->http_port, kPrompts[1]).find("parallel group failed"), std::string::npos);
+}
+
 TEST_F(ParallelServerTest, ALayoutThatDoesNotMatchTheJobIsRefused) {
   REQUIRE_MPIRUN();
   // Two ranks, but no model asks for two.
