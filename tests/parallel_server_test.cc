@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "server_harness.h"
+#include "mpi_test_util.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -27,14 +28,6 @@ std::vector<std::string> Mpirun(int np) {
   return {"mpirun", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "btl", "self,vader,tcp", "-np",
           std::to_string(np)};
 }
-
-#define REQUIRE_MPIRUN()                                                             \
-  do {                                                                               \
-    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                     \
-      if (testing::InCi()) FAIL() << "CI=true but mpirun (openmpi-bin) is missing";  \
-      GTEST_SKIP() << "mpirun is missing (apt-get install openmpi-bin)";             \
-    }                                                                                \
-  } while (0)
 
 const std::vector<std::string> kPrompts = {"Once upon a time", "The little dog", "Lily and Ben went to the park"};
 
@@ -89,6 +82,16 @@ pid_t FollowerPid(const std::string& log, int rank) {
   return std::regex_search(log, m, re) ? static_cast<pid_t>(std::stol(m[1])) : -1;
 }
 
+// Kills `worker` and returns the seconds until the server stops reporting ready (10 at most).
+double KillAndTimeNotReady(pid_t worker, int port) {
+  EXPECT_EQ(kill(worker, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  while (Status(port, "/v2/health/ready") == 200 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+}
+
 class ParallelServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -141,12 +144,7 @@ TEST_F(ParallelServerTest, LeaderModeServesTheSameTextsAndFailsCleanlyWhenAWorke
   for (int i = 0; i < 400 && (events[0] < 2 || events[1] < 2 || events[2] < 2); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_EQ(kill(worker, SIGKILL), 0);
-  const auto killed = std::chrono::steady_clock::now();
-  while (Status(server->http_port, "/v2/health/ready") == 200 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const double not_ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const double not_ready_s = KillAndTimeNotReady(worker, server->http_port);
   std::printf("not ready %.2f s after the worker was killed\n", not_ready_s);
   EXPECT_LT(not_ready_s, 5.0) << "the server stayed ready " << not_ready_s << " s after its worker died";
   EXPECT_NE(Status(server->http_port, "/v2/models/tensorrt_llm/ready"), 200);
@@ -176,9 +174,7 @@ TEST_F(ParallelServerTest, PipelineParallelLeaderModeThroughTheLauncherScriptSer
 
 TEST_F(ParallelServerTest, OrchestratorModeSpawnsItsWorkerAndStopsIt) {
   REQUIRE_MPIRUN();
-  // Open MPI refuses root unless told (its own opt-in); the server then spawns as root.
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  testing::AllowMpiAsRoot();  // the server spawns its worker as root
   auto server = testing::ServerProcess::Start({"--model-repository", root_ + "/tp2"});
   ASSERT_TRUE(server);
   ExpectSameTexts(server->http_port);
@@ -196,19 +192,13 @@ TEST_F(ParallelServerTest, OrchestratorModeSpawnsItsWorkerAndStopsIt) {
 
 TEST_F(ParallelServerTest, OrchestratorModeReportsADeadWorkerAndStaysUp) {
   REQUIRE_MPIRUN();
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  testing::AllowMpiAsRoot();
   auto server = testing::ServerProcess::Start({"--model-repository", root_ + "/tp2"});
   ASSERT_TRUE(server);
   EXPECT_EQ(Generate(server->http_port, kPrompts[0]), expected_[0]);
   const pid_t worker = FollowerPid(server->log(), 1);
   ASSERT_GT(worker, 0) << server->log();
-  ASSERT_EQ(kill(worker, SIGKILL), 0);
-  const auto killed = std::chrono::steady_clock::now();
-  while (Status(server->http_port, "/v2/health/ready") == 200 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 5.0);
+  EXPECT_LT(KillAndTimeNotReady(worker, server->http_port), 5.0);
   EXPECT_EQ(Status(server->http_port, "/v2/health/live"), 200);
   EXPECT_NE(Generate(server->http_port, kPrompts[1]).find("parallel group failed"), std::string::npos);
 }

@@ -12,6 +12,7 @@
 
 #include "model/random_model.h"
 #include "parallel_scenario.h"
+#include "mpi_test_util.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -28,14 +29,6 @@ std::string TempPath(const std::string& stem) {
 std::string MpirunCommand(int np) {
   return "timeout 600 mpirun --allow-run-as-root --oversubscribe --enable-recovery --mca btl self,vader,tcp -np " + std::to_string(np) + " ";
 }
-
-#define REQUIRE_MPIRUN()                                                             \
-  do {                                                                               \
-    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                     \
-      if (testing::InCi()) FAIL() << "CI=true but mpirun (openmpi-bin) is missing";  \
-      GTEST_SKIP() << "mpirun is missing (apt-get install openmpi-bin)";             \
-    }                                                                                \
-  } while (0)
 
 nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::string& scenario, bool expect_ok = true,
                            const std::string& launcher = "") {

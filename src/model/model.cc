@@ -366,10 +366,15 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
   kernels::MatMul(lw.wo, attn, T, s.out, pool, s.matmul);
   if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, lh);
   ApplyLora(layer, kLoraAttnDense, attn, c.q_dim(), s.out, lh, static_cast<int32_t>(sh.hidden.begin), lh, s, pool, T);
+  return AddOutputToResidual(s, pool, T, tp);
+}
+
+Status Model::AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t T, TensorParallelGroup* tp) const {
+  const int64_t H = config_.hidden_size;
   const float* out = s.out;
   if (tp != nullptr) {
     float* full = Grow(s.tp_full, T * H);
-    RETURN_IF_ERROR(GatherColumns(tp, s.out, T, sh.hidden_sizes, full, s));
+    RETURN_IF_ERROR(GatherColumns(tp, s.out, T, shard_.hidden_sizes, full, s));
     out = full;
   }
   AddResidual(s.x, out, T, H, pool);
@@ -434,14 +439,7 @@ Status Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_
   kernels::MatMul(lw.w_down, down_in, T, s.out, pool, s.matmul);
   ApplyLora(layer, kLoraMlp4hToH, down_in, F, s.out, lh, h0, lh, s, pool, T);
   if (!lw.b_down.empty()) kernels::AddBias(s.out, lw.b_down.data(), T, lh);
-  const float* out = s.out;
-  if (tp != nullptr) {
-    float* full = Grow(s.tp_full, T * H);
-    RETURN_IF_ERROR(GatherColumns(tp, s.out, T, sh.hidden_sizes, full, s));
-    out = full;
-  }
-  AddResidual(s.x, out, T, H, pool);
-  return OkStatus();
+  return AddOutputToResidual(s, pool, T, tp);
 }
 
 Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T, TensorParallelGroup* tp) const {

@@ -171,6 +171,8 @@ class Model {
                    ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
   Status FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
   Status Embed(const BatchPlan& plan, ForwardScratch& s, int64_t num_tokens, TensorParallelGroup* tp) const;
+  // x += out: a block's output projection (this rank's rows of it, gathered under TP).
+  Status AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
   Status Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool, TensorParallelGroup* tp, float* logits) const;
   // Under TP: out[T, sum(sizes)] = every rank's local[T, sizes[rank]] side by side (only_first:
   // on TP rank 0 only).
