@@ -31,6 +31,8 @@ struct GroupOptions {
   int64_t failure_timeout_ms = 3000;
 };
 
+// Wait, the TP group and the counters: one thread at a time (the engine thread, or a
+// follower's main thread). failed(), failure(), Fail() and StopWatching(): thread-safe.
 class ModelGroup {
  public:
   // Takes a communicator of exactly tp_size * pp_size ranks (duplicated; the caller keeps

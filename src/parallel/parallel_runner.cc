@@ -120,7 +120,8 @@ Status ParallelConfig::Validate() const {
 }
 
 // One rank's shard and what runs it: its KV pool, scratch and compute threads, and the step
-// loop shared by the leader and the followers.
+// loop shared by the leader and the followers. One thread at a time (the leader's engine
+// thread, a follower's main thread).
 class ShardExecutor {
  public:
   // Collective over `comm`: builds the group, loads this rank's shard and agrees on the pool.

@@ -48,6 +48,8 @@ struct CommStats {
 
 class ShardExecutor;
 
+// Engine-thread only, except Health(), which is thread-safe (serving threads ask it for
+// readiness).
 class ParallelModelRunner : public ModelRunner {
  public:
   // Leader side: sends the load request over `comm`, loads its own shard, and agrees with the
