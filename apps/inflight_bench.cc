@@ -3,6 +3,8 @@
 // Poisson or constant arrivals at --request-rate, or a closed loop at --concurrency; targets
 // KServe generate_stream (HTTP), ModelStreamInfer on tensorrt_llm (gRPC, token ids) and
 // OpenAI /v1/completions. Prints the reference's table plus TTFT and inter-token latency.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <condition_variable>
@@ -11,7 +13,6 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
 
 #include "bench/report.h"
 #include "bench/workload.h"
@@ -24,15 +25,16 @@ namespace {
 
 struct RunOptions {
   clients::ClientOptions client;
-  double request_rate = -1;   // <= 0: all at once (or closed loop)
+  double request_rate = -1;  // <= 0: all at once (or closed loop)
   std::string arrival = "poisson";
-  int concurrency = 0;        // > 0: closed loop
+  int concurrency = 0;  // > 0: closed loop
   int warmup = 0;
   uint64_t seed = 0;
   bool progress = true;
 };
 
-RequestRecord RunOne(clients::LlmClient& client, const BenchItem& item, std::chrono::steady_clock::time_point t0) {
+RequestRecord RunOne(clients::LlmClient& client, const BenchItem& item,
+                     std::chrono::steady_clock::time_point t0) {
   RequestRecord rec;
   rec.input_tokens = item.input_tokens;
   clients::Clock::time_point prev;
@@ -48,7 +50,8 @@ RequestRecord RunOne(clients::LlmClient& client, const BenchItem& item, std::chr
     if (i == 0) {
       rec.ttft_ms = std::chrono::duration<double, std::milli>(e.time - outcome.start).count();
     } else if (e.num_tokens > 0) {
-      rec.itl_ms.push_back(std::chrono::duration<double, std::milli>(e.time - prev).count() / static_cast<double>(e.num_tokens));
+      rec.itl_ms.push_back(std::chrono::duration<double, std::milli>(e.time - prev).count() /
+                           static_cast<double>(e.num_tokens));
     }
     prev = e.time;
   }
@@ -67,9 +70,10 @@ std::vector<RequestRecord> Run(const std::vector<BenchItem>& items, const RunOpt
     progress = std::thread([&] {
       while (!finished) {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::fprintf(stderr, "\r  %zu/%zu requests, %.1f output tokens/s   ", done.load(), items.size(),
-                     static_cast<double>(tokens.load()) / std::max(s, 1e-9));
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "\r  %zu/%zu requests, %.1f output tokens/s   ", done.load(),
+                     items.size(), static_cast<double>(tokens.load()) / std::max(s, 1e-9));
       }
       std::fprintf(stderr, "\r%70s\r", "");
     });
@@ -118,8 +122,9 @@ std::vector<RequestRecord> Run(const std::vector<BenchItem>& items, const RunOpt
     double at = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       if (o.request_rate > 0) {
-        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                               std::chrono::duration<double>(at)));
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                     std::chrono::duration<double>(at)));
         at += o.arrival == "constant" ? 1.0 / o.request_rate : gap(rng);
       }
       std::lock_guard<std::mutex> lock(mu);
@@ -158,51 +163,71 @@ int main(int argc, char** argv) {
   WorkloadOptions wo;
   bool json_only = false, allow_early_stop = false;
   ro.client.model.clear();
-  app.add_option("--protocol,-i", protocol, "http (KServe generate_stream), grpc (ModelStreamInfer, token ids), openai (/v1/completions) or openai-chat (/v1/chat/completions)");
+  app.add_option("--protocol,-i", protocol,
+                 "http (KServe generate_stream), grpc (ModelStreamInfer, token ids), openai "
+                 "(/v1/completions) or openai-chat (/v1/chat/completions)");
   app.add_option("--url,-u", url, "host:port (default localhost:8000, gRPC :8001)");
-  app.add_option("--model,-m", ro.client.model, "Model name (default: ensemble for http, tensorrt_llm for grpc)");
-  app.add_option("--api-key", ro.client.api_key, "The server's API key (or INFLIGHT_CLIENT_API_KEY)")->envname("INFLIGHT_CLIENT_API_KEY");
+  app.add_option("--model,-m", ro.client.model,
+                 "Model name (default: ensemble for http, tensorrt_llm for grpc)");
+  app.add_option("--api-key", ro.client.api_key,
+                 "The server's API key (or INFLIGHT_CLIENT_API_KEY)")
+      ->envname("INFLIGHT_CLIENT_API_KEY");
   app.add_flag("--tls", ro.client.tls, "HTTPS / gRPC over TLS");
-  app.add_option("--tls-ca", ro.client.tls_ca, "PEM file of the certificates that sign the server's (default: the system's)");
-  app.add_option("--tls-cert", ro.client.tls_cert, "This client's certificate (PEM), for mutual TLS");
+  app.add_option("--tls-ca", ro.client.tls_ca,
+                 "PEM file of the certificates that sign the server's (default: the system's)");
+  app.add_option("--tls-cert", ro.client.tls_cert,
+                 "This client's certificate (PEM), for mutual TLS");
   app.add_option("--tls-key", ro.client.tls_key, "This client's private key (PEM), for mutual TLS");
-  app.add_option("--tokenizer", tokenizer_path, "Tokenizer of the served model (GGUF, HF folder, tokenizer.model)");
-  app.add_option("--vocab-size", wo.vocab_size, "Random token ids below this when there is no tokenizer (grpc)");
+  app.add_option("--tokenizer", tokenizer_path,
+                 "Tokenizer of the served model (GGUF, HF folder, tokenizer.model)");
+  app.add_option("--vocab-size", wo.vocab_size,
+                 "Random token ids below this when there is no tokenizer (grpc)");
   app.add_option("--num-requests,-n", wo.num_requests)->check(CLI::Range(1, 10000000));
-  app.add_option("--warmup", ro.warmup, "Requests sent first and not measured")->check(CLI::Range(0, 100000));
+  app.add_option("--warmup", ro.warmup, "Requests sent first and not measured")
+      ->check(CLI::Range(0, 100000));
   app.add_option("--seed", wo.seed);
   app.add_option("--request-rate", ro.request_rate, "Requests/s (<= 0: all at once)");
-  app.add_option("--arrival", ro.arrival, "poisson or constant")->check(CLI::IsMember({"poisson", "constant"}));
-  app.add_option("--concurrency", ro.concurrency, "Closed loop with this many clients (when no --request-rate)");
+  app.add_option("--arrival", ro.arrival, "poisson or constant")
+      ->check(CLI::IsMember({"poisson", "constant"}));
+  app.add_option("--concurrency", ro.concurrency,
+                 "Closed loop with this many clients (when no --request-rate)");
   app.add_option("--sweep-rates", sweep, "Comma-separated request rates to run one after another");
   std::string sweep_concurrency;
   int64_t short_input_max = 0;
-  app.add_option("--sweep-concurrency", sweep_concurrency, "Comma-separated closed-loop client counts, one run each");
-  app.add_option("--short-input-max", short_input_max, "Also report TTFT of requests with prompts up to this long");
+  app.add_option("--sweep-concurrency", sweep_concurrency,
+                 "Comma-separated closed-loop client counts, one run each");
+  app.add_option("--short-input-max", short_input_max,
+                 "Also report TTFT of requests with prompts up to this long");
   app.add_option("--max-input-len", wo.max_input_len);
   app.add_option("--timeout-ms", ro.client.timeout_ms);
-  app.add_option("--json", json_path, "Write the report(s) as JSON to this file ('-': stdout only)");
+  app.add_option("--json", json_path,
+                 "Write the report(s) as JSON to this file ('-': stdout only)");
   app.add_option("--svg", svg_path, "With --sweep-rates: write throughput vs latency as SVG");
   app.add_flag("--no-progress", [&](int64_t) { ro.progress = false; });
   app.add_flag("--allow-early-stop", allow_early_stop,
-               "Let requests end at end-of-sequence (default: min_tokens = max_tokens, so lengths are exact)");
+               "Let requests end at end-of-sequence (default: min_tokens = max_tokens, so lengths "
+               "are exact)");
   double in_mean = 128, in_stdev = 0, out_mean = 128, out_stdev = 0, long_fraction = 0;
   int64_t long_input_len = 0;
-  auto* norm = app.add_subcommand("token-norm-dist", "Prompt and output lengths from normal distributions");
+  auto* norm =
+      app.add_subcommand("token-norm-dist", "Prompt and output lengths from normal distributions");
   norm->add_option("--input-mean", in_mean);
   norm->add_option("--input-stdev", in_stdev);
   norm->add_option("--output-mean", out_mean);
   norm->add_option("--output-stdev", out_stdev);
-  norm->add_option("--long-fraction", long_fraction, "Share of prompts that get --long-input-len tokens");
+  norm->add_option("--long-fraction", long_fraction,
+                   "Share of prompts that get --long-input-len tokens");
   norm->add_option("--long-input-len", long_input_len);
   std::string dataset_file;
   int32_t dataset_out = 128;
-  auto* dataset = app.add_subcommand("dataset", "Prompts from a JSON list ({prompt, output?, max_tokens?})");
+  auto* dataset =
+      app.add_subcommand("dataset", "Prompts from a JSON list ({prompt, output?, max_tokens?})");
   dataset->add_option("file", dataset_file)->required();
   dataset->add_option("--output-len", dataset_out, "Output length when a record gives none");
   int64_t prefix_len = 256, suffix_len = 32;
   int32_t prefix_out = 64;
-  auto* shared = app.add_subcommand("shared-prefix", "Prompts sharing a prefix (prefix-cache reuse)");
+  auto* shared =
+      app.add_subcommand("shared-prefix", "Prompts sharing a prefix (prefix-cache reuse)");
   shared->add_option("--prefix-len", prefix_len);
   shared->add_option("--suffix-len", suffix_len);
   shared->add_option("--output-len", prefix_out);
@@ -217,12 +242,14 @@ int main(int argc, char** argv) {
   if (!proto.ok()) return fail(proto.status().message());
   ro.client.protocol = *proto;
   if (Status s = clients::CheckTlsOptions(ro.client); !s.ok()) return fail(s.message());
-  if (ro.client.model.empty()) ro.client.model = *proto == clients::Protocol::kGrpc ? "tensorrt_llm" : "ensemble";
+  if (ro.client.model.empty())
+    ro.client.model = *proto == clients::Protocol::kGrpc ? "tensorrt_llm" : "ensemble";
   if (url.empty()) url = *proto == clients::Protocol::kGrpc ? "localhost:8001" : "localhost:8000";
   const size_t colon = url.rfind(':');
   if (colon == std::string::npos) return fail("--url must be host:port");
   ro.client.host = url.substr(0, colon);
-  if (ro.client.host == "localhost" && !ro.client.tls) ro.client.host = "127.0.0.1";  // TLS checks the name the certificate holds
+  if (ro.client.host == "localhost" && !ro.client.tls)
+    ro.client.host = "127.0.0.1";  // TLS checks the name the certificate holds
   ro.client.port = std::atoi(url.c_str() + colon + 1);
   ro.seed = wo.seed;
   wo.token_ids = *proto == clients::Protocol::kGrpc;
@@ -236,16 +263,20 @@ int main(int argc, char** argv) {
   const int64_t wanted = wo.num_requests;
   wo.num_requests = wanted + ro.warmup;
   StatusOr<std::vector<BenchItem>> items = InvalidArgumentError("no workload");
-  if (*norm) items = TokenNormDist(maker, wo, in_mean, in_stdev, out_mean, out_stdev, long_fraction, long_input_len);
+  if (*norm)
+    items = TokenNormDist(maker, wo, in_mean, in_stdev, out_mean, out_stdev, long_fraction,
+                          long_input_len);
   if (*dataset) items = Dataset(dataset_file, tok.get(), wo, dataset_out);
   if (*shared) items = SharedPrefix(maker, wo, prefix_len, suffix_len, prefix_out);
   if (!items.ok()) return fail(items.status().message());
   if (!allow_early_stop) {
     for (auto& item : *items) item.request.min_tokens = item.request.max_tokens;
   }
-  std::vector<BenchItem> warm(items->begin(), items->begin() + std::min<size_t>(ro.warmup, items->size()));
+  std::vector<BenchItem> warm(items->begin(),
+                              items->begin() + std::min<size_t>(ro.warmup, items->size()));
   std::vector<BenchItem> measured(items->begin() + warm.size(), items->end());
-  for (size_t i = 0; i < measured.size(); ++i) measured[i].request.id = "bench-" + std::to_string(i);
+  for (size_t i = 0; i < measured.size(); ++i)
+    measured[i].request.id = "bench-" + std::to_string(i);
   if (!warm.empty()) {
     RunOptions w = ro;
     w.request_rate = -1;
@@ -294,8 +325,8 @@ int main(int argc, char** argv) {
     for (const auto& rep : reports) {
       for (const auto& [k, n] : rep.errors) kinds += " " + k + " x" + std::to_string(n);
     }
-    std::fprintf(stderr, "inflight-bench: %lld requests failed (%s); first error: %s\n", static_cast<long long>(failed),
-                 kinds.c_str() + 1, first.c_str());
+    std::fprintf(stderr, "inflight-bench: %lld requests failed (%s); first error: %s\n",
+                 static_cast<long long>(failed), kinds.c_str() + 1, first.c_str());
     return 1;
   }
   return 0;

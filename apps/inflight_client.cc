@@ -21,7 +21,8 @@ StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
     if (item.empty()) continue;
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
-    if (*end != '\0' || v < 0 || v > INT32_MAX) return InvalidArgumentError("'" + item + "' is not a token id");
+    if (*end != '\0' || v < 0 || v > INT32_MAX)
+      return InvalidArgumentError("'" + item + "' is not a token id");
     ids.push_back(static_cast<int32_t>(v));
   }
   if (ids.empty()) return InvalidArgumentError("no token ids given");
@@ -41,10 +42,13 @@ int main(int argc, char** argv) {
   int64_t top_k = -1, seed = -1, end_id = -1;
   app.add_option("--protocol,-i", protocol, "http or grpc");
   app.add_option("--url,-u", url, "host:port (default localhost:8000, gRPC :8001)");
-  app.add_option("--model,-m", model, "Model (default: ensemble for --text over HTTP, tensorrt_llm otherwise)");
+  app.add_option("--model,-m", model,
+                 "Model (default: ensemble for --text over HTTP, tensorrt_llm otherwise)");
   app.add_option("--text", texts, "Prompt text (repeat with --batch-inputs)");
-  app.add_option("--input-ids", id_lists, "Prompt token ids, comma separated (repeat with --batch-inputs)");
-  app.add_option("--request-output-len,-o", r.max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--input-ids", id_lists,
+                 "Prompt token ids, comma separated (repeat with --batch-inputs)");
+  app.add_option("--request-output-len,-o", r.max_tokens, "Tokens to generate")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--streaming", r.streaming, "Print tokens as they come");
   app.add_option("--stop-after-ms", stop_after_ms, "Close the request after this long (streaming)");
   app.add_option("--request-id", request_id);
@@ -56,14 +60,17 @@ int main(int argc, char** argv) {
   app.add_flag("--return-log-probs", r.return_log_probs);
   app.add_flag("--return-context-logits", r.return_context_logits);
   app.add_flag("--return-generation-logits", r.return_generation_logits);
-  app.add_flag("--batch-inputs", batch_inputs, "Send every --text/--input-ids in one request (answers by batch_index)");
+  app.add_flag("--batch-inputs", batch_inputs,
+               "Send every --text/--input-ids in one request (answers by batch_index)");
   app.add_flag("--include-input", include_input, "Keep the prompt in non-streamed output");
   app.add_flag("--json", json_out, "Print one JSON object per answer");
   std::string api_key;
-  app.add_option("--api-key", api_key, "The server's API key (or INFLIGHT_CLIENT_API_KEY)")->envname("INFLIGHT_CLIENT_API_KEY");
+  app.add_option("--api-key", api_key, "The server's API key (or INFLIGHT_CLIENT_API_KEY)")
+      ->envname("INFLIGHT_CLIENT_API_KEY");
   clients::ClientOptions co;
   app.add_flag("--tls", co.tls, "HTTPS / gRPC over TLS");
-  app.add_option("--tls-ca", co.tls_ca, "PEM file of the certificates that sign the server's (default: the system's)");
+  app.add_option("--tls-ca", co.tls_ca,
+                 "PEM file of the certificates that sign the server's (default: the system's)");
   app.add_option("--tls-cert", co.tls_cert, "This client's certificate (PEM), for mutual TLS");
   app.add_option("--tls-key", co.tls_key, "This client's private key (PEM), for mutual TLS");
   CLI11_PARSE(app, argc, argv);
@@ -72,20 +79,23 @@ int main(int argc, char** argv) {
     return 1;
   };
   if (texts.empty() == id_lists.empty()) return fail("give --text or --input-ids (one of them)");
-  if (!batch_inputs && texts.size() + id_lists.size() > 1) return fail("several prompts need --batch-inputs");
+  if (!batch_inputs && texts.size() + id_lists.size() > 1)
+    return fail("several prompts need --batch-inputs");
   if (stop_after_ms > 0 && !r.streaming) r.streaming = true;
   auto proto = clients::ProtocolFromName(protocol);
   if (!proto.ok()) return fail(proto.status().message());
   if (Status s = clients::CheckTlsOptions(co); !s.ok()) return fail(s.message());
   co.protocol = *proto;
   co.api_key = api_key;
-  if (*proto == clients::Protocol::kGrpc && !texts.empty()) return fail("gRPC sends token ids: use --input-ids");
+  if (*proto == clients::Protocol::kGrpc && !texts.empty())
+    return fail("gRPC sends token ids: use --input-ids");
   co.model = !model.empty() ? model : (!texts.empty() ? "ensemble" : "tensorrt_llm");
   if (url.empty()) url = *proto == clients::Protocol::kGrpc ? "localhost:8001" : "localhost:8000";
   const size_t colon = url.rfind(':');
   if (colon == std::string::npos) return fail("--url must be host:port");
   co.host = url.substr(0, colon);
-  if (co.host == "localhost" && !co.tls) co.host = "127.0.0.1";  // TLS checks the name the certificate holds
+  if (co.host == "localhost" && !co.tls)
+    co.host = "127.0.0.1";  // TLS checks the name the certificate holds
   co.port = std::atoi(url.c_str() + colon + 1);
   r.id = request_id;
   r.exclude_input_in_output = !include_input;
@@ -102,7 +112,9 @@ int main(int argc, char** argv) {
   }
   const size_t num_prompts = texts.size() + rows.size();
   if (num_prompts > 1 && *proto != clients::Protocol::kGrpc) {
-    return fail("--batch-inputs with several prompts needs --protocol grpc (the generate endpoint takes one prompt)");
+    return fail(
+        "--batch-inputs with several prompts needs --protocol grpc (the generate endpoint takes "
+        "one prompt)");
   }
   if (rows.size() == 1) r.input_ids = rows[0];
   if (rows.size() > 1) r.batch_input_ids = rows;
@@ -124,7 +136,9 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
-    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(clients::Clock::now() - start).count();
+    const auto elapsed =
+        std::chrono::duration_cast<std::chrono::milliseconds>(clients::Clock::now() - start)
+            .count();
     return stop_after_ms <= 0 || elapsed < stop_after_ms;
   });
   if (!outcome.status.ok()) return fail(outcome.status.message() + " (" + outcome.error_kind + ")");

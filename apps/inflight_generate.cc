@@ -50,10 +50,12 @@ int main(int argc, char** argv) {
   GenerateParams params;
   SamplingParams& sp = params.sampling;
   sp.temperature = 0.0f;
-  app.add_option("--model,-m", model_path, "GGUF file, llama2.c .bin or Hugging Face folder")->required();
+  app.add_option("--model,-m", model_path, "GGUF file, llama2.c .bin or Hugging Face folder")
+      ->required();
   app.add_option("--prompt,-p", prompt, "Prompt text");
   app.add_option("--prompt-ids", prompt_ids_text, "Prompt token ids, comma separated");
-  app.add_option("-n,--max-tokens", max_tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 20));
+  app.add_option("-n,--max-tokens", max_tokens, "Tokens to generate")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--threads,-t", threads, "Compute threads")->check(CLI::Range(1, 256));
   app.add_option("--temperature", sp.temperature, "0 = greedy");
   app.add_option("--top-k", sp.top_k);
@@ -73,18 +75,22 @@ int main(int argc, char** argv) {
   std::string batching = "inflight", policy = "guaranteed_no_evict";
   int64_t kv_cache_tokens = 0;
   ExecutorConfig& ec = offline.executor;
-  app.add_option("--prompts-file", offline.prompts_file,
-                 "JSON lines: prompt or prompt_ids, max_tokens, sampling fields, arrival_ms; runs them all "
-                 "through the batching executor and prints one JSON line per request and a summary");
+  app.add_option(
+      "--prompts-file", offline.prompts_file,
+      "JSON lines: prompt or prompt_ids, max_tokens, sampling fields, arrival_ms; runs them all "
+      "through the batching executor and prints one JSON line per request and a summary");
   app.add_option("--batching", batching, "inflight or static (with --prompts-file)");
   app.add_option("--policy", policy, "guaranteed_no_evict or max_utilization");
   app.add_option("--max-batch-size", ec.max_batch_size)->check(CLI::Range(1, 4096));
-  app.add_option("--max-num-tokens", ec.max_num_tokens, "Token budget per step")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--kv-cache-tokens", kv_cache_tokens, "max_tokens_in_paged_kv_cache (0: by free memory)");
+  app.add_option("--max-num-tokens", ec.max_num_tokens, "Token budget per step")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--kv-cache-tokens", kv_cache_tokens,
+                 "max_tokens_in_paged_kv_cache (0: by free memory)");
   app.add_option("--kv-cache-free-mem-fraction", ec.kv_cache_free_mem_fraction);
   app.add_option("--tokens-per-block", ec.tokens_per_block);
   app.add_option("--max-queue-size", ec.max_queue_size);
-  app.add_flag("--chunked-context", ec.enable_chunked_context, "Split long prompts into block-aligned chunks");
+  app.add_flag("--chunked-context", ec.enable_chunked_context,
+               "Split long prompts into block-aligned chunks");
   app.add_flag("--kv-reuse", ec.enable_kv_cache_reuse, "Reuse KV blocks of shared prompt prefixes");
   CLI11_PARSE(app, argc, argv);
 
@@ -111,9 +117,11 @@ int main(int argc, char** argv) {
     return RunOfflineBatch(**model, offline);
   }
 
-  if (prompt.empty() == prompt_ids_text.empty()) return Fail(InvalidArgumentError("give exactly one of --prompt and --prompt-ids"));
+  if (prompt.empty() == prompt_ids_text.empty())
+    return Fail(InvalidArgumentError("give exactly one of --prompt and --prompt-ids"));
   auto kv_dtype = DTypeFromName(kv_dtype_name);
-  if (!kv_dtype || (*kv_dtype != DType::kF16 && *kv_dtype != DType::kF32 && *kv_dtype != DType::kBF16)) {
+  if (!kv_dtype ||
+      (*kv_dtype != DType::kF16 && *kv_dtype != DType::kF32 && *kv_dtype != DType::kBF16)) {
     return Fail(InvalidArgumentError("--kv-dtype must be f16, bf16 or f32"));
   }
   if (Status s = sp.Validate(); !s.ok()) return Fail(s);
@@ -136,7 +144,8 @@ int main(int argc, char** argv) {
   ThreadPool pool(threads);
   std::unique_ptr<IncrementalDetokenizer> detok;
   // The prompt text is echoed first, so the pieces continue it (keep a leading space).
-  if (tok) detok = std::make_unique<IncrementalDetokenizer>(tok, true, !json_out && !prompt.empty());
+  if (tok)
+    detok = std::make_unique<IncrementalDetokenizer>(tok, true, !json_out && !prompt.empty());
   std::string text;
   if (!json_out && tok) {
     std::fputs(prompt.empty() ? "" : prompt.c_str(), stdout);
@@ -157,8 +166,10 @@ int main(int argc, char** argv) {
     return Fail(result.status());
   }
   if (detok) text += detok->Flush();
-  const double prompt_tps = result->prompt_seconds > 0 ? prompt_ids.size() / result->prompt_seconds : 0;
-  const double decode_tps = result->decode_seconds > 0 ? result->decode_steps / result->decode_seconds : 0;
+  const double prompt_tps =
+      result->prompt_seconds > 0 ? prompt_ids.size() / result->prompt_seconds : 0;
+  const double decode_tps =
+      result->decode_seconds > 0 ? result->decode_steps / result->decode_seconds : 0;
   if (json_out) {
     nlohmann::json j;
     j["prompt_ids"] = prompt_ids;
@@ -183,9 +194,11 @@ int main(int argc, char** argv) {
     j["logprobs"] = lp;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
-    std::printf("\n\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s (%d threads, %s)\n",
-                prompt_ids.size(), prompt_tps, result->generated_ids.size(), decode_tps, threads,
-                kernels::SimdLevelName(kernels::ActiveKernels().level));
+    std::printf(
+        "\n\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s (%d "
+        "threads, %s)\n",
+        prompt_ids.size(), prompt_tps, result->generated_ids.size(), decode_tps, threads,
+        kernels::SimdLevelName(kernels::ActiveKernels().level));
   }
   return 0;
 }

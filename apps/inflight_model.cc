@@ -6,8 +6,8 @@
 
 #include "format/gguf.h"
 #include "jinja/template.h"
-#include "model/model.h"
 #include "model/gguf_export.h"
+#include "model/model.h"
 #include "model/quant_mix.h"
 #include "model/random_model.h"
 
@@ -26,11 +26,13 @@ int Info(const std::string& path) {
     if (!f.ok()) return Fail(f.status());
     std::printf("GGUF v%u, %zu metadata keys, %zu tensors, alignment %lu\n", (*f)->version(),
                 (*f)->metadata().size(), (*f)->tensors().size(), (unsigned long)(*f)->alignment());
-    for (const auto& [key, value] : (*f)->metadata()) std::printf("  %s = %s\n", key.c_str(), value.DebugString().c_str());
+    for (const auto& [key, value] : (*f)->metadata())
+      std::printf("  %s = %s\n", key.c_str(), value.DebugString().c_str());
     for (const auto& t : (*f)->tensors()) {
       std::string dims;
       for (int64_t d : t.dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-      std::printf("  tensor %-32s %-6s [%s]\n", t.name.c_str(), GgmlTypeName(t.ggml_type).c_str(), dims.c_str());
+      std::printf("  tensor %-32s %-6s [%s]\n", t.name.c_str(), GgmlTypeName(t.ggml_type).c_str(),
+                  dims.c_str());
     }
   }
   auto m = Model::Load(path);
@@ -38,10 +40,14 @@ int Info(const std::string& path) {
   std::printf("model: %s\n", (*m)->Describe().c_str());
   std::printf("decode weight bytes per token: %lld\n", (long long)(*m)->DecodeWeightBytes());
   if (const Tokenizer* t = (*m)->tokenizer()) {
-    std::printf("tokenizer: %s, %d tokens, bos %d, eos %d, add_bos %d\n",
-                t->spec().model == TokenizerModel::kSentencePiece ? "sentencepiece-bpe" : "byte-level-bpe",
-                t->vocab_size(), t->bos_id(), t->eos_id(), t->spec().add_bos);
-    std::printf("chat template: %s\n", t->spec().chat_template.empty() ? "none" : (std::to_string(t->spec().chat_template.size()) + " bytes").c_str());
+    std::printf(
+        "tokenizer: %s, %d tokens, bos %d, eos %d, add_bos %d\n",
+        t->spec().model == TokenizerModel::kSentencePiece ? "sentencepiece-bpe" : "byte-level-bpe",
+        t->vocab_size(), t->bos_id(), t->eos_id(), t->spec().add_bos);
+    std::printf("chat template: %s\n",
+                t->spec().chat_template.empty()
+                    ? "none"
+                    : (std::to_string(t->spec().chat_template.size()) + " bytes").c_str());
   } else {
     std::printf("tokenizer: none\n");
   }
@@ -60,7 +66,8 @@ int main(int argc, char** argv) {
   std::string arch_name = "llama", preset = "tiny", dtype_name = "f16", tokenizer_path, out;
   uint64_t seed = 1;
   bool untied = false;
-  auto* mk = app.add_subcommand("make-random", "Write a GGUF with random weights and a real tokenizer");
+  auto* mk =
+      app.add_subcommand("make-random", "Write a GGUF with random weights and a real tokenizer");
   mk->add_option("--arch", arch_name, "llama, qwen2, qwen3, gpt2");
   mk->add_option("--preset", preset, "tiny, small, tinyllama-1.1b");
   mk->add_option("--dtype", dtype_name, QuantMix::Names());
@@ -69,12 +76,16 @@ int main(int argc, char** argv) {
   mk->add_flag("--untied", untied, "Separate output matrix");
   mk->add_option("--out,-o", out)->required();
   std::string convert_in, convert_out, convert_dtype = "f16";
-  auto* cv = app.add_subcommand("convert", "Write a Hugging Face folder (or any loadable model) as GGUF");
-  cv->add_option("input", convert_in, "HF folder with config.json + *.safetensors, or a .gguf / llama2.c .bin")->required();
+  auto* cv =
+      app.add_subcommand("convert", "Write a Hugging Face folder (or any loadable model) as GGUF");
+  cv->add_option("input", convert_in,
+                 "HF folder with config.json + *.safetensors, or a .gguf / llama2.c .bin")
+      ->required();
   cv->add_option("--dtype", convert_dtype, QuantMix::Names());
   cv->add_option("--out,-o", convert_out)->required();
   std::string chat_template_path;
-  cv->add_option("--chat-template", chat_template_path, "A Jinja chat template file to store as tokenizer.chat_template");
+  cv->add_option("--chat-template", chat_template_path,
+                 "A Jinja chat template file to store as tokenizer.chat_template");
   CLI11_PARSE(app, argc, argv);
 
   if (*info) return Info(info_path);

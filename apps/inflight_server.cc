@@ -7,9 +7,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
-#include <cstdio>
 #include <thread>
 
 #ifdef __GLIBC__
@@ -51,147 +51,236 @@ int main(int argc, char** argv) {
   CLI::App app{"inflight-server: Triton-compatible in-flight batching LLM server for CPUs"};
   app.set_config("--config-file", "", "TOML/INI file with any of the flags below");
   serving::ServerOptions so;
-  std::string control_mode = "none", http_address = "0.0.0.0", grpc_address = "0.0.0.0", metrics_address = "0.0.0.0";
+  std::string control_mode = "none", http_address = "0.0.0.0", grpc_address = "0.0.0.0",
+              metrics_address = "0.0.0.0";
   int http_port = 8000, grpc_port = 8001, metrics_port = 8002, log_verbose = 0;
   frontends::HttpServerOptions ho;
-  int64_t http_header_timeout_ms = ho.header_timeout.count(), http_idle_timeout_ms = ho.idle_timeout.count(),
-          http_body_timeout_ms = ho.body_timeout.count(), http_write_timeout_ms = ho.write_timeout.count();
+  int64_t http_header_timeout_ms = ho.header_timeout.count(),
+          http_idle_timeout_ms = ho.idle_timeout.count(),
+          http_body_timeout_ms = ho.body_timeout.count(),
+          http_write_timeout_ms = ho.write_timeout.count();
   bool allow_http = true, allow_grpc = true, allow_metrics = true;
-  app.add_option("--model-repository", so.repository, "Model repository folder")->envname("INFLIGHT_MODEL_REPOSITORY");
-  app.add_option("--http-port", http_port, "KServe HTTP port (0: any free port)")->envname("INFLIGHT_HTTP_PORT");
-  app.add_option("--grpc-port", grpc_port, "KServe gRPC port (0: any free port)")->envname("INFLIGHT_GRPC_PORT");
-  app.add_option("--metrics-port", metrics_port, "Prometheus port (0: any free port)")->envname("INFLIGHT_METRICS_PORT");
+  app.add_option("--model-repository", so.repository, "Model repository folder")
+      ->envname("INFLIGHT_MODEL_REPOSITORY");
+  app.add_option("--http-port", http_port, "KServe HTTP port (0: any free port)")
+      ->envname("INFLIGHT_HTTP_PORT");
+  app.add_option("--grpc-port", grpc_port, "KServe gRPC port (0: any free port)")
+      ->envname("INFLIGHT_GRPC_PORT");
+  app.add_option("--metrics-port", metrics_port, "Prometheus port (0: any free port)")
+      ->envname("INFLIGHT_METRICS_PORT");
   app.add_option("--http-address", http_address)->envname("INFLIGHT_HTTP_ADDRESS");
   app.add_option("--grpc-address", grpc_address)->envname("INFLIGHT_GRPC_ADDRESS");
   app.add_option("--metrics-address", metrics_address)->envname("INFLIGHT_METRICS_ADDRESS");
-  app.add_option("--http-thread-count", ho.num_threads, "HTTP I/O threads (connections and streams do not hold one)")
-      ->envname("INFLIGHT_HTTP_THREAD_COUNT")->check(CLI::Range(1, 256));
-  app.add_option("--http-max-connections", ho.max_connections, "Open HTTP connections beyond which new ones are closed")
-      ->envname("INFLIGHT_HTTP_MAX_CONNECTIONS")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--http-max-header-bytes", ho.max_header_bytes, "Largest request line + headers (431 beyond)")
-      ->envname("INFLIGHT_HTTP_MAX_HEADER_BYTES")->check(CLI::Range(1024, 1 << 24));
-  app.add_option("--http-max-header-count", ho.max_header_count, "Most request headers (431 beyond)")
-      ->envname("INFLIGHT_HTTP_MAX_HEADER_COUNT")->check(CLI::Range(8, 100000));
+  app.add_option("--http-thread-count", ho.num_threads,
+                 "HTTP I/O threads (connections and streams do not hold one)")
+      ->envname("INFLIGHT_HTTP_THREAD_COUNT")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--http-max-connections", ho.max_connections,
+                 "Open HTTP connections beyond which new ones are closed")
+      ->envname("INFLIGHT_HTTP_MAX_CONNECTIONS")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--http-max-header-bytes", ho.max_header_bytes,
+                 "Largest request line + headers (431 beyond)")
+      ->envname("INFLIGHT_HTTP_MAX_HEADER_BYTES")
+      ->check(CLI::Range(1024, 1 << 24));
+  app.add_option("--http-max-header-count", ho.max_header_count,
+                 "Most request headers (431 beyond)")
+      ->envname("INFLIGHT_HTTP_MAX_HEADER_COUNT")
+      ->check(CLI::Range(8, 100000));
   app.add_option("--http-max-body-bytes", ho.max_body_bytes, "Largest request body (400 beyond)")
-      ->envname("INFLIGHT_HTTP_MAX_BODY_BYTES")->check(CLI::Range(1024LL, 1LL << 34));
-  app.add_option("--http-header-timeout-ms", http_header_timeout_ms, "From a request's first byte to the end of its headers")
-      ->envname("INFLIGHT_HTTP_HEADER_TIMEOUT_MS")->check(CLI::Range(1, 3600000));
+      ->envname("INFLIGHT_HTTP_MAX_BODY_BYTES")
+      ->check(CLI::Range(1024LL, 1LL << 34));
+  app.add_option("--http-header-timeout-ms", http_header_timeout_ms,
+                 "From a request's first byte to the end of its headers")
+      ->envname("INFLIGHT_HTTP_HEADER_TIMEOUT_MS")
+      ->check(CLI::Range(1, 3600000));
   app.add_option("--http-body-timeout-ms", http_body_timeout_ms, "For a request's body")
-      ->envname("INFLIGHT_HTTP_BODY_TIMEOUT_MS")->check(CLI::Range(1, 3600000));
-  app.add_option("--http-idle-timeout-ms", http_idle_timeout_ms, "Keep-alive connection with no request")
-      ->envname("INFLIGHT_HTTP_IDLE_TIMEOUT_MS")->check(CLI::Range(1, 86400000));
+      ->envname("INFLIGHT_HTTP_BODY_TIMEOUT_MS")
+      ->check(CLI::Range(1, 3600000));
+  app.add_option("--http-idle-timeout-ms", http_idle_timeout_ms,
+                 "Keep-alive connection with no request")
+      ->envname("INFLIGHT_HTTP_IDLE_TIMEOUT_MS")
+      ->check(CLI::Range(1, 86400000));
   app.add_option("--http-write-timeout-ms", http_write_timeout_ms,
-                 "A response write that makes no progress this long ends the connection (and cancels its request)")
-      ->envname("INFLIGHT_HTTP_WRITE_TIMEOUT_MS")->check(CLI::Range(1, 3600000));
+                 "A response write that makes no progress this long ends the connection (and "
+                 "cancels its request)")
+      ->envname("INFLIGHT_HTTP_WRITE_TIMEOUT_MS")
+      ->check(CLI::Range(1, 3600000));
   app.add_option("--http-max-stream-buffer-bytes", ho.max_stream_buffer_bytes,
-                 "Unread output a stream (HTTP SSE or gRPC ModelStreamInfer) may hold; beyond it its requests are cancelled with an error")
-      ->envname("INFLIGHT_HTTP_MAX_STREAM_BUFFER_BYTES")->check(CLI::Range(4096LL, 1LL << 34));
+                 "Unread output a stream (HTTP SSE or gRPC ModelStreamInfer) may hold; beyond it "
+                 "its requests are cancelled with an error")
+      ->envname("INFLIGHT_HTTP_MAX_STREAM_BUFFER_BYTES")
+      ->check(CLI::Range(4096LL, 1LL << 34));
   app.add_option("--allow-http", allow_http)->envname("INFLIGHT_ALLOW_HTTP");
   app.add_option("--allow-grpc", allow_grpc)->envname("INFLIGHT_ALLOW_GRPC");
   app.add_option("--allow-metrics", allow_metrics)->envname("INFLIGHT_ALLOW_METRICS");
-  app.add_option("--model-control-mode", control_mode, "none, poll or explicit")->envname("INFLIGHT_MODEL_CONTROL_MODE");
-  app.add_option("--load-model", so.load_models, "Model to load at start in explicit mode ('*': all)")
+  app.add_option("--model-control-mode", control_mode, "none, poll or explicit")
+      ->envname("INFLIGHT_MODEL_CONTROL_MODE");
+  app.add_option("--load-model", so.load_models,
+                 "Model to load at start in explicit mode ('*': all)")
       ->envname("INFLIGHT_LOAD_MODEL");
-  app.add_option("--repository-poll-secs", so.repository_poll_secs)->envname("INFLIGHT_REPOSITORY_POLL_SECS")
+  app.add_option("--repository-poll-secs", so.repository_poll_secs)
+      ->envname("INFLIGHT_REPOSITORY_POLL_SECS")
       ->check(CLI::Range(1, 86400));
-  app.add_option("--log-verbose", log_verbose, "0: info, 1 or more: debug")->envname("INFLIGHT_LOG_VERBOSE");
-  app.add_option("--trace-file", so.trace_file, "File for request traces (trace extension; settings over HTTP/gRPC)")
+  app.add_option("--log-verbose", log_verbose, "0: info, 1 or more: debug")
+      ->envname("INFLIGHT_LOG_VERBOSE");
+  app.add_option("--trace-file", so.trace_file,
+                 "File for request traces (trace extension; settings over HTTP/gRPC)")
       ->envname("INFLIGHT_TRACE_FILE");
   std::string chat_template_path;
-  app.add_option("--chat-template", chat_template_path, "A Jinja chat template file used for every model's chat requests "
-                 "instead of the model's own")->envname("INFLIGHT_CHAT_TEMPLATE");
+  app.add_option("--chat-template", chat_template_path,
+                 "A Jinja chat template file used for every model's chat requests "
+                 "instead of the model's own")
+      ->envname("INFLIGHT_CHAT_TEMPLATE");
   app.add_option("--model-path-allow", so.allowed_model_paths,
-                 "A folder outside the repository whose files model configs may name (repeatable); every other "
-                 "path a config names must lie inside the repository")->envname("INFLIGHT_MODEL_PATH_ALLOW");
-  app.add_option("--exit-timeout-secs", so.exit_timeout_secs, "Time running requests get at shutdown")
-      ->envname("INFLIGHT_EXIT_TIMEOUT_SECS")->check(CLI::Range(0, 86400));
+                 "A folder outside the repository whose files model configs may name (repeatable); "
+                 "every other "
+                 "path a config names must lie inside the repository")
+      ->envname("INFLIGHT_MODEL_PATH_ALLOW");
+  app.add_option("--exit-timeout-secs", so.exit_timeout_secs,
+                 "Time running requests get at shutdown")
+      ->envname("INFLIGHT_EXIT_TIMEOUT_SECS")
+      ->check(CLI::Range(0, 86400));
 
   // Running it on a network: keys, restricted groups, TLS, tenant limits.
   std::vector<std::string> api_keys, admin_keys, http_restricted, grpc_restricted;
-  std::string api_key_file, admin_key_file, admin_api = "model-repository,shared-memory,statistics,trace,logging,metrics";
-  app.add_option("--api-key", api_keys, "A key every request must bring as 'Authorization: Bearer KEY' (HTTP, OpenAI) or "
-                 "'authorization' metadata (gRPC); repeatable, or comma-separated in INFLIGHT_API_KEY")
-      ->envname("INFLIGHT_API_KEY")->delimiter(',');
-  app.add_option("--api-key-file", api_key_file, "File of keys, one 'KEY [TENANT]' per line ('#' comments)")
+  std::string api_key_file, admin_key_file,
+      admin_api = "model-repository,shared-memory,statistics,trace,logging,metrics";
+  app.add_option(
+         "--api-key", api_keys,
+         "A key every request must bring as 'Authorization: Bearer KEY' (HTTP, OpenAI) or "
+         "'authorization' metadata (gRPC); repeatable, or comma-separated in INFLIGHT_API_KEY")
+      ->envname("INFLIGHT_API_KEY")
+      ->delimiter(',');
+  app.add_option("--api-key-file", api_key_file,
+                 "File of keys, one 'KEY [TENANT]' per line ('#' comments)")
       ->envname("INFLIGHT_API_KEY_FILE");
-  app.add_option("--admin-key", admin_keys, "A key that also opens the admin API groups; repeatable (INFLIGHT_ADMIN_KEY)")
-      ->envname("INFLIGHT_ADMIN_KEY")->delimiter(',');
-  app.add_option("--admin-key-file", admin_key_file, "File of admin keys, as --api-key-file")->envname("INFLIGHT_ADMIN_KEY_FILE");
-  app.add_option("--admin-api", admin_api, "API groups a public key cannot call when keys are set ('none': all open to it)")
-      ->envname("INFLIGHT_ADMIN_API")->capture_default_str();
-  app.add_option("--http-restricted-api", http_restricted, "GROUPS:HEADER=VALUE: those groups need that header over HTTP "
-                 "(Triton's option; groups: health, metadata, inference, shared-memory, model-config, model-repository, "
-                 "statistics, trace, logging, metrics)")->envname("INFLIGHT_HTTP_RESTRICTED_API");
-  app.add_option("--grpc-restricted-protocol", grpc_restricted, "GROUPS:KEY=VALUE: those groups need that metadata over gRPC")
+  app.add_option("--admin-key", admin_keys,
+                 "A key that also opens the admin API groups; repeatable (INFLIGHT_ADMIN_KEY)")
+      ->envname("INFLIGHT_ADMIN_KEY")
+      ->delimiter(',');
+  app.add_option("--admin-key-file", admin_key_file, "File of admin keys, as --api-key-file")
+      ->envname("INFLIGHT_ADMIN_KEY_FILE");
+  app.add_option("--admin-api", admin_api,
+                 "API groups a public key cannot call when keys are set ('none': all open to it)")
+      ->envname("INFLIGHT_ADMIN_API")
+      ->capture_default_str();
+  app.add_option("--http-restricted-api", http_restricted,
+                 "GROUPS:HEADER=VALUE: those groups need that header over HTTP "
+                 "(Triton's option; groups: health, metadata, inference, shared-memory, "
+                 "model-config, model-repository, "
+                 "statistics, trace, logging, metrics)")
+      ->envname("INFLIGHT_HTTP_RESTRICTED_API");
+  app.add_option("--grpc-restricted-protocol", grpc_restricted,
+                 "GROUPS:KEY=VALUE: those groups need that metadata over gRPC")
       ->envname("INFLIGHT_GRPC_RESTRICTED_PROTOCOL");
   frontends::TlsFiles tls, grpc_tls;
-  app.add_option("--tls-cert", tls.cert_file, "PEM certificate chain: every port serves TLS only")->envname("INFLIGHT_TLS_CERT");
-  app.add_option("--tls-key", tls.key_file, "PEM private key of --tls-cert")->envname("INFLIGHT_TLS_KEY");
-  app.add_option("--tls-client-ca", tls.client_ca_file, "PEM CA: clients must present a certificate it signed (mutual TLS)")
+  app.add_option("--tls-cert", tls.cert_file, "PEM certificate chain: every port serves TLS only")
+      ->envname("INFLIGHT_TLS_CERT");
+  app.add_option("--tls-key", tls.key_file, "PEM private key of --tls-cert")
+      ->envname("INFLIGHT_TLS_KEY");
+  app.add_option("--tls-client-ca", tls.client_ca_file,
+                 "PEM CA: clients must present a certificate it signed (mutual TLS)")
       ->envname("INFLIGHT_TLS_CLIENT_CA");
   bool grpc_use_ssl = false, grpc_use_ssl_mutual = false;
-  app.add_option("--grpc-use-ssl", grpc_use_ssl, "Triton's gRPC TLS switch (with --grpc-server-cert/--grpc-server-key)");
-  app.add_option("--grpc-use-ssl-mutual", grpc_use_ssl_mutual, "Triton's: gRPC clients need a certificate signed by --grpc-root-cert");
+  app.add_option("--grpc-use-ssl", grpc_use_ssl,
+                 "Triton's gRPC TLS switch (with --grpc-server-cert/--grpc-server-key)");
+  app.add_option("--grpc-use-ssl-mutual", grpc_use_ssl_mutual,
+                 "Triton's: gRPC clients need a certificate signed by --grpc-root-cert");
   app.add_option("--grpc-server-cert", grpc_tls.cert_file);
   app.add_option("--grpc-server-key", grpc_tls.key_file);
   app.add_option("--grpc-root-cert", grpc_tls.client_ca_file);
   serving::TenantLimitOptions tenant_limits;
   app.add_option("--max-concurrent-per-key", tenant_limits.max_concurrent,
-                 "Requests one key (or, without keys, one client address) may have running; 429 beyond (0: no limit)")
-      ->envname("INFLIGHT_MAX_CONCURRENT_PER_KEY")->check(CLI::Range(0, 1 << 20));
+                 "Requests one key (or, without keys, one client address) may have running; 429 "
+                 "beyond (0: no limit)")
+      ->envname("INFLIGHT_MAX_CONCURRENT_PER_KEY")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--max-tokens-per-minute-per-key", tenant_limits.tokens_per_minute,
-                 "Prompt + generated tokens one key may use per minute; 429 with Retry-After beyond (0: no limit)")
-      ->envname("INFLIGHT_MAX_TOKENS_PER_MINUTE_PER_KEY")->check(CLI::Range(0LL, 1LL << 40));
+                 "Prompt + generated tokens one key may use per minute; 429 with Retry-After "
+                 "beyond (0: no limit)")
+      ->envname("INFLIGHT_MAX_TOKENS_PER_MINUTE_PER_KEY")
+      ->check(CLI::Range(0LL, 1LL << 40));
   app.add_flag("--cache-salt-per-key", tenant_limits.cache_salt_per_key,
                "Each API key gets a prefix cache of its own (no KV block is shared across keys)")
       ->envname("INFLIGHT_CACHE_SALT_PER_KEY");
-  app.add_option("--max-n", so.request_limits.max_n, "Most choices / return sequences one request may ask for")
-      ->envname("INFLIGHT_MAX_N")->capture_default_str()->check(CLI::Range(1, 4096));
-  app.add_option("--max-logprobs", so.request_limits.max_logprobs, "Most top log-probs per token one request may ask for")
-      ->envname("INFLIGHT_MAX_LOGPROBS")->capture_default_str()->check(CLI::Range(0, 100));
-  app.add_option("--max-prompt-tokens", so.request_limits.max_prompt_tokens, "Longest prompt in tokens (0: the model's context)")
-      ->envname("INFLIGHT_MAX_PROMPT_TOKENS")->check(CLI::Range(0LL, 1LL << 30));
-  app.add_option("--max-stop-words", so.request_limits.max_stop_words, "Most stop words / stop strings per request")
-      ->envname("INFLIGHT_MAX_STOP_WORDS")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_option("--max-n", so.request_limits.max_n,
+                 "Most choices / return sequences one request may ask for")
+      ->envname("INFLIGHT_MAX_N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--max-logprobs", so.request_limits.max_logprobs,
+                 "Most top log-probs per token one request may ask for")
+      ->envname("INFLIGHT_MAX_LOGPROBS")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
+  app.add_option("--max-prompt-tokens", so.request_limits.max_prompt_tokens,
+                 "Longest prompt in tokens (0: the model's context)")
+      ->envname("INFLIGHT_MAX_PROMPT_TOKENS")
+      ->check(CLI::Range(0LL, 1LL << 30));
+  app.add_option("--max-stop-words", so.request_limits.max_stop_words,
+                 "Most stop words / stop strings per request")
+      ->envname("INFLIGHT_MAX_STOP_WORDS")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
 
   serving::InitRepoOptions init;
-  CLI::App* init_cmd = app.add_subcommand("init-repo", "Write a ready model repository for a model");
+  CLI::App* init_cmd =
+      app.add_subcommand("init-repo", "Write a ready model repository for a model");
   init_cmd->add_option("--model", init.model_path, "GGUF file or Hugging Face folder")->required();
   init_cmd->add_option("--out", init.out_dir, "Repository folder to write")->required();
   init_cmd->add_option("--max-batch-size", init.max_batch_size)->check(CLI::Range(1, 4096));
-  init_cmd->add_option("--batching-strategy", init.batching_strategy, "inflight_fused_batching or V1");
-  init_cmd->add_option("--batch-scheduler-policy", init.scheduler_policy, "guaranteed_no_evict or max_utilization");
+  init_cmd->add_option("--batching-strategy", init.batching_strategy,
+                       "inflight_fused_batching or V1");
+  init_cmd->add_option("--batch-scheduler-policy", init.scheduler_policy,
+                       "guaranteed_no_evict or max_utilization");
   init_cmd->add_option("--max-num-tokens", init.max_num_tokens)->check(CLI::Range(16, 1 << 20));
   init_cmd->add_option("--max-queue-size", init.max_queue_size)->check(CLI::Range(0, 1 << 30));
-  init_cmd->add_option("--kv-cache-free-mem-fraction", init.kv_cache_free_mem_fraction)->check(CLI::Range(0.01, 1.0));
+  init_cmd->add_option("--kv-cache-free-mem-fraction", init.kv_cache_free_mem_fraction)
+      ->check(CLI::Range(0.01, 1.0));
   init_cmd->add_option("--decoupled", init.decoupled, "Decoupled tensorrt_llm (streaming)");
   init_cmd->add_option("--enable-chunked-context", init.enable_chunked_context);
   init_cmd->add_option("--enable-kv-cache-reuse", init.enable_kv_cache_reuse);
   init_cmd->add_option("--exclude-input-in-output", init.exclude_input_in_output);
-  init_cmd->add_option("--speculative-decoding-mode", init.speculative_decoding_mode,
-                       "none, prompt_lookup (drafts from earlier occurrences of the last n-gram) or draft_model")
+  init_cmd
+      ->add_option(
+          "--speculative-decoding-mode", init.speculative_decoding_mode,
+          "none, prompt_lookup (drafts from earlier occurrences of the last n-gram) or draft_model")
       ->check(CLI::IsMember({"none", "prompt_lookup", "draft_model"}));
-  init_cmd->add_option("--draft-model", init.draft_model_path, "draft_model: a smaller model of the same vocabulary (default: the model)");
-  init_cmd->add_option("--draft-model-layers", init.draft_model_layers,
-                       "draft_model: use only the draft's first n layers (0: all), e.g. the model's own first layers")
+  init_cmd->add_option("--draft-model", init.draft_model_path,
+                       "draft_model: a smaller model of the same vocabulary (default: the model)");
+  init_cmd
+      ->add_option("--draft-model-layers", init.draft_model_layers,
+                   "draft_model: use only the draft's first n layers (0: all), e.g. the model's "
+                   "own first layers")
       ->check(CLI::Range(0, 1 << 16));
-  init_cmd->add_option("--tensor-parallel-size", init.tensor_parallel_size,
-                       "MPI ranks that split each layer (heads, FFN columns; leader or orchestrator mode)")
+  init_cmd
+      ->add_option(
+          "--tensor-parallel-size", init.tensor_parallel_size,
+          "MPI ranks that split each layer (heads, FFN columns; leader or orchestrator mode)")
       ->check(CLI::Range(1, 256));
-  init_cmd->add_option("--pipeline-parallel-size", init.pipeline_parallel_size, "MPI ranks that split the layers into stages")
+  init_cmd
+      ->add_option("--pipeline-parallel-size", init.pipeline_parallel_size,
+                   "MPI ranks that split the layers into stages")
       ->check(CLI::Range(1, 256));
-  init_cmd->add_option("--max-beam-width", init.max_beam_width, "Widest beam search a request may ask for (beam_width)")
+  init_cmd
+      ->add_option("--max-beam-width", init.max_beam_width,
+                   "Widest beam search a request may ask for (beam_width)")
       ->check(CLI::Range(1, 64));
-  init_cmd->add_option("--max-draft-len", init.max_draft_len, "Draft tokens verified per step and sequence")
+  init_cmd
+      ->add_option("--max-draft-len", init.max_draft_len,
+                   "Draft tokens verified per step and sequence")
       ->check(CLI::Range(0, 32));
   init_cmd->add_flag("--force", init.force, "Overwrite an existing repository's configs");
   bool model_in_place = false;
-  init_cmd->add_flag("--model-in-place", model_in_place,
-                     "Name the model where it is instead of linking it into <out>/weights (the server then needs "
-                     "--model-path-allow for its folder)");
+  init_cmd->add_flag(
+      "--model-in-place", model_in_place,
+      "Name the model where it is instead of linking it into <out>/weights (the server then needs "
+      "--model-path-allow for its folder)");
   bool parallel_worker = false;
   app.add_flag("--parallel-worker", parallel_worker,
-               "Internal: run as a tensor/pipeline-parallel worker spawned by a server in orchestrator mode");
+               "Internal: run as a tensor/pipeline-parallel worker spawned by a server in "
+               "orchestrator mode");
   CLI11_PARSE(app, argc, argv);
   if (parallel_worker) {
     // Orchestrator mode: follow the parent's model, then exit (no MPI_Finalize after a failure).
@@ -208,8 +297,10 @@ int main(int argc, char** argv) {
   if (*init_cmd) {
     Status s = serving::InitRepository(init);
     if (!s.ok()) return Fail(s);
-    std::printf("wrote model repository %s (preprocessing, tensorrt_llm, postprocessing, ensemble, tensorrt_llm_bls)\n",
-                init.out_dir.c_str());
+    std::printf(
+        "wrote model repository %s (preprocessing, tensorrt_llm, postprocessing, ensemble, "
+        "tensorrt_llm_bls)\n",
+        init.out_dir.c_str());
     return 0;
   }
   if (so.repository.empty()) return Fail(InvalidArgumentError("--model-repository is required"));
@@ -237,9 +328,11 @@ int main(int argc, char** argv) {
     auth.admin_keys.insert(auth.admin_keys.end(), keys->begin(), keys->end());
   }
   auto admin_groups = serving::ParseApiGroups(admin_api);
-  if (!admin_groups.ok()) return Fail(InvalidArgumentError("--admin-api: " + admin_groups.status().message()));
+  if (!admin_groups.ok())
+    return Fail(InvalidArgumentError("--admin-api: " + admin_groups.status().message()));
   auth.admin_groups = *admin_groups;
-  for (const auto& [specs, out] : {std::pair{&http_restricted, &auth.http_restricted}, std::pair{&grpc_restricted, &auth.grpc_restricted}}) {
+  for (const auto& [specs, out] : {std::pair{&http_restricted, &auth.http_restricted},
+                                   std::pair{&grpc_restricted, &auth.grpc_restricted}}) {
     for (const std::string& spec : *specs) {
       auto r = serving::ParseRestrictedApi(spec);
       if (!r.ok()) return Fail(r.status());
@@ -259,8 +352,10 @@ int main(int argc, char** argv) {
   frontends::OpenAiOptions openai;
   if (!chat_template_path.empty()) {
     std::ifstream in(chat_template_path, std::ios::binary);
-    if (!in) return Fail(NotFoundError("--chat-template: cannot open '" + chat_template_path + "'"));
-    openai.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!in)
+      return Fail(NotFoundError("--chat-template: cannot open '" + chat_template_path + "'"));
+    openai.chat_template.assign(std::istreambuf_iterator<char>(in),
+                                std::istreambuf_iterator<char>());
   }
 
   // Signals are taken by sigwait below; block them before any thread starts (MPI's too).
@@ -279,7 +374,8 @@ int main(int argc, char** argv) {
       pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
       const Status s = parallel::RunWorldFollower();
       if (!s.ok()) {
-        std::fprintf(stderr, "inflight-server rank %d: %s\n", parallel::WorldRank(), s.message().c_str());
+        std::fprintf(stderr, "inflight-server rank %d: %s\n", parallel::WorldRank(),
+                     s.message().c_str());
         std::_Exit(1);
       }
       parallel::FinalizeMpi(false);
@@ -289,11 +385,14 @@ int main(int argc, char** argv) {
   const bool leader_mode = parallel::MpiInitialized() && parallel::WorldSize() > 1;
 
   auto server = serving::Server::Create(so);
-  if (leader_mode && (!server.ok() || (!parallel::WorldClaimed() && so.control_mode != serving::ModelControlMode::kExplicit))) {
+  if (leader_mode && (!server.ok() || (!parallel::WorldClaimed() &&
+                                       so.control_mode != serving::ModelControlMode::kExplicit))) {
     parallel::DismissWorldFollowers();
     if (server.ok()) {
-      return Fail(FailedPreconditionError("mpirun started " + std::to_string(parallel::WorldSize()) +
-                                          " ranks, but no model of the repository has tensor_parallel_size x pipeline_parallel_size = " +
+      return Fail(FailedPreconditionError("mpirun started " +
+                                          std::to_string(parallel::WorldSize()) +
+                                          " ranks, but no model of the repository has "
+                                          "tensor_parallel_size x pipeline_parallel_size = " +
                                           std::to_string(parallel::WorldSize())));
     }
   }
@@ -303,8 +402,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<frontends::GrpcFrontend> grpc;
   std::unique_ptr<frontends::MetricsFrontend> metrics;
   if (allow_grpc) {
-    grpc = std::make_unique<frontends::GrpcFrontend>(server->get(), grpc_address, grpc_port, &shared_memory,
-                                                   ho.max_stream_buffer_bytes, access, grpc_tls);
+    grpc = std::make_unique<frontends::GrpcFrontend>(server->get(), grpc_address, grpc_port,
+                                                     &shared_memory, ho.max_stream_buffer_bytes,
+                                                     access, grpc_tls);
     auto port = grpc->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started GRPCInferenceService at " << grpc_address << ":" << *port;
@@ -317,21 +417,23 @@ int main(int argc, char** argv) {
     ho.idle_timeout = std::chrono::milliseconds(http_idle_timeout_ms);
     ho.write_timeout = std::chrono::milliseconds(http_write_timeout_ms);
     ho.tls = tls;
-    http = std::make_unique<frontends::HttpFrontend>(server->get(), ho, &shared_memory, openai, access);
+    http = std::make_unique<frontends::HttpFrontend>(server->get(), ho, &shared_memory, openai,
+                                                     access);
     auto port = http->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started HTTPService at " << http_address << ":" << *port;
   }
   if (allow_metrics) {
-    metrics = std::make_unique<frontends::MetricsFrontend>(server->get(), metrics_address, metrics_port, access, tls);
+    metrics = std::make_unique<frontends::MetricsFrontend>(server->get(), metrics_address,
+                                                           metrics_port, access, tls);
     auto port = metrics->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started Metrics Service at " << metrics_address << ":" << *port;
   }
   int sig = 0;
   sigwait(&signals, &sig);
-  INFLIGHT_LOG(kInfo) << "signal " << sig << ": waiting up to " << so.exit_timeout_secs
-                      << " s for " << (*server)->num_inflight() << " running requests";
+  INFLIGHT_LOG(kInfo) << "signal " << sig << ": waiting up to " << so.exit_timeout_secs << " s for "
+                      << (*server)->num_inflight() << " running requests";
   // Stop taking connections, let running requests finish within the exit timeout (the
   // server then ends the rest with an error each stream reports), give the last events a
   // moment to leave, and close whatever is still open: the exit never waits on a client.
@@ -345,7 +447,8 @@ int main(int argc, char** argv) {
   server->reset();  // models unloaded: parallel followers are free
   if (leader_mode && healthy) parallel::DismissWorldFollowers();
   INFLIGHT_LOG(kInfo) << "exiting";
-  if (parallel::MpiInitialized() && !healthy) std::_Exit(0);  // MPI_Finalize would wait for a dead rank
+  if (parallel::MpiInitialized() && !healthy)
+    std::_Exit(0);  // MPI_Finalize would wait for a dead rank
   parallel::FinalizeMpi(false);
   return 0;
 }

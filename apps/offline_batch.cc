@@ -21,8 +21,11 @@ struct Line {
 };
 
 // Parses one JSON line into a request; errors name the line.
-StatusOr<Line> ParseLine(const std::string& text, int line_no, const Tokenizer* tok, const OfflineOptions& o) {
-  auto fail = [&](const std::string& m) { return InvalidArgumentError("line " + std::to_string(line_no) + ": " + m); };
+StatusOr<Line> ParseLine(const std::string& text, int line_no, const Tokenizer* tok,
+                         const OfflineOptions& o) {
+  auto fail = [&](const std::string& m) {
+    return InvalidArgumentError("line " + std::to_string(line_no) + ": " + m);
+  };
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return fail("not a JSON object");
   Line l;
@@ -51,9 +54,11 @@ StatusOr<Line> ParseLine(const std::string& text, int line_no, const Tokenizer* 
     r.num_return_sequences = j.value("num_return_sequences", 1);
     r.return_log_probs = j.value("return_log_probs", false);
     l.arrival_ms = j.value("arrival_ms", 0.0);
-    if (j.contains("stop_ids")) r.stop_words = j["stop_ids"].get<std::vector<std::vector<int32_t>>>();
+    if (j.contains("stop_ids"))
+      r.stop_words = j["stop_ids"].get<std::vector<std::vector<int32_t>>>();
     if (j.contains("stop") && tok) {
-      for (const auto& s : j["stop"]) r.stop_words.push_back(tok->Encode(s.get<std::string>(), false));
+      for (const auto& s : j["stop"])
+        r.stop_words.push_back(tok->Encode(s.get<std::string>(), false));
     }
     r.end_id = j.value("end_id", (!o.ignore_eos && tok) ? tok->eos_id() : -1);
     // Other end-of-turn tokens (Llama 3's <|eot_id|>, ...) end generation as stop words.
@@ -108,9 +113,11 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
   const Clock::time_point start = Clock::now();
   std::vector<size_t> order(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lines[a].arrival_ms < lines[b].arrival_ms; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return lines[a].arrival_ms < lines[b].arrival_ms; });
   for (size_t i : order) {
-    std::this_thread::sleep_until(start + std::chrono::microseconds(static_cast<int64_t>(lines[i].arrival_ms * 1000)));
+    std::this_thread::sleep_until(
+        start + std::chrono::microseconds(static_cast<int64_t>(lines[i].arrival_ms * 1000)));
     Request r = lines[i].request;
     r.arrival_time = Clock::now();
     r.on_result = [&, i](Result&& res) {
@@ -145,7 +152,9 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu);
-      if (cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return num_done == lines.size(); })) break;
+      if (cv.wait_for(lock, std::chrono::milliseconds(20),
+                      [&] { return num_done == lines.size(); }))
+        break;
     }
     drain();
   }
@@ -162,7 +171,8 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
     j["prompt_ids"] = lines[i].request.prompt_ids;
     prompt_tokens += static_cast<int64_t>(lines[i].request.prompt_ids.size());
     if (!oc.enqueue_status.ok() || (!oc.finals.empty() && !oc.finals.back().error.ok())) {
-      j["error"] = !oc.enqueue_status.ok() ? oc.enqueue_status.message() : oc.finals.back().error.message();
+      j["error"] =
+          !oc.enqueue_status.ok() ? oc.enqueue_status.message() : oc.finals.back().error.message();
       ++failures;
       std::cout << j.dump() << "\n";
       continue;
@@ -170,7 +180,8 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
     j["request_id"] = oc.id;
     json seqs = json::array();
     for (const Result& r : oc.finals) {
-      json s = {{"sequence_index", r.sequence_index}, {"generated_ids", r.output_token_ids},
+      json s = {{"sequence_index", r.sequence_index},
+                {"generated_ids", r.output_token_ids},
                 {"finish_reason", FinishReasonName(r.finish_reason)}};
       if (tok && o.print_text) s["text"] = tok->Decode(r.output_token_ids);
       if (!r.log_probs.empty()) s["log_probs"] = r.log_probs;

@@ -7,9 +7,9 @@
 
 namespace inflight {
 
-StatusOr<std::unique_ptr<Model>> LoadOrWriteRandomModel(const std::string& path, const std::string& preset,
-                                                        const std::string& weights, const std::string& tokenizer,
-                                                        int32_t context_length, float block_output_scale) {
+StatusOr<std::unique_ptr<Model>> LoadOrWriteRandomModel(
+    const std::string& path, const std::string& preset, const std::string& weights,
+    const std::string& tokenizer, int32_t context_length, float block_output_scale) {
   if (!std::filesystem::exists(path)) {
     std::fprintf(stderr, "writing %s ...\n", path.c_str());
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -29,7 +29,8 @@ double MacsPerToken(const Model& model) {
   const ModelWeights& w = model.weights();
   double macs = static_cast<double>(w.output.rows) * w.output.cols;
   for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const TensorView* t :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
       if (!t->empty()) macs += static_cast<double>(t->rows) * t->cols;
     }
   }

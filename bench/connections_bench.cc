@@ -106,7 +106,8 @@ Latency HealthLatency(int count, std::chrono::milliseconds gap) {
 }
 
 void PrintLatency(const char* label, const Latency& l) {
-  std::printf("%-34s p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  failed %d\n", label, l.p50, l.p99, l.max, l.failed);
+  std::printf("%-34s p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  failed %d\n", label, l.p50, l.p99,
+              l.max, l.failed);
 }
 
 int64_t ServerRssKb() {
@@ -133,7 +134,8 @@ int Idle(int n) {
     fds.push_back(fd);
   }
   std::printf("opened %zu idle connections in %.1f s; server RSS %+.1f MB\n", fds.size(),
-              std::chrono::duration<double>(Clock::now() - t0).count(), (ServerRssKb() - rss0) / 1024.0);
+              std::chrono::duration<double>(Clock::now() - t0).count(),
+              (ServerRssKb() - rss0) / 1024.0);
   char label[64];
   std::snprintf(label, sizeof label, "health, %zu idle connections", fds.size());
   PrintLatency(label, HealthLatency(200, std::chrono::milliseconds(2)));
@@ -154,7 +156,8 @@ int Slowloris(int n) {
   std::vector<int> fds;
   for (int i = 0; i < n; ++i) {
     const int fd = Connect(true);
-    if (fd >= 0 && SendAll(fd, "POST /v2/models/ensemble/generate HTTP/1.1\r\nHost: x\r\n")) fds.push_back(fd);
+    if (fd >= 0 && SendAll(fd, "POST /v2/models/ensemble/generate HTTP/1.1\r\nHost: x\r\n"))
+      fds.push_back(fd);
   }
   std::atomic<bool> stop{false};
   std::thread trickle([&] {
@@ -162,7 +165,9 @@ int Slowloris(int n) {
     while (!stop) {
       for (size_t i = 0; i < fds.size() && !stop; ++i) {
         send(fds[i], "X", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (i % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(100 * 100 / std::max<size_t>(fds.size(), 100)));
+        if (i % 100 == 99)
+          std::this_thread::sleep_for(
+              std::chrono::milliseconds(100 * 100 / std::max<size_t>(fds.size(), 100)));
       }
     }
   });
@@ -187,14 +192,20 @@ struct Stream {
 
 int Streams(int n, int tokens, bool openai) {
   const std::string body =
-      openai ? "{\"model\": \"ensemble\", \"messages\": [{\"role\": \"user\", \"content\": \"Tell me a story\"}], "
-               "\"max_tokens\": " + std::to_string(tokens) + ", \"ignore_eos\": true, \"stream\": true, "
-               "\"stream_options\": {\"include_usage\": true}}"
-             : "{\"input_ids\": [1, 450, 471, 338], \"input_lengths\": 4, \"request_output_len\": " +
-                   std::to_string(tokens) + ", \"end_id\": -1, \"streaming\": true}";
-  const std::string request = std::string("POST ") + (openai ? "/v1/chat/completions" : "/v2/models/tensorrt_llm/generate_stream") +
-                              " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+      openai
+          ? "{\"model\": \"ensemble\", \"messages\": [{\"role\": \"user\", \"content\": \"Tell me "
+            "a story\"}], "
+            "\"max_tokens\": " +
+                std::to_string(tokens) +
+                ", \"ignore_eos\": true, \"stream\": true, "
+                "\"stream_options\": {\"include_usage\": true}}"
+          : "{\"input_ids\": [1, 450, 471, 338], \"input_lengths\": 4, \"request_output_len\": " +
+                std::to_string(tokens) + ", \"end_id\": -1, \"streaming\": true}";
+  const std::string request =
+      std::string("POST ") +
+      (openai ? "/v1/chat/completions" : "/v2/models/tensorrt_llm/generate_stream") +
+      " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   const std::string usage = "\"completion_tokens\":" + std::to_string(tokens) + ",";
   std::vector<Stream> streams(n);
   const int64_t rss0 = ServerRssKb();
@@ -257,11 +268,13 @@ int Streams(int n, int tokens, bool openai) {
     total_events += s.events;
     if (s.fd >= 0) close(s.fd);
   }
-  std::printf("%d concurrent %s streams of %d tokens: %d complete with exactly %d tokens, %.1f s, %.0f output tok/s; "
-              "server RSS %.1f MB -> peak %.1f MB\n",
-              n, openai ? "OpenAI chat" : "generate_stream", tokens, complete, tokens, secs,
-              static_cast<double>(openai ? static_cast<int64_t>(complete) * tokens : total_events) / secs, rss0 / 1024.0,
-              rss_peak / 1024.0);
+  std::printf(
+      "%d concurrent %s streams of %d tokens: %d complete with exactly %d tokens, %.1f s, %.0f "
+      "output tok/s; "
+      "server RSS %.1f MB -> peak %.1f MB\n",
+      n, openai ? "OpenAI chat" : "generate_stream", tokens, complete, tokens, secs,
+      static_cast<double>(openai ? static_cast<int64_t>(complete) * tokens : total_events) / secs,
+      rss0 / 1024.0, rss_peak / 1024.0);
   return complete == n ? 0 : 1;
 }
 
@@ -293,6 +306,8 @@ int main(int argc, char** argv) {
   if (scenario == "slowloris" && n > 0) return Slowloris(n);
   if (scenario == "streams" && n > 0) return Streams(n, tokens, false);
   if (scenario == "openai-streams" && n > 0) return Streams(n, tokens, true);
-  std::fprintf(stderr, "usage: connections_bench --port P [--server-pid PID] [--tokens T] idle|slowloris|streams|openai-streams N\n");
+  std::fprintf(stderr,
+               "usage: connections_bench --port P [--server-pid PID] [--tokens T] "
+               "idle|slowloris|streams|openai-streams N\n");
   return 2;
 }

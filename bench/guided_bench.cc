@@ -46,8 +46,8 @@ StepCost Summarize(std::vector<double> us) {
 
 // Random walks through the guide (uniform over the allowed tokens), recorded so the warm
 // pass replays the same tokens; returns the per-step mask + advance times.
-std::vector<double> Walk(guided::Guide& g, int32_t vocab, int walks, uint64_t seed, std::vector<std::vector<int32_t>>* paths,
-                         bool replay) {
+std::vector<double> Walk(guided::Guide& g, int32_t vocab, int walks, uint64_t seed,
+                         std::vector<std::vector<int32_t>>* paths, bool replay) {
   std::vector<double> us;
   std::vector<float> logits(vocab);
   std::mt19937 rng(seed);
@@ -117,21 +117,28 @@ double DecodeMsPerToken(const Model& model, const std::vector<int32_t>& prompt, 
 
 int main(int argc, char** argv) {
   std::string preset = "tinyllama-1.1b", dtype = "q4_k_m", model_dir = "bench-models";
-  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
+                          "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   int walks = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--preset") preset = v;
-    else if (f == "--dtype") dtype = v;
-    else if (f == "--tokenizer") tokenizer = v;
-    else if (f == "--model-dir") model_dir = v;
-    else if (f == "--walks") walks = std::stoi(v);
+    if (f == "--preset")
+      preset = v;
+    else if (f == "--dtype")
+      dtype = v;
+    else if (f == "--tokenizer")
+      tokenizer = v;
+    else if (f == "--model-dir")
+      model_dir = v;
+    else if (f == "--walks")
+      walks = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
     }
   }
-  auto model = LoadOrWriteRandomModel(model_dir + "/" + preset + "-random-" + dtype + ".gguf", preset, dtype, tokenizer);
+  auto model = LoadOrWriteRandomModel(model_dir + "/" + preset + "-random-" + dtype + ".gguf",
+                                      preset, dtype, tokenizer);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;
@@ -146,16 +153,17 @@ int main(int argc, char** argv) {
   // The decode step the mask rides on (unguided, after 512 tokens).
   int32_t gen = 0;
   const double step_ms = DecodeMsPerToken(m, prompt, 64, nullptr, &gen);
-  std::printf("model %s, vocab %d: decode step after %zu tokens %.2f ms\n\n", m.Describe().c_str(), vocab, prompt.size(), step_ms);
+  std::printf("model %s, vocab %d: decode step after %zu tokens %.2f ms\n\n", m.Describe().c_str(),
+              vocab, prompt.size(), step_ms);
 
   const std::vector<std::pair<std::string, std::pair<guided::GuideType, std::string>>> guides = {
       {"json_schema (nested)",
        {guided::GuideType::kJsonSchema,
         R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 150}, "email": {"type": "string", "format": "email"}, "tags": {"type": "array", "items": {"enum": ["admin", "user", "guest"]}, "maxItems": 5}, "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}, "required": ["name", "age"]})"}},
       {"json (free-form)", {guided::GuideType::kJson, ""}},
-      {"regex (dates, words)", {guided::GuideType::kRegex, "(19|20)[0-9]{2}-[01][0-9]-[0-3][0-9]( [A-Za-z]{1,12}){1,20}"}},
-      {"ebnf_grammar (JSON)",
-       {guided::GuideType::kEbnf, R"G(root ::= object
+      {"regex (dates, words)",
+       {guided::GuideType::kRegex, "(19|20)[0-9]{2}-[01][0-9]-[0-3][0-9]( [A-Za-z]{1,12}){1,20}"}},
+      {"ebnf_grammar (JSON)", {guided::GuideType::kEbnf, R"G(root ::= object
 value ::= object | array | string | number | "true" | "false" | "null"
 object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
 array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
@@ -164,7 +172,9 @@ number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )?
 ws ::= [ \n]{0,4}
 )G"}},
   };
-  std::printf("| guide | compile ms | cold mean / p99 / max us | warm mean / p99 / max us | warm mean vs step | steps |\n");
+  std::printf(
+      "| guide | compile ms | cold mean / p99 / max us | warm mean / p99 / max us | warm mean vs "
+      "step | steps |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const auto& [name, g] : guides) {
     const auto t0 = Clock::now();
@@ -177,8 +187,9 @@ ws ::= [ \n]{0,4}
     std::vector<std::vector<int32_t>> paths(walks);
     const StepCost cold = Summarize(Walk(**compiled, vocab, walks, 11, &paths, false));
     const StepCost warm = Summarize(Walk(**compiled, vocab, walks, 11, &paths, true));
-    std::printf("| %s | %.1f | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %.2f%% | %lld |\n", name.c_str(), compile_ms, cold.mean_us,
-                cold.p99_us, cold.max_us, warm.mean_us, warm.p99_us, warm.max_us, 100.0 * warm.mean_us / 1000.0 / step_ms,
+    std::printf("| %s | %.1f | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %.2f%% | %lld |\n",
+                name.c_str(), compile_ms, cold.mean_us, cold.p99_us, cold.max_us, warm.mean_us,
+                warm.p99_us, warm.max_us, 100.0 * warm.mean_us / 1000.0 / step_ms,
                 static_cast<long long>(warm.steps));
   }
 
@@ -189,13 +200,16 @@ ws ::= [ \n]{0,4}
     std::fprintf(stderr, "%s\n", long_guide.status().ToString().c_str());
     return 1;
   }
-  std::printf("\nengine decode after 512 tokens, 64 tokens, ms/token (guided [a-z ,.]{1000} vs unguided):\n");
+  std::printf(
+      "\nengine decode after 512 tokens, 64 tokens, ms/token (guided [a-z ,.]{1000} vs "
+      "unguided):\n");
   for (int rep = 0; rep < 3; ++rep) {
     int32_t g1 = 0, g2 = 0;
     const double plain = DecodeMsPerToken(m, prompt, 64, nullptr, &g1);
-    const double guided = DecodeMsPerToken(m, prompt, 64, std::shared_ptr<const TokenConstraint>((*long_guide)->NewConstraint()), &g2);
-    std::printf("  rep %d: unguided %.2f ms (%d tokens), guided %.2f ms (%d tokens): %+.1f%%\n", rep, plain, g1, guided, g2,
-                100.0 * (guided / plain - 1.0));
+    const double guided = DecodeMsPerToken(
+        m, prompt, 64, std::shared_ptr<const TokenConstraint>((*long_guide)->NewConstraint()), &g2);
+    std::printf("  rep %d: unguided %.2f ms (%d tokens), guided %.2f ms (%d tokens): %+.1f%%\n",
+                rep, plain, g1, guided, g2, 100.0 * (guided / plain - 1.0));
   }
   return 0;
 }

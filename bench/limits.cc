@@ -102,7 +102,9 @@ std::vector<double> ReadBandwidthPasses(ThreadPool& pool, int passes) {
 
 }  // namespace
 
-double MeasureReadBandwidth(ThreadPool& pool, int passes) { return ReadBandwidthPasses(pool, passes).back(); }
+double MeasureReadBandwidth(ThreadPool& pool, int passes) {
+  return ReadBandwidthPasses(pool, passes).back();
+}
 
 double MedianReadBandwidth(ThreadPool& pool, int passes) {
   const std::vector<double> r = ReadBandwidthPasses(pool, passes);

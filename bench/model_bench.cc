@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "bench_models.h"
 #include "kernels/kernels.h"
 #include "kvcache/kv_storage.h"
-#include "bench_models.h"
 #include "limits.h"
 #include "model/model.h"
 
@@ -36,14 +36,17 @@ namespace {
 
 constexpr int32_t kTokensPerBlock = 32;
 
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // A paged F16 cache for `num_seqs` sequences of up to `max_tokens` each, sequence i owning a
 // contiguous run of blocks.
 struct Cache {
   Cache(const ModelConfig& c, int32_t num_seqs, int32_t max_tokens)
       : blocks_per_seq((max_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
-        storage(KvStorageConfig{c.num_layers, num_seqs * blocks_per_seq, kTokensPerBlock, c.kv_dim(), DType::kF16, c.head_dim}) {
+        storage(KvStorageConfig{c.num_layers, num_seqs * blocks_per_seq, kTokensPerBlock,
+                                c.kv_dim(), DType::kF16, c.head_dim}) {
     view.layers = storage.LayerViews();
     view.num_blocks = storage.config().num_blocks;
     tables.resize(num_seqs);
@@ -55,8 +58,10 @@ struct Cache {
   // (same content: the cost of a decode step does not depend on it; prefilling each would
   // only cost bench time).
   void Replicate(int32_t tokens) {
-    const int64_t block = static_cast<int64_t>(storage.config().kv_dim) * 2 * kTokensPerBlock;  // F16 bytes
-    const int64_t bytes = static_cast<int64_t>((tokens + kTokensPerBlock - 1) / kTokensPerBlock) * block;
+    const int64_t block =
+        static_cast<int64_t>(storage.config().kv_dim) * 2 * kTokensPerBlock;  // F16 bytes
+    const int64_t bytes =
+        static_cast<int64_t>((tokens + kTokensPerBlock - 1) / kTokensPerBlock) * block;
     for (auto& l : view.layers) {
       for (size_t s = 1; s < tables.size(); ++s) {
         const int64_t dst = static_cast<int64_t>(tables[s][0]) * block;
@@ -82,8 +87,9 @@ struct Bench {
     const auto t0 = Clock::now();
     for (size_t start = 0; start < ids.size(); start += 512) {
       BatchPlan plan;
-      plan.chunks.push_back({ids.data() + start, static_cast<int32_t>(std::min<size_t>(512, ids.size() - start)),
-                             static_cast<int32_t>(start), cache.tables[seq].data(), cache.blocks_per_seq, 1});
+      plan.chunks.push_back(
+          {ids.data() + start, static_cast<int32_t>(std::min<size_t>(512, ids.size() - start)),
+           static_cast<int32_t>(start), cache.tables[seq].data(), cache.blocks_per_seq, 1});
       Check(model.Forward(plan, cache.view, scratch, pool, Logits(1)));
     }
     return Seconds(t0);
@@ -96,11 +102,14 @@ struct Bench {
     for (int32_t step = 0; step < steps; ++step) {
       BatchPlan plan;
       for (int32_t s = 0; s < n; ++s) {
-        plan.chunks.push_back({&next[s], 1, depth + step, cache.tables[s].data(), cache.blocks_per_seq, 1});
+        plan.chunks.push_back(
+            {&next[s], 1, depth + step, cache.tables[s].data(), cache.blocks_per_seq, 1});
       }
       float* out = Logits(n);
       Check(model.Forward(plan, cache.view, scratch, pool, out));
-      for (int32_t s = 0; s < n; ++s) next[s] = static_cast<int32_t>(kernels::ActiveKernels().argmax(out + static_cast<int64_t>(s) * vocab, vocab));
+      for (int32_t s = 0; s < n; ++s)
+        next[s] = static_cast<int32_t>(
+            kernels::ActiveKernels().argmax(out + static_cast<int64_t>(s) * vocab, vocab));
     }
     return n * steps / Seconds(t0);
   }
@@ -132,36 +141,54 @@ std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
 
 int main(int argc, char** argv) {
   std::string formats = "f16,q8_0,q4_0,q4_k_m,q5_k_m,q6_k", model_dir = "bench-models", readme;
-  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
+                          "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   int threads = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--formats") formats = v;
-    else if (f == "--threads") threads = std::stoi(v);
-    else if (f == "--model-dir") model_dir = v;
-    else if (f == "--readme") readme = v;
-    else if (f == "--tokenizer") tokenizer = v;
-    else { std::fprintf(stderr, "unknown flag %s\n", f.c_str()); return 2; }
+    if (f == "--formats")
+      formats = v;
+    else if (f == "--threads")
+      threads = std::stoi(v);
+    else if (f == "--model-dir")
+      model_dir = v;
+    else if (f == "--readme")
+      readme = v;
+    else if (f == "--tokenizer")
+      tokenizer = v;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", f.c_str());
+      return 2;
+    }
   }
   ThreadPool pool(threads);
   std::ostringstream table;
-  table << "| weights | GB read / token | decode tok/s at depth 0 / 512 / 2048 | share of the bandwidth limit (same order) "
-           "| depth 2048 / depth 0 | batch 16 / batch 1 decode, 128 / 512-token prompts | batch 32 / batch 1 (same) "
-           "| prompt 512: tok/s | share of peak | bandwidth, GB/s |\n|---|---|---|---|---|---|---|---|---|---|\n";
-  const double int8_peak = MeasureInt8Peak(pool), fp32_peak = MeasureFp32Peak(pool), bf16_peak = MeasureBf16Peak(pool);
-  std::printf("peaks (%d threads): int8 VNNI %.0f GOPS, FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s\n", threads,
-              int8_peak / 1e9, fp32_peak / 1e9, bf16_peak / 1e9);
+  table << "| weights | GB read / token | decode tok/s at depth 0 / 512 / 2048 | share of the "
+           "bandwidth limit (same order) "
+           "| depth 2048 / depth 0 | batch 16 / batch 1 decode, 128 / 512-token prompts | batch 32 "
+           "/ batch 1 (same) "
+           "| prompt 512: tok/s | share of peak | bandwidth, GB/s "
+           "|\n|---|---|---|---|---|---|---|---|---|---|\n";
+  const double int8_peak = MeasureInt8Peak(pool), fp32_peak = MeasureFp32Peak(pool),
+               bf16_peak = MeasureBf16Peak(pool);
+  std::printf(
+      "peaks (%d threads): int8 VNNI %.0f GOPS, FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s\n",
+      threads, int8_peak / 1e9, fp32_peak / 1e9, bf16_peak / 1e9);
   std::stringstream list(formats);
   for (std::string fmt; std::getline(list, fmt, ',');) {
-    auto loaded = LoadOrWriteRandomModel(model_dir + "/tinyllama-1.1b-ctx4096-" + fmt + ".gguf", "tinyllama-1.1b", fmt,
-                                         tokenizer, 4096);
-    if (!loaded.ok()) { std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str()); return 1; }
+    auto loaded = LoadOrWriteRandomModel(model_dir + "/tinyllama-1.1b-ctx4096-" + fmt + ".gguf",
+                                         "tinyllama-1.1b", fmt, tokenizer, 4096);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str());
+      return 1;
+    }
     const Model& model = **loaded;
     const ModelConfig& c = model.config();
     Bench bench{model, pool, {}, {}};
     const double weight_bytes = static_cast<double>(model.DecodeWeightBytes());
     const double kv_bytes_per_pos = 2.0 * c.num_layers * c.kv_dim() * 2;  // K and V, F16
-    std::printf("== %s: %s, %.3f GB read per token\n", fmt.c_str(), model.Describe().c_str(), weight_bytes / 1e9);
+    std::printf("== %s: %s, %.3f GB read per token\n", fmt.c_str(), model.Describe().c_str(),
+                weight_bytes / 1e9);
 
     // Batch 1: prompt 512 (timed as prompt processing), decode at depth 0, 512, 2048. Each
     // decode is measured three times, each between two bandwidth readings (median of 3
@@ -186,11 +213,12 @@ int main(int argc, char** argv) {
         const int32_t pos = static_cast<int32_t>(ids.size()) + rep * kDecode;
         const double rate = bench.Decode(cache, 1, pos, kDecode);
         const double bw_after = MedianReadBandwidth(pool);
-        const double limit = 0.5 * (bw + bw_after) / (weight_bytes + kv_bytes_per_pos * (pos + kDecode / 2));
+        const double limit =
+            0.5 * (bw + bw_after) / (weight_bytes + kv_bytes_per_pos * (pos + kDecode / 2));
         bw_min = std::min({bw_min, bw, bw_after}), bw_max = std::max({bw_max, bw, bw_after});
         rates.push_back(rate), shares.push_back(rate / limit);
-        std::printf("  decode at depth %4d: %6.1f tok/s, limit %6.1f (%.1f-%.1f GB/s): %3.0f%%\n", pos, rate, limit,
-                    bw / 1e9, bw_after / 1e9, 100 * rate / limit);
+        std::printf("  decode at depth %4d: %6.1f tok/s, limit %6.1f (%.1f-%.1f GB/s): %3.0f%%\n",
+                    pos, rate, limit, bw / 1e9, bw_after / 1e9, 100 * rate / limit);
         bw = bw_after;
       }
       std::sort(rates.begin(), rates.end()), std::sort(shares.begin(), shares.end());
@@ -199,7 +227,8 @@ int main(int argc, char** argv) {
     const bool int8 = kernels::UsesQuantizedActivations(model.weights().layers[0].w_up.dtype);
     const double peak = int8 ? int8_peak : fp32_peak;
     const double prompt_share = prompt_tps * 2 * MacsPerToken(model) / peak;
-    std::printf("  prompt 512: %.1f tok/s = %.0f%% of the %s peak\n", prompt_tps, 100 * prompt_share, int8 ? "int8 VNNI" : "FP32 FMA");
+    std::printf("  prompt 512: %.1f tok/s = %.0f%% of the %s peak\n", prompt_tps,
+                100 * prompt_share, int8 ? "int8 VNNI" : "FP32 FMA");
 
     // Batches formed after real prefills: batch 1, 16, 32 after 128- and 512-token prompts.
     double batch_ratio[2][2];
@@ -212,22 +241,24 @@ int main(int argc, char** argv) {
       const double b16 = bench.Decode(cache, 16, prompts[p], 16);
       const double b32 = bench.Decode(cache, 32, prompts[p], 16);
       batch_ratio[p][0] = b16 / one, batch_ratio[p][1] = b32 / one;
-      std::printf("  after %d-token prompts: batch 1 %.1f, 16 %.1f (%.2fx), 32 %.1f (%.2fx) tok/s\n", prompts[p], one, b16,
-                  b16 / one, b32, b32 / one);
+      std::printf(
+          "  after %d-token prompts: batch 1 %.1f, 16 %.1f (%.2fx), 32 %.1f (%.2fx) tok/s\n",
+          prompts[p], one, b16, b16 / one, b32, b32 / one);
     }
     table << "| " << fmt << " | " << Format("%.3f", weight_bytes / 1e9) << " | "
           << Format("%.1f / %.1f / %.1f", decode[0], decode[1], decode[2]) << " | "
-          << Format("%.0f%% / %.0f%% / %.0f%%", 100 * share[0], 100 * share[1], 100 * share[2]) << " | "
-          << Format("%.2f", decode[2] / decode[0]) << " | "
+          << Format("%.0f%% / %.0f%% / %.0f%%", 100 * share[0], 100 * share[1], 100 * share[2])
+          << " | " << Format("%.2f", decode[2] / decode[0]) << " | "
           << Format("%.2fx / %.2fx", batch_ratio[0][0], batch_ratio[1][0]) << " | "
-          << Format("%.2fx / %.2fx", batch_ratio[0][1], batch_ratio[1][1]) << " | " << Format("%.1f", prompt_tps) << " | "
-          << Format("%.0f%% ", 100 * prompt_share) << (int8 ? "int8" : "FP32") << " | "
-          << Format("%.0f-%.0f", bw_min / 1e9, bw_max / 1e9) << " |\n";
+          << Format("%.2fx / %.2fx", batch_ratio[0][1], batch_ratio[1][1]) << " | "
+          << Format("%.1f", prompt_tps) << " | " << Format("%.0f%% ", 100 * prompt_share)
+          << (int8 ? "int8" : "FP32") << " | " << Format("%.0f-%.0f", bw_min / 1e9, bw_max / 1e9)
+          << " |\n";
     std::fflush(stdout);
   }
-  table << "\nPeaks measured in the same run (" << threads << " threads): int8 VNNI " << Format("%.0f", int8_peak / 1e9)
-        << " GOPS, FP32 FMA " << Format("%.0f", fp32_peak / 1e9) << " GFLOP/s, BF16 dot " << Format("%.0f", bf16_peak / 1e9)
-        << " GFLOP/s.\n";
+  table << "\nPeaks measured in the same run (" << threads << " threads): int8 VNNI "
+        << Format("%.0f", int8_peak / 1e9) << " GOPS, FP32 FMA " << Format("%.0f", fp32_peak / 1e9)
+        << " GFLOP/s, BF16 dot " << Format("%.0f", bf16_peak / 1e9) << " GFLOP/s.\n";
   std::printf("\n%s", table.str().c_str());
   if (!readme.empty()) {
     std::ifstream in(readme);

@@ -38,7 +38,8 @@ struct Sample {
   std::vector<double> tp1_ms, tp2_ms, two_threads_ms, comm_ms, bytes, collectives;
 };
 
-int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int>& batches, int32_t decode_steps) {
+int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int>& batches,
+           int32_t decode_steps) {
   auto model = Model::Load(path);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
@@ -70,14 +71,19 @@ int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int
   const double bw1 = MeasureReadBandwidth(one), bw2 = MeasureReadBandwidth(two);
   const double weight_bytes = static_cast<double>((*model)->DecodeWeightBytes());
   std::printf("model %s\n%s\n", path.c_str(), (*model)->Describe().c_str());
-  std::printf("read bandwidth: 1 thread %.1f GB/s, 2 threads %.1f GB/s; weights read per decode step %.0f MB\n", bw1 / 1e9, bw2 / 1e9,
-              weight_bytes / 1e6);
-  std::printf("decode limit at batch 1 (weights / bandwidth): TP=1 %.1f ms, TP=2 %.1f ms\n\n", weight_bytes / bw1 * 1e3,
-              weight_bytes / bw2 * 1e3);
+  std::printf(
+      "read bandwidth: 1 thread %.1f GB/s, 2 threads %.1f GB/s; weights read per decode step %.0f "
+      "MB\n",
+      bw1 / 1e9, bw2 / 1e9, weight_bytes / 1e6);
+  std::printf("decode limit at batch 1 (weights / bandwidth): TP=1 %.1f ms, TP=2 %.1f ms\n\n",
+              weight_bytes / bw1 * 1e3, weight_bytes / bw2 * 1e3);
 
   const int32_t vocab = (*model)->config().vocab_size;
   std::mt19937 rng(7);
-  std::printf("| phase | batch | TP=1 step ms | TP=2 step ms | TP=2 speed-up | 1 process, 2 threads: ms (speed-up) | all-gathers / step | MB sent / step (rank 0) | comm ms / step | comm share |\n");
+  std::printf(
+      "| phase | batch | TP=1 step ms | TP=2 step ms | TP=2 speed-up | 1 process, 2 threads: ms "
+      "(speed-up) | all-gathers / step | MB sent / step (rank 0) | comm ms / step | comm share "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   bool identical = true;
   for (int batch : batches) {
@@ -101,7 +107,8 @@ int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int
       auto t2 = std::chrono::steady_clock::now();
       const parallel::CommStats after = (*tp2)->comm_stats();
       if (!two_threads.Forward(plan, l1.data()).ok()) std::exit(1);
-      s->two_threads_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t2).count());
+      s->two_threads_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t2).count());
       s->tp1_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       s->tp2_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
       s->comm_ms.push_back(after.comm_ms - before.comm_ms);
@@ -112,21 +119,28 @@ int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int
     // Prefill: one sequence's whole prompt per step.
     for (int b = 0; b < batch; ++b) {
       BatchPlan plan;
-      plan.chunks.push_back(SequenceChunk{tokens[b].data(), prompt_tokens, 0, blocks[b].data(), blocks_per_seq, 1});
+      plan.chunks.push_back(
+          SequenceChunk{tokens[b].data(), prompt_tokens, 0, blocks[b].data(), blocks_per_seq, 1});
       step(plan, &prefill);
     }
     for (int32_t s = 0; s < decode_steps; ++s) {
       BatchPlan plan;
       for (int b = 0; b < batch; ++b) {
-        plan.chunks.push_back(SequenceChunk{tokens[b].data() + prompt_tokens + s, 1, prompt_tokens + s, blocks[b].data(), blocks_per_seq, 1});
+        plan.chunks.push_back(SequenceChunk{tokens[b].data() + prompt_tokens + s, 1,
+                                            prompt_tokens + s, blocks[b].data(), blocks_per_seq,
+                                            1});
       }
       step(plan, &decode);
     }
-    for (auto [name, s] : {std::pair{"prefill " + std::to_string(prompt_tokens), &prefill},
-                           std::pair{"decode at depth " + std::to_string(prompt_tokens), &decode}}) {
-      const double a = Median(s->tp1_ms), b = Median(s->tp2_ms), c = Median(s->two_threads_ms), comm = Median(s->comm_ms);
-      std::printf("| %s | %d | %.1f | %.1f | %.2fx | %.1f (%.2fx) | %.0f | %.2f | %.2f | %.0f%% |\n", name.c_str(), batch, a, b, a / b, c,
-                  a / c, Median(s->collectives), Median(s->bytes) / 1e6, comm, 100 * comm / b);
+    for (auto [name, s] :
+         {std::pair{"prefill " + std::to_string(prompt_tokens), &prefill},
+          std::pair{"decode at depth " + std::to_string(prompt_tokens), &decode}}) {
+      const double a = Median(s->tp1_ms), b = Median(s->tp2_ms), c = Median(s->two_threads_ms),
+                   comm = Median(s->comm_ms);
+      std::printf(
+          "| %s | %d | %.1f | %.1f | %.2fx | %.1f (%.2fx) | %.0f | %.2f | %.2f | %.0f%% |\n",
+          name.c_str(), batch, a, b, a / b, c, a / c, Median(s->collectives),
+          Median(s->bytes) / 1e6, comm, 100 * comm / b);
     }
   }
   std::printf("\nTP=2 logits identical to TP=1 on every step: %s\n", identical ? "yes" : "NO");
@@ -141,21 +155,31 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::string preset = "tinyllama-1.1b", dtype = "q4_k_m", model_dir = "bench-models", batches_arg = "1,8";
-  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  std::string preset = "tinyllama-1.1b", dtype = "q4_k_m", model_dir = "bench-models",
+              batches_arg = "1,8";
+  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
+                          "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   int32_t prompt_tokens = 512, decode_steps = 32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--preset") preset = v;
-    else if (f == "--dtype") dtype = v;
-    else if (f == "--model-dir") model_dir = v;
-    else if (f == "--batches") batches_arg = v;
-    else if (f == "--prompt-tokens") prompt_tokens = std::stoi(v);
-    else if (f == "--decode-steps") decode_steps = std::stoi(v);
-    else if (f == "--tokenizer") tokenizer = v;
+    if (f == "--preset")
+      preset = v;
+    else if (f == "--dtype")
+      dtype = v;
+    else if (f == "--model-dir")
+      model_dir = v;
+    else if (f == "--batches")
+      batches_arg = v;
+    else if (f == "--prompt-tokens")
+      prompt_tokens = std::stoi(v);
+    else if (f == "--decode-steps")
+      decode_steps = std::stoi(v);
+    else if (f == "--tokenizer")
+      tokenizer = v;
   }
   if (size != 2) {
-    if (rank == 0) std::fprintf(stderr, "parallel_bench runs as 2 ranks: mpirun -np 2 %s\n", argv[0]);
+    if (rank == 0)
+      std::fprintf(stderr, "parallel_bench runs as 2 ranks: mpirun -np 2 %s\n", argv[0]);
     MPI_Finalize();
     return 2;
   }

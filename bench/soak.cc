@@ -8,7 +8,8 @@
 // descriptor leaks, and that the server exits cleanly (code 0) on SIGTERM. Exit 1 on any
 // failure, with the figures printed either way (and as JSON with --json).
 //
-//   soak --server build/apps/inflight-server --model models/demo/inflight-demo-q8_0.gguf --seconds 600
+//   soak --server build/apps/inflight-server --model models/demo/inflight-demo-q8_0.gguf --seconds
+//   600
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <signal.h>
@@ -60,9 +61,17 @@ int PortIn(const std::string& log, const std::string& service) {
 bool StartServer(Server* s, const std::string& bin, const std::string& repo) {
   int fds[2];
   if (pipe(fds) != 0) return false;
-  std::vector<std::string> argv = {bin, "--model-repository", repo, "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-                                   "--model-control-mode", "explicit", "--load-model", "*", "--api-key", kKey,
-                                   "--admin-key", kAdminKey, "--http-write-timeout-ms", "5000", "--exit-timeout-secs", "10"};
+  std::vector<std::string> argv = {bin,        "--model-repository",
+                                   repo,       "--http-port",
+                                   "0",        "--grpc-port",
+                                   "0",        "--metrics-port",
+                                   "0",        "--model-control-mode",
+                                   "explicit", "--load-model",
+                                   "*",        "--api-key",
+                                   kKey,       "--admin-key",
+                                   kAdminKey,  "--http-write-timeout-ms",
+                                   "5000",     "--exit-timeout-secs",
+                                   "10"};
   s->pid = fork();
   if (s->pid == 0) {
     dup2(fds[1], 2);
@@ -109,8 +118,8 @@ int64_t RssKb(pid_t pid) { return ProcValue(pid, "VmRSS"); }
 int64_t OpenFds(pid_t pid) {
   int64_t n = 0;
   std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
     ++n;
   }
   return n;
@@ -120,7 +129,8 @@ double Metric(const std::string& text, const std::string& name, const std::strin
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind(name, 0) == 0 && line.find(label) != std::string::npos) return std::stod(line.substr(line.rfind(' ') + 1));
+    if (line.rfind(name, 0) == 0 && line.find(label) != std::string::npos)
+      return std::stod(line.substr(line.rfind(' ') + 1));
   }
   return -1;
 }
@@ -155,7 +165,9 @@ class Tally {
   std::vector<std::string> examples_;
 };
 
-httplib::Headers Auth(const char* key = kKey) { return {{"Authorization", std::string("Bearer ") + key}}; }
+httplib::Headers Auth(const char* key = kKey) {
+  return {{"Authorization", std::string("Bearer ") + key}};
+}
 
 struct Load {
   int port = 0, grpc_port = 0;
@@ -164,7 +176,8 @@ struct Load {
 };
 
 std::string Prompt(std::mt19937& rng) {
-  static const char* kWords[] = {"the", "little", "dog", "ran", "to", "a", "big", "tree", "and", "sat", "under", "sun"};
+  static const char* kWords[] = {"the", "little", "dog", "ran", "to",    "a",
+                                 "big", "tree",   "and", "sat", "under", "sun"};
   // 128-1024 prompt words is past the demo model's 512-token context; 20-200 is realistic for it.
   const int n = 20 + static_cast<int>(rng() % 180);
   std::string p = "Once upon a time";
@@ -173,7 +186,8 @@ std::string Prompt(std::mt19937& rng) {
 }
 
 // A plain HTTP POST; its status (-1: no answer) and body.
-std::pair<int, std::string> Post(int port, const std::string& path, const std::string& body, const httplib::Headers& h) {
+std::pair<int, std::string> Post(int port, const std::string& path, const std::string& body,
+                                 const httplib::Headers& h) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(120);
   auto r = c.Post(path.c_str(), h, body, "application/json");
@@ -187,7 +201,8 @@ struct StreamResult {
   std::string body;
   bool hung_up = false;
 };
-StreamResult Stream(int port, const std::string& path, const std::string& body, size_t give_up_after, int slow_ms) {
+StreamResult Stream(int port, const std::string& path, const std::string& body,
+                    size_t give_up_after, int slow_ms) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(120);
   StreamResult out;
@@ -212,38 +227,53 @@ StreamResult Stream(int port, const std::string& path, const std::string& body, 
 }
 
 bool SseEndedCleanly(const std::string& body, bool openai) {
-  if (openai) return body.find("data: [DONE]") != std::string::npos && body.find("\"error\"") == std::string::npos;
+  if (openai)
+    return body.find("data: [DONE]") != std::string::npos &&
+           body.find("\"error\"") == std::string::npos;
   return body.find("data: ") != std::string::npos && body.find("\"error\"") == std::string::npos;
 }
 
 void Worker(Load load, unsigned seed) {
   std::mt19937 rng(seed);
   Tally& t = *load.tally;
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(load.grpc_port), grpc::InsecureChannelCredentials()));
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(load.grpc_port), grpc::InsecureChannelCredentials()));
   while (!load.stop->load()) {
     const int action = static_cast<int>(rng() % 100);
     const int max_tokens = 16 + static_cast<int>(rng() % 112);
     if (action < 20) {  // KServe generate
       json b = {{"text_input", Prompt(rng)}, {"max_tokens", max_tokens}};
       auto [status, body] = Post(load.port, "/v2/models/ensemble/generate", b.dump(), Auth());
-      if (status == 200 && body.find("text_output") != std::string::npos) t.Add("ok http generate");
-      else if (status == 503) t.Add("overload 503");
-      else t.Unexpected("generate " + std::to_string(status) + " " + body.substr(0, 200));
+      if (status == 200 && body.find("text_output") != std::string::npos)
+        t.Add("ok http generate");
+      else if (status == 503)
+        t.Add("overload 503");
+      else
+        t.Unexpected("generate " + std::to_string(status) + " " + body.substr(0, 200));
     } else if (action < 35) {  // KServe generate_stream (SSE)
       json b = {{"text_input", Prompt(rng)}, {"max_tokens", max_tokens}, {"stream", true}};
       StreamResult r = Stream(load.port, "/v2/models/ensemble/generate_stream", b.dump(), 0, 0);
-      if (r.status == 200 && SseEndedCleanly(r.body, false)) t.Add("ok http generate_stream");
-      else if (r.status == 503) t.Add("overload 503");
-      else t.Unexpected("generate_stream " + std::to_string(r.status) + " " + r.body.substr(0, 200));
+      if (r.status == 200 && SseEndedCleanly(r.body, false))
+        t.Add("ok http generate_stream");
+      else if (r.status == 503)
+        t.Add("overload 503");
+      else
+        t.Unexpected("generate_stream " + std::to_string(r.status) + " " + r.body.substr(0, 200));
     } else if (action < 55) {  // OpenAI chat, streamed
-      json b = {{"model", "ensemble"}, {"messages", {{{"role", "user"}, {"content", Prompt(rng)}}}}, {"max_tokens", max_tokens},
-                {"stream", true}, {"temperature", 0.8}};
+      json b = {{"model", "ensemble"},
+                {"messages", {{{"role", "user"}, {"content", Prompt(rng)}}}},
+                {"max_tokens", max_tokens},
+                {"stream", true},
+                {"temperature", 0.8}};
       StreamResult r = Stream(load.port, "/v1/chat/completions", b.dump(), 0, 0);
-      if (r.status == 200 && SseEndedCleanly(r.body, true)) t.Add("ok openai chat stream");
-      else if (r.status == 503) t.Add("overload 503");
-      else t.Unexpected("openai chat " + std::to_string(r.status) + " " + r.body.substr(0, 200));
-    } else if (action < 70) {  // gRPC ModelStreamInfer; one in three cancelled after the first response
+      if (r.status == 200 && SseEndedCleanly(r.body, true))
+        t.Add("ok openai chat stream");
+      else if (r.status == 503)
+        t.Add("overload 503");
+      else
+        t.Unexpected("openai chat " + std::to_string(r.status) + " " + r.body.substr(0, 200));
+    } else if (action <
+               70) {  // gRPC ModelStreamInfer; one in three cancelled after the first response
       const bool cancel = rng() % 3 == 0;
       grpc::ClientContext ctx;
       ctx.AddMetadata("authorization", std::string("Bearer ") + kKey);
@@ -276,41 +306,80 @@ void Worker(Load load, unsigned seed) {
         }
       }
       const grpc::Status s = stream->Finish();
-      if (cancel && (s.error_code() == grpc::StatusCode::CANCELLED || s.ok())) t.Add("cancel grpc (deliberate)");
-      else if (s.ok() && responses > 0 && !error) t.Add("ok grpc stream");
-      else if (error && r.error_message().find("Maximum queue size") != std::string::npos) t.Add("overload 503");
-      else t.Unexpected("grpc stream " + std::to_string(s.error_code()) + " " + s.error_message() + " " + r.error_message());
+      if (cancel && (s.error_code() == grpc::StatusCode::CANCELLED || s.ok()))
+        t.Add("cancel grpc (deliberate)");
+      else if (s.ok() && responses > 0 && !error)
+        t.Add("ok grpc stream");
+      else if (error && r.error_message().find("Maximum queue size") != std::string::npos)
+        t.Add("overload 503");
+      else
+        t.Unexpected("grpc stream " + std::to_string(s.error_code()) + " " + s.error_message() +
+                     " " + r.error_message());
     } else if (action < 78) {  // a client that disconnects mid-stream
-      json b = {{"model", "ensemble"}, {"prompt", Prompt(rng)}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}};
+      json b = {{"model", "ensemble"},
+                {"prompt", Prompt(rng)},
+                {"max_tokens", 200},
+                {"ignore_eos", true},
+                {"stream", true}};
       StreamResult r = Stream(load.port, "/v1/completions", b.dump(), 300 + rng() % 2000, 0);
-      if (r.hung_up || (r.status == 200 && SseEndedCleanly(r.body, true))) t.Add("disconnect (deliberate)");
-      else if (r.status == 503) t.Add("overload 503");
-      else t.Unexpected("disconnect " + std::to_string(r.status) + " " + r.body.substr(0, 200));
+      if (r.hung_up || (r.status == 200 && SseEndedCleanly(r.body, true)))
+        t.Add("disconnect (deliberate)");
+      else if (r.status == 503)
+        t.Add("overload 503");
+      else
+        t.Unexpected("disconnect " + std::to_string(r.status) + " " + r.body.substr(0, 200));
     } else if (action < 84) {  // a slow reader (reads, but slowly)
       json b = {{"text_input", Prompt(rng)}, {"max_tokens", 64}, {"stream", true}};
       StreamResult r = Stream(load.port, "/v2/models/ensemble/generate_stream", b.dump(), 0, 20);
-      if (r.status == 200 && SseEndedCleanly(r.body, false)) t.Add("slow reader ok");
-      else if (r.status == 503) t.Add("overload 503");
-      else t.Unexpected("slow reader " + std::to_string(r.status) + " " + r.body.substr(0, 200));
+      if (r.status == 200 && SseEndedCleanly(r.body, false))
+        t.Add("slow reader ok");
+      else if (r.status == 503)
+        t.Add("overload 503");
+      else
+        t.Unexpected("slow reader " + std::to_string(r.status) + " " + r.body.substr(0, 200));
     } else {  // bad requests, each of a known kind with a known answer
       const int kind = static_cast<int>(rng() % 6);
       std::pair<int, std::string> r;
       int want = 400;
       std::string name;
       switch (kind) {
-        case 0: name = "bad json"; r = Post(load.port, "/v2/models/ensemble/generate", "{\"text_input\": ", Auth()); break;
-        case 1: name = "unknown model"; want = 404;
-          r = Post(load.port, "/v2/models/nosuch/generate", R"({"text_input": "x"})", Auth()); break;
-        case 2: name = "no key"; want = 401; r = Post(load.port, "/v1/completions", R"({"model": "ensemble", "prompt": "x"})", {}); break;
-        case 3: name = "public key on model control"; want = 403;
-          r = Post(load.port, "/v2/repository/models/ensemble/unload", "{}", Auth()); break;
-        case 4: name = "prompt past the context"; r = Post(load.port, "/v1/completions",
-                    json{{"model", "ensemble"}, {"prompt", std::string(20000, 'a')}}.dump(), Auth()); break;
-        default: name = "bad field"; r = Post(load.port, "/v1/chat/completions",
-                    R"({"model": "ensemble", "messages": [{"role": "user", "content": "x"}], "n": 0})", Auth()); break;
+        case 0:
+          name = "bad json";
+          r = Post(load.port, "/v2/models/ensemble/generate", "{\"text_input\": ", Auth());
+          break;
+        case 1:
+          name = "unknown model";
+          want = 404;
+          r = Post(load.port, "/v2/models/nosuch/generate", R"({"text_input": "x"})", Auth());
+          break;
+        case 2:
+          name = "no key";
+          want = 401;
+          r = Post(load.port, "/v1/completions", R"({"model": "ensemble", "prompt": "x"})", {});
+          break;
+        case 3:
+          name = "public key on model control";
+          want = 403;
+          r = Post(load.port, "/v2/repository/models/ensemble/unload", "{}", Auth());
+          break;
+        case 4:
+          name = "prompt past the context";
+          r = Post(load.port, "/v1/completions",
+                   json{{"model", "ensemble"}, {"prompt", std::string(20000, 'a')}}.dump(), Auth());
+          break;
+        default:
+          name = "bad field";
+          r = Post(
+              load.port, "/v1/chat/completions",
+              R"({"model": "ensemble", "messages": [{"role": "user", "content": "x"}], "n": 0})",
+              Auth());
+          break;
       }
-      if (r.first == want && r.second.find("error") != std::string::npos) t.Add("bad request " + name + " (deliberate)");
-      else t.Unexpected("bad request " + name + ": " + std::to_string(r.first) + " " + r.second.substr(0, 200));
+      if (r.first == want && r.second.find("error") != std::string::npos)
+        t.Add("bad request " + name + " (deliberate)");
+      else
+        t.Unexpected("bad request " + name + ": " + std::to_string(r.first) + " " +
+                     r.second.substr(0, 200));
     }
   }
 }
@@ -319,46 +388,60 @@ void Worker(Load load, unsigned seed) {
 // then are reported apart, not compared with the steady ones.
 std::atomic<int64_t> reload_busy_until_ms{0};
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 // Reloads a model every few seconds (load the new version, then swap; requests keep running).
 void Reloader(int port, Tally* tally, std::atomic<bool>* stop, int every_s) {
   std::mt19937 rng(7);
   while (!stop->load()) {
-    for (int i = 0; i < every_s * 10 && !stop->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < every_s * 10 && !stop->load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (stop->load()) break;
     const char* model = rng() % 2 ? "tensorrt_llm" : "ensemble";
     reload_busy_until_ms = INT64_MAX;
-    auto [status, body] = Post(port, std::string("/v2/repository/models/") + model + "/load", "{}", Auth(kAdminKey));
+    auto [status, body] =
+        Post(port, std::string("/v2/repository/models/") + model + "/load", "{}", Auth(kAdminKey));
     reload_busy_until_ms = NowMs() + 1500;
-    if (status == 200) tally->Add(std::string("reload ") + model);
-    else tally->Unexpected("reload " + std::string(model) + ": " + std::to_string(status) + " " + body.substr(0, 200));
+    if (status == 200)
+      tally->Add(std::string("reload ") + model);
+    else
+      tally->Unexpected("reload " + std::string(model) + ": " + std::to_string(status) + " " +
+                        body.substr(0, 200));
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"soak: mixed load with chaos against inflight-server; checks nothing is lost or leaked"};
-  std::string server_bin = "build/apps/inflight-server", model = "models/demo/inflight-demo-q8_0.gguf", json_out;
+  CLI::App app{
+      "soak: mixed load with chaos against inflight-server; checks nothing is lost or leaked"};
+  std::string server_bin = "build/apps/inflight-server",
+              model = "models/demo/inflight-demo-q8_0.gguf", json_out;
   int seconds = 60, clients = 24, reload_every = 10;
   double warmup_fraction = 0.2;
   app.add_option("--server", server_bin, "inflight-server binary");
   app.add_option("--model", model, "GGUF model the repository is made for");
   app.add_option("--seconds", seconds, "Length of the load phase")->check(CLI::Range(10, 86400));
-  app.add_option("--clients", clients, "Concurrent clients (saturation: more than the batch takes at once)")->check(CLI::Range(1, 1000));
-  app.add_option("--reload-every", reload_every, "Seconds between model reloads")->check(CLI::Range(1, 3600));
+  app.add_option("--clients", clients,
+                 "Concurrent clients (saturation: more than the batch takes at once)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--reload-every", reload_every, "Seconds between model reloads")
+      ->check(CLI::Range(1, 3600));
   bool reloads = true;
   app.add_option("--reloads", reloads, "Reload models during the run");
-  app.add_option("--warmup-fraction", warmup_fraction, "Part of the run before RSS is taken as the baseline")->check(CLI::Range(0.05, 0.9));
+  app.add_option("--warmup-fraction", warmup_fraction,
+                 "Part of the run before RSS is taken as the baseline")
+      ->check(CLI::Range(0.05, 0.9));
   app.add_option("--json", json_out, "Write the figures here as JSON");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
 
   const fs::path repo = fs::temp_directory_path() / ("inflight_soak_" + std::to_string(getpid()));
   fs::remove_all(repo);
-  const std::string init = server_bin + " init-repo --model " + model + " --out " + repo.string() + " > /dev/null";
+  const std::string init =
+      server_bin + " init-repo --model " + model + " --out " + repo.string() + " > /dev/null";
   if (std::system(init.c_str()) != 0) {
     std::fprintf(stderr, "soak: init-repo failed\n");
     return 1;
@@ -375,16 +458,19 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   for (int i = 0; i < clients; ++i) {
-    threads.emplace_back(Worker, Load{server.http_port, server.grpc_port, &tally, &stop}, 1000u + static_cast<unsigned>(i));
+    threads.emplace_back(Worker, Load{server.http_port, server.grpc_port, &tally, &stop},
+                         1000u + static_cast<unsigned>(i));
   }
   if (reloads) {
-    threads.emplace_back(Reloader, server.http_port, &tally, &stop,
-                         std::min(reload_every, std::max(1, static_cast<int>(seconds * warmup_fraction / 2))));
+    threads.emplace_back(
+        Reloader, server.http_port, &tally, &stop,
+        std::min(reload_every, std::max(1, static_cast<int>(seconds * warmup_fraction / 2))));
   }
 
   // Samples RSS and descriptors once a second.
   const auto t0 = Clock::now();
-  const auto warm = t0 + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000 * warmup_fraction));
+  const auto warm =
+      t0 + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000 * warmup_fraction));
   const auto end = t0 + std::chrono::seconds(seconds);
   // The baseline is the peak RSS of the warm-up under load; later peaks must stay within 10%.
   int64_t rss_warm = 0, rss_max_after = 0, rss_reload_peak = 0, fds_max = 0;
@@ -414,7 +500,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 200; ++i) {
     auto m = metrics.Get("/metrics", Auth(kAdminKey));
     if (m && m->status == 200) {
-      kv_used = Metric(m->body, "nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type=\"used\"");
+      kv_used =
+          Metric(m->body, "nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type=\"used\"");
       active = Metric(m->body, "nv_trt_llm_request_metrics", "request_type=\"active\"");
       if (kv_used == 0 && active == 0) break;
     }
@@ -430,8 +517,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 8; ++i) {
     last.emplace_back([&, i] {
       // 32 choices of 400 tokens each: seconds of work, still running at the signal.
-      json b = {{"model", "ensemble"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true},
-                {"n", 32}};
+      json b = {{"model", "ensemble"}, {"prompt", "Once upon a time"},
+                {"max_tokens", 400},   {"ignore_eos", true},
+                {"stream", true},      {"n", 32}};
       StreamResult r = Stream(server.http_port, "/v1/completions", b.dump(), 0, i % 2 ? 5 : 0);
       if (r.status == 200 && r.body.find("data: [DONE]") != std::string::npos) {
         (r.body.find("\"error\"") == std::string::npos ? term_ok : term_error)++;
@@ -466,45 +554,74 @@ int main(int argc, char** argv) {
   int64_t total = 0;
   for (const auto& [k, v] : counts) total += v;
   std::vector<std::string> failures;
-  if (counts.count("unexpected")) failures.push_back(std::to_string(counts["unexpected"]) + " requests ended unexpectedly");
-  if (kv_used != 0) failures.push_back("KV blocks in use after the load: " + std::to_string(kv_used));
+  if (counts.count("unexpected"))
+    failures.push_back(std::to_string(counts["unexpected"]) + " requests ended unexpectedly");
+  if (kv_used != 0)
+    failures.push_back("KV blocks in use after the load: " + std::to_string(kv_used));
   if (rss_warm > 0 && static_cast<double>(rss_max_after) > static_cast<double>(rss_warm) * 1.10) {
-    failures.push_back("RSS grew past 10% after warm-up: peak " + std::to_string(rss_warm) + " -> " + std::to_string(rss_max_after) + " kB");
+    failures.push_back("RSS grew past 10% after warm-up: peak " + std::to_string(rss_warm) +
+                       " -> " + std::to_string(rss_max_after) + " kB");
   }
-  if (fds_end > fds_start + 2) failures.push_back("descriptors leaked: " + std::to_string(fds_start) + " -> " + std::to_string(fds_end));
-  if (term_lost > 0) failures.push_back(std::to_string(term_lost.load()) + " streams open at SIGTERM got no result or error");
+  if (fds_end > fds_start + 2)
+    failures.push_back("descriptors leaked: " + std::to_string(fds_start) + " -> " +
+                       std::to_string(fds_end));
+  if (term_lost > 0)
+    failures.push_back(std::to_string(term_lost.load()) +
+                       " streams open at SIGTERM got no result or error");
   if (!clean_exit) failures.push_back("the server did not exit cleanly on SIGTERM");
 
-  std::printf("soak: %.0f s, %d clients, %lld requests (%.1f/s)\n", load_s, clients, static_cast<long long>(total), total / load_s);
-  for (const auto& [k, v] : counts) std::printf("  %-44s %lld\n", k.c_str(), static_cast<long long>(v));
+  std::printf("soak: %.0f s, %d clients, %lld requests (%.1f/s)\n", load_s, clients,
+              static_cast<long long>(total), total / load_s);
+  for (const auto& [k, v] : counts)
+    std::printf("  %-44s %lld\n", k.c_str(), static_cast<long long>(v));
   for (const auto& e : tally.examples()) std::printf("  unexpected: %s\n", e.c_str());
-  std::printf("RSS kB: start %lld, warm-up peak %lld, peak after warm-up %lld, end (quiet) %lld; during reloads (two "
-              "copies of the model) up to %lld\n", static_cast<long long>(rss_start), static_cast<long long>(rss_warm),
-              static_cast<long long>(rss_max_after), static_cast<long long>(rss_end), static_cast<long long>(rss_reload_peak));
+  std::printf(
+      "RSS kB: start %lld, warm-up peak %lld, peak after warm-up %lld, end (quiet) %lld; during "
+      "reloads (two "
+      "copies of the model) up to %lld\n",
+      static_cast<long long>(rss_start), static_cast<long long>(rss_warm),
+      static_cast<long long>(rss_max_after), static_cast<long long>(rss_end),
+      static_cast<long long>(rss_reload_peak));
   std::printf("RSS every 10 s (MB):");
   for (const auto& [at, kb] : rss_series) std::printf(" %.0f", kb / 1024.0);
   std::printf("\n");
-  std::printf("descriptors: start %lld, max %lld, end %lld\n", static_cast<long long>(fds_start), static_cast<long long>(fds_max),
-              static_cast<long long>(fds_end));
+  std::printf("descriptors: start %lld, max %lld, end %lld\n", static_cast<long long>(fds_start),
+              static_cast<long long>(fds_max), static_cast<long long>(fds_end));
   std::printf("KV blocks used after the load: %.0f, active requests: %.0f\n", kv_used, active);
-  std::printf("SIGTERM with 8 streams open: %d complete, %d ended with an error event, %d lost; exit %s in %.2f s\n",
-              term_ok.load(), term_error.load(), term_lost.load(), clean_exit ? "0" : "NOT CLEAN", exit_s);
+  std::printf(
+      "SIGTERM with 8 streams open: %d complete, %d ended with an error event, %d lost; exit %s in "
+      "%.2f s\n",
+      term_ok.load(), term_error.load(), term_lost.load(), clean_exit ? "0" : "NOT CLEAN", exit_s);
   for (const auto& f : failures) std::printf("FAIL: %s\n", f.c_str());
   if (failures.empty()) std::printf("PASS\n");
   if (!json_out.empty()) {
-    json j = {{"seconds", load_s}, {"clients", clients}, {"requests", total}, {"outcomes", counts},
-              {"rss_kb", {{"start", rss_start}, {"warmup_peak", rss_warm}, {"peak_after_warmup", rss_max_after}, {"end", rss_end},
-                          {"reload_peak", rss_reload_peak}}},
+    json j = {{"seconds", load_s},
+              {"clients", clients},
+              {"requests", total},
+              {"outcomes", counts},
+              {"rss_kb",
+               {{"start", rss_start},
+                {"warmup_peak", rss_warm},
+                {"peak_after_warmup", rss_max_after},
+                {"end", rss_end},
+                {"reload_peak", rss_reload_peak}}},
               {"rss_series_kb", rss_series},
-              {"fds", {{"start", fds_start}, {"max", fds_max}, {"end", fds_end}}}, {"kv_blocks_used_end", kv_used},
-              {"sigterm", {{"complete", term_ok.load()}, {"error_event", term_error.load()}, {"lost", term_lost.load()},
-                           {"clean_exit", clean_exit}, {"exit_seconds", exit_s}}},
+              {"fds", {{"start", fds_start}, {"max", fds_max}, {"end", fds_end}}},
+              {"kv_blocks_used_end", kv_used},
+              {"sigterm",
+               {{"complete", term_ok.load()},
+                {"error_event", term_error.load()},
+                {"lost", term_lost.load()},
+                {"clean_exit", clean_exit},
+                {"exit_seconds", exit_s}}},
               {"failures", failures}};
     std::ofstream(json_out) << j.dump(2) << "\n";
   }
   if (!failures.empty()) {
     std::lock_guard<std::mutex> lock(server.mu);
-    std::fprintf(stderr, "--- server log (tail) ---\n%s\n", server.log.substr(server.log.size() > 6000 ? server.log.size() - 6000 : 0).c_str());
+    std::fprintf(
+        stderr, "--- server log (tail) ---\n%s\n",
+        server.log.substr(server.log.size() > 6000 ? server.log.size() - 6000 : 0).c_str());
   }
   return failures.empty() ? 0 : 1;
 }

@@ -12,7 +12,8 @@
 // chain) at the full cost of the real model: the upper bound, where drafts nearly always hold.
 // Every run's output must equal the run without speculation (greedy is exact), else exit 1.
 // Usage: spec_bench [--model PATH | --preset tinyllama-1.1b --dtype q4_k_m] [--prompt-tokens 512]
-//                   [--decode-tokens 128] [--draft 4] [--ngram 3] [--draft-layers 0] [--passage 80] [--reps 3]
+//                   [--decode-tokens 128] [--draft 4] [--ngram 3] [--draft-layers 0] [--passage 80]
+//                   [--reps 3]
 //                   [--block-output-scale 1] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
 #include <algorithm>
 #include <chrono>
@@ -35,8 +36,8 @@ struct Run {
   int32_t drafts = 0, accepted = 0;
 };
 
-Run RunOne(const Model& model, const ExecutorConfig& config, const std::vector<int32_t>& prompt, int32_t max_tokens,
-           const Model* draft = nullptr) {
+Run RunOne(const Model& model, const ExecutorConfig& config, const std::vector<int32_t>& prompt,
+           int32_t max_tokens, const Model* draft = nullptr) {
   auto e = Executor::Create(model, config, draft);
   if (!e.ok()) {
     std::fprintf(stderr, "%s\n", e.status().ToString().c_str());
@@ -71,26 +72,42 @@ Run RunOne(const Model& model, const ExecutorConfig& config, const std::vector<i
 
 int main(int argc, char** argv) {
   std::string model_path, preset = "tinyllama-1.1b", dtype = "q4_k_m", model_dir = "bench-models";
-  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) + "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
+                          "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   double block_output_scale = 1.0;
   int draft_layers = 0;
-  int prompt_tokens = 512, decode_tokens = 128, draft_len = 4, ngram = 3, passage = 80, reps = 3, threads = 2;
+  int prompt_tokens = 512, decode_tokens = 128, draft_len = 4, ngram = 3, passage = 80, reps = 3,
+      threads = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--model") model_path = v;
-    else if (f == "--preset") preset = v;
-    else if (f == "--dtype") dtype = v;
-    else if (f == "--model-dir") model_dir = v;
-    else if (f == "--tokenizer") tokenizer = v;
-    else if (f == "--prompt-tokens") prompt_tokens = std::stoi(v);
-    else if (f == "--decode-tokens") decode_tokens = std::stoi(v);
-    else if (f == "--draft") draft_len = std::stoi(v);
-    else if (f == "--ngram") ngram = std::stoi(v);
-    else if (f == "--passage") passage = std::stoi(v);
-    else if (f == "--reps") reps = std::stoi(v);
-    else if (f == "--block-output-scale") block_output_scale = std::stod(v);
-    else if (f == "--draft-layers") draft_layers = std::stoi(v);
-    else if (f == "--threads") threads = std::stoi(v);
+    if (f == "--model")
+      model_path = v;
+    else if (f == "--preset")
+      preset = v;
+    else if (f == "--dtype")
+      dtype = v;
+    else if (f == "--model-dir")
+      model_dir = v;
+    else if (f == "--tokenizer")
+      tokenizer = v;
+    else if (f == "--prompt-tokens")
+      prompt_tokens = std::stoi(v);
+    else if (f == "--decode-tokens")
+      decode_tokens = std::stoi(v);
+    else if (f == "--draft")
+      draft_len = std::stoi(v);
+    else if (f == "--ngram")
+      ngram = std::stoi(v);
+    else if (f == "--passage")
+      passage = std::stoi(v);
+    else if (f == "--reps")
+      reps = std::stoi(v);
+    else if (f == "--block-output-scale")
+      block_output_scale = std::stod(v);
+    else if (f == "--draft-layers")
+      draft_layers = std::stoi(v);
+    else if (f == "--threads")
+      threads = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -99,9 +116,12 @@ int main(int argc, char** argv) {
   StatusOr<std::unique_ptr<Model>> model =
       !model_path.empty() ? Model::Load(model_path)
       : block_output_scale == 1.0
-          ? LoadOrWriteRandomModel(model_dir + "/" + preset + "-random-" + dtype + ".gguf", preset, dtype, tokenizer)
-          : LoadOrWriteRandomModel(model_dir + "/" + preset + "-random-" + dtype + "-blockscale" + std::to_string(block_output_scale) + ".gguf",
-                                   preset, dtype, tokenizer, 0, static_cast<float>(block_output_scale));
+          ? LoadOrWriteRandomModel(model_dir + "/" + preset + "-random-" + dtype + ".gguf", preset,
+                                   dtype, tokenizer)
+          : LoadOrWriteRandomModel(model_dir + "/" + preset + "-random-" + dtype + "-blockscale" +
+                                       std::to_string(block_output_scale) + ".gguf",
+                                   preset, dtype, tokenizer, 0,
+                                   static_cast<float>(block_output_scale));
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;
@@ -115,7 +135,8 @@ int main(int argc, char** argv) {
   plain.max_tokens_in_paged_kv_cache = 4096;
   plain.enable_chunked_context = true;
   ExecutorConfig spec = plain;
-  spec.speculative_mode = draft_layers > 0 ? SpeculativeMode::kDraftModel : SpeculativeMode::kPromptLookup;
+  spec.speculative_mode =
+      draft_layers > 0 ? SpeculativeMode::kDraftModel : SpeculativeMode::kPromptLookup;
   // The draft model: the target's own first layers (with its embeddings and output head).
   std::unique_ptr<Model> draft;
   if (draft_layers > 0) {
@@ -137,21 +158,25 @@ int main(int argc, char** argv) {
   text_prompt.insert(text_prompt.end(), own.begin(), own.end());
   text_prompt.resize(prompt_tokens);
   std::vector<int32_t> repeated = seed;
-  while (static_cast<int>(repeated.size()) < prompt_tokens) repeated.insert(repeated.end(), own.begin(), own.begin() + passage);
+  while (static_cast<int>(repeated.size()) < prompt_tokens)
+    repeated.insert(repeated.end(), own.begin(), own.begin() + passage);
   repeated.resize(prompt_tokens);
 
-  std::printf("model %s, %d threads; prompt %d tokens, %d decoded, up to %d drafts, passage %d tokens\n", m.Describe().c_str(),
-              threads, prompt_tokens, decode_tokens, draft_len, passage);
+  std::printf(
+      "model %s, %d threads; prompt %d tokens, %d decoded, up to %d drafts, passage %d tokens\n",
+      m.Describe().c_str(), threads, prompt_tokens, decode_tokens, draft_len, passage);
   if (draft) {
-    std::printf("drafts from a draft model: the first %d layers (%.2f GB read per token against %.2f)\n", draft_layers,
-                draft->DecodeWeightBytes() / 1e9, m.DecodeWeightBytes() / 1e9);
+    std::printf(
+        "drafts from a draft model: the first %d layers (%.2f GB read per token against %.2f)\n",
+        draft_layers, draft->DecodeWeightBytes() / 1e9, m.DecodeWeightBytes() / 1e9);
   } else {
     std::printf("drafts from prompt lookup (n-gram <= %d)\n", ngram);
   }
-  std::printf("%-11s %-4s %14s %14s %8s %12s %10s %12s\n", "workload", "rep", "plain tok/s", "spec tok/s", "speedup", "drafts/step",
-              "accepted", "tokens/step");
-  for (const auto& [name, prompt] : {std::pair<const char*, const std::vector<int32_t>&>{"repetitive", repeated},
-                                     std::pair<const char*, const std::vector<int32_t>&>{"plain", text_prompt}}) {
+  std::printf("%-11s %-4s %14s %14s %8s %12s %10s %12s\n", "workload", "rep", "plain tok/s",
+              "spec tok/s", "speedup", "drafts/step", "accepted", "tokens/step");
+  for (const auto& [name, prompt] :
+       {std::pair<const char*, const std::vector<int32_t>&>{"repetitive", repeated},
+        std::pair<const char*, const std::vector<int32_t>&>{"plain", text_prompt}}) {
     double best_plain = 0, best_spec = 0;
     for (int r = 0; r < reps; ++r) {
       // A then B, then B then A: neither always runs on a warmer machine.
@@ -169,14 +194,16 @@ int main(int argc, char** argv) {
       }
       // Steps after the first token: each gives one token plus its accepted drafts.
       const double steps = (decode_tokens - 1) - b.accepted;
-      std::printf("%-11s %-4d %14.2f %14.2f %7.2fx %12.2f %9.0f%% %12.2f\n", name, r, a.decode_tps, b.decode_tps,
-                  b.decode_tps / a.decode_tps, steps > 0 ? b.drafts / steps : 0.0, b.drafts ? 100.0 * b.accepted / b.drafts : 0.0,
+      std::printf("%-11s %-4d %14.2f %14.2f %7.2fx %12.2f %9.0f%% %12.2f\n", name, r, a.decode_tps,
+                  b.decode_tps, b.decode_tps / a.decode_tps, steps > 0 ? b.drafts / steps : 0.0,
+                  b.drafts ? 100.0 * b.accepted / b.drafts : 0.0,
                   steps > 0 ? (decode_tokens - 1) / steps : 0.0);
       std::fflush(stdout);
       best_plain = std::max(best_plain, a.decode_tps);
       best_spec = std::max(best_spec, b.decode_tps);
     }
-    std::printf("%-11s best %14.2f %14.2f %7.2fx\n", name, best_plain, best_spec, best_spec / best_plain);
+    std::printf("%-11s best %14.2f %14.2f %7.2fx\n", name, best_plain, best_spec,
+                best_spec / best_plain);
   }
   return 0;
 }

@@ -2,8 +2,8 @@
 // must end in a Status (never a crash, an out-of-bounds read or a leak under ASan/UBSan); a
 // quantized tensor with finite scales must dequantize to the same values through its native
 // blocks and through the kernels' interleaved layout.
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -33,7 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)a;
       (void)b;
     }
-    if (!t.dtype || !inflight::IsQuantizedFileType(*t.dtype) || t.num_bytes == 0 || t.num_bytes > (1u << 20)) continue;
+    if (!t.dtype || !inflight::IsQuantizedFileType(*t.dtype) || t.num_bytes == 0 ||
+        t.num_bytes > (1u << 20))
+      continue;
     // The loader's check: a block with a NaN or infinite scale is refused.
     const int64_t cols = t.dims[0], rows = t.num_elements() / cols;
     const int64_t blocks = t.num_elements() / inflight::DTypeBlockSize(*t.dtype);

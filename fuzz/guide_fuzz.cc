@@ -55,10 +55,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   // Token masks over a small vocabulary of pieces of the input itself.
-  std::vector<std::string> vocab = {"", "{", "}", "[", "]", "\"", ",", ":", "a", "0", " ", "true", "null"};
-  for (size_t i = 0; i + 3 <= text.size() && vocab.size() < 40; i += 3) vocab.push_back(text.substr(i, 3));
+  std::vector<std::string> vocab = {"",  "{", "}", "[", "]",    "\"",  ",",
+                                    ":", "a", "0", " ", "true", "null"};
+  for (size_t i = 0; i + 3 <= text.size() && vocab.size() < 40; i += 3)
+    vocab.push_back(text.substr(i, 3));
   auto v = std::make_shared<GuideVocabulary>(vocab);
-  const GuideType type = kind == 0 ? GuideType::kRegex : kind == 1 ? GuideType::kJsonSchema : kind == 2 ? GuideType::kJson : GuideType::kEbnf;
+  const GuideType type = kind == 0   ? GuideType::kRegex
+                         : kind == 1 ? GuideType::kJsonSchema
+                         : kind == 2 ? GuideType::kJson
+                                     : GuideType::kEbnf;
   auto g = Guide::Compile(type, guide, v);
   if (!g.ok()) return 0;
   auto c = (*g)->NewConstraint();

@@ -11,7 +11,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
   const size_t nul = input.find('\0');
   const std::string source = input.substr(0, nul);
-  const std::string json = nul == std::string::npos ? R"({"messages": [{"role": "user", "content": "hi"}]})" : input.substr(nul + 1);
+  const std::string json = nul == std::string::npos
+                               ? R"({"messages": [{"role": "user", "content": "hi"}]})"
+                               : input.substr(nul + 1);
   auto context = inflight::jinja::ValueFromJson(json);
   auto tmpl = inflight::jinja::Template::Parse(source);
   if (!tmpl.ok() || !context.ok()) return 0;

@@ -13,7 +13,8 @@
 namespace {
 
 const inflight::serving::ModelConfig& GenerateConfig() {
-  static const auto* config = new inflight::serving::ModelConfig(*inflight::serving::ParseModelConfigText(R"(
+  static const auto* config =
+      new inflight::serving::ModelConfig(*inflight::serving::ParseModelConfigText(R"(
 name: "ensemble"
 max_batch_size: 8
 input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
@@ -59,7 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int64_t header_length = -1;
   if (mode & 2) {
     const size_t end = body.rfind('}');
-    header_length = end == std::string::npos ? static_cast<int64_t>(mode >> 2) : static_cast<int64_t>(end + 1);
+    header_length =
+        end == std::string::npos ? static_cast<int64_t>(mode >> 2) : static_cast<int64_t>(end + 1);
   }
   auto p = inflight::frontends::ParseInferRequest(body, header_length);
   if (!p.ok()) return 0;

@@ -15,9 +15,11 @@ namespace {
 bool WriteParallelSeed(const std::string& path) {
   using namespace inflight;
   ModelConfig c;
-  c.vocab_size = 259, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16, c.ffn_size = 192;
+  c.vocab_size = 259, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2,
+  c.head_dim = 16, c.ffn_size = 192;
   std::vector<float> weights(4 * (64 + 64), 0.25f);
-  auto adapter = LoraAdapter::FromTensors(c, weights, 1, static_cast<int64_t>(weights.size()), {kLoraAttnQ, 0, 4});
+  auto adapter = LoraAdapter::FromTensors(c, weights, 1, static_cast<int64_t>(weights.size()),
+                                          {kLoraAttnQ, 0, 4});
   if (!adapter.ok()) return false;
   parallel::WireWriter w;
   parallel::EncodeAdapters({7}, {adapter->get()}, &w);
@@ -59,20 +61,28 @@ int main(int argc, char** argv) {
   // One small matrix of every block format, quantized from a ramp.
   std::vector<float> ramp(512);
   for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i % 37) - 18.0f;
-  for (inflight::DType t : {inflight::DType::kQ4_1, inflight::DType::kQ5_0, inflight::DType::kQ5_1, inflight::DType::kIQ4_NL,
-                            inflight::DType::kQ2_K, inflight::DType::kQ3_K, inflight::DType::kQ4_K, inflight::DType::kQ5_K,
+  for (inflight::DType t : {inflight::DType::kQ4_1, inflight::DType::kQ5_0, inflight::DType::kQ5_1,
+                            inflight::DType::kIQ4_NL, inflight::DType::kQ2_K,
+                            inflight::DType::kQ3_K, inflight::DType::kQ4_K, inflight::DType::kQ5_K,
                             inflight::DType::kQ6_K, inflight::DType::kIQ4_XS}) {
     const int64_t cols = 256, rows = 2, row_bytes = inflight::DTypeRowBytes(t, cols);
     std::vector<uint8_t> bytes(row_bytes * rows);
-    for (int64_t r = 0; r < rows; ++r) inflight::kernels::QuantizeRow(t, ramp.data() + r * cols, cols, bytes.data() + r * row_bytes);
-    if (!w.AddTensor(std::string("blk.0.") + inflight::DTypeName(t) + ".weight", t, {cols, rows}, bytes).ok()) return 1;
+    for (int64_t r = 0; r < rows; ++r)
+      inflight::kernels::QuantizeRow(t, ramp.data() + r * cols, cols, bytes.data() + r * row_bytes);
+    if (!w.AddTensor(std::string("blk.0.") + inflight::DTypeName(t) + ".weight", t, {cols, rows},
+                     bytes)
+             .ok())
+      return 1;
   }
   if (!w.WriteFile(dir + "/gguf-seed.gguf").ok()) return 1;
-  const std::string header = R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"k":"v"}})";
+  const std::string header =
+      R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"k":"v"}})";
   std::ofstream st(dir + "/seed.safetensors", std::ios::binary);
   const uint64_t n = header.size();
   st.write(reinterpret_cast<const char*>(&n), 8);
   st << header << std::string(16, '\0');
-  std::ofstream(dir + "/text-seed.txt") << "Hello world, the quick brown fox. \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80 it's 1234!\n\t  x";
+  std::ofstream(dir + "/text-seed.txt")
+      << "Hello world, the quick brown fox. \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80 it's "
+         "1234!\n\t  x";
   return 0;
 }

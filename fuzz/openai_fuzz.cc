@@ -17,7 +17,8 @@ namespace {
 const inflight::jinja::Template* DemoTemplate() {
   static const inflight::jinja::Template* t = [] {
     std::ifstream in(std::string(INFLIGHT_SOURCE_DIR) + "/models/demo/chat_template.jinja");
-    const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
     auto parsed = inflight::jinja::Template::Parse(source);
     return parsed.ok() ? new inflight::jinja::Template(std::move(parsed).value()) : nullptr;
   }();
@@ -33,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string param;
   auto r = inflight::frontends::ParseOpenAiRequest(body, chat, &param);
   if (!r.ok()) {
-    (void)inflight::frontends::Dump(inflight::frontends::OpenAiErrorJson(400, r.status().message(), param));
+    (void)inflight::frontends::Dump(
+        inflight::frontends::OpenAiErrorJson(400, r.status().message(), param));
     return 0;
   }
   if (chat && DemoTemplate()) {

@@ -9,7 +9,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace inflight;
   ModelConfig c;
-  c.vocab_size = 259, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16, c.ffn_size = 192;
+  c.vocab_size = 259, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2,
+  c.head_dim = 16, c.ffn_size = 192;
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   parallel::WireReader in(bytes);
   std::vector<uint64_t> drops;

@@ -15,7 +15,8 @@ namespace {
 std::unique_ptr<inflight::Tokenizer> MakeSentencePiece() {
   inflight::TokenizerSpec spec;
   spec.tokens = {"<unk>", "<s>", "</s>"};
-  spec.types = {inflight::TokenType::kUnknown, inflight::TokenType::kControl, inflight::TokenType::kControl};
+  spec.types = {inflight::TokenType::kUnknown, inflight::TokenType::kControl,
+                inflight::TokenType::kControl};
   for (int b = 0; b < 256; ++b) {
     char buf[8];
     std::snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -46,7 +47,8 @@ std::unique_ptr<inflight::Tokenizer> MakeByteLevel() {
       cp = next++;
     }
     std::string s;
-    if (cp < 0x80) s.push_back(static_cast<char>(cp));
+    if (cp < 0x80)
+      s.push_back(static_cast<char>(cp));
     else {
       s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
       s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
@@ -58,7 +60,8 @@ std::unique_ptr<inflight::Tokenizer> MakeByteLevel() {
   spec.merges = {"t h", "th e"};
   spec.byte_fallback = false;
   spec.add_space_prefix = false;
-  spec.pre_regexes = {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"};
+  spec.pre_regexes = {
+      "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"};
   auto t = inflight::Tokenizer::Create(std::move(spec));
   if (!t.ok()) {
     std::fprintf(stderr, "%s\n", t.status().ToString().c_str());
@@ -74,7 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const auto bpe = MakeByteLevel();
   const std::string text(reinterpret_cast<const char*>(data), size);
   for (const inflight::Tokenizer* t : {spm.get(), bpe.get()}) {
-    const std::vector<int32_t> ids = t->Encode(text, /*add_special=*/false, /*parse_special=*/false);
+    const std::vector<int32_t> ids =
+        t->Encode(text, /*add_special=*/false, /*parse_special=*/false);
     for (int32_t id : ids) {
       if (id < 0 || id >= t->vocab_size()) std::abort();
     }
@@ -87,7 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int32_t id : ids) streamed += detok.Add(id);
     streamed += detok.Flush();
     // The streamed text equals Decode's up to invalid UTF-8, which Flush marks with U+FFFD.
-    if (lossless && inflight::CompleteUtf8Prefix(text) == text.size() && streamed != text) std::abort();
+    if (lossless && inflight::CompleteUtf8Prefix(text) == text.size() && streamed != text)
+      std::abort();
   }
   return 0;
 }

@@ -3,8 +3,6 @@
 // vocabulary ranked in double precision) and the next beams are chosen among all (beam,
 // token) pairs. Beam requests share steps with each other and with plain requests, under both
 // capacity policies; beams share KV blocks (counts asserted) and leave none behind.
-#include "engine/executor.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include <random>
 
 #include "base/thread_pool.h"
+#include "engine/executor.h"
 #include "engine/generate.h"
 #include "engine_test_util.h"
 
@@ -71,7 +70,8 @@ class BeamSearchTest : public ::testing::Test {
     auto all = AllLogits(*model_, ids, DType::kF16, *pool_);
     EXPECT_TRUE(all.ok());
     const int32_t vocab = model_->config().vocab_size;
-    std::vector<float> row(all->begin() + static_cast<long>((ids.size() - 1) * vocab), all->begin() + static_cast<long>(ids.size() * vocab));
+    std::vector<float> row(all->begin() + static_cast<long>((ids.size() - 1) * vocab),
+                           all->begin() + static_cast<long>(ids.size() * vocab));
     if (banned >= 0) row[banned] = -std::numeric_limits<float>::infinity();
     double mx = -1e300;
     for (int32_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(row[i]));
@@ -97,7 +97,9 @@ class BeamSearchTest : public ::testing::Test {
     std::vector<RefHypothesis> hyps;
     auto ends_with_stop = [&](const std::vector<int32_t>& seq) {
       for (const auto& w : c.stop_words) {
-        if (w.size() <= seq.size() - prompt_len && std::equal(w.begin(), w.end(), seq.end() - static_cast<long>(w.size()))) return true;
+        if (w.size() <= seq.size() - prompt_len &&
+            std::equal(w.begin(), w.end(), seq.end() - static_cast<long>(w.size())))
+          return true;
       }
       return false;
     };
@@ -115,28 +117,35 @@ class BeamSearchTest : public ::testing::Test {
       };
       std::vector<Cand> cands;
       for (int32_t b = 0; b < static_cast<int32_t>(beams.size()); ++b) {
-        std::vector<double> lp = LastLogProbs(beams[b].tokens, c.end_id >= 0 && g - 1 < c.min_tokens ? c.end_id : -1);
+        std::vector<double> lp =
+            LastLogProbs(beams[b].tokens, c.end_id >= 0 && g - 1 < c.min_tokens ? c.end_id : -1);
         std::vector<int32_t> order(lp.size());
         std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return lp[x] > lp[y]; });
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t x, int32_t y) { return lp[x] > lp[y]; });
         for (int32_t r = 0; r < static_cast<int32_t>(order.size()); ++r) {
           if (std::isinf(lp[order[r]])) break;
-          cands.push_back({beams[b].cum + lp[order[r]] - c.diversity * r, b, r, order[r], lp[order[r]]});
+          cands.push_back(
+              {beams[b].cum + lp[order[r]] - c.diversity * r, b, r, order[r], lp[order[r]]});
         }
       }
-      std::stable_sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) { return x.rank > y.rank; });
+      std::stable_sort(cands.begin(), cands.end(),
+                       [](const Cand& x, const Cand& y) { return x.rank > y.rank; });
       std::vector<Beam> next;
       for (size_t i = 0; i < cands.size() && static_cast<int32_t>(next.size()) < c.width; ++i) {
         const Cand& k = cands[i];
         Beam nb{beams[k.beam].tokens, beams[k.beam].cum + k.lp};
         nb.tokens.push_back(k.token);
         FinishReason ends = FinishReason::kNotFinished;
-        if (k.token == c.end_id) ends = FinishReason::kEndId;
-        else if (g >= c.min_tokens && ends_with_stop(nb.tokens)) ends = FinishReason::kStopWords;
+        if (k.token == c.end_id)
+          ends = FinishReason::kEndId;
+        else if (g >= c.min_tokens && ends_with_stop(nb.tokens))
+          ends = FinishReason::kStopWords;
         if (ends != FinishReason::kNotFinished) {
           if (static_cast<int32_t>(i) < c.width) {
             RefHypothesis h;
-            h.tokens.assign(nb.tokens.begin() + prompt_len, nb.tokens.end() - (ends == FinishReason::kEndId ? 1 : 0));
+            h.tokens.assign(nb.tokens.begin() + prompt_len,
+                            nb.tokens.end() - (ends == FinishReason::kEndId ? 1 : 0));
             h.cum = nb.cum;
             h.score = Penalised(nb.cum, g, c.length_penalty);
             h.finish = ends;
@@ -172,7 +181,9 @@ class BeamSearchTest : public ::testing::Test {
       if (done) break;
       beams = std::move(next);
     }
-    std::stable_sort(hyps.begin(), hyps.end(), [](const RefHypothesis& x, const RefHypothesis& y) { return x.score > y.score; });
+    std::stable_sort(hyps.begin(), hyps.end(), [](const RefHypothesis& x, const RefHypothesis& y) {
+      return x.score > y.score;
+    });
     hyps.resize(std::min<size_t>(hyps.size(), c.num_return > 0 ? c.num_return : c.width));
     return hyps;
   }
@@ -215,7 +226,8 @@ class BeamSearchTest : public ::testing::Test {
   }
 
   // Width 1 is plain greedy decoding, whose cum_log_prob leaves out an end token.
-  static void ExpectSame(const std::vector<RefHypothesis>& want, const std::vector<RefHypothesis>& got, const std::string& what,
+  static void ExpectSame(const std::vector<RefHypothesis>& want,
+                         const std::vector<RefHypothesis>& got, const std::string& what,
                          bool greedy = false) {
     ASSERT_EQ(want.size(), got.size()) << what;
     for (size_t i = 0; i < want.size(); ++i) {
@@ -229,7 +241,8 @@ class BeamSearchTest : public ::testing::Test {
 
   // Runs every case in one executor at once (with a plain greedy request beside each);
   // checks each against the naive search.
-  static std::vector<std::vector<RefHypothesis>> RunAgainstNaive(const std::vector<BeamCase>& cases, ExecutorConfig config,
+  static std::vector<std::vector<RefHypothesis>> RunAgainstNaive(const std::vector<BeamCase>& cases,
+                                                                 ExecutorConfig config,
                                                                  bool expect_pauses = false) {
     std::vector<std::vector<RefHypothesis>> out;
     RunInto(cases, config, expect_pauses, &out);
@@ -258,11 +271,14 @@ class BeamSearchTest : public ::testing::Test {
       ASSERT_FALSE(rs.empty());
       ASSERT_TRUE(rs.back().error.ok()) << rs.back().error.ToString();
       out->push_back(FromResult(rs.back()));
-      ExpectSame(Naive(cases[i]), out->back(), "case " + std::to_string(i) + " width " + std::to_string(cases[i].width),
+      ExpectSame(Naive(cases[i]), out->back(),
+                 "case " + std::to_string(i) + " width " + std::to_string(cases[i].width),
                  cases[i].width == 1);
       const std::vector<Result> ps = testing::CollectResults(*e, plain_ids[i]);
       ASSERT_FALSE(ps.empty());
-      EXPECT_EQ(ps.back().output_token_ids, testing::GreedyAlone(*model_, *pool_, cases[i].prompt, cases[i].max_tokens)) << "plain " << i;
+      EXPECT_EQ(ps.back().output_token_ids,
+                testing::GreedyAlone(*model_, *pool_, cases[i].prompt, cases[i].max_tokens))
+          << "plain " << i;
     }
     if (expect_pauses) {
       EXPECT_GT(e->LastIterationStats().num_paused_total, 0) << "the cache was meant to run short";
@@ -323,7 +339,8 @@ TEST_F(BeamSearchTest, WidthsOneTwoAndFourEqualTheNaiveBeamSearch) {
       at_length += h.finish == FinishReason::kLength;
     }
     if (cases[i].width == 4 && cases[i].end_id < 0) {
-      not_greedy += got[i][0].tokens != testing::GreedyAlone(*model_, *pool_, cases[i].prompt, cases[i].max_tokens);
+      not_greedy += got[i][0].tokens !=
+                    testing::GreedyAlone(*model_, *pool_, cases[i].prompt, cases[i].max_tokens);
     }
   }
   EXPECT_GT(ended, 5);
@@ -395,8 +412,9 @@ TEST_F(BeamSearchTest, BeamsShareBlocksCopyOnWrite) {
   ExpectSame(Naive(k), FromResult(rs.back()), "100-token prompt");
   const int32_t tpb = c.tokens_per_block;
   int32_t most = 0;
-  for (const IterationStats& s : e->GetLatestIterationStats()) most = std::max(most, s.kv_blocks_used);
-  const int32_t full_prompt = 100 / tpb;                                 // 12
+  for (const IterationStats& s : e->GetLatestIterationStats())
+    most = std::max(most, s.kv_blocks_used);
+  const int32_t full_prompt = 100 / tpb;                                        // 12
   const int32_t per_beam = (100 + k.max_tokens + tpb - 1) / tpb - full_prompt;  // 3
   EXPECT_GT(most, full_prompt);
   EXPECT_LE(most, full_prompt + k.width * per_beam) << "beams do not share the prompt's blocks";
@@ -444,7 +462,8 @@ TEST_F(BeamSearchTest, CancelledBeamSearchReturnsTheBeamsSoFar) {
   // Cancel after the first provisional beams.
   std::vector<Result> got;
   while (got.empty()) {
-    for (Result& x : e->AwaitResponses(*id, std::chrono::milliseconds(50))) got.push_back(std::move(x));
+    for (Result& x : e->AwaitResponses(*id, std::chrono::milliseconds(50)))
+      got.push_back(std::move(x));
   }
   e->Cancel(*id);
   for (Result& x : testing::CollectResults(*e, *id)) got.push_back(std::move(x));

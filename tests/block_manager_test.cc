@@ -39,7 +39,8 @@ TEST(BlockManager, ReusesCommittedPrefixAndSharesByReferenceCount) {
   // Sequence A computes it: blocks 0, 1, 2; commits the two full ones.
   std::vector<int32_t> a = {*m.Allocate(), *m.Allocate(), *m.Allocate()};
   EXPECT_EQ(a, (std::vector<int32_t>{0, 1, 2}));
-  const uint64_t k0 = m.Commit(a[0], KvBlockManager::kRootKey, prompt.data(), kDefaultRetentionPriority);
+  const uint64_t k0 =
+      m.Commit(a[0], KvBlockManager::kRootKey, prompt.data(), kDefaultRetentionPriority);
   m.Commit(a[1], k0, prompt.data() + 4, kDefaultRetentionPriority);
   // Sequence B with the same prompt gets A's two full blocks, shared.
   std::vector<int32_t> b = m.AcquirePrefix(prompt.data(), prompt.size(), 100);
@@ -85,7 +86,8 @@ TEST(BlockManager, SaltedChainsShareNothingAcrossSaltsAndEverythingWithin) {
   const uint64_t k0 = m.Commit(a[0], salt_a, prompt.data(), kDefaultRetentionPriority);
   m.Commit(a[1], k0, prompt.data() + 4, kDefaultRetentionPriority);
   // Same salt: the whole prefix. Another salt, or none: nothing, not even a partial block.
-  EXPECT_EQ(m.AcquirePrefix(prompt.data(), prompt.size(), 100, salt_a), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(m.AcquirePrefix(prompt.data(), prompt.size(), 100, salt_a),
+            (std::vector<int32_t>{0, 1}));
   EXPECT_TRUE(m.AcquirePrefix(prompt.data(), prompt.size(), 100, salt_b).empty());
   EXPECT_TRUE(m.AcquirePrefix(prompt.data(), prompt.size(), 100).empty());
   EXPECT_EQ(m.AcquirePartial(salt_b, prompt.data(), 3), std::make_pair(-1, 0));
@@ -102,7 +104,7 @@ TEST(BlockManager, EvictsFreeBlocksFirstThenLeastRecentlyUsedLeafFirst) {
   std::vector<int32_t> a = {*m.Allocate(), *m.Allocate()};  // 0, 1
   uint64_t k = m.Commit(a[0], KvBlockManager::kRootKey, p.data(), 35);
   m.Commit(a[1], k, p.data() + 2, 35);
-  m.Release(a);  // leaf 1 is older than 0
+  m.Release(a);                                             // leaf 1 is older than 0
   std::vector<int32_t> b = {*m.Allocate(), *m.Allocate()};  // uncached free blocks first: 2, 3
   EXPECT_EQ(b, (std::vector<int32_t>{2, 3}));
   k = m.Commit(b[0], KvBlockManager::kRootKey, q.data(), 35);
@@ -152,7 +154,7 @@ TEST(BlockManager, PartialMatchPicksTheLongestChildAndPinsIt) {
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8}, b = {1, 2, 3, 4, 5, 6, 9, 9};
   std::vector<int32_t> ha = {*m.Allocate(), *m.Allocate()}, hb = {*m.Allocate()};
   const uint64_t k0 = m.Commit(ha[0], KvBlockManager::kRootKey, a.data(), 35);
-  m.Commit(ha[1], k0, a.data() + 4, 35);          // child 5 6 7 8
+  m.Commit(ha[1], k0, a.data() + 4, 35);                             // child 5 6 7 8
   m.Commit(hb[0], k0, std::vector<int32_t>{5, 9, 9, 9}.data(), 35);  // child 5 9 9 9
   m.Release(ha);
   m.Release(hb);
@@ -180,7 +182,8 @@ TEST(BlockManager, RandomizedOperationsKeepInvariants) {
       // A new sequence over a prompt from a small alphabet of prefixes (so reuse happens).
       const int32_t n = 1 + rng() % 20;
       std::vector<int32_t> prompt(n);
-      for (int32_t i = 0; i < n; ++i) prompt[i] = (i < 8 ? static_cast<int32_t>(rng() % 2) : static_cast<int32_t>(rng() % 50));
+      for (int32_t i = 0; i < n; ++i)
+        prompt[i] = (i < 8 ? static_cast<int32_t>(rng() % 2) : static_cast<int32_t>(rng() % 50));
       std::vector<int32_t> blocks = m.AcquirePrefix(prompt.data(), n - 1, 100);
       uint64_t key = KvBlockManager::kRootKey;
       for (size_t i = 0; i < blocks.size(); ++i) key = m.ChainKey(key, prompt.data() + 4 * i);
@@ -192,7 +195,8 @@ TEST(BlockManager, RandomizedOperationsKeepInvariants) {
           break;
         }
         blocks.push_back(*b);
-        if (pos + 4 <= n) key = m.Commit(*b, key, prompt.data() + pos, static_cast<int32_t>(rng() % 101));
+        if (pos + 4 <= n)
+          key = m.Commit(*b, key, prompt.data() + pos, static_cast<int32_t>(rng() % 101));
       }
       if (!ok) {
         m.Release(blocks);

@@ -24,14 +24,18 @@ class ControlPlaneTest : public ::testing::Test {
   void SetUp() override {
     repo_ = fs::temp_directory_path() / ("inflight_control_repo_" + std::to_string(getpid()));
     fs::remove_all(repo_);
-    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " +
-                            testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf --out " + repo_.string() + " > /dev/null";
+    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                            "/apps/inflight-server init-repo --model " + testing::SourceDir() +
+                            "/models/demo/inflight-demo-q8_0.gguf --out " + repo_.string() +
+                            " > /dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
-    server_ = ServerProcess::Start({"--model-repository", repo_.string(), "--model-control-mode", "explicit", "--load-model", "*"});
+    server_ = ServerProcess::Start({"--model-repository", repo_.string(), "--model-control-mode",
+                                    "explicit", "--load-model", "*"});
     ASSERT_NE(server_, nullptr);
   }
   void TearDown() override {
-    if (server_ && HasFailure()) std::fprintf(stderr, "--- server log ---\n%s\n", server_->log().c_str());
+    if (server_ && HasFailure())
+      std::fprintf(stderr, "--- server log ---\n%s\n", server_->log().c_str());
     server_.reset();
     fs::remove_all(repo_);
   }
@@ -51,8 +55,9 @@ class ControlPlaneTest : public ::testing::Test {
 
   // The ensemble still answers (the model it runs is up).
   bool Serving() {
-    auto r = Http().Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 4})",
-                         "application/json");
+    auto r =
+        Http().Post("/v2/models/ensemble/generate",
+                    R"({"text_input": "Once upon a time", "max_tokens": 4})", "application/json");
     return r && r->status == 200;
   }
 
@@ -63,7 +68,8 @@ class ControlPlaneTest : public ::testing::Test {
     json c = json::parse(config->body);
     c["parameters"]["gpt_model_path"]["string_value"] = path;
     json body = {{"parameters", {{"config", c.dump()}}}};
-    return Http().Post(("/v2/repository/models/" + model + "/load").c_str(), body.dump(), "application/json");
+    return Http().Post(("/v2/repository/models/" + model + "/load").c_str(), body.dump(),
+                       "application/json");
   }
 
   fs::path repo_;
@@ -71,15 +77,17 @@ class ControlPlaneTest : public ::testing::Test {
 };
 
 TEST_F(ControlPlaneTest, NamesThatLeaveTheRepositoryAreRefused) {
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
-  for (const std::string& name : std::vector<std::string>{"../../../../proc", "..", ".", "a/b", std::string("ens\0emble", 8), "tab\tname", ""}) {
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  for (const std::string& name : std::vector<std::string>{
+           "../../../../proc", "..", ".", "a/b", std::string("ens\0emble", 8), "tab\tname", ""}) {
     grpc::ClientContext ctx;
     inference::RepositoryModelLoadRequest req;
     req.set_model_name(name);
     inference::RepositoryModelLoadResponse resp;
     const grpc::Status s = stub->RepositoryModelLoad(&ctx, req, &resp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name << ": " << s.error_message();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << name << ": " << s.error_message();
     grpc::ClientContext unload_ctx;
     inference::RepositoryModelUnloadRequest unload;
     unload.set_model_name(name);
@@ -91,7 +99,8 @@ TEST_F(ControlPlaneTest, NamesThatLeaveTheRepositoryAreRefused) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   for (const auto& [name, state] : Index()) {
-    EXPECT_TRUE(name.find("..") == std::string::npos && name.find('/') == std::string::npos) << name;
+    EXPECT_TRUE(name.find("..") == std::string::npos && name.find('/') == std::string::npos)
+        << name;
   }
   EXPECT_TRUE(Serving());
 }
@@ -101,8 +110,9 @@ TEST_F(ControlPlaneTest, ConfigOverridesCannotNameFilesOutsideTheRepository) {
   std::error_code ec;
   fs::create_directory_symlink("/etc", repo_ / "tensorrt_llm" / "etc_link", ec);
   std::vector<std::string> messages;
-  for (const std::string path : {"/etc/shadow", "/etc/no-such-file-here", "../../../../../etc/passwd", "etc_link/passwd",
-                                 "/proc/self/environ"}) {
+  for (const std::string path :
+       {"/etc/shadow", "/etc/no-such-file-here", "../../../../../etc/passwd", "etc_link/passwd",
+        "/proc/self/environ"}) {
     auto r = LoadWithModelPath("tensorrt_llm", path);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << path << ": " << r->body;
@@ -142,21 +152,25 @@ TEST_F(ControlPlaneTest, FailedNamesDoNotPileUpInTheIndex) {
     // A config override for a name with no folder, and an ensemble naming steps that do not exist.
     const std::string name = "ghost" + std::to_string(i);
     json config = {{"name", name}, {"backend", "tensorrtllm"}};
-    auto r = Http().Post(("/v2/repository/models/" + name + "/load").c_str(),
-                         json{{"parameters", {{"config", config.dump()}}}}.dump(), "application/json");
+    auto r =
+        Http().Post(("/v2/repository/models/" + name + "/load").c_str(),
+                    json{{"parameters", {{"config", config.dump()}}}}.dump(), "application/json");
     ASSERT_TRUE(r);
     EXPECT_NE(r->status, 200);
-    json ensemble = {{"name", "ensemble"},
-                     {"platform", "ensemble"},
-                     {"ensemble_scheduling", {{"step", {{{"model_name", "phantom" + std::to_string(i)}, {"model_version", -1}}}}}}};
-    r = Http().Post("/v2/repository/models/ensemble/load", json{{"parameters", {{"config", ensemble.dump()}}}}.dump(),
-                    "application/json");
+    json ensemble = {
+        {"name", "ensemble"},
+        {"platform", "ensemble"},
+        {"ensemble_scheduling",
+         {{"step", {{{"model_name", "phantom" + std::to_string(i)}, {"model_version", -1}}}}}}};
+    r = Http().Post("/v2/repository/models/ensemble/load",
+                    json{{"parameters", {{"config", ensemble.dump()}}}}.dump(), "application/json");
     ASSERT_TRUE(r);
     EXPECT_NE(r->status, 200);
   }
   const auto index = Index();
   EXPECT_EQ(index.size(), before);
-  for (const auto& [name, state] : index) EXPECT_TRUE(name.rfind("ghost", 0) != 0 && name.rfind("phantom", 0) != 0) << name;
+  for (const auto& [name, state] : index)
+    EXPECT_TRUE(name.rfind("ghost", 0) != 0 && name.rfind("phantom", 0) != 0) << name;
   // The ensemble whose bad reload failed still serves.
   EXPECT_EQ(index.at("ensemble"), "READY");
   EXPECT_TRUE(Serving());

@@ -34,9 +34,10 @@ TEST(DemoModel, WritesEnglishForASimplePrompt) {
   const std::string text = tok->Decode(r->generated_ids);
   for (char c : text) EXPECT_TRUE(c == '\n' || (c >= 32 && c < 127)) << text;
   // Most words are everyday English words.
-  static const std::set<std::string> kCommon = {"a", "the", "and", "was", "to", "there", "named", "lived", "in",
-                                                "he", "she", "his", "her", "it", "they", "said", "liked", "eat",
-                                                "day", "went", "wanted", "with", "saw", "under", "tree", "time"};
+  static const std::set<std::string> kCommon = {
+      "a",   "the",  "and",    "was",  "to",  "there", "named", "lived", "in",
+      "he",  "she",  "his",    "her",  "it",  "they",  "said",  "liked", "eat",
+      "day", "went", "wanted", "with", "saw", "under", "tree",  "time"};
   std::istringstream words(text);
   std::string w;
   int total = 0, common = 0;
@@ -68,13 +69,16 @@ TEST(DemoModel, CarriesItsChatTemplate) {
       {"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"},
       {"role": "user", "content": [{"type": "text", "text": "Tell me"}, {"type": "text", "text": "a story"}]}])");
   ASSERT_TRUE(messages.ok());
-  const jinja::Value context = jinja::Value::Dict({{"messages", *messages},
-                                                   {"add_generation_prompt", jinja::Value(true)},
-                                                   {"bos_token", jinja::Value(tok.TokenText(tok.bos_id()))},
-                                                   {"eos_token", jinja::Value(tok.TokenText(tok.eos_id()))}});
+  const jinja::Value context =
+      jinja::Value::Dict({{"messages", *messages},
+                          {"add_generation_prompt", jinja::Value(true)},
+                          {"bos_token", jinja::Value(tok.TokenText(tok.bos_id()))},
+                          {"eos_token", jinja::Value(tok.TokenText(tok.eos_id()))}});
   auto prompt = tmpl->Render(context);
   ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
-  EXPECT_EQ(*prompt, "<s>Be kind.\n\nUser: Hi there\nAssistant: Hello!</s>\nUser: Tell me a story\nAssistant:");
+  EXPECT_EQ(
+      *prompt,
+      "<s>Be kind.\n\nUser: Hi there\nAssistant: Hello!</s>\nUser: Tell me a story\nAssistant:");
   // The rendered prompt's special tokens are the model's BOS / EOS ids.
   const std::vector<int32_t> ids = tok.Encode(*prompt, /*add_special=*/false);
   ASSERT_FALSE(ids.empty());

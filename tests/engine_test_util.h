@@ -3,7 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -31,14 +30,15 @@ inline std::string WriteTinyModel(const std::string& stem, uint64_t seed = 11) {
   params.dtype = DType::kQ8_0;
   params.seed = seed;
   const std::string path =
-      (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(getpid()) + ".gguf")).string();
+      (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(getpid()) + ".gguf"))
+          .string();
   EXPECT_TRUE(WriteRandomGguf(params, ByteFallbackVocab(), path).ok());
   return path;
 }
 
 // Greedy ids of `prompt` run alone on the single-sequence path (private cache).
-inline std::vector<int32_t> GreedyAlone(const Model& model, ThreadPool& pool, const std::vector<int32_t>& prompt,
-                                        int32_t max_tokens) {
+inline std::vector<int32_t> GreedyAlone(const Model& model, ThreadPool& pool,
+                                        const std::vector<int32_t>& prompt, int32_t max_tokens) {
   GenerateParams gp;
   gp.max_new_tokens = max_tokens;
   gp.sampling.temperature = 0;
@@ -52,7 +52,8 @@ inline std::vector<int32_t> GreedyAlone(const Model& model, ThreadPool& pool, co
 inline std::vector<Result> CollectResults(Executor& e, RequestId id) {
   std::vector<Result> all;
   for (int i = 0; i < 6000; ++i) {
-    for (Result& r : e.AwaitResponses(id, std::chrono::milliseconds(50))) all.push_back(std::move(r));
+    for (Result& r : e.AwaitResponses(id, std::chrono::milliseconds(50)))
+      all.push_back(std::move(r));
     if (!all.empty() && all.back().is_final) return all;
   }
   ADD_FAILURE() << "request " << id << " never finished";

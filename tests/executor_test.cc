@@ -2,10 +2,8 @@
 // under every scheduling configuration, no leaked KV blocks, cancellation, preemption, request
 // features and refusals.
 #include "engine/executor.h"
-#include "engine/output_stream.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <atomic>
@@ -16,15 +14,15 @@
 
 #include "base/thread_pool.h"
 #include "engine/generate.h"
-#include "model/random_model.h"
+#include "engine/output_stream.h"
 #include "engine_test_util.h"
+#include "model/random_model.h"
 #include "test_util.h"
 
 namespace inflight {
 namespace {
 
 using std::chrono::milliseconds;
-
 
 class ExecutorTest : public ::testing::Test {
  protected:
@@ -51,7 +49,9 @@ class ExecutorTest : public ::testing::Test {
     return e.ok() ? std::move(e).value() : nullptr;
   }
 
-  static std::vector<Result> Collect(Executor& e, RequestId id) { return testing::CollectResults(e, id); }
+  static std::vector<Result> Collect(Executor& e, RequestId id) {
+    return testing::CollectResults(e, id);
+  }
   static void ExpectNoLeaks(const Executor& e) { testing::ExpectNoKvLeaks(e); }
 
   static Model* model_;
@@ -133,7 +133,8 @@ struct InvarianceCase {
   BatchingStrategy batching;
 };
 
-class BatchInvarianceTest : public ExecutorTest, public ::testing::WithParamInterface<InvarianceCase> {
+class BatchInvarianceTest : public ExecutorTest,
+                            public ::testing::WithParamInterface<InvarianceCase> {
  protected:
   static const Workload& Load() {
     static const Workload w = MakeWorkload(2024, 64);
@@ -142,7 +143,8 @@ class BatchInvarianceTest : public ExecutorTest, public ::testing::WithParamInte
   static const std::vector<std::vector<int32_t>>& Expected() {
     static const std::vector<std::vector<int32_t>> e = [] {
       std::vector<std::vector<int32_t>> out;
-      for (size_t i = 0; i < Load().prompts.size(); ++i) out.push_back(Alone(Load().prompts[i], Load().max_tokens[i]));
+      for (size_t i = 0; i < Load().prompts.size(); ++i)
+        out.push_back(Alone(Load().prompts[i], Load().max_tokens[i]));
       return out;
     }();
     return e;
@@ -190,8 +192,9 @@ TEST_P(BatchInvarianceTest, EveryRequestGetsItsAloneOutput) {
     std::vector<Result> rs = Collect(*e, ids[i]);
     ASSERT_FALSE(rs.empty());
     ASSERT_TRUE(rs.back().error.ok()) << rs.back().error.ToString();
-    EXPECT_EQ(rs.back().output_token_ids, expected[i]) << "request " << i << " (prompt " << w.prompts[i].size()
-                                                       << " tokens, max_tokens " << w.max_tokens[i] << ")";
+    EXPECT_EQ(rs.back().output_token_ids, expected[i])
+        << "request " << i << " (prompt " << w.prompts[i].size() << " tokens, max_tokens "
+        << w.max_tokens[i] << ")";
     EXPECT_EQ(rs.back().finish_reason, FinishReason::kLength);
   }
   done.store(true);
@@ -215,8 +218,9 @@ TEST_P(BatchInvarianceTest, EveryRequestGetsItsAloneOutput) {
     EXPECT_GT(reused, 0);
     EXPECT_GT(partial, 0);  // the shared prefixes (100/200/300 tokens) end inside a block
   }
-  std::printf("peak batch %d, pauses %lld, reused blocks %lld, partially reused tokens %lld\n", peak_scheduled,
-              static_cast<long long>(paused), static_cast<long long>(reused), static_cast<long long>(partial));
+  std::printf("peak batch %d, pauses %lld, reused blocks %lld, partially reused tokens %lld\n",
+              peak_scheduled, static_cast<long long>(paused), static_cast<long long>(reused),
+              static_cast<long long>(partial));
   ExpectNoLeaks(*e);
 }
 
@@ -225,17 +229,19 @@ std::vector<InvarianceCase> AllCases() {
   for (CapacityPolicy p : {CapacityPolicy::kGuaranteedNoEvict, CapacityPolicy::kMaxUtilization})
     for (bool chunked : {false, true})
       for (bool reuse : {false, true})
-        for (BatchingStrategy b : {BatchingStrategy::kInflight, BatchingStrategy::kStatic}) v.push_back({p, chunked, reuse, b});
+        for (BatchingStrategy b : {BatchingStrategy::kInflight, BatchingStrategy::kStatic})
+          v.push_back({p, chunked, reuse, b});
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Configurations, BatchInvarianceTest, ::testing::ValuesIn(AllCases()),
-                         [](const ::testing::TestParamInfo<InvarianceCase>& info) {
-                           const InvarianceCase& c = info.param;
-                           return std::string(c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
-                                  (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse") +
-                                  (c.batching == BatchingStrategy::kInflight ? "_Inflight" : "_Static");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, BatchInvarianceTest, ::testing::ValuesIn(AllCases()),
+    [](const ::testing::TestParamInfo<InvarianceCase>& info) {
+      const InvarianceCase& c = info.param;
+      return std::string(c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
+             (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse") +
+             (c.batching == BatchingStrategy::kInflight ? "_Inflight" : "_Static");
+    });
 
 // ---- No leaks under a cancel storm ----
 
@@ -271,8 +277,10 @@ TEST_F(ExecutorTest, CancelStormLeavesNoLeakedBlockAndNoStuckRequest) {
     ASSERT_FALSE(rs.empty());
     ASSERT_TRUE(rs.back().is_final);
     ASSERT_TRUE(rs.back().error.ok());
-    if (rs.back().finish_reason == FinishReason::kCancelled) ++cancelled;
-    else ++completed;
+    if (rs.back().finish_reason == FinishReason::kCancelled)
+      ++cancelled;
+    else
+      ++completed;
   }
   EXPECT_GT(cancelled, 10);
   EXPECT_GT(completed, 0);
@@ -301,7 +309,8 @@ TEST_F(ExecutorTest, StreamingAcrossPausesLosesAndRepeatsNothing) {
   std::vector<RequestId> ids;
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < w.prompts.size(); ++i) {
-    std::vector<int32_t> p(w.prompts[i].begin(), w.prompts[i].begin() + std::min<size_t>(w.prompts[i].size(), 100));
+    std::vector<int32_t> p(w.prompts[i].begin(),
+                           w.prompts[i].begin() + std::min<size_t>(w.prompts[i].size(), 100));
     Request r = Greedy(p, 40);
     r.streaming = true;
     prompts.push_back(p);
@@ -349,7 +358,8 @@ TEST_F(ExecutorTest, ConsumerBehindItsOutputBoundIsCancelled) {
   r.return_generation_logits = true;  // a vocabulary of floats per token
   r.output = stream;
   ASSERT_TRUE(e->Enqueue(std::move(r)).ok());
-  for (int i = 0; i < 1000 && !stream->final_pushed(); ++i) std::this_thread::sleep_for(milliseconds(5));
+  for (int i = 0; i < 1000 && !stream->final_pushed(); ++i)
+    std::this_thread::sleep_for(milliseconds(5));
   ASSERT_TRUE(stream->final_pushed());
   EXPECT_TRUE(stream->overflowed());
   const auto results = stream->Take();
@@ -377,7 +387,8 @@ TEST_F(ExecutorTest, MaxTokensBeyondTheContextIsClamped) {
   auto id = e->Enqueue(std::move(r));
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   std::vector<int32_t> out;
-  for (const Result& x : Collect(*e, *id)) out.insert(out.end(), x.output_token_ids.begin(), x.output_token_ids.end());
+  for (const Result& x : Collect(*e, *id))
+    out.insert(out.end(), x.output_token_ids.begin(), x.output_token_ids.end());
   EXPECT_EQ(out.size(), 3u);
   EXPECT_EQ(out, Alone(prompt, 3));
   ExpectNoLeaks(*e);
@@ -397,12 +408,15 @@ TEST_F(ExecutorTest, RefusesRequestsItCanNeverServe) {
   const int32_t context = model_->config().context_length;
   Status over_context = code(Greedy(std::vector<int32_t>(context, 3), 1));
   EXPECT_EQ(over_context.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(over_context.message().find("maximum input length"), std::string::npos) << over_context.message();
+  EXPECT_NE(over_context.message().find("maximum input length"), std::string::npos)
+      << over_context.message();
   Status over_cache = code(Greedy(std::vector<int32_t>(100, 3), 200));
   EXPECT_EQ(over_cache.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(over_cache.message().find("KV cache"), std::string::npos) << over_cache.message();
-  Status long_prompt = code(Greedy(std::vector<int32_t>(200, 3), 4));  // > max_num_tokens, unchunked
-  EXPECT_NE(long_prompt.message().find("max_num_tokens"), std::string::npos) << long_prompt.message();
+  Status long_prompt =
+      code(Greedy(std::vector<int32_t>(200, 3), 4));  // > max_num_tokens, unchunked
+  EXPECT_NE(long_prompt.message().find("max_num_tokens"), std::string::npos)
+      << long_prompt.message();
   Request bad_sampling = Greedy({3}, 4);
   bad_sampling.sampling.top_p = 2;
   EXPECT_EQ(code(bad_sampling).code(), StatusCode::kInvalidArgument);
@@ -426,8 +440,10 @@ TEST_F(ExecutorTest, FullQueueAnswersWithTheReferenceMessage) {
   Status refused;
   for (int i = 0; i < 20 && refused.ok(); ++i) {
     auto id = e->Enqueue(Greedy({3, 4}, 300));
-    if (id.ok()) ids.push_back(*id);
-    else refused = id.status();
+    if (id.ok())
+      ids.push_back(*id);
+    else
+      refused = id.status();
   }
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(refused.message(), "Maximum queue size of 2 has been reached, please try again later");
@@ -456,7 +472,8 @@ class FeatureTest : public ExecutorTest {
     return rs.empty() ? Result{} : rs.back();
   }
   std::unique_ptr<Executor> e_;
-  const std::vector<int32_t> prompt_ = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57};
+  const std::vector<int32_t> prompt_ = {1,  40, 41, 42, 43, 44, 45, 46, 47, 48,
+                                        49, 50, 51, 52, 53, 54, 55, 56, 57};
 };
 
 TEST_F(FeatureTest, StopWordsEndTheSequenceAndStayInTheOutput) {
@@ -494,7 +511,8 @@ TEST_F(FeatureTest, EndIdFinishesUnlessMinTokensAreDue) {
   r.end_id = alone[3];
   Result res = RunOne(r);
   EXPECT_EQ(res.finish_reason, FinishReason::kEndId);
-  EXPECT_EQ(res.output_token_ids, std::vector<int32_t>(alone.begin(), alone.begin() + 3));  // end id not included
+  EXPECT_EQ(res.output_token_ids,
+            std::vector<int32_t>(alone.begin(), alone.begin() + 3));  // end id not included
   r.min_tokens = 10;
   res = RunOne(r);
   EXPECT_GE(res.output_token_ids.size(), 10u);
@@ -534,12 +552,14 @@ TEST_F(FeatureTest, ContextAndGenerationLogitsMatchTeacherForcedLogits) {
   auto want = AllLogits(*model_, all, DType::kF16, *pool_);
   ASSERT_TRUE(want.ok());
   ASSERT_EQ(res.context_logits.size(), prompt_.size() * V);
-  for (size_t i = 0; i < res.context_logits.size(); ++i) ASSERT_NEAR(res.context_logits[i], (*want)[i], 1e-4f) << i;
+  for (size_t i = 0; i < res.context_logits.size(); ++i)
+    ASSERT_NEAR(res.context_logits[i], (*want)[i], 1e-4f) << i;
   ASSERT_EQ(res.generation_logits.size(), 6u * V);
   // Generation logits row k is the logits at position prompt + k - 1.
   for (int k = 0; k < 6; ++k)
     for (int v = 0; v < V; ++v)
-      ASSERT_NEAR(res.generation_logits[k * V + v], (*want)[(prompt_.size() - 1 + k) * V + v], 1e-4f);
+      ASSERT_NEAR(res.generation_logits[k * V + v], (*want)[(prompt_.size() - 1 + k) * V + v],
+                  1e-4f);
 }
 
 // A prompt whose last chunk is a single token (and a one-token prompt) still returns every
@@ -563,7 +583,8 @@ TEST_F(ExecutorTest, ContextLogitsOfAOneTokenLastChunk) {
     auto want = AllLogits(*model_, prompt, DType::kF16, *pool_);
     ASSERT_TRUE(want.ok());
     ASSERT_EQ(res.context_logits.size(), len * res.vocab_size) << len << "-token prompt";
-    for (size_t i = 0; i < res.context_logits.size(); ++i) ASSERT_NEAR(res.context_logits[i], (*want)[i], 1e-4f) << i;
+    for (size_t i = 0; i < res.context_logits.size(); ++i)
+      ASSERT_NEAR(res.context_logits[i], (*want)[i], 1e-4f) << i;
   }
   ExpectNoLeaks(*e);
 }
@@ -571,7 +592,8 @@ TEST_F(ExecutorTest, ContextLogitsOfAOneTokenLastChunk) {
 TEST_F(FeatureTest, ReturnSequencesShareThePromptAndFollowTheirSeeds) {
   Request r;
   r.prompt_ids = std::vector<int32_t>(prompt_.begin(), prompt_.end());
-  r.prompt_ids.insert(r.prompt_ids.end(), prompt_.begin(), prompt_.end());  // 38 tokens: 2 full blocks + 6
+  r.prompt_ids.insert(r.prompt_ids.end(), prompt_.begin(),
+                      prompt_.end());  // 38 tokens: 2 full blocks + 6
   r.max_tokens = 10;
   r.exclude_input_in_output = true;
   r.sampling.temperature = 1.0f;
@@ -631,7 +653,8 @@ TEST_F(ExecutorTest, StatsSayWhyRequestsWait) {
   c.max_batch_size = 2;
   auto e = Make(c);
   std::vector<RequestId> ids;
-  for (int i = 0; i < 8; ++i) ids.push_back(*e->Enqueue(Greedy({3, static_cast<int32_t>(4 + i)}, 30)));
+  for (int i = 0; i < 8; ++i)
+    ids.push_back(*e->Enqueue(Greedy({3, static_cast<int32_t>(4 + i)}, 30)));
   for (RequestId id : ids) Collect(*e, id);
   int32_t max_batch_waits = 0, peak = 0;
   for (const IterationStats& s : e->GetLatestIterationStats()) {
@@ -648,10 +671,12 @@ TEST_F(ExecutorTest, StatsSayWhyRequestsWait) {
   c.max_tokens_in_paged_kv_cache = 64;  // 4 blocks; each request reserves 3
   auto small = Make(c);
   ids.clear();
-  for (int i = 0; i < 4; ++i) ids.push_back(*small->Enqueue(Greedy({3, static_cast<int32_t>(4 + i)}, 30)));
+  for (int i = 0; i < 4; ++i)
+    ids.push_back(*small->Enqueue(Greedy({3, static_cast<int32_t>(4 + i)}, 30)));
   for (RequestId id : ids) Collect(*small, id);
   int32_t kv_waits = 0;
-  for (const IterationStats& s : small->GetLatestIterationStats()) kv_waits = std::max(kv_waits, s.waiting_for_kv_cache);
+  for (const IterationStats& s : small->GetLatestIterationStats())
+    kv_waits = std::max(kv_waits, s.waiting_for_kv_cache);
   EXPECT_GT(kv_waits, 0);
   ExpectNoLeaks(*small);
 }

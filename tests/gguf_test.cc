@@ -1,5 +1,7 @@
 // GGUF writer/reader round trip and robustness: truncated, corrupted and fuzzed files give a
 // clear error, never a crash (this test also runs under ASan/UBSan).
+#include "format/gguf.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <fstream>
 #include <random>
 
-#include "format/gguf.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -161,7 +162,8 @@ TEST(Gguf, TruncatedAndCorruptBlockFormatsFailCleanly) {
     WriteBytes(path, bad, bad.size());
     auto m = Model::Load(path);
     ASSERT_FALSE(m.ok()) << name;
-    EXPECT_NE(m.status().message().find("blk.1.ffn_up.weight"), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find("blk.1.ffn_up.weight"), std::string::npos)
+        << m.status().message();
     EXPECT_NE(m.status().message().find("block 3"), std::string::npos) << m.status().message();
     std::filesystem::remove(path);
   }

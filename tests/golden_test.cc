@@ -108,12 +108,12 @@ TEST_P(GoldenTest, MatchesReference) {
   EXPECT_GT(checked_argmax, 50);  // the gate must leave real checks
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest, ::testing::ValuesIn(kCases),
-                         [](const auto& info) {
-                           std::string n = info.param.json;
-                           for (char& c : n) if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest, ::testing::ValuesIn(kCases), [](const auto& info) {
+  std::string n = info.param.json;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+});
 
 }  // namespace
 }  // namespace inflight

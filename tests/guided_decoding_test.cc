@@ -4,14 +4,13 @@
 // jsonschema (the reference validator), the regexes with std::regex, free-form JSON with
 // nlohmann::json; the unguided requests keep their greedy output.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -31,7 +30,8 @@ using json = nlohmann::json;
 class GuidedDecodingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string tok = testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+    const std::string tok =
+        testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
     REQUIRE_SHARED_FILE(tok);
     if (model_ != nullptr) return;
     auto spec = Tokenizer::SpecFromSentencePieceModel(tok);
@@ -42,12 +42,15 @@ class GuidedDecodingTest : public ::testing::Test {
     params.config = *config;
     params.dtype = DType::kQ8_0;
     params.seed = 5;
-    path_ = (std::filesystem::temp_directory_path() / ("inflight_guided_" + std::to_string(getpid()) + ".gguf")).string();
+    path_ = (std::filesystem::temp_directory_path() /
+             ("inflight_guided_" + std::to_string(getpid()) + ".gguf"))
+                .string();
     ASSERT_TRUE(WriteRandomGguf(params, *spec, path_).ok());
     auto m = Model::Load(path_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value().release();
-    vocab_ = new std::shared_ptr<const guided::GuideVocabulary>(guided::GuideVocabulary::FromTokenizer(*model_->tokenizer()));
+    vocab_ = new std::shared_ptr<const guided::GuideVocabulary>(
+        guided::GuideVocabulary::FromTokenizer(*model_->tokenizer()));
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -65,7 +68,8 @@ class GuidedDecodingTest : public ::testing::Test {
     return e.ok() ? std::move(e).value() : nullptr;
   }
 
-  static std::shared_ptr<const TokenConstraint> Guide(guided::GuideType type, const std::string& text) {
+  static std::shared_ptr<const TokenConstraint> Guide(guided::GuideType type,
+                                                      const std::string& text) {
     auto g = guided::Guide::Compile(type, text, *vocab_);
     EXPECT_TRUE(g.ok()) << text << ": " << g.status().ToString();
     if (!g.ok()) return nullptr;
@@ -158,13 +162,26 @@ std::vector<std::string> FiftySchemas() {
 }
 
 std::vector<std::string> TwentyRegexes() {
-  return {"[0-9]{3}-[0-9]{4}",      "(cat|dog|bird)s?",          "[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8}){0,2}",
-          "\\d{1,3}(\\.\\d{1,3}){3}", "(yes|no)",                 "[a-f0-9]{8}",
-          "#[0-9a-fA-F]{6}",        "[a-z]{1,10}@[a-z]{1,10}\\.(com|org|net)", "(19|20)[0-9]{2}-[01][0-9]-[0-3][0-9]",
-          "\\(\\d{3}\\) \\d{3}-\\d{4}", "-?[0-9]{1,4}\\.[0-9]{2}",   "[ab]{3,6}",
-          "(true|false)",           "[A-Z]{2,3}-[0-9]{1,5}",     "(Mon|Tue|Wed|Thu|Fri|Sat|Sun)day",
-          "x{2}y{0,3}z",            "[A-Z0-9 ]{1,5}",            "(a|b)(c|d)(e|f)(g|h)",
-          "\"[a-z ]{0,12}\"",       "[0-9]+(\\.[0-9]+)?"};
+  return {"[0-9]{3}-[0-9]{4}",
+          "(cat|dog|bird)s?",
+          "[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8}){0,2}",
+          "\\d{1,3}(\\.\\d{1,3}){3}",
+          "(yes|no)",
+          "[a-f0-9]{8}",
+          "#[0-9a-fA-F]{6}",
+          "[a-z]{1,10}@[a-z]{1,10}\\.(com|org|net)",
+          "(19|20)[0-9]{2}-[01][0-9]-[0-3][0-9]",
+          "\\(\\d{3}\\) \\d{3}-\\d{4}",
+          "-?[0-9]{1,4}\\.[0-9]{2}",
+          "[ab]{3,6}",
+          "(true|false)",
+          "[A-Z]{2,3}-[0-9]{1,5}",
+          "(Mon|Tue|Wed|Thu|Fri|Sat|Sun)day",
+          "x{2}y{0,3}z",
+          "[A-Z0-9 ]{1,5}",
+          "(a|b)(c|d)(e|f)(g|h)",
+          "\"[a-z ]{0,12}\"",
+          "[0-9]+(\\.[0-9]+)?"};
 }
 
 TEST_F(GuidedDecodingTest, FiftySchemasAndTwentyRegexesInFlightAllValidate) {
@@ -208,8 +225,10 @@ TEST_F(GuidedDecodingTest, FiftySchemasAndTwentyRegexesInFlightAllValidate) {
     ASSERT_FALSE(rs.empty());
     ASSERT_TRUE(rs.back().error.ok());
     const std::string out = Bytes(rs.back().output_token_ids);
-    EXPECT_TRUE(std::regex_match(out, std::regex(regexes[i], std::regex::ECMAScript))) << regexes[i] << " -> '" << out << "'";
-    EXPECT_NE(rs.back().finish_reason, FinishReason::kLength) << regexes[i] << " -> '" << out << "'";
+    EXPECT_TRUE(std::regex_match(out, std::regex(regexes[i], std::regex::ECMAScript)))
+        << regexes[i] << " -> '" << out << "'";
+    EXPECT_NE(rs.back().finish_reason, FinishReason::kLength)
+        << regexes[i] << " -> '" << out << "'";
   }
   // Schemas: the outputs go to Python's jsonschema in one batch.
   json cases = json::array();
@@ -224,11 +243,13 @@ TEST_F(GuidedDecodingTest, FiftySchemasAndTwentyRegexesInFlightAllValidate) {
   for (size_t i = 0; i < plain_ids.size(); ++i) {
     const auto rs = testing::CollectResults(*e, plain_ids[i]);
     ThreadPool pool(1);
-    EXPECT_EQ(rs.back().output_token_ids, testing::GreedyAlone(*model_, pool, plain_prompts[i], 12)) << "plain request " << i;
+    EXPECT_EQ(rs.back().output_token_ids, testing::GreedyAlone(*model_, pool, plain_prompts[i], 12))
+        << "plain request " << i;
   }
   testing::ExpectNoKvLeaks(*e);
 
-  const std::string dir = std::filesystem::temp_directory_path() / ("inflight_guided_cases_" + std::to_string(getpid()));
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("inflight_guided_cases_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/cases.json") << cases.dump();
   const std::string script =
@@ -241,7 +262,8 @@ TEST_F(GuidedDecodingTest, FiftySchemasAndTwentyRegexesInFlightAllValidate) {
       "for i, c in enumerate(cases):\n"
       "    try:\n"
       "        cls = jsonschema.validators.validator_for(c['schema'])\n"
-      "        cls(c['schema'], format_checker=cls.FORMAT_CHECKER).validate(json.loads(c['output']))\n"
+      "        cls(c['schema'], "
+      "format_checker=cls.FORMAT_CHECKER).validate(json.loads(c['output']))\n"
       "        print('OK', i)\n"
       "    except Exception as e:\n"
       "        print('BAD', i, repr(c['output']), str(e).splitlines()[0])\n";
@@ -254,7 +276,8 @@ TEST_F(GuidedDecodingTest, FiftySchemasAndTwentyRegexesInFlightAllValidate) {
   pclose(p);
   std::filesystem::remove_all(dir);
   if (report.find("NO_JSONSCHEMA") != std::string::npos) {
-    if (testing::InCi()) FAIL() << "CI=true but Python's jsonschema is missing (scripts/install-deps.sh installs it)";
+    if (testing::InCi())
+      FAIL() << "CI=true but Python's jsonschema is missing (scripts/install-deps.sh installs it)";
     GTEST_SKIP() << "Python's jsonschema is missing: the outputs were not validated";
   }
   int ok = 0;
@@ -283,7 +306,8 @@ TEST_F(GuidedDecodingTest, FreeFormJsonParsesAndSiblingsAndStreamsFollowTheGuide
     std::map<int32_t, FinishReason> reason;
     for (const Result& res : testing::CollectResults(*e, *id)) {
       ASSERT_TRUE(res.error.ok());
-      ids[res.sequence_index].insert(ids[res.sequence_index].end(), res.output_token_ids.begin(), res.output_token_ids.end());
+      ids[res.sequence_index].insert(ids[res.sequence_index].end(), res.output_token_ids.begin(),
+                                     res.output_token_ids.end());
       if (res.is_sequence_final) reason[res.sequence_index] = res.finish_reason;
     }
     ASSERT_EQ(ids.size(), 2u);
@@ -313,7 +337,8 @@ TEST_F(GuidedDecodingTest, FreeFormJsonParsesAndSiblingsAndStreamsFollowTheGuide
 bool BalancedOk(const std::string& s) {
   int depth = 0;
   for (char c : s) {
-    if (c == '(') ++depth;
+    if (c == '(')
+      ++depth;
     else if (c == ')') {
       if (--depth < 0) return false;
     } else if (c < 'a' || c > 'z') {
@@ -333,7 +358,8 @@ term ::= [0-9]{1,3} | "(" [0-9]{1,3} (" * " [0-9]{1,3})? ")"
   const std::string nested = R"G(root ::= "(" inner ")"
 inner ::= ( "(" inner ")" | [a-z] ){0,3}
 )G";
-  const std::regex sums_re(R"(([0-9]{1,3}|\([0-9]{1,3}( \* [0-9]{1,3})?\))( \+ ([0-9]{1,3}|\([0-9]{1,3}( \* [0-9]{1,3})?\))){0,3})");
+  const std::regex sums_re(
+      R"(([0-9]{1,3}|\([0-9]{1,3}( \* [0-9]{1,3})?\))( \+ ([0-9]{1,3}|\([0-9]{1,3}( \* [0-9]{1,3})?\))){0,3})");
   std::vector<RequestId> sum_ids, nested_ids;
   for (int i = 0; i < 12; ++i) {
     auto g1 = Guide(guided::GuideType::kEbnf, sums);
@@ -381,7 +407,8 @@ TEST_F(GuidedDecodingTest, GuidesRefuseWhatTheyCannotDo) {
   r.draft_tokens = {5};
   auto id = e->Enqueue(r);
   ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("draft tokens cannot be verified with guided decoding"), std::string::npos);
+  EXPECT_NE(id.status().message().find("draft tokens cannot be verified with guided decoding"),
+            std::string::npos);
   // A pattern nothing can start (an empty class) is refused at compile time.
   auto none = guided::Guide::Compile(guided::GuideType::kRegex, "[^\\s\\S]", *vocab_);
   ASSERT_FALSE(none.ok());
@@ -389,7 +416,8 @@ TEST_F(GuidedDecodingTest, GuidesRefuseWhatTheyCannotDo) {
   auto tag = guided::GuideTypeFromName("structural_tag");
   ASSERT_FALSE(tag.ok());
   EXPECT_EQ(tag.status().code(), StatusCode::kUnimplemented);
-  auto left = guided::Guide::Compile(guided::GuideType::kEbnf, "root ::= root \"a\" | \"a\"", *vocab_);
+  auto left =
+      guided::Guide::Compile(guided::GuideType::kEbnf, "root ::= root \"a\" | \"a\"", *vocab_);
   ASSERT_FALSE(left.ok());
   EXPECT_NE(left.status().message().find("left-recursive"), std::string::npos);
 }

@@ -3,9 +3,9 @@
 // parser, and token masks against stepping each token's bytes one by one.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 
@@ -29,7 +29,8 @@ bool DfaMatches(RegexDfa& dfa, const std::string& s) {
 }
 
 // A random string the DFA accepts (a random walk that stops at an accepting state).
-std::string RandomMatch(RegexDfa& dfa, std::mt19937& rng, const std::string& alphabet, int max_len = 40) {
+std::string RandomMatch(RegexDfa& dfa, std::mt19937& rng, const std::string& alphabet,
+                        int max_len = 40) {
   for (int attempt = 0; attempt < 200; ++attempt) {
     std::string s;
     int32_t st = dfa.start();
@@ -50,11 +51,36 @@ std::string RandomMatch(RegexDfa& dfa, std::mt19937& rng, const std::string& alp
 }
 
 TEST(RegexDfaTest, AgreesWithStdRegexOnRandomAndMatchingStrings) {
-  const std::vector<std::string> patterns = {
-      "abc", "a|b|c", "a*", "(ab)+", "a?b?c?", "[a-c]{2,4}", "[^a]b", "(a|bc)*d", "\\d{3}-\\d{4}", "\\w+@\\w+\\.com",
-      "x{0,3}y{2}", "(a(b(c)?)?)+", "[a-z]*[0-9]+", "(foo|foobar)(bar)?", "-?(0|[1-9][0-9]*)(\\.[0-9]+)?", "[.]+\\.",
-      "(\\s|,)+", "[\\[\\]]{1,3}", "a.c", "(?:ab|cd){2}", "[A-Fa-f0-9]{2}(:[A-Fa-f0-9]{2}){0,2}", "\\(\\)", "(true|false|null)",
-      "[^\"\\\\]*", "\\x41\\u0042c", "ab{2,}c", "((a|b)(c|d))*", "[-+]?[0-9]{1,3}", "\\D\\W\\S", "^start(.)*end$"};
+  const std::vector<std::string> patterns = {"abc",
+                                             "a|b|c",
+                                             "a*",
+                                             "(ab)+",
+                                             "a?b?c?",
+                                             "[a-c]{2,4}",
+                                             "[^a]b",
+                                             "(a|bc)*d",
+                                             "\\d{3}-\\d{4}",
+                                             "\\w+@\\w+\\.com",
+                                             "x{0,3}y{2}",
+                                             "(a(b(c)?)?)+",
+                                             "[a-z]*[0-9]+",
+                                             "(foo|foobar)(bar)?",
+                                             "-?(0|[1-9][0-9]*)(\\.[0-9]+)?",
+                                             "[.]+\\.",
+                                             "(\\s|,)+",
+                                             "[\\[\\]]{1,3}",
+                                             "a.c",
+                                             "(?:ab|cd){2}",
+                                             "[A-Fa-f0-9]{2}(:[A-Fa-f0-9]{2}){0,2}",
+                                             "\\(\\)",
+                                             "(true|false|null)",
+                                             "[^\"\\\\]*",
+                                             "\\x41\\u0042c",
+                                             "ab{2,}c",
+                                             "((a|b)(c|d))*",
+                                             "[-+]?[0-9]{1,3}",
+                                             "\\D\\W\\S",
+                                             "^start(.)*end$"};
   const std::string alphabet = "abcdxyzfor0123456789-.@ ,:[]()\"\\ABCDEFtuelnsm_";
   std::mt19937 rng(1);
   for (const std::string& p : patterns) {
@@ -84,18 +110,19 @@ TEST(RegexDfaTest, AgreesWithStdRegexOnRandomAndMatchingStrings) {
 TEST(RegexDfaTest, MatchesUtf8CodePointsNotBytes) {
   auto dfa = RegexDfa::Compile("[^a]{2}");
   ASSERT_TRUE(dfa.ok());
-  EXPECT_TRUE(DfaMatches(**dfa, "\xc3\xa9\xe2\x82\xac"));   // é€: two code points
-  EXPECT_FALSE(DfaMatches(**dfa, "\xc3\xa9"));              // one
-  EXPECT_FALSE(DfaMatches(**dfa, "\xc3\x28\x41"));          // invalid UTF-8
+  EXPECT_TRUE(DfaMatches(**dfa, "\xc3\xa9\xe2\x82\xac"));  // é€: two code points
+  EXPECT_FALSE(DfaMatches(**dfa, "\xc3\xa9"));             // one
+  EXPECT_FALSE(DfaMatches(**dfa, "\xc3\x28\x41"));         // invalid UTF-8
   auto dot = RegexDfa::Compile(".");
   ASSERT_TRUE(dot.ok());
-  EXPECT_TRUE(DfaMatches(**dot, "\xf0\x9f\x98\x80"));       // one 4-byte code point
-  EXPECT_FALSE(DfaMatches(**dot, "\xed\xa0\x80"));          // a surrogate is not UTF-8
+  EXPECT_TRUE(DfaMatches(**dot, "\xf0\x9f\x98\x80"));  // one 4-byte code point
+  EXPECT_FALSE(DfaMatches(**dot, "\xed\xa0\x80"));     // a surrogate is not UTF-8
   EXPECT_FALSE(DfaMatches(**dot, "\n"));
 }
 
 TEST(RegexDfaTest, BadPatternsAreRefusedWithTheirPosition) {
-  for (const char* p : {"(a", "a)", "[a", "a{2,1}", "*a", "a{99999}", "\\q", "(?<n>a)", "a^b", "[z-a]"}) {
+  for (const char* p :
+       {"(a", "a)", "[a", "a{2,1}", "*a", "a{99999}", "\\q", "(?<n>a)", "a^b", "[z-a]"}) {
     auto dfa = RegexDfa::Compile(p);
     ASSERT_FALSE(dfa.ok()) << p;
     EXPECT_EQ(dfa.status().code(), StatusCode::kInvalidArgument) << p;
@@ -109,10 +136,12 @@ TEST(RegexDfaTest, BadPatternsAreRefusedWithTheirPosition) {
 
 TEST(IntegerRangeRegexTest, MatchesExactlyTheRange) {
   std::mt19937 rng(2);
-  std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 0}, {0, 9}, {1, 1000}, {-5, 5}, {-1234, -17}, {37, 2024}, {99, 101},
-                                                     {-100, 0}, {7, 7}, {10, 99}, {100, 999999}};
+  std::vector<std::pair<int64_t, int64_t>> ranges = {
+      {0, 0},    {0, 9},    {1, 1000}, {-5, 5},  {-1234, -17}, {37, 2024},
+      {99, 101}, {-100, 0}, {7, 7},    {10, 99}, {100, 999999}};
   for (int i = 0; i < 30; ++i) {
-    int64_t a = static_cast<int64_t>(rng() % 200000) - 100000, b = a + static_cast<int64_t>(rng() % 5000);
+    int64_t a = static_cast<int64_t>(rng() % 200000) - 100000,
+            b = a + static_cast<int64_t>(rng() % 5000);
     ranges.emplace_back(a, b);
   }
   for (const auto& [lo, hi] : ranges) {
@@ -120,10 +149,12 @@ TEST(IntegerRangeRegexTest, MatchesExactlyTheRange) {
     auto dfa = RegexDfa::Compile(re);
     ASSERT_TRUE(dfa.ok()) << re;
     for (int64_t v = lo - 60; v <= hi + 60; v += (hi - lo > 3000 ? 7 : 1)) {
-      EXPECT_EQ(DfaMatches(**dfa, std::to_string(v)), v >= lo && v <= hi) << "[" << lo << ", " << hi << "] " << v << " " << re;
+      EXPECT_EQ(DfaMatches(**dfa, std::to_string(v)), v >= lo && v <= hi)
+          << "[" << lo << ", " << hi << "] " << v << " " << re;
     }
     EXPECT_FALSE(DfaMatches(**dfa, "-0"));
-    EXPECT_FALSE(DfaMatches(**dfa, "0" + std::to_string(std::max<int64_t>(lo, 1))));  // no leading zeros
+    EXPECT_FALSE(
+        DfaMatches(**dfa, "0" + std::to_string(std::max<int64_t>(lo, 1))));  // no leading zeros
   }
 }
 
@@ -131,23 +162,31 @@ TEST(IntegerRangeRegexTest, MatchesExactlyTheRange) {
 nlohmann::json RandomJson(std::mt19937& rng, int depth) {
   const int kind = depth == 0 ? static_cast<int>(rng() % 2) + 4 : static_cast<int>(rng() % 6);
   switch (kind) {
-    case 0: return nlohmann::json(static_cast<int>(rng() % 2000) - 1000);
-    case 1: return nlohmann::json(static_cast<double>(rng() % 100000) / 64.0 - 700.0);
+    case 0:
+      return nlohmann::json(static_cast<int>(rng() % 2000) - 1000);
+    case 1:
+      return nlohmann::json(static_cast<double>(rng() % 100000) / 64.0 - 700.0);
     case 2: {
-      static const char* kPieces[] = {"a", "b", " ", "\"", "\\", "/", "\n", "\t", "\x01", "z", "\u00e9", "\u20ac", "\U0001F600"};
+      static const char* kPieces[] = {"a",  "b",    " ", "\"",     "\\",     "/",         "\n",
+                                      "\t", "\x01", "z", "\u00e9", "\u20ac", "\U0001F600"};
       std::string s;
       for (int i = 0, n = static_cast<int>(rng() % 6); i < n; ++i) s += kPieces[rng() % 13];
       return nlohmann::json(s);
     }
-    case 3: return rng() % 3 == 0 ? nlohmann::json(nullptr) : nlohmann::json(rng() % 2 == 0);
+    case 3:
+      return rng() % 3 == 0 ? nlohmann::json(nullptr) : nlohmann::json(rng() % 2 == 0);
     case 4: {
       nlohmann::json a = nlohmann::json::array();
-      if (depth < 4) for (int i = 0, n = static_cast<int>(rng() % 4); i < n; ++i) a.push_back(RandomJson(rng, depth + 1));
+      if (depth < 4)
+        for (int i = 0, n = static_cast<int>(rng() % 4); i < n; ++i)
+          a.push_back(RandomJson(rng, depth + 1));
       return a;
     }
     default: {
       nlohmann::json o = nlohmann::json::object();
-      if (depth < 4) for (int i = 0, n = static_cast<int>(rng() % 4); i < n; ++i) o["k\u00e9y" + std::to_string(i)] = RandomJson(rng, depth + 1);
+      if (depth < 4)
+        for (int i = 0, n = static_cast<int>(rng() % 4); i < n; ++i)
+          o["k\u00e9y" + std::to_string(i)] = RandomJson(rng, depth + 1);
       return o;
     }
   }
@@ -198,21 +237,27 @@ TEST(JsonRecognizerTest, AgreesWithNlohmannOnTextsAndCorruptions) {
   bool done;
   EXPECT_FALSE(RecognizerAccepts("\"root string\"", &done)) << "the root is an object or an array";
   EXPECT_FALSE(RecognizerAccepts("{} ", &done)) << "nothing follows the root";
-  EXPECT_FALSE(RecognizerAccepts(std::string(40, '[') , &done)) << "depth is bounded";
-  EXPECT_FALSE(RecognizerAccepts("[" + std::string(40, '1') + "]", &done)) << "number length is bounded";
+  EXPECT_FALSE(RecognizerAccepts(std::string(40, '['), &done)) << "depth is bounded";
+  EXPECT_FALSE(RecognizerAccepts("[" + std::string(40, '1') + "]", &done))
+      << "number length is bounded";
 }
 
 // Masks equal stepping every token's bytes through the automaton one by one.
 TEST(TokenMaskTest, MasksEqualSteppingEachToken) {
-  std::vector<std::string> vocab = {"", "{", "}", "\"", "a", "ab", "\"a", "\":", ": ", "1", "12", "-", ",", " ", "[", "]",
-                                    "true", "tru", "e", "null", "\xc3", "\xa9", "\xc3\xa9", "{\"", "\"}", "0.5", "x"};
+  std::vector<std::string> vocab = {"",     "{",        "}",    "\"",  "a",   "ab",   "\"a",
+                                    "\":",  ": ",       "1",    "12",  "-",   ",",    " ",
+                                    "[",    "]",        "true", "tru", "e",   "null", "\xc3",
+                                    "\xa9", "\xc3\xa9", "{\"",  "\"}", "0.5", "x"};
   auto v = std::make_shared<GuideVocabulary>(vocab);
   const int32_t V = static_cast<int32_t>(vocab.size());
-  for (const auto& [type, text] : std::vector<std::pair<GuideType, std::string>>{
-           {GuideType::kJson, ""},
-           {GuideType::kRegex, "\\{\"a\": (1|12|true)\\}"},
-           {GuideType::kEbnf, "root ::= \"{\" (\"\\\"a\\\": \" (\"1\" [0-9]? | \"true\") (\", \" [a-z]+)?)? \"}\""},
-           {GuideType::kJsonSchema, R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "maximum": 20}}})"}}) {
+  for (
+      const auto& [type, text] : std::vector<std::pair<GuideType, std::string>>{
+          {GuideType::kJson, ""},
+          {GuideType::kRegex, "\\{\"a\": (1|12|true)\\}"},
+          {GuideType::kEbnf,
+           "root ::= \"{\" (\"\\\"a\\\": \" (\"1\" [0-9]? | \"true\") (\", \" [a-z]+)?)? \"}\""},
+          {GuideType::kJsonSchema,
+           R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "maximum": 20}}})"}}) {
     auto g = Guide::Compile(type, text, v);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     std::mt19937 rng(4);
@@ -242,14 +287,16 @@ TEST(TokenMaskTest, MasksEqualSteppingEachToken) {
             GrammarState gs(grammar->get());
             for (char ch : bytes) alive = alive && gs.Step(static_cast<uint8_t>(ch));
           } else {
-            auto dfa = RegexDfa::Compile(type == GuideType::kRegex ? text : *JsonSchemaToRegex(text));
+            auto dfa =
+                RegexDfa::Compile(type == GuideType::kRegex ? text : *JsonSchemaToRegex(text));
             int32_t s = (*dfa)->start();
             for (char ch : bytes) {
               if (s != RegexDfa::kDead) s = (*dfa)->Next(s, static_cast<uint8_t>(ch));
             }
             alive = s != RegexDfa::kDead;
           }
-          EXPECT_EQ(alive, std::find(ok.begin(), ok.end(), t) != ok.end()) << "token '" << vocab[t] << "' after '" << out << "'";
+          EXPECT_EQ(alive, std::find(ok.begin(), ok.end(), t) != ok.end())
+              << "token '" << vocab[t] << "' after '" << out << "'";
         }
         if (ok.empty()) break;
         const int32_t pick = ok[rng() % ok.size()];
@@ -331,7 +378,8 @@ TEST(GrammarTest, RegularGrammarsAgreeWithStdRegex) {
       if (i % 2 == 0) {
         str = RandomMatch(**dfa, rng, alphabet);
       } else {
-        for (int k = 0, n = static_cast<int>(rng() % 7); k < n; ++k) str += alphabet[rng() % alphabet.size()];
+        for (int k = 0, n = static_cast<int>(rng() % 7); k < n; ++k)
+          str += alphabet[rng() % alphabet.size()];
       }
       const bool want = std::regex_match(str, ref);
       matched += want;
@@ -367,7 +415,8 @@ TEST(GrammarTest, RecursiveGrammarsAgreeWithARecursiveDescentChecker) {
       str = gen(0);
       if (i % 4 == 0 && !str.empty()) str[rng() % str.size()] = alphabet[rng() % alphabet.size()];
     } else {
-      for (int k = 0, n = 1 + static_cast<int>(rng() % 9); k < n; ++k) str += alphabet[rng() % alphabet.size()];
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 9); k < n; ++k)
+        str += alphabet[rng() % alphabet.size()];
     }
     const bool want = ArithOk(str);
     valid += want;
@@ -408,7 +457,9 @@ ws      ::= [ \t\n\r]*
       EXPECT_TRUE(valid) << bad;
     } else if (valid) {
       const nlohmann::json parsed = nlohmann::json::parse(bad);
-      EXPECT_TRUE(!parsed.is_object() && !parsed.is_array() || std::regex_search(bad, std::regex("[eE][+-]?[0-9]{3}"))) << bad;
+      EXPECT_TRUE(!parsed.is_object() && !parsed.is_array() ||
+                  std::regex_search(bad, std::regex("[eE][+-]?[0-9]{3}")))
+          << bad;
     }
   }
 }
@@ -424,9 +475,9 @@ TEST(GrammarTest, OnlyValidUtf8IsRead) {
     return true;
   };
   EXPECT_TRUE(run("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
-  EXPECT_FALSE(run("\xe0\x80"));      // overlong from its second byte
-  EXPECT_FALSE(run("\xc0\xaf"));      // overlong lead
-  EXPECT_FALSE(run("\xed\xa0\x80"));  // a surrogate
+  EXPECT_FALSE(run("\xe0\x80"));          // overlong from its second byte
+  EXPECT_FALSE(run("\xc0\xaf"));          // overlong lead
+  EXPECT_FALSE(run("\xed\xa0\x80"));      // a surrogate
   EXPECT_FALSE(run("\xf4\x90\x80\x80"));  // past U+10FFFF
   EXPECT_FALSE(run("a"));
 }
@@ -434,7 +485,9 @@ TEST(GrammarTest, OnlyValidUtf8IsRead) {
 TEST(GrammarTest, AnAmbiguousGrammarCostsBoundedWork) {
   // 2^40 ways to enter the last rule without reading a character.
   std::string text = "root ::= r0\n";
-  for (int i = 0; i < 40; ++i) text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " | r" + std::to_string(i + 1) + "\n";
+  for (int i = 0; i < 40; ++i)
+    text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " | r" +
+            std::to_string(i + 1) + "\n";
   text += "r40 ::= \"a\"+\n";
   auto g = Grammar::Parse(text);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
@@ -451,16 +504,19 @@ TEST(GrammarTest, BadGrammarsAreRefusedWithTheReason) {
            {R"(root ::= root "a" | "a")", "left-recursive"},
            {R"(root ::= x "a"
 x ::= y?
-y ::= root)", "left-recursive"},
+y ::= root)",
+            "left-recursive"},
            {R"(root ::= missing)", "'missing' is used but not defined"},
            {R"(start ::= "a")", "no 'root' rule"},
            {R"(root ::= "abc)", "unterminated string literal"},
            {R"(root ::= [a-)", "unterminated ["},
            {R"(root ::= "a"{5,2})", "m < n"},
            {R"(root ::= "a"
-root ::= "b")", "defined twice"},
+root ::= "b")",
+            "defined twice"},
            {R"(root ::= ( "a" )", "unterminated ("},
-           {"root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')'), "groups nested too deeply"},
+           {"root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')'),
+            "groups nested too deeply"},
            {"root ::= \"a\"{1001}", "too large repetition bound"},
        }) {
     auto g = Grammar::Parse(text);
@@ -470,26 +526,28 @@ root ::= "b")", "defined twice"},
 }
 
 TEST(JsonSchemaTest, UnsupportedKeywordsAreRefusedByName) {
-  for (const auto& [schema, word] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"type": "array", "uniqueItems": true})", "uniqueItems"},
-           {R"({"type": "object", "patternProperties": {}})", "patternProperties"},
-           {R"({"not": {"type": "string"}})", "not"},
-           {R"({"$ref": "#/$defs/a", "$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/a"}}}})", "recursive"},
-           {R"({"type": "integer", "minimum": 5, "maximum": 1})", "no integer"},
-           {R"({"type": "string", "format": "hostname"})", "hostname"},
-           {R"({"type": "number", "maximum": 2.5})", "number bounds"},
-           {R"(not json)", "not valid JSON"},
-           // Counts an integer cannot hold (found by guide_fuzz), negative, fractional.
-           {R"({"type": "array", "maxItems": 999999999999999999999999999})", "minItems / maxItems"},
-           {R"({"type": "string", "minLength": -1e300})", "minLength / maxLength"},
-           {R"({"type": "string", "maxLength": 2.5})", "minLength / maxLength"},
-           // An attacker's nesting: 40 levels of arrays.
-           {[] {
-              std::string t;
-              for (int i = 0; i < 40; ++i) t += R"({"type": "array", "items": )";
-              return t + R"({"type": "null"})" + std::string(40, '}');
-            }(),
-            "nested more than 32 levels"}}) {
+  for (
+      const auto& [schema, word] : std::vector<std::pair<std::string, std::string>>{
+          {R"({"type": "array", "uniqueItems": true})", "uniqueItems"},
+          {R"({"type": "object", "patternProperties": {}})", "patternProperties"},
+          {R"({"not": {"type": "string"}})", "not"},
+          {R"({"$ref": "#/$defs/a", "$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/a"}}}})",
+           "recursive"},
+          {R"({"type": "integer", "minimum": 5, "maximum": 1})", "no integer"},
+          {R"({"type": "string", "format": "hostname"})", "hostname"},
+          {R"({"type": "number", "maximum": 2.5})", "number bounds"},
+          {R"(not json)", "not valid JSON"},
+          // Counts an integer cannot hold (found by guide_fuzz), negative, fractional.
+          {R"({"type": "array", "maxItems": 999999999999999999999999999})", "minItems / maxItems"},
+          {R"({"type": "string", "minLength": -1e300})", "minLength / maxLength"},
+          {R"({"type": "string", "maxLength": 2.5})", "minLength / maxLength"},
+          // An attacker's nesting: 40 levels of arrays.
+          {[] {
+             std::string t;
+             for (int i = 0; i < 40; ++i) t += R"({"type": "array", "items": )";
+             return t + R"({"type": "null"})" + std::string(40, '}');
+           }(),
+           "nested more than 32 levels"}}) {
     auto r = JsonSchemaToRegex(schema);
     ASSERT_FALSE(r.ok()) << schema;
     EXPECT_NE(r.status().message().find(word), std::string::npos) << r.status().message();

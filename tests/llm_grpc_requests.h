@@ -18,12 +18,13 @@ inline std::string RawInt32(const std::vector<int32_t>& v) {
 
 // A tensorrt_llm request with raw inputs: rows of equal length, streaming on or off.
 inline inference::ModelInferRequest LlmRequest(const std::string& model, const std::string& id,
-                                               const std::vector<std::vector<int32_t>>& rows, int32_t max_tokens,
-                                               bool streaming) {
+                                               const std::vector<std::vector<int32_t>>& rows,
+                                               int32_t max_tokens, bool streaming) {
   inference::ModelInferRequest q;
   q.set_model_name(model);
   q.set_id(id);
-  auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape, const std::string& raw) {
+  auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape,
+                 const std::string& raw) {
     auto* in = q.add_inputs();
     in->set_name(name);
     in->set_datatype(dtype);
@@ -63,7 +64,8 @@ inline inference::ModelInferRequest StopRequest(const std::string& model, const 
   return stop;
 }
 
-inline std::vector<int32_t> OutputInt32(const inference::ModelInferResponse& r, const std::string& name) {
+inline std::vector<int32_t> OutputInt32(const inference::ModelInferResponse& r,
+                                        const std::string& name) {
   for (int i = 0; i < r.outputs_size(); ++i) {
     if (r.outputs(i).name() == name) {
       const std::string& raw = r.raw_output_contents(i);

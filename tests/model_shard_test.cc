@@ -47,8 +47,12 @@ class ThreadGroup : public TensorParallelGroup {
   ThreadGroup(ThreadGroupState* state, int32_t rank) : state_(state), rank_(rank) {}
   int32_t size() const override { return state_->size(); }
   int32_t rank() const override { return rank_; }
-  Status AllGather(const float* send, int64_t n, float* recv) override { return state_->AllGather(rank_, send, n, recv, false); }
-  Status Gather(const float* send, int64_t n, float* recv) override { return state_->AllGather(rank_, send, n, recv, true); }
+  Status AllGather(const float* send, int64_t n, float* recv) override {
+    return state_->AllGather(rank_, send, n, recv, false);
+  }
+  Status Gather(const float* send, int64_t n, float* recv) override {
+    return state_->AllGather(rank_, send, n, recv, true);
+  }
 
  private:
   ThreadGroupState* state_;
@@ -138,7 +142,9 @@ void ExpectShardsMatch(const std::string& path, int32_t tp, int32_t pp) {
     const BatchPlan plan = PlanOf(w, step);
     const int64_t rows = plan.num_logit_rows(), T = plan.num_tokens();
     std::vector<float> expected(rows * c.vocab_size), actual(rows * c.vocab_size, -1.0f);
-    ASSERT_TRUE(whole->model->Forward(plan, whole->view, whole->scratch, whole->pool, expected.data()).ok());
+    ASSERT_TRUE(
+        whole->model->Forward(plan, whole->view, whole->scratch, whole->pool, expected.data())
+            .ok());
     std::vector<std::vector<float>> hidden(tp, std::vector<float>(T * c.hidden_size));
     for (int32_t s = 0; s < pp; ++s) {
       ThreadGroupState state(tp);
@@ -161,11 +167,13 @@ void ExpectShardsMatch(const std::string& path, int32_t tp, int32_t pp) {
       for (const Status& st : statuses) ASSERT_TRUE(st.ok()) << st.message();
       hidden = std::move(out);
     }
-    ASSERT_EQ(std::memcmp(expected.data(), actual.data(), expected.size() * sizeof(float)), 0) << "step " << step;
+    ASSERT_EQ(std::memcmp(expected.data(), actual.data(), expected.size() * sizeof(float)), 0)
+        << "step " << step;
   }
 }
 
-std::string WriteModel(const std::string& stem, Architecture arch, const std::string& preset, DType dtype, const std::string& mix = "") {
+std::string WriteModel(const std::string& stem, Architecture arch, const std::string& preset,
+                       DType dtype, const std::string& mix = "") {
   auto config = PresetConfig(arch, preset);
   EXPECT_TRUE(config.ok());
   RandomModelParams params;
@@ -174,7 +182,9 @@ std::string WriteModel(const std::string& stem, Architecture arch, const std::st
   params.mix = mix;
   params.seed = 3;
   params.tied_embeddings = false;
-  const std::string path = (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(getpid()) + ".gguf")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(getpid()) + ".gguf"))
+          .string();
   EXPECT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), path).ok());
   return path;
 }
@@ -205,7 +215,8 @@ TEST(ModelShardTest, LlamaQ8ShardsEqualTheWholeModel) {
 
 TEST(ModelShardTest, KQuantMixShardsEqualTheWholeModel) {
   // 512-wide: K-quant blocks of 256 along rows that the split cuts at 16-row boundaries.
-  const std::string path = WriteModel("shard_llama_q4km", Architecture::kLlama, "small", DType::kF16, "q4_k_m");
+  const std::string path =
+      WriteModel("shard_llama_q4km", Architecture::kLlama, "small", DType::kF16, "q4_k_m");
   ExpectShardsMatch(path, 2, 1);
   ExpectShardsMatch(path, 4, 1);
   ExpectShardsMatch(path, 2, 4);
@@ -233,8 +244,8 @@ TEST(ModelShardTest, StoriesShardsEqualTheWholeModel) {
 
 TEST(ModelShardTest, ImpossibleShardsAreRefusedByName) {
   const std::string path = WriteModel("shard_bad", Architecture::kLlama, "tiny", DType::kQ8_0);
-  for (ModelShard bad : {ModelShard{0, 3, 0, 1}, ModelShard{2, 2, 0, 1}, ModelShard{0, 1, 0, 3}, ModelShard{0, 1, 1, 1},
-                         ModelShard{0, 0, 0, 1}}) {
+  for (ModelShard bad : {ModelShard{0, 3, 0, 1}, ModelShard{2, 2, 0, 1}, ModelShard{0, 1, 0, 3},
+                         ModelShard{0, 1, 1, 1}, ModelShard{0, 0, 0, 1}}) {
     ModelLoadOptions options;
     options.shard = bad;
     auto m = Model::Load(path, options);
@@ -256,7 +267,8 @@ TEST(ModelShardTest, ImpossibleShardsAreRefusedByName) {
   BatchPlan plan;
   plan.chunks.push_back(SequenceChunk{&token, 1, 0, &block, 1, 1});
   std::vector<float> logits((*shard)->config().vocab_size);
-  EXPECT_EQ((*shard)->Forward(plan, view, scratch, pool, logits.data()).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*shard)->Forward(plan, view, scratch, pool, logits.data()).code(),
+            StatusCode::kFailedPrecondition);
   std::filesystem::remove(path);
 }
 

@@ -8,12 +8,12 @@
 #include "test_util.h"
 
 // Skips the test when mpirun is missing (a user's machine), fails under CI=true.
-#define REQUIRE_MPIRUN()                                                             \
-  do {                                                                               \
-    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                     \
+#define REQUIRE_MPIRUN()                                                                        \
+  do {                                                                                          \
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                                \
       if (::inflight::testing::InCi()) FAIL() << "CI=true but mpirun (openmpi-bin) is missing"; \
-      GTEST_SKIP() << "mpirun is missing (apt-get install openmpi-bin)";             \
-    }                                                                                \
+      GTEST_SKIP() << "mpirun is missing (apt-get install openmpi-bin)";                        \
+    }                                                                                           \
   } while (0)
 
 namespace inflight::testing {

@@ -37,8 +37,8 @@ const std::string kModel = inflight::testing::SourceDir() + "/models/demo/inflig
 std::vector<int32_t> AloneIds(const std::vector<int32_t>& prompt, int n) {
   std::string ids;
   for (int32_t t : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
-  const CommandResult r = Exec(kBinary + " --model " + kModel + " --prompt-ids " + ids + " -n " + std::to_string(n) +
-                     " --ignore-eos --json");
+  const CommandResult r = Exec(kBinary + " --model " + kModel + " --prompt-ids " + ids + " -n " +
+                               std::to_string(n) + " --ignore-eos --json");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   return json::parse(r.out, nullptr, false).value("generated_ids", std::vector<int32_t>());
 }
@@ -47,17 +47,22 @@ TEST(OfflineBatchCli, EveryRequestGetsItsAloneOutputAndASummary) {
   const std::string file = ::testing::TempDir() + "/offline_requests.jsonl";
   {
     std::ofstream f(file);
-    f << R"({"prompt": "Once upon a time", "max_tokens": 24})" << "\n";
+    f << R"({"prompt": "Once upon a time", "max_tokens": 24})"
+      << "\n";
     // Arrives with the first (both wait at the start, so they share steps however fast the
     // engine is); the others arrive later.
-    f << R"({"prompt": "The cat", "max_tokens": 9, "arrival_ms": 0})" << "\n";
+    f << R"({"prompt": "The cat", "max_tokens": 9, "arrival_ms": 0})"
+      << "\n";
     f << "\n";
-    f << R"({"prompt_ids": [1, 300, 301, 302], "max_tokens": 5, "arrival_ms": 1})" << "\n";
-    f << R"({"prompt": "Tom said,", "max_tokens": 16, "arrival_ms": 2})" << "\n";
+    f << R"({"prompt_ids": [1, 300, 301, 302], "max_tokens": 5, "arrival_ms": 1})"
+      << "\n";
+    f << R"({"prompt": "Tom said,", "max_tokens": 16, "arrival_ms": 2})"
+      << "\n";
   }
   const CommandResult r = Exec(kBinary + " --model " + kModel + " --prompts-file " + file +
-                     " --ignore-eos --max-batch-size 3 --chunked-context --max-num-tokens 64 --kv-cache-tokens 4096"
-                     " --tokens-per-block 16 --kv-reuse --policy max_utilization");
+                               " --ignore-eos --max-batch-size 3 --chunked-context "
+                               "--max-num-tokens 64 --kv-cache-tokens 4096"
+                               " --tokens-per-block 16 --kv-reuse --policy max_utilization");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::istringstream lines(r.out);
   std::string line;
@@ -66,8 +71,10 @@ TEST(OfflineBatchCli, EveryRequestGetsItsAloneOutputAndASummary) {
   while (std::getline(lines, line)) {
     json j = json::parse(line, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << line;
-    if (j.contains("summary")) summary = j["summary"];
-    else requests.push_back(j);
+    if (j.contains("summary"))
+      summary = j["summary"];
+    else
+      requests.push_back(j);
   }
   ASSERT_EQ(requests.size(), 4u);
   const int max_tokens[] = {24, 9, 5, 16};
@@ -96,7 +103,9 @@ TEST(OfflineBatchCli, EveryRequestGetsItsAloneOutputAndASummary) {
 
 TEST(OfflineBatchCli, BadLinesAndImpossibleRequestsAreReportedClearly) {
   const std::string bad = ::testing::TempDir() + "/offline_bad.jsonl";
-  std::ofstream(bad) << R"({"prompt": "ok", "max_tokens": 2})" << "\n" << "{not json\n";
+  std::ofstream(bad) << R"({"prompt": "ok", "max_tokens": 2})"
+                     << "\n"
+                     << "{not json\n";
   CommandResult r = Exec(kBinary + " --model " + kModel + " --prompts-file " + bad);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("line 2"), std::string::npos) << r.out;
@@ -104,8 +113,10 @@ TEST(OfflineBatchCli, BadLinesAndImpossibleRequestsAreReportedClearly) {
   const std::string too_long = ::testing::TempDir() + "/offline_too_long.jsonl";
   std::string long_prompt;
   for (int i = 0; i < 3000; ++i) long_prompt += "word ";
-  std::ofstream(too_long) << R"({"prompt": ")" << long_prompt << R"(", "max_tokens": 2})" << "\n"
-                          << R"({"prompt": "ok", "max_tokens": 2})" << "\n";
+  std::ofstream(too_long) << R"({"prompt": ")" << long_prompt << R"(", "max_tokens": 2})"
+                          << "\n"
+                          << R"({"prompt": "ok", "max_tokens": 2})"
+                          << "\n";
   r = Exec(kBinary + " --model " + kModel + " --prompts-file " + too_long);
   EXPECT_EQ(r.exit_code, 2) << r.out;  // one request refused, the other served
   EXPECT_NE(r.out.find("maximum input length"), std::string::npos) << r.out;

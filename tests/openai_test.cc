@@ -27,10 +27,12 @@ std::string DemoModel() { return testing::SourceDir() + "/models/demo/inflight-d
 class OpenAiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    repo_ = new fs::path(fs::temp_directory_path() / ("inflight_openai_repo_" + std::to_string(getpid())));
+    repo_ = new fs::path(fs::temp_directory_path() /
+                         ("inflight_openai_repo_" + std::to_string(getpid())));
     fs::remove_all(*repo_);
-    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() +
-                            " --out " + repo_->string() + " > /dev/null";
+    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                            "/apps/inflight-server init-repo --model " + DemoModel() + " --out " +
+                            repo_->string() + " > /dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     server_ = ServerProcess::Start({"--model-repository", repo_->string()}).release();
     auto gguf = GgufFile::Open(DemoModel());
@@ -78,15 +80,17 @@ class OpenAiTest : public ::testing::Test {
     if (!r) return {};
     EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
     const std::string done = "data: [DONE]\n\n";
-    EXPECT_TRUE(r->body.size() >= done.size() && r->body.compare(r->body.size() - done.size(), done.size(), done) == 0)
+    EXPECT_TRUE(r->body.size() >= done.size() &&
+                r->body.compare(r->body.size() - done.size(), done.size(), done) == 0)
         << r->body;
     return SseEvents(r->body.substr(0, r->body.size() - done.size()));
   }
 
   // KServe generate on the ensemble: the generated text alone (greedy).
   static std::string KServeText(const std::string& prompt, int max_tokens) {
-    json j = PostJson("/v2/models/ensemble/generate",
-                      {{"text_input", prompt}, {"max_tokens", max_tokens}, {"exclude_input_in_output", true}});
+    json j = PostJson(
+        "/v2/models/ensemble/generate",
+        {{"text_input", prompt}, {"max_tokens", max_tokens}, {"exclude_input_in_output", true}});
     return j.value("text_output", "<missing>");
   }
 
@@ -102,7 +106,8 @@ double LlmCounter(int metrics_port, const std::string& metric) {
   std::string line;
   double sum = 0;
   while (std::getline(in, line)) {
-    if (line.rfind(metric + "{", 0) == 0 && line.find("model=\"tensorrt_llm\"") != std::string::npos) {
+    if (line.rfind(metric + "{", 0) == 0 &&
+        line.find("model=\"tensorrt_llm\"") != std::string::npos) {
       sum += std::stod(line.substr(line.rfind(' ') + 1));
     }
   }
@@ -121,7 +126,8 @@ std::pair<int, std::string> RunNode(const std::string& script_and_args) {
   return {pclose(p), out};
 }
 
-const char* kPrompts[] = {"Once upon a time", "The little dog ran to the", "Lily and Ben went to the park. They saw"};
+const char* kPrompts[] = {"Once upon a time", "The little dog ran to the",
+                          "Lily and Ben went to the park. They saw"};
 
 TEST_F(OpenAiTest, ModelsListsTheModelsThatServeText) {
   httplib::Client c("127.0.0.1", server_->http_port);
@@ -149,7 +155,9 @@ TEST_F(OpenAiTest, GreedyCompletionEqualsTheKServePathForEveryModelKind) {
     const std::string expected = KServeText(prompt, 24);
     ASSERT_FALSE(expected.empty());
     for (const char* model : {"ensemble", "tensorrt_llm", "tensorrt_llm_bls"}) {
-      json j = PostJson("/v1/completions", {{"model", model}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}});
+      json j =
+          PostJson("/v1/completions",
+                   {{"model", model}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}});
       ASSERT_EQ(j["choices"].size(), 1u);
       EXPECT_EQ(j["object"], "text_completion");
       EXPECT_EQ(j["model"], model);
@@ -170,8 +178,10 @@ TEST_F(OpenAiTest, StreamingEqualsTheWholeResponse) {
   for (bool chat : {false, true}) {
     const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
     json body = {{"model", "ensemble"}, {"max_tokens", 40}, {"temperature", 0}};
-    if (chat) body["messages"] = {{{"role", "user"}, {"content", "Tell me about a cat."}}};
-    else body["prompt"] = kPrompts[0];
+    if (chat)
+      body["messages"] = {{{"role", "user"}, {"content", "Tell me about a cat."}}};
+    else
+      body["prompt"] = kPrompts[0];
     json whole = PostJson(path, body);
     body["stream_options"] = {{"include_usage", true}};
     std::vector<json> events = Stream(path, body);
@@ -186,8 +196,10 @@ TEST_F(OpenAiTest, StreamingEqualsTheWholeResponse) {
       const json& c = e["choices"][0];
       EXPECT_TRUE(finish.empty()) << "a chunk after the finish";
       if (chat && i == 0) EXPECT_EQ(c["delta"]["role"], "assistant");
-      if (chat) text += c["delta"].value("content", "");
-      else text += c["text"].get<std::string>();
+      if (chat)
+        text += c["delta"].value("content", "");
+      else
+        text += c["text"].get<std::string>();
       if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
     }
     const json& usage = events.back();
@@ -200,30 +212,42 @@ TEST_F(OpenAiTest, StreamingEqualsTheWholeResponse) {
 }
 
 TEST_F(OpenAiTest, ChatRendersTheModelsTemplate) {
-  // The demo model's template: BOS, the system text, "\n\nUser: ...\nAssistant:" (models/demo/chat_template.jinja).
-  json chat = PostJson("/v1/chat/completions",
-                       {{"model", "ensemble"},
-                        {"messages", {{{"role", "system"}, {"content", "You tell stories."}},
-                                      {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "A story about a fox"}}}}}}},
-                        {"max_completion_tokens", 20},
-                        {"temperature", 0}});
+  // The demo model's template: BOS, the system text, "\n\nUser: ...\nAssistant:"
+  // (models/demo/chat_template.jinja).
+  json chat = PostJson(
+      "/v1/chat/completions",
+      {{"model", "ensemble"},
+       {"messages",
+        {{{"role", "system"}, {"content", "You tell stories."}},
+         {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "A story about a fox"}}}}}}},
+       {"max_completion_tokens", 20},
+       {"temperature", 0}});
   const std::string rendered = "You tell stories.\n\nUser: A story about a fox\nAssistant:";
-  json plain = PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", rendered}, {"max_tokens", 20}, {"temperature", 0}});
+  json plain = PostJson(
+      "/v1/completions",
+      {{"model", "ensemble"}, {"prompt", rendered}, {"max_tokens", 20}, {"temperature", 0}});
   EXPECT_EQ(chat["object"], "chat.completion");
   EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(chat["choices"][0]["message"]["content"], plain["choices"][0]["text"]);
   EXPECT_EQ(chat["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"]);
   // add_generation_prompt false: the template leaves "Assistant:" out, so the prompt is shorter.
-  json no_prompt = PostJson("/v1/chat/completions", {{"model", "ensemble"},
-                                                     {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
-                                                     {"add_generation_prompt", false},
-                                                     {"max_tokens", 2}});
-  json with_prompt = PostJson("/v1/chat/completions", {{"model", "ensemble"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}});
-  EXPECT_LT(no_prompt["usage"]["prompt_tokens"].get<int>(), with_prompt["usage"]["prompt_tokens"].get<int>());
+  json no_prompt =
+      PostJson("/v1/chat/completions", {{"model", "ensemble"},
+                                        {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                        {"add_generation_prompt", false},
+                                        {"max_tokens", 2}});
+  json with_prompt =
+      PostJson("/v1/chat/completions", {{"model", "ensemble"},
+                                        {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                        {"max_tokens", 2}});
+  EXPECT_LT(no_prompt["usage"]["prompt_tokens"].get<int>(),
+            with_prompt["usage"]["prompt_tokens"].get<int>());
 }
 
 TEST_F(OpenAiTest, SeededChoicesAreReproducibleAndIndependent) {
-  json body = {{"model", "ensemble"}, {"prompt", kPrompts[1]}, {"max_tokens", 32}, {"temperature", 2.0}, {"seed", 7}, {"n", 3}};
+  json body = {{"model", "ensemble"}, {"prompt", kPrompts[1]},
+               {"max_tokens", 32},    {"temperature", 2.0},
+               {"seed", 7},           {"n", 3}};
   json a = PostJson("/v1/completions", body);
   json b = PostJson("/v1/completions", body);
   ASSERT_EQ(a["choices"].size(), 3u);
@@ -240,7 +264,11 @@ TEST_F(OpenAiTest, SeededChoicesAreReproducibleAndIndependent) {
   EXPECT_GT(a["usage"]["completion_tokens"].get<int>(), 3);
   EXPECT_LE(a["usage"]["completion_tokens"].get<int>(), 96);
   // Several prompts: choice index = prompt * n + j.
-  json multi = PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", {kPrompts[0], kPrompts[2]}}, {"max_tokens", 8}, {"temperature", 0}, {"n", 2}});
+  json multi = PostJson("/v1/completions", {{"model", "ensemble"},
+                                            {"prompt", {kPrompts[0], kPrompts[2]}},
+                                            {"max_tokens", 8},
+                                            {"temperature", 0},
+                                            {"n", 2}});
   ASSERT_EQ(multi["choices"].size(), 4u);
   EXPECT_EQ(multi["choices"][0]["text"], KServeText(kPrompts[0], 8));
   EXPECT_EQ(multi["choices"][3]["text"], KServeText(kPrompts[2], 8));
@@ -255,7 +283,11 @@ TEST_F(OpenAiTest, StopStringsEndTheTextBeforeTheMatch) {
   const std::string stop = full.substr(at, 6);
   const std::string expected = full.substr(0, full.find(stop));
   const double failed0 = LlmCounter(server_->metrics_port, "nv_inference_request_failure");
-  json body = {{"model", "ensemble"}, {"prompt", kPrompts[0]}, {"max_tokens", 40}, {"temperature", 0}, {"stop", {"@@never@@", stop}}};
+  json body = {{"model", "ensemble"},
+               {"prompt", kPrompts[0]},
+               {"max_tokens", 40},
+               {"temperature", 0},
+               {"stop", {"@@never@@", stop}}};
   json j = PostJson("/v1/completions", body);
   EXPECT_EQ(j["choices"][0]["text"], expected) << "stop '" << stop << "' in '" << full << "'";
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
@@ -274,12 +306,13 @@ TEST_F(OpenAiTest, StopStringsEndTheTextBeforeTheMatch) {
 }
 
 TEST_F(OpenAiTest, LogprobsDescribeTheChosenTokens) {
-  json chat = PostJson("/v1/chat/completions", {{"model", "ensemble"},
-                                                {"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
-                                                {"max_tokens", 12},
-                                                {"temperature", 0},
-                                                {"logprobs", true},
-                                                {"top_logprobs", 3}});
+  json chat = PostJson("/v1/chat/completions",
+                       {{"model", "ensemble"},
+                        {"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+                        {"max_tokens", 12},
+                        {"temperature", 0},
+                        {"logprobs", true},
+                        {"top_logprobs", 3}});
   const json& content = chat["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), chat["usage"]["completion_tokens"].get<size_t>());
   ASSERT_GT(content.size(), 0u);
@@ -293,13 +326,19 @@ TEST_F(OpenAiTest, LogprobsDescribeTheChosenTokens) {
     double mass = 0;
     for (size_t k = 0; k < 3; ++k) {
       mass += std::exp(e["top_logprobs"][k]["logprob"].get<double>());
-      if (k > 0) EXPECT_LE(e["top_logprobs"][k]["logprob"].get<double>(), e["top_logprobs"][k - 1]["logprob"].get<double>());
+      if (k > 0)
+        EXPECT_LE(e["top_logprobs"][k]["logprob"].get<double>(),
+                  e["top_logprobs"][k - 1]["logprob"].get<double>());
     }
     EXPECT_LE(mass, 1.0 + 1e-5);
     EXPECT_EQ(e["bytes"].size(), e["token"].get<std::string>().size());
   }
   EXPECT_EQ(joined, chat["choices"][0]["message"]["content"]);
-  json comp = PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", kPrompts[2]}, {"max_tokens", 10}, {"temperature", 0}, {"logprobs", 2}});
+  json comp = PostJson("/v1/completions", {{"model", "ensemble"},
+                                           {"prompt", kPrompts[2]},
+                                           {"max_tokens", 10},
+                                           {"temperature", 0},
+                                           {"logprobs", 2}});
   const json& lp = comp["choices"][0]["logprobs"];
   const size_t num = comp["usage"]["completion_tokens"];
   ASSERT_GT(num, 0u);
@@ -314,33 +353,58 @@ TEST_F(OpenAiTest, LogprobsDescribeTheChosenTokens) {
   }
   EXPECT_EQ(text, comp["choices"][0]["text"]);
   // Without logprobs the field is null.
-  EXPECT_TRUE(PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", "Hi"}, {"max_tokens", 2}})["choices"][0]["logprobs"].is_null());
+  EXPECT_TRUE(PostJson("/v1/completions", {{"model", "ensemble"},
+                                           {"prompt", "Hi"},
+                                           {"max_tokens", 2}})["choices"][0]["logprobs"]
+                  .is_null());
 }
 
 TEST_F(OpenAiTest, LogitBiasSteersSampling) {
   // +100 on one token makes it every greedy pick; -100 on the greedy pick removes it.
   const int32_t forced = tok_->Find("▁dragon") >= 0 ? tok_->Find("▁dragon") : 300;
-  json j = PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", kPrompts[0]}, {"max_tokens", 3}, {"temperature", 0},
-                                        {"logprobs", 0}, {"logit_bias", {{std::to_string(forced), 100}}}});
-  for (const json& t : j["choices"][0]["logprobs"]["tokens"]) EXPECT_EQ(t, tok_->TokenBytes(forced));
-  json greedy = PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", kPrompts[0]}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 1}});
+  json j = PostJson("/v1/completions", {{"model", "ensemble"},
+                                        {"prompt", kPrompts[0]},
+                                        {"max_tokens", 3},
+                                        {"temperature", 0},
+                                        {"logprobs", 0},
+                                        {"logit_bias", {{std::to_string(forced), 100}}}});
+  for (const json& t : j["choices"][0]["logprobs"]["tokens"])
+    EXPECT_EQ(t, tok_->TokenBytes(forced));
+  json greedy = PostJson("/v1/completions", {{"model", "ensemble"},
+                                             {"prompt", kPrompts[0]},
+                                             {"max_tokens", 1},
+                                             {"temperature", 0},
+                                             {"logprobs", 1}});
   const std::string first = greedy["choices"][0]["logprobs"]["tokens"][0];
-  json ban = json::object();  // every token that reads as the greedy pick (a piece and its byte token)
+  json ban =
+      json::object();  // every token that reads as the greedy pick (a piece and its byte token)
   for (int32_t id = 0; id < tok_->vocab_size(); ++id) {
     if (tok_->TokenBytes(id) == first) ban[std::to_string(id)] = -100;
   }
   ASSERT_FALSE(ban.empty());
-  json banned = PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", kPrompts[0]}, {"max_tokens", 1}, {"temperature", 0},
-                                             {"logprobs", 1}, {"logit_bias", ban}});
+  json banned = PostJson("/v1/completions", {{"model", "ensemble"},
+                                             {"prompt", kPrompts[0]},
+                                             {"max_tokens", 1},
+                                             {"temperature", 0},
+                                             {"logprobs", 1},
+                                             {"logit_bias", ban}});
   EXPECT_NE(banned["choices"][0]["logprobs"]["tokens"][0], first);
 }
 
 TEST_F(OpenAiTest, EchoPutsThePromptFirst) {
-  json j = PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", kPrompts[1]}, {"max_tokens", 6}, {"temperature", 0}, {"echo", true}});
+  json j = PostJson("/v1/completions", {{"model", "ensemble"},
+                                        {"prompt", kPrompts[1]},
+                                        {"max_tokens", 6},
+                                        {"temperature", 0},
+                                        {"echo", true}});
   EXPECT_EQ(j["choices"][0]["text"], std::string(kPrompts[1]) + KServeText(kPrompts[1], 6));
   // A token-id prompt is echoed as its text.
   std::vector<int32_t> ids = tok_->Encode(kPrompts[1], true);
-  json by_ids = PostJson("/v1/completions", {{"model", "tensorrt_llm"}, {"prompt", ids}, {"max_tokens", 6}, {"temperature", 0}, {"echo", true}});
+  json by_ids = PostJson("/v1/completions", {{"model", "tensorrt_llm"},
+                                             {"prompt", ids},
+                                             {"max_tokens", 6},
+                                             {"temperature", 0},
+                                             {"echo", true}});
   EXPECT_EQ(by_ids["choices"][0]["text"], j["choices"][0]["text"]);
 }
 
@@ -360,25 +424,42 @@ TEST_F(OpenAiTest, BadRequestsGetOpenAiErrors) {
       {"/v1/completions", R"({"model": "ensemble"})", 400, "prompt"},
       {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "n": 0})", 400, "n"},
       {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "n": 1000000})", 400, "n"},
-      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "max_tokens": -5})", 400, "max_tokens"},
-      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "max_tokens": 100000})", 400, "max_tokens"},
-      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "temperature": 3})", 400, "temperature"},
+      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "max_tokens": -5})", 400,
+       "max_tokens"},
+      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "max_tokens": 100000})", 400,
+       "max_tokens"},
+      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "temperature": 3})", 400,
+       "temperature"},
       {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "top_p": 0})", 400, "top_p"},
       {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "stop": 5})", 400, "stop"},
-      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "logit_bias": {"abc": 1}})", 400, "logit_bias"},
-      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "logit_bias": {"99999999": 1}})", 400, "logit_bias"},
-      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "logit_bias": {"5": 1000}})", 400, "logit_bias"},
+      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "logit_bias": {"abc": 1}})", 400,
+       "logit_bias"},
+      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "logit_bias": {"99999999": 1}})",
+       400, "logit_bias"},
+      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "logit_bias": {"5": 1000}})",
+       400, "logit_bias"},
       {"/v1/completions", R"({"model": "ensemble", "prompt": [5, -1]})", 400, "prompt"},
-      {"/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "stream_options": {"include_usage": true}})", 400, "stream_options"},
+      {"/v1/completions",
+       R"({"model": "ensemble", "prompt": "Hi", "stream_options": {"include_usage": true}})", 400,
+       "stream_options"},
       {"/v1/completions", R"({"model": "preprocessing", "prompt": "Hi"})", 400, "model"},
-      {"/v1/completions", R"({"model": "ensemble", "prompt": ")" + big_prompt + R"("})", 400, "prompt"},
+      {"/v1/completions", R"({"model": "ensemble", "prompt": ")" + big_prompt + R"("})", 400,
+       "prompt"},
       {"/v1/chat/completions", R"({"model": "ensemble", "messages": []})", 400, "messages"},
-      {"/v1/chat/completions", R"({"model": "ensemble", "messages": [{"role": "wizard", "content": "x"}]})", 400, "messages"},
-      {"/v1/chat/completions", R"({"model": "ensemble", "messages": [{"role": "user"}]})", 400, "messages"},
-      {"/v1/chat/completions", R"({"model": "ensemble", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages"},
+      {"/v1/chat/completions",
+       R"({"model": "ensemble", "messages": [{"role": "wizard", "content": "x"}]})", 400,
+       "messages"},
+      {"/v1/chat/completions", R"({"model": "ensemble", "messages": [{"role": "user"}]})", 400,
+       "messages"},
+      {"/v1/chat/completions",
+       R"({"model": "ensemble", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       400, "messages"},
       // The demo template raises for the tool role.
-      {"/v1/chat/completions", R"({"model": "ensemble", "messages": [{"role": "tool", "content": "x"}]})", 400, "messages"},
-      {"/v1/chat/completions", R"({"model": "ensemble", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400, "top_logprobs"},
+      {"/v1/chat/completions",
+       R"({"model": "ensemble", "messages": [{"role": "tool", "content": "x"}]})", 400, "messages"},
+      {"/v1/chat/completions",
+       R"({"model": "ensemble", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
+       400, "top_logprobs"},
   };
   for (const Case& c : cases) {
     httplib::Client client("127.0.0.1", server_->http_port);
@@ -387,13 +468,18 @@ TEST_F(OpenAiTest, BadRequestsGetOpenAiErrors) {
     EXPECT_EQ(r->status, c.status) << c.body.substr(0, 200) << " -> " << r->body;
     json j = json::parse(r->body, nullptr, false);
     ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
-    EXPECT_TRUE(j["error"]["message"].is_string() && !j["error"]["message"].get<std::string>().empty());
+    EXPECT_TRUE(j["error"]["message"].is_string() &&
+                !j["error"]["message"].get<std::string>().empty());
     EXPECT_TRUE(j["error"]["type"].is_string());
-    if (c.param.empty()) EXPECT_TRUE(j["error"]["param"].is_null());
-    else EXPECT_EQ(j["error"]["param"], c.param) << c.body.substr(0, 200);
+    if (c.param.empty())
+      EXPECT_TRUE(j["error"]["param"].is_null());
+    else
+      EXPECT_EQ(j["error"]["param"], c.param) << c.body.substr(0, 200);
   }
   // The template's own message reaches the client.
-  auto r = Post("/v1/chat/completions", json::parse(R"({"model": "ensemble", "messages": [{"role": "tool", "content": "x"}]})"));
+  auto r =
+      Post("/v1/chat/completions",
+           json::parse(R"({"model": "ensemble", "messages": [{"role": "tool", "content": "x"}]})"));
   ASSERT_TRUE(r);
   EXPECT_NE(r->body.find("not tool"), std::string::npos) << r->body;
   httplib::Client client("127.0.0.1", server_->http_port);
@@ -408,12 +494,19 @@ TEST_F(OpenAiTest, ADisconnectedStreamFreesItsKvBlocks) {
   // and its blocks return to the pool.
   auto count = [](const char* metric) { return LlmCounter(server_->metrics_port, metric); };
   for (bool chat : {false, true}) {
-    const double ok0 = count("nv_inference_request_success"), failed0 = count("nv_inference_request_failure");
+    const double ok0 = count("nv_inference_request_success"),
+                 failed0 = count("nv_inference_request_failure");
     // EOS banned: both choices would run to 400 tokens.
-    json body = {{"model", "ensemble"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}, {"n", 2},
+    json body = {{"model", "ensemble"},
+                 {"max_tokens", 400},
+                 {"temperature", 0},
+                 {"stream", true},
+                 {"n", 2},
                  {"logit_bias", {{std::to_string(tok_->eos_id()), -100}}}};
-    if (chat) body["messages"] = {{{"role", "user"}, {"content", "A long story"}}};
-    else body["prompt"] = kPrompts[0];
+    if (chat)
+      body["messages"] = {{{"role", "user"}, {"content", "A long story"}}};
+    else
+      body["prompt"] = kPrompts[0];
     httplib::Client c("127.0.0.1", server_->http_port);
     int events = 0;
     httplib::Request req;
@@ -427,7 +520,8 @@ TEST_F(OpenAiTest, ADisconnectedStreamFreesItsKvBlocks) {
     };
     auto r = c.send(req);
     EXPECT_GE(events, 6);
-    EXPECT_TRUE(testing::WaitLlmIdle(server_->metrics_port, "tensorrt_llm")) << "KV blocks still held after the disconnect";
+    EXPECT_TRUE(testing::WaitLlmIdle(server_->metrics_port, "tensorrt_llm"))
+        << "KV blocks still held after the disconnect";
     // Both choices were cancelled, not run to the end (the counters follow the final responses).
     for (int i = 0; i < 100 && count("nv_inference_request_failure") < failed0 + 2; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -440,14 +534,20 @@ TEST_F(OpenAiTest, ADisconnectedStreamFreesItsKvBlocks) {
 TEST_F(OpenAiTest, RequestsShowInTheServersMetrics) {
   // Counted for the LLM model (each choice) and for the model the client named (each request).
   auto count = [](const char* model, const char* metric) {
-    return testing::MetricValue(testing::MetricsText(server_->metrics_port), metric, {{"model", model}});
+    return testing::MetricValue(testing::MetricsText(server_->metrics_port), metric,
+                                {{"model", model}});
   };
   const double llm0 = LlmCounter(server_->metrics_port, "nv_inference_request_success");
   const double ensemble0 = std::max(0.0, count("ensemble", "nv_inference_request_success"));
   const double bls0 = std::max(0.0, count("tensorrt_llm_bls", "nv_inference_request_success"));
-  for (int i = 0; i < 3; ++i) PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", "Hi"}, {"max_tokens", 2}, {"n", 2}});
-  PostJson("/v1/chat/completions", {{"model", "tensorrt_llm_bls"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}});
-  PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", "Hi"}, {"n", 0}}, 400);  // refused before it ran
+  for (int i = 0; i < 3; ++i)
+    PostJson("/v1/completions",
+             {{"model", "ensemble"}, {"prompt", "Hi"}, {"max_tokens", 2}, {"n", 2}});
+  PostJson("/v1/chat/completions", {{"model", "tensorrt_llm_bls"},
+                                    {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                    {"max_tokens", 2}});
+  PostJson("/v1/completions", {{"model", "ensemble"}, {"prompt", "Hi"}, {"n", 0}},
+           400);  // refused before it ran
   double llm1 = 0;
   for (int i = 0; i < 50 && llm1 < llm0 + 7; ++i) {
     llm1 = LlmCounter(server_->metrics_port, "nv_inference_request_success");
@@ -460,24 +560,29 @@ TEST_F(OpenAiTest, RequestsShowInTheServersMetrics) {
   httplib::Client c("127.0.0.1", server_->http_port);
   auto stats = c.Get("/v2/models/ensemble/stats");
   ASSERT_TRUE(stats && stats->status == 200);
-  EXPECT_GE(json::parse(stats->body)["model_stats"][0]["inference_stats"]["success"]["count"].get<int>(), 3);
+  EXPECT_GE(
+      json::parse(stats->body)["model_stats"][0]["inference_stats"]["success"]["count"].get<int>(),
+      3);
 }
 
 TEST_F(OpenAiTest, TheOfficialNodeSdkWorksAgainstTheServer) {
   const std::string sdk = testing::SourceDir() + "/tools/oracle/node_modules/openai/package.json";
   if (!fs::exists(sdk)) {
-    if (std::getenv("CI") && std::string(std::getenv("CI")) == "true") FAIL() << "the OpenAI SDK is not installed: " << sdk;
+    if (std::getenv("CI") && std::string(std::getenv("CI")) == "true")
+      FAIL() << "the OpenAI SDK is not installed: " << sdk;
     GTEST_SKIP() << "npm package openai not installed (bash scripts/install-deps.sh installs it)";
   }
   auto failures = [] { return LlmCounter(server_->metrics_port, "nv_inference_request_failure"); };
   const double failed0 = failures();
-  auto [status, out] = RunNode("openai_sdk_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
-                                std::to_string(tok_->eos_id()));
+  auto [status, out] =
+      RunNode("openai_sdk_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
+              std::to_string(tok_->eos_id()));
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("openai sdk: all checks passed"), std::string::npos) << out;
   // The aborted stream in the script was cancelled (the one failure) and freed its blocks.
   EXPECT_TRUE(testing::WaitLlmIdle(server_->metrics_port, "tensorrt_llm"));
-  for (int i = 0; i < 100 && failures() < failed0 + 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 100 && failures() < failed0 + 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(failures(), failed0 + 1);
 }
 
@@ -485,14 +590,18 @@ TEST_F(OpenAiTest, TheOfficialNodeSdkWorksAgainstTheServer) {
 // under a load from inflight-bench, no console errors (tests/web_test.mjs; screenshots in
 // the build folder's web-screenshots/).
 TEST_F(OpenAiTest, ThePageStreamsAndTheDashboardMovesUnderLoad) {
-  const std::string driver = testing::SourceDir() + "/tools/oracle/node_modules/playwright-core/package.json";
+  const std::string driver =
+      testing::SourceDir() + "/tools/oracle/node_modules/playwright-core/package.json";
   if (!fs::exists(driver) || !fs::exists("/usr/bin/chromium")) {
-    if (std::getenv("CI") && std::string(std::getenv("CI")) == "true") FAIL() << "chromium or playwright-core is not installed";
-    GTEST_SKIP() << "chromium or npm playwright-core not installed (bash scripts/install-deps.sh installs both)";
+    if (std::getenv("CI") && std::string(std::getenv("CI")) == "true")
+      FAIL() << "chromium or playwright-core is not installed";
+    GTEST_SKIP() << "chromium or npm playwright-core not installed (bash scripts/install-deps.sh "
+                    "installs both)";
   }
   const std::string shots = std::string(INFLIGHT_BINARY_DIR) + "/web-screenshots";
-  auto [status, out] = RunNode("web_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
-                                INFLIGHT_BINARY_DIR + "/apps/inflight-bench " + DemoModel() + " " + shots);
+  auto [status, out] =
+      RunNode("web_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
+              INFLIGHT_BINARY_DIR + "/apps/inflight-bench " + DemoModel() + " " + shots);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("web: all checks passed"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(shots + "/playground.png") && fs::exists(shots + "/dashboard.png"));
@@ -511,7 +620,8 @@ TEST_F(OpenAiTest, TheLiveStreamAndThePageAreServed) {
   ASSERT_EQ(j["models"].size(), 1u);
   EXPECT_EQ(j["models"][0]["model"], "tensorrt_llm");
   EXPECT_EQ(j["models"][0]["kv_blocks"]["total"].get<int>(),
-            j["models"][0]["kv_blocks"]["used"].get<int>() + j["models"][0]["kv_blocks"]["free"].get<int>() +
+            j["models"][0]["kv_blocks"]["used"].get<int>() +
+                j["models"][0]["kv_blocks"]["free"].get<int>() +
                 j["models"][0]["kv_blocks"]["cached"].get<int>());
   // The live stream sends a snapshot at once and then about twice a second.
   httplib::Client live("127.0.0.1", server_->http_port);
@@ -521,9 +631,10 @@ TEST_F(OpenAiTest, TheLiveStreamAndThePageAreServed) {
     events += static_cast<int>(std::count(data, data + n, '\n')) / 2;
     return events < 4;
   });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GE(events, 4);
-  EXPECT_GE(seconds, 1.0);   // 1 at once + 3 more at 0.5 s each
+  EXPECT_GE(seconds, 1.0);  // 1 at once + 3 more at 0.5 s each
   EXPECT_LT(seconds, 10.0);
   auto post = c.Post("/inflight/live", "", "text/plain");
   ASSERT_TRUE(post);
@@ -550,9 +661,11 @@ TEST(OpenAiParseTest, FieldsAndBounds) {
   EXPECT_TRUE(r->include_usage);
   EXPECT_EQ(r->template_kwargs["enable_thinking"], false);
   // Deep nesting is refused before it is parsed.
-  std::string deep = R"({"model": "m", "prompt": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  std::string deep =
+      R"({"model": "m", "prompt": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
   EXPECT_FALSE(frontends::ParseOpenAiRequest(deep, false, &param).ok());
-  auto many = frontends::ParseOpenAiRequest(R"({"model": "m", "prompt": ["a", "b"], "n": 100})", false, &param);
+  auto many = frontends::ParseOpenAiRequest(R"({"model": "m", "prompt": ["a", "b"], "n": 100})",
+                                            false, &param);
   EXPECT_FALSE(many.ok());
   EXPECT_EQ(param, "n");
 }

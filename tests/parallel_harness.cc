@@ -48,13 +48,15 @@ int main(int argc, char** argv) {
       std::_Exit(1);
     }
   } else {
-    const inflight::testing::ScenarioConfig scenario = ScenarioNamed(Arg(argc, argv, "--scenario", "default"));
+    const inflight::testing::ScenarioConfig scenario =
+        ScenarioNamed(Arg(argc, argv, "--scenario", "default"));
     inflight::parallel::ParallelConfig parallel;
     parallel.tp_size = std::atoi(Arg(argc, argv, "--tp", "1").c_str());
     parallel.pp_size = std::atoi(Arg(argc, argv, "--pp", "1").c_str());
     parallel.share_host_cores = false;  // one compute thread per rank (the scenario's num_threads)
-    auto runner = inflight::parallel::ParallelModelRunner::Create(MPI_COMM_WORLD, Arg(argc, argv, "--model"),
-                                                                  inflight::testing::ScenarioExecutorConfig(scenario), parallel);
+    auto runner = inflight::parallel::ParallelModelRunner::Create(
+        MPI_COMM_WORLD, Arg(argc, argv, "--model"),
+        inflight::testing::ScenarioExecutorConfig(scenario), parallel);
     nlohmann::json out;
     if (!runner.ok()) {
       out["error"] = runner.status().message();
@@ -62,10 +64,14 @@ int main(int argc, char** argv) {
     } else {
       inflight::parallel::ParallelModelRunner* raw = runner->get();
       const inflight::ModelConfig model = raw->model().config();
-      inflight::Executor executor(std::move(runner).value(), inflight::testing::ScenarioExecutorConfig(scenario));
+      inflight::Executor executor(std::move(runner).value(),
+                                  inflight::testing::ScenarioExecutorConfig(scenario));
       out = inflight::testing::RunScenario(executor, scenario, model);
       const inflight::parallel::CommStats stats = raw->comm_stats();
-      out["comm"] = {{"steps", stats.steps}, {"bytes", stats.bytes}, {"comm_ms", stats.comm_ms}, {"forward_ms", stats.forward_ms}};
+      out["comm"] = {{"steps", stats.steps},
+                     {"bytes", stats.bytes},
+                     {"comm_ms", stats.comm_ms},
+                     {"forward_ms", stats.forward_ms}};
       executor.Shutdown();
     }
     std::ofstream(Arg(argc, argv, "--out")) << out.dump();

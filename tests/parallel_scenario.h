@@ -1,17 +1,16 @@
 // The workload parallel_test runs on a tensor/pipeline-parallel executor (in parallel_harness,
 // under mpirun) and on a single-process one (the reference), and what it records of each: 32
 // requests in flight (greedy, streamed, seeded sampling, n = 2, a beam search, a shared prefix
-// for reuse, prompts longer than a step's token budget, LoRA adapters), then a streamed request cancelled
-// after a few tokens, and the executor's counters (pauses, reused blocks, leaks).
+// for reuse, prompts longer than a step's token budget, LoRA adapters), then a streamed request
+// cancelled after a few tokens, and the executor's counters (pauses, reused blocks, leaks).
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/executor.h"
 
@@ -44,7 +43,8 @@ inline std::shared_ptr<const LoraAdapter> ScenarioAdapter(const ModelConfig& c, 
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   const int32_t rank = 4;
-  const std::vector<std::pair<int32_t, int32_t>> targets = {{kLoraAttnQ, 0}, {kLoraMlp4hToH, c.num_layers - 1}};
+  const std::vector<std::pair<int32_t, int32_t>> targets = {{kLoraAttnQ, 0},
+                                                            {kLoraMlp4hToH, c.num_layers - 1}};
   int64_t cols = 0;
   for (const auto& [module, layer] : targets) {
     int32_t in = 0, out = 0;
@@ -55,7 +55,8 @@ inline std::shared_ptr<const LoraAdapter> ScenarioAdapter(const ModelConfig& c, 
   for (float& w : weights) w = normal(rng);
   std::vector<int32_t> config;
   for (const auto& [module, layer] : targets) config.insert(config.end(), {module, layer, rank});
-  auto adapter = LoraAdapter::FromTensors(c, weights, static_cast<int64_t>(targets.size()), cols, config);
+  auto adapter =
+      LoraAdapter::FromTensors(c, weights, static_cast<int64_t>(targets.size()), cols, config);
   return adapter.ok() ? *adapter : nullptr;
 }
 
@@ -83,9 +84,12 @@ inline std::vector<Request> ScenarioRequests(const ModelConfig& model) {
       r.sampling.top_k = 20;
       r.sampling.seed = 100 + i;
     }
-    if (i == 9) r.num_return_sequences = 2, r.sampling.temperature = 1.0f, r.sampling.seed = 7;  // forked blocks
+    if (i == 9)
+      r.num_return_sequences = 2, r.sampling.temperature = 1.0f,
+      r.sampling.seed = 7;                                      // forked blocks
     if (i == 13) r.beam_width = 2, r.num_return_sequences = 2;  // copy-on-write blocks
-    if (i == 21 || i == 25) r.lora = adapter_a, r.lora_task_id = 1;  // LoRA: two adapters and none in a step
+    if (i == 21 || i == 25)
+      r.lora = adapter_a, r.lora_task_id = 1;  // LoRA: two adapters and none in a step
     if (i == 29) r.lora = adapter_b, r.lora_task_id = 2;
     requests.push_back(std::move(r));
   }
@@ -93,7 +97,8 @@ inline std::vector<Request> ScenarioRequests(const ModelConfig& model) {
 }
 
 // Runs the workload; the JSON holds every output and the counters.
-inline nlohmann::json RunScenario(Executor& executor, const ScenarioConfig& s, const ModelConfig& model) {
+inline nlohmann::json RunScenario(Executor& executor, const ScenarioConfig& s,
+                                  const ModelConfig& model) {
   nlohmann::json out;
   out["name"] = s.name;
   std::vector<Request> requests = ScenarioRequests(model);
@@ -120,7 +125,8 @@ inline nlohmann::json RunScenario(Executor& executor, const ScenarioConfig& s, c
           seqs.clear();
           for (const BeamOutput& b : r.beams) seqs.push_back(b.output_token_ids);
         } else {
-          if (seqs.size() <= static_cast<size_t>(r.sequence_index)) seqs.resize(r.sequence_index + 1);
+          if (seqs.size() <= static_cast<size_t>(r.sequence_index))
+            seqs.resize(r.sequence_index + 1);
           auto& seq = seqs[r.sequence_index];
           if (!requests[i].streaming) seq.clear();
           seq.insert(seq.end(), r.output_token_ids.begin(), r.output_token_ids.end());
@@ -156,7 +162,9 @@ inline nlohmann::json RunScenario(Executor& executor, const ScenarioConfig& s, c
     reused += st.kv_blocks_reused;
     max_context_tokens = std::max<int64_t>(max_context_tokens, st.num_context_tokens);
   }
-  for (int i = 0; i < 200 && (executor.num_unfinished_requests() > 0 || executor.KvBlockCounts().used > 0); ++i) {
+  for (int i = 0;
+       i < 200 && (executor.num_unfinished_requests() > 0 || executor.KvBlockCounts().used > 0);
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   out["paused_total"] = paused;

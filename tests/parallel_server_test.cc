@@ -5,7 +5,6 @@
 // ranks that disagree on the model or on the layout are refused with a message.
 #include <gtest/gtest.h>
 #include <httplib.h>
-
 #include <sys/mount.h>
 
 #include <atomic>
@@ -13,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server_harness.h"
 #include "mpi_test_util.h"
+#include "server_harness.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -25,18 +24,24 @@ namespace fs = std::filesystem;
 std::string DemoModel() { return testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf"; }
 
 std::vector<std::string> Mpirun(int np) {
-  return {"mpirun", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "btl", "self,vader,tcp", "-np",
+  return {"mpirun",          "--allow-run-as-root",
+          "--oversubscribe", "--enable-recovery",
+          "--mca",           "btl",
+          "self,vader,tcp",  "-np",
           std::to_string(np)};
 }
 
-const std::vector<std::string> kPrompts = {"Once upon a time", "The little dog", "Lily and Ben went to the park"};
+const std::vector<std::string> kPrompts = {"Once upon a time", "The little dog",
+                                           "Lily and Ben went to the park"};
 
 std::string Generate(int port, const std::string& prompt, int max_tokens = 40) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60);
   const nlohmann::json body = {{"text_input", prompt}, {"max_tokens", max_tokens}};
   auto r = c.Post("/v2/models/ensemble/generate", body.dump(), "application/json");
-  if (!r || r->status != 200) return "<error " + (r ? std::to_string(r->status) + " " + r->body : std::string("no answer")) + ">";
+  if (!r || r->status != 200)
+    return "<error " + (r ? std::to_string(r->status) + " " + r->body : std::string("no answer")) +
+           ">";
   return nlohmann::json::parse(r->body)["text_output"].get<std::string>();
 }
 
@@ -44,10 +49,12 @@ std::string Generate(int port, const std::string& prompt, int max_tokens = 40) {
 struct Streamed {
   std::string text, error;
 };
-Streamed GenerateStream(int port, const std::string& prompt, int max_tokens, std::atomic<int>* events = nullptr) {
+Streamed GenerateStream(int port, const std::string& prompt, int max_tokens,
+                        std::atomic<int>* events = nullptr) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60);
-  const nlohmann::json body = {{"text_input", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
+  const nlohmann::json body = {
+      {"text_input", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
   std::string raw;
   httplib::Request req;
   req.method = "POST";
@@ -86,7 +93,8 @@ pid_t FollowerPid(const std::string& log, int rank) {
 double KillAndTimeNotReady(pid_t worker, int port) {
   EXPECT_EQ(kill(worker, SIGKILL), 0);
   const auto killed = std::chrono::steady_clock::now();
-  while (Status(port, "/v2/health/ready") == 200 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
+  while (Status(port, "/v2/health/ready") == 200 &&
+         std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
@@ -96,9 +104,12 @@ class ParallelServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = (fs::temp_directory_path() / ("parallel_server_" + std::to_string(getpid()))).string();
-    for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
-             {"tp1", ""}, {"tp2", " --tensor-parallel-size 2"}, {"pp2", " --pipeline-parallel-size 2"}}) {
-      const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() + " --out " +
+    for (const auto& [name, flags] :
+         std::vector<std::pair<std::string, std::string>>{{"tp1", ""},
+                                                          {"tp2", " --tensor-parallel-size 2"},
+                                                          {"pp2", " --pipeline-parallel-size 2"}}) {
+      const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                              "/apps/inflight-server init-repo --model " + DemoModel() + " --out " +
                               root_ + "/" + name + flags + " >/dev/null";
       ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     }
@@ -111,7 +122,8 @@ class ParallelServerTest : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static void ExpectSameTexts(int port) {
-    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(Generate(port, kPrompts[i]), expected_[i]) << kPrompts[i];
+    for (size_t i = 0; i < kPrompts.size(); ++i)
+      EXPECT_EQ(Generate(port, kPrompts[i]), expected_[i]) << kPrompts[i];
     const Streamed s = GenerateStream(port, kPrompts[0], 40);
     EXPECT_EQ(s.error, "");
     EXPECT_EQ(s.text, expected_stream_);
@@ -139,24 +151,27 @@ TEST_F(ParallelServerTest, LeaderModeServesTheSameTextsAndFailsCleanlyWhenAWorke
   std::vector<Streamed> results(3);
   std::vector<std::thread> streams;
   for (int i = 0; i < 3; ++i) {
-    streams.emplace_back([&, i] { results[i] = GenerateStream(server->http_port, kPrompts[i], 480, &events[i]); });
+    streams.emplace_back(
+        [&, i] { results[i] = GenerateStream(server->http_port, kPrompts[i], 480, &events[i]); });
   }
   for (int i = 0; i < 400 && (events[0] < 2 || events[1] < 2 || events[2] < 2); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const double not_ready_s = KillAndTimeNotReady(worker, server->http_port);
   std::printf("not ready %.2f s after the worker was killed\n", not_ready_s);
-  EXPECT_LT(not_ready_s, 5.0) << "the server stayed ready " << not_ready_s << " s after its worker died";
+  EXPECT_LT(not_ready_s, 5.0) << "the server stayed ready " << not_ready_s
+                              << " s after its worker died";
   EXPECT_NE(Status(server->http_port, "/v2/models/tensorrt_llm/ready"), 200);
   EXPECT_EQ(Status(server->http_port, "/v2/health/live"), 200) << "the leader itself must stay up";
   for (auto& t : streams) t.join();
   for (int i = 0; i < 3; ++i) {
-    EXPECT_NE(results[i].error.find("rank 1"), std::string::npos) << "stream " << i << " ended without naming the failure: '"
-                                                                  << results[i].error << "'";
+    EXPECT_NE(results[i].error.find("rank 1"), std::string::npos)
+        << "stream " << i << " ended without naming the failure: '" << results[i].error << "'";
   }
   // New requests are refused at once, with the reason.
   httplib::Client c("127.0.0.1", server->http_port);
-  auto r = c.Post("/v2/models/ensemble/generate", R"({"text_input": "Hello", "max_tokens": 5})", "application/json");
+  auto r = c.Post("/v2/models/ensemble/generate", R"({"text_input": "Hello", "max_tokens": 5})",
+                  "application/json");
   ASSERT_TRUE(r);
   EXPECT_GE(r->status, 400);
   EXPECT_NE(r->body.find("parallel group failed"), std::string::npos) << r->body;
@@ -165,8 +180,11 @@ TEST_F(ParallelServerTest, LeaderModeServesTheSameTextsAndFailsCleanlyWhenAWorke
 TEST_F(ParallelServerTest, PipelineParallelLeaderModeThroughTheLauncherScriptServesTheSameTexts) {
   REQUIRE_MPIRUN();
   // scripts/launch_inflight_server.py --world_size 2 (the reference's launch_triton_server.py).
-  const std::vector<std::string> launcher = {"python3", testing::SourceDir() + "/scripts/launch_inflight_server.py", "--world_size", "2",
-                                             "--oversubscribe", "--model_repo", root_ + "/pp2", "--server"};
+  const std::vector<std::string> launcher = {
+      "python3",         testing::SourceDir() + "/scripts/launch_inflight_server.py",
+      "--world_size",    "2",
+      "--oversubscribe", "--model_repo",
+      root_ + "/pp2",    "--server"};
   auto server = testing::ServerProcess::Start({}, launcher);
   ASSERT_TRUE(server);
   ExpectSameTexts(server->http_port);
@@ -184,9 +202,11 @@ TEST_F(ParallelServerTest, OrchestratorModeSpawnsItsWorkerAndStopsIt) {
   const pid_t pid = server->pid();
   kill(pid, SIGTERM);
   int status = -1;
-  for (int i = 0; i < 200 && waitpid(pid, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 200 && waitpid(pid, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server->log();
-  for (int i = 0; i < 100 && kill(worker, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 100 && kill(worker, 0) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_NE(kill(worker, 0), 0) << "the spawned worker outlived its server";
 }
 
@@ -200,7 +220,8 @@ TEST_F(ParallelServerTest, OrchestratorModeReportsADeadWorkerAndStaysUp) {
   ASSERT_GT(worker, 0) << server->log();
   EXPECT_LT(KillAndTimeNotReady(worker, server->http_port), 5.0);
   EXPECT_EQ(Status(server->http_port, "/v2/health/live"), 200);
-  EXPECT_NE(Generate(server->http_port, kPrompts[1]).find("parallel group failed"), std::string::npos);
+  EXPECT_NE(Generate(server->http_port, kPrompts[1]).find("parallel group failed"),
+            std::string::npos);
 }
 
 TEST_F(ParallelServerTest, ALayoutThatDoesNotMatchTheJobIsRefused) {
@@ -210,22 +231,31 @@ TEST_F(ParallelServerTest, ALayoutThatDoesNotMatchTheJobIsRefused) {
   std::string mpirun;
   for (const std::string& a : Mpirun(2)) mpirun += a + " ";
   const std::string log = root_ + "/mismatch.log";
-  std::system((mpirun + bin + " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " + root_ + "/tp1 > " + log + " 2>&1").c_str());
+  std::system((mpirun + bin + " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " +
+               root_ + "/tp1 > " + log + " 2>&1")
+                  .c_str());
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("mpirun started 2 ranks, but no model"), std::string::npos) << text;
   // Three ranks for a model of two.
   std::string mpirun3;
   for (const std::string& a : Mpirun(3)) mpirun3 += a + " ";
-  std::system((mpirun3 + bin + " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " + root_ + "/tp2 > " + log + " 2>&1").c_str());
+  std::system((mpirun3 + bin + " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " +
+               root_ + "/tp2 > " + log + " 2>&1")
+                  .c_str());
   std::ifstream in3(log);
   const std::string text3((std::istreambuf_iterator<char>(in3)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text3.find("needs tensor_parallel_size x pipeline_parallel_size = 2 ranks, but mpirun started 3"), std::string::npos) << text3;
+  EXPECT_NE(
+      text3.find(
+          "needs tensor_parallel_size x pipeline_parallel_size = 2 ranks, but mpirun started 3"),
+      std::string::npos)
+      << text3;
 }
 
 TEST_F(ParallelServerTest, RanksThatSeeDifferentModelFilesAreRefused) {
   REQUIRE_MPIRUN();
-  if (geteuid() != 0 || std::system("command -v unshare >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs root and unshare (mount namespaces)";
+  if (geteuid() != 0 || std::system("command -v unshare >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs root and unshare (mount namespaces)";
   // Rank 1 runs in a mount namespace where the model's path holds another file: the same
   // path on two "hosts" with different contents.
   // The demo model with bytes appended: it loads, but its size differs.
@@ -236,10 +266,13 @@ TEST_F(ParallelServerTest, RanksThatSeeDifferentModelFilesAreRefused) {
   std::string weights_file;
   for (const auto& e : fs::directory_iterator(weights)) weights_file = e.path().string();
   const std::string bin = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server";
-  const std::string args = " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " + root_ + "/tp2";
+  const std::string args =
+      " --http-port 0 --grpc-port 0 --metrics-port 0 --model-repository " + root_ + "/tp2";
   const std::string log = root_ + "/disagree.log";
-  std::string mpmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe --enable-recovery -np 1 " + bin + args +
-                     " : -np 1 unshare -m sh -c 'mount --bind " + other + " " + weights_file + " && exec " + bin + args + "' > " + log + " 2>&1";
+  std::string mpmd =
+      "timeout 120 mpirun --allow-run-as-root --oversubscribe --enable-recovery -np 1 " + bin +
+      args + " : -np 1 unshare -m sh -c 'mount --bind " + other + " " + weights_file + " && exec " +
+      bin + args + "' > " + log + " 2>&1";
   std::system(mpmd.c_str());
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -3,7 +3,6 @@
 // exactly the outputs of the same scenario on one process, with streaming, cancellation,
 // chunked context, prefix reuse, n = 2, beam search and max_utilization pauses.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,8 +10,8 @@
 #include <fstream>
 
 #include "model/random_model.h"
-#include "parallel_scenario.h"
 #include "mpi_test_util.h"
+#include "parallel_scenario.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -27,14 +26,20 @@ std::string TempPath(const std::string& stem) {
 // mpirun as root with more ranks than cores, surviving a rank's death (--enable-recovery:
 // otherwise mpirun kills the whole job, the leader included).
 std::string MpirunCommand(int np) {
-  return "timeout 600 mpirun --allow-run-as-root --oversubscribe --enable-recovery --mca btl self,vader,tcp -np " + std::to_string(np) + " ";
+  return "timeout 600 mpirun --allow-run-as-root --oversubscribe --enable-recovery --mca btl "
+         "self,vader,tcp -np " +
+         std::to_string(np) + " ";
 }
 
-nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::string& scenario, bool expect_ok = true,
-                           const std::string& launcher = "") {
-  const std::string out = TempPath("parallel_" + scenario + "_" + std::to_string(tp) + "x" + std::to_string(pp)) + ".json";
-  const std::string cmd = (launcher.empty() ? MpirunCommand(tp * pp) : launcher) + INFLIGHT_BINARY_DIR "/tests/parallel_harness --model " + model + " --tp " +
-                          std::to_string(tp) + " --pp " + std::to_string(pp) + " --scenario " + scenario + " --out " + out;
+nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::string& scenario,
+                           bool expect_ok = true, const std::string& launcher = "") {
+  const std::string out =
+      TempPath("parallel_" + scenario + "_" + std::to_string(tp) + "x" + std::to_string(pp)) +
+      ".json";
+  const std::string cmd = (launcher.empty() ? MpirunCommand(tp * pp) : launcher) +
+                          INFLIGHT_BINARY_DIR "/tests/parallel_harness --model " + model +
+                          " --tp " + std::to_string(tp) + " --pp " + std::to_string(pp) +
+                          " --scenario " + scenario + " --out " + out;
   const int rc = std::system(cmd.c_str());
   // (mpirun --enable-recovery exits 0 when some ranks failed: the JSON tells.)
   if (expect_ok) EXPECT_EQ(rc, 0) << cmd;
@@ -47,7 +52,8 @@ nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::
 nlohmann::json RunLocal(const std::string& model_path, const std::string& scenario_name) {
   testing::ScenarioConfig s;
   s.name = scenario_name;
-  if (scenario_name == "max_utilization") s.policy = CapacityPolicy::kMaxUtilization, s.kv_tokens = 40 * 16;
+  if (scenario_name == "max_utilization")
+    s.policy = CapacityPolicy::kMaxUtilization, s.kv_tokens = 40 * 16;
   auto model = Model::Load(model_path);
   EXPECT_TRUE(model.ok());
   auto executor = Executor::Create(**model, testing::ScenarioExecutorConfig(s));
@@ -77,7 +83,8 @@ void ExpectSameRun(const nlohmann::json& parallel, const nlohmann::json& local) 
   const size_t common = std::min(tokens.size(), reference.size());
   EXPECT_TRUE(std::equal(tokens.begin(), tokens.begin() + common, reference.begin()));
   EXPECT_GT(parallel["reused_blocks"].get<int64_t>(), 0) << "the shared prefix was never reused";
-  EXPECT_LE(parallel["max_context_tokens"].get<int64_t>(), 96) << "prompts of up to 190 tokens must run in chunks";
+  EXPECT_LE(parallel["max_context_tokens"].get<int64_t>(), 96)
+      << "prompts of up to 190 tokens must run in chunks";
   EXPECT_EQ(parallel["kv_used_at_end"], 0);
   EXPECT_EQ(parallel["unfinished_at_end"], 0);
   EXPECT_GT(parallel["comm"]["bytes"].get<int64_t>(), 0);
@@ -109,7 +116,8 @@ TEST_F(ParallelTest, PipelineParallelTwoStagesEqualsOneProcessUnderMaxUtilizatio
   REQUIRE_MPIRUN();
   const nlohmann::json parallel = RunParallel(model_, 1, 2, "max_utilization");
   ExpectSameRun(parallel, RunLocal(model_, "max_utilization"));
-  EXPECT_GT(parallel["paused_total"].get<int64_t>(), 0) << "max_utilization never paused: the scenario tests nothing";
+  EXPECT_GT(parallel["paused_total"].get<int64_t>(), 0)
+      << "max_utilization never paused: the scenario tests nothing";
 }
 
 TEST_F(ParallelTest, TensorTimesPipelineFourRanksEqualsOneProcess) {
@@ -135,15 +143,19 @@ class TwoHosts {
     const int net = 10 + static_cast<int>(getpid() % 200);
     subnet_ = "10.231." + std::to_string(net) + ".";
     const std::string a = ns_[0], b = ns_[1], va = "va" + id, vb = "vb" + id;
-    const std::string cmd = "ip netns add " + a + " && ip netns add " + b + " && ip link add " + va + " type veth peer name " + vb +
-                            " && ip link set " + va + " netns " + a + " && ip link set " + vb + " netns " + b + " && ip -n " + a +
-                            " addr add " + subnet_ + "1/24 dev " + va + " && ip -n " + b + " addr add " + subnet_ + "2/24 dev " + vb +
-                            " && ip -n " + a + " link set " + va + " up && ip -n " + b + " link set " + vb + " up && ip -n " + a +
-                            " link set lo up && ip -n " + b + " link set lo up";
+    const std::string cmd =
+        "ip netns add " + a + " && ip netns add " + b + " && ip link add " + va +
+        " type veth peer name " + vb + " && ip link set " + va + " netns " + a +
+        " && ip link set " + vb + " netns " + b + " && ip -n " + a + " addr add " + subnet_ +
+        "1/24 dev " + va + " && ip -n " + b + " addr add " + subnet_ + "2/24 dev " + vb +
+        " && ip -n " + a + " link set " + va + " up && ip -n " + b + " link set " + vb +
+        " up && ip -n " + a + " link set lo up && ip -n " + b + " link set lo up";
     ok_ = std::system(cmd.c_str()) == 0;
     agent_ = TempPath("netns_ssh") + ".sh";
-    std::ofstream(agent_) << "#!/bin/sh\n# mpirun's ssh: the command runs in the namespace of the host it names.\nhost=\"$1\"; shift\n"
-                          << "case \"$host\" in " << subnet_ << "1) ns=" << a << ";; " << subnet_ << "2) ns=" << b
+    std::ofstream(agent_) << "#!/bin/sh\n# mpirun's ssh: the command runs in the namespace of the "
+                             "host it names.\nhost=\"$1\"; shift\n"
+                          << "case \"$host\" in " << subnet_ << "1) ns=" << a << ";; " << subnet_
+                          << "2) ns=" << b
                           << ";; *) exit 1;; esac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n";
     fs::permissions(agent_, fs::perms::owner_all);
     hostfile_ = TempPath("netns_hosts");
@@ -157,9 +169,10 @@ class TwoHosts {
   bool ok() const { return ok_; }
   // Each host has its own cores on a cluster: no binding (both would take core 0 here).
   std::string Mpirun() const {
-    return "timeout 600 ip netns exec " + ns_[0] + " mpirun --allow-run-as-root --enable-recovery --bind-to none --hostfile " + hostfile_ +
-           " --mca plm_rsh_agent " + agent_ + " --mca btl self,tcp --mca btl_tcp_if_include " + subnet_ + "0/24 --mca oob_tcp_if_include " +
-           subnet_ + "0/24 -np 2 ";
+    return "timeout 600 ip netns exec " + ns_[0] +
+           " mpirun --allow-run-as-root --enable-recovery --bind-to none --hostfile " + hostfile_ +
+           " --mca plm_rsh_agent " + agent_ + " --mca btl self,tcp --mca btl_tcp_if_include " +
+           subnet_ + "0/24 --mca oob_tcp_if_include " + subnet_ + "0/24 -np 2 ";
   }
 
  private:
@@ -176,7 +189,8 @@ TEST_F(ParallelTest, TwoHostsInNetworkNamespacesOverTcpEqualOneProcess) {
   }
   TwoHosts hosts;
   ASSERT_TRUE(hosts.ok()) << "could not make the two network namespaces";
-  ExpectSameRun(RunParallel(model_, 2, 1, "default", true, hosts.Mpirun()), RunLocal(model_, "default"));
+  ExpectSameRun(RunParallel(model_, 2, 1, "default", true, hosts.Mpirun()),
+                RunLocal(model_, "default"));
 }
 
 TEST_F(ParallelTest, ALayoutTheModelCannotTakeIsRefusedOnEveryRank) {

@@ -37,7 +37,8 @@ class PtuningTest : public ::testing::Test {
   }
 
   // With context logits (which skip prefix reuse) unless `reuse_allowed`.
-  static Result RunOne(Executor& e, const std::vector<int32_t>& prompt, std::shared_ptr<const std::vector<float>> table,
+  static Result RunOne(Executor& e, const std::vector<int32_t>& prompt,
+                       std::shared_ptr<const std::vector<float>> table,
                        bool reuse_allowed = false) {
     Request r;
     r.prompt_ids = prompt;
@@ -76,7 +77,8 @@ TEST_F(PtuningTest, ATableOfRealEmbeddingsGivesExactlyTheirOutput) {
   EXPECT_EQ(got.context_logits, want.context_logits) << "bit for bit";
   // Rows in another order are other tokens.
   const Result swapped = RunOne(*e, {V + 2, V + 1, V + 0, real[3], real[4]}, table);
-  EXPECT_EQ(swapped.output_token_ids, RunOne(*e, {real[2], real[1], real[0], real[3], real[4]}, nullptr).output_token_ids);
+  EXPECT_EQ(swapped.output_token_ids,
+            RunOne(*e, {real[2], real[1], real[0], real[3], real[4]}, nullptr).output_token_ids);
   testing::ExpectNoKvLeaks(*e);
 }
 
@@ -122,7 +124,8 @@ TEST_F(PtuningTest, VirtualTokensBeyondTheTableAreRefused) {
   r.prompt_table = std::make_shared<std::vector<float>>(2 * H, 0.1f);
   auto id = e->Enqueue(r);
   ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("prompt embedding table (2 rows)"), std::string::npos) << id.status().message();
+  EXPECT_NE(id.status().message().find("prompt embedding table (2 rows)"), std::string::npos)
+      << id.status().message();
   r.prompt_table.reset();
   r.prompt_ids = {V, 5};
   id = e->Enqueue(r);
@@ -131,7 +134,9 @@ TEST_F(PtuningTest, VirtualTokensBeyondTheTableAreRefused) {
   r.prompt_table = std::make_shared<std::vector<float>>(H + 3, 0.1f);
   id = e->Enqueue(r);
   ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("must be [rows, " + std::to_string(H) + "]"), std::string::npos) << id.status().message();
+  EXPECT_NE(id.status().message().find("must be [rows, " + std::to_string(H) + "]"),
+            std::string::npos)
+      << id.status().message();
 }
 
 }  // namespace

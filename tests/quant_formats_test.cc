@@ -21,7 +21,7 @@ namespace inflight::kernels {
 namespace {
 
 const DType kFormats[] = {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K,
-                          DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS};
+                          DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,   DType::kIQ4_XS};
 
 std::vector<SimdLevel> Levels() {
   std::vector<SimdLevel> out;
@@ -113,9 +113,11 @@ void RefQ3_K(const uint8_t* b, float* y) {
     int shift = 0;
     for (int j = 0; j < 4; ++j) {
       float dl = d_all * (scales[is++] - 32);
-      for (int l = 0; l < 16; ++l) *y++ = dl * ((int8_t)((q[l + 0] >> shift) & 3) - ((hm[l + 0] & m) ? 0 : 4));
+      for (int l = 0; l < 16; ++l)
+        *y++ = dl * ((int8_t)((q[l + 0] >> shift) & 3) - ((hm[l + 0] & m) ? 0 : 4));
       dl = d_all * (scales[is++] - 32);
-      for (int l = 0; l < 16; ++l) *y++ = dl * ((int8_t)((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+      for (int l = 0; l < 16; ++l)
+        *y++ = dl * ((int8_t)((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
       shift += 2;
       m <<= 1;
     }
@@ -196,28 +198,47 @@ void RefIq4Xs(const uint8_t* b, float* y) {
 
 void ReferenceDequantize(DType t, const uint8_t* b, float* y) {
   switch (t) {
-    case DType::kQ4_1: return RefQ4_1(b, y);
-    case DType::kQ5_0: return RefQ5(b, y, false);
-    case DType::kQ5_1: return RefQ5(b, y, true);
-    case DType::kIQ4_NL: return RefIq4Nl(b, y);
-    case DType::kQ2_K: return RefQ2_K(b, y);
-    case DType::kQ3_K: return RefQ3_K(b, y);
-    case DType::kQ4_K: return RefQ45_K(b, y, false);
-    case DType::kQ5_K: return RefQ45_K(b, y, true);
-    case DType::kQ6_K: return RefQ6_K(b, y);
-    case DType::kIQ4_XS: return RefIq4Xs(b, y);
-    default: FAIL();
+    case DType::kQ4_1:
+      return RefQ4_1(b, y);
+    case DType::kQ5_0:
+      return RefQ5(b, y, false);
+    case DType::kQ5_1:
+      return RefQ5(b, y, true);
+    case DType::kIQ4_NL:
+      return RefIq4Nl(b, y);
+    case DType::kQ2_K:
+      return RefQ2_K(b, y);
+    case DType::kQ3_K:
+      return RefQ3_K(b, y);
+    case DType::kQ4_K:
+      return RefQ45_K(b, y, false);
+    case DType::kQ5_K:
+      return RefQ45_K(b, y, true);
+    case DType::kQ6_K:
+      return RefQ6_K(b, y);
+    case DType::kIQ4_XS:
+      return RefIq4Xs(b, y);
+    default:
+      FAIL();
   }
 }
 
 // Byte offsets of a block's F16 fields (so random blocks can carry chosen scales).
 std::vector<int> HalfFields(DType t) {
   switch (t) {
-    case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K: return {0, 2};
-    case DType::kQ2_K: return {80, 82};
-    case DType::kQ3_K: return {108};
-    case DType::kQ6_K: return {208};
-    default: return {0};
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return {0, 2};
+    case DType::kQ2_K:
+      return {80, 82};
+    case DType::kQ3_K:
+      return {108};
+    case DType::kQ6_K:
+      return {208};
+    default:
+      return {0};
   }
 }
 
@@ -236,7 +257,10 @@ std::vector<uint8_t> RandomBlocks(DType t, int n, std::mt19937& rng) {
       continue;
     }
     for (int f : HalfFields(t)) {
-      const uint16_t h = i % 3 == 0 ? extremes[rng() % 8] : Fp32ToFp16(std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng), -(int)(rng() % 12)));
+      const uint16_t h =
+          i % 3 == 0 ? extremes[rng() % 8]
+                     : Fp32ToFp16(std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
+                                             -(int)(rng() % 12)));
       std::memcpy(blk + f, &h, 2);
     }
   }
@@ -258,7 +282,8 @@ TEST_P(BlockFormatTest, DequantizationEqualsReferenceLayoutBitForBit) {
     ReferenceDequantize(t, blocks.data() + i * bytes, want.data());
     DequantizeBlock(t, blocks.data() + i * bytes, got.data());
     for (int64_t j = 0; j < bs; ++j) {
-      ASSERT_TRUE(SameBits(got[j], want[j])) << DTypeName(t) << " block " << i << " weight " << j << ": " << got[j] << " vs " << want[j];
+      ASSERT_TRUE(SameBits(got[j], want[j])) << DTypeName(t) << " block " << i << " weight " << j
+                                             << ": " << got[j] << " vs " << want[j];
     }
   }
   // Unpacking and packing again gives the same bytes.
@@ -288,7 +313,9 @@ TEST_P(BlockFormatTest, InterleavedRecordsHoldTheSameWeights) {
       for (int64_t r = 0; r < rows; ++r) {
         DequantizeRow(native, r, a.data());
         DequantizeRow(view, r, b.data());
-        for (int64_t c = 0; c < cols; ++c) ASSERT_TRUE(SameBits(a[c], b[c])) << "row " << r << " col " << c << ": " << a[c] << " vs " << b[c];
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_TRUE(SameBits(a[c], b[c]))
+              << "row " << r << " col " << c << ": " << a[c] << " vs " << b[c];
       }
     }
   }
@@ -298,10 +325,10 @@ TEST_P(BlockFormatTest, InterleavedRecordsHoldTheSameWeights) {
 // exactly zero, and a row with an outlier still finite.
 TEST_P(BlockFormatTest, QuantizerErrorWithinFormatBound) {
   const DType t = GetParam();
-  const std::map<DType, double> kBound = {{DType::kQ2_K, 0.45}, {DType::kQ3_K, 0.25}, {DType::kQ4_K, 0.12},
-                                          {DType::kQ5_K, 0.06}, {DType::kQ6_K, 0.03}, {DType::kQ4_1, 0.12},
-                                          {DType::kQ5_0, 0.06}, {DType::kQ5_1, 0.06}, {DType::kIQ4_NL, 0.12},
-                                          {DType::kIQ4_XS, 0.12}};
+  const std::map<DType, double> kBound = {
+      {DType::kQ2_K, 0.45},   {DType::kQ3_K, 0.25},  {DType::kQ4_K, 0.12}, {DType::kQ5_K, 0.06},
+      {DType::kQ6_K, 0.03},   {DType::kQ4_1, 0.12},  {DType::kQ5_0, 0.06}, {DType::kQ5_1, 0.06},
+      {DType::kIQ4_NL, 0.12}, {DType::kIQ4_XS, 0.12}};
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t n = 4096;
@@ -339,7 +366,8 @@ TEST_P(BlockFormatTest, MatMulEqualsScalarTwinBitForBit) {
       std::vector<float> wf(rows * cols);
       for (float& v : wf) v = nd(rng);
       std::vector<uint8_t> native(DTypeRowBytes(t, cols) * rows);
-      for (int64_t r = 0; r < rows; ++r) QuantizeRow(t, wf.data() + r * cols, cols, native.data() + r * DTypeRowBytes(t, cols));
+      for (int64_t r = 0; r < rows; ++r)
+        QuantizeRow(t, wf.data() + r * cols, cols, native.data() + r * DTypeRowBytes(t, cols));
       const TensorView src{native.data(), t, rows, cols};
       std::vector<uint8_t> packed(InterleavedBytes(src));
       const TensorView w = Interleave(src, packed.data());
@@ -357,11 +385,13 @@ TEST_P(BlockFormatTest, MatMulEqualsScalarTwinBitForBit) {
           for (int64_t r = 0; r < rows; ++r) {
             double dot = 0, mag = 0;
             for (int64_t c = 0; c < cols; ++c) {
-              const double xv = static_cast<double>(xq->d[(tk * cols + c) / kQBlock]) * xq->qs[tk * cols + c];
+              const double xv =
+                  static_cast<double>(xq->d[(tk * cols + c) / kQBlock]) * xq->qs[tk * cols + c];
               dot += deq[r * cols + c] * xv;
               mag += std::fabs(deq[r * cols + c] * xv);
             }
-            ASSERT_NEAR(want[tk * rows + r], dot, 1e-5 * mag + 1e-6) << "twin vs dequantized dot, row " << r;
+            ASSERT_NEAR(want[tk * rows + r], dot, 1e-5 * mag + 1e-6)
+                << "twin vs dequantized dot, row " << r;
           }
         }
         for (SimdLevel level : Levels()) {
@@ -371,16 +401,18 @@ TEST_P(BlockFormatTest, MatMulEqualsScalarTwinBitForBit) {
           std::vector<float> got(tokens * rows);
           k.matmul_rows(w, 0, rows, x.data(), q, tokens, got.data(), rows);
           for (int64_t i = 0; i < tokens * rows; ++i) {
-            ASSERT_TRUE(SameBits(got[i], want[i])) << DTypeName(t) << " " << SimdLevelName(level) << " cols " << cols
-                                                   << " rows " << rows << " tokens " << tokens << " i " << i << ": "
-                                                   << got[i] << " vs " << want[i];
+            ASSERT_TRUE(SameBits(got[i], want[i]))
+                << DTypeName(t) << " " << SimdLevelName(level) << " cols " << cols << " rows "
+                << rows << " tokens " << tokens << " i " << i << ": " << got[i] << " vs "
+                << want[i];
           }
           for (int64_t tk = 0; tk < tokens; ++tk) {
             MatMulScratch one_scratch;
             const QuantizedRows* q1 = one_scratch.Quantize(k, x.data() + tk * cols, 1, cols);
             std::vector<float> one(rows);
             k.matmul_rows(w, 0, rows, x.data() + tk * cols, q1, 1, one.data(), rows);
-            for (int64_t r = 0; r < rows; ++r) ASSERT_TRUE(SameBits(one[r], got[tk * rows + r])) << "token " << tk << " row " << r;
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_TRUE(SameBits(one[r], got[tk * rows + r])) << "token " << tk << " row " << r;
           }
         }
       }

@@ -11,14 +11,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
-
-#include <fstream>
-#include <random>
-
-#include <nlohmann/json.hpp>
 
 #include "base/fp16.h"
 #include "base/thread_pool.h"
@@ -26,10 +24,10 @@
 #include "format/gguf.h"
 #include "kernels/quant_blocks.h"
 #include "model/gguf_export.h"
-#include "model/quant_mix.h"
 #include "model/model.h"
-#include "safetensors_writer.h"
+#include "model/quant_mix.h"
 #include "model/random_model.h"
+#include "safetensors_writer.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -39,9 +37,12 @@ namespace {
 double HalfToDouble(uint16_t h) {
   const int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
   double v;
-  if (exp == 0) v = std::ldexp(mant, -24);
-  else if (exp == 31) v = mant ? NAN : INFINITY;
-  else v = std::ldexp(1024 + mant, exp - 25);
+  if (exp == 0)
+    v = std::ldexp(mant, -24);
+  else if (exp == 31)
+    v = mant ? NAN : INFINITY;
+  else
+    v = std::ldexp(1024 + mant, exp - 25);
   return sign ? -v : v;
 }
 
@@ -64,7 +65,9 @@ std::vector<double> Dequantize(const GgufTensorInfo& t) {
         out[i] = HalfToDouble(h);
       }
       break;
-    case 2: case 8: break;  // below
+    case 2:
+    case 8:
+      break;  // below
     default:  // the other block formats: kernels::DequantizeBlock, checked bit for bit against
               // the reference layout in quant_formats_test
       if (t.dtype && kernels::IsBlockFormat(*t.dtype)) {
@@ -114,7 +117,8 @@ struct RefModel {
   int64_t hidden, layers, heads, kv_heads, head_dim, ffn, vocab;
   double eps, rope_base;
 
-  bool quantize_activations = false;  // simulate the engine's Q8_0 activations for Q8_0/Q4_0 weights
+  bool quantize_activations =
+      false;  // simulate the engine's Q8_0 activations for Q8_0/Q4_0 weights
 
   bool Has(const std::string& name) const { return gguf->FindTensor(name) != nullptr; }
   bool Quantized(const std::string& name) const {
@@ -134,11 +138,13 @@ std::vector<double> RoundToQ8Blocks(const std::vector<double>& x) {
   std::vector<double> y(x.size());
   for (size_t b = 0; b < x.size(); b += 32) {
     double amax = 0;
-    for (size_t j = b; j < b + 32; ++j) amax = std::max(amax, std::abs(static_cast<double>(static_cast<float>(x[j]))));
+    for (size_t j = b; j < b + 32; ++j)
+      amax = std::max(amax, std::abs(static_cast<double>(static_cast<float>(x[j]))));
     const float d = static_cast<float>(amax) / 127.0f;
     int e;
     const double m = std::frexp(static_cast<double>(d), &e);
-    const double d16 = std::ldexp(std::nearbyint(std::ldexp(m, 11)), e - 11);  // 11 significant bits
+    const double d16 =
+        std::ldexp(std::nearbyint(std::ldexp(m, 11)), e - 11);  // 11 significant bits
     for (size_t j = b; j < b + 32; ++j) {
       const double q = d == 0 ? 0 : std::nearbyint(static_cast<float>(x[j]) * (1.0f / d));
       y[j] = q * d16;
@@ -148,7 +154,8 @@ std::vector<double> RoundToQ8Blocks(const std::vector<double>& x) {
 }
 
 // y[r] = sum_c w[r * cols + c] * x[c]  (GGUF stores [rows][cols], cols contiguous)
-std::vector<double> MatVec(const std::vector<double>& w, const std::vector<double>& x, int64_t rows) {
+std::vector<double> MatVec(const std::vector<double>& w, const std::vector<double>& x,
+                           int64_t rows) {
   const int64_t cols = static_cast<int64_t>(x.size());
   std::vector<double> y(rows, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
@@ -159,15 +166,18 @@ std::vector<double> MatVec(const std::vector<double>& w, const std::vector<doubl
   return y;
 }
 
-std::vector<double> Linear(const RefModel& m, const std::string& name, const std::vector<double>& x, int64_t rows) {
-  return MatVec(m.W(name), m.quantize_activations && m.Quantized(name) ? RoundToQ8Blocks(x) : x, rows);
+std::vector<double> Linear(const RefModel& m, const std::string& name, const std::vector<double>& x,
+                           int64_t rows) {
+  return MatVec(m.W(name), m.quantize_activations && m.Quantized(name) ? RoundToQ8Blocks(x) : x,
+                rows);
 }
 
 void AddInPlace(std::vector<double>& a, const std::vector<double>& b) {
   for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
 }
 
-std::vector<double> RmsNorm(const std::vector<double>& x, const std::vector<double>& w, double eps) {
+std::vector<double> RmsNorm(const std::vector<double>& x, const std::vector<double>& w,
+                            double eps) {
   double ss = 0;
   for (double v : x) ss += v * v;
   const double inv = 1.0 / std::sqrt(ss / x.size() + eps);
@@ -213,11 +223,13 @@ std::vector<double> ReferenceLogits(const RefModel& m, const std::vector<int32_t
   std::vector<double> logits;
   for (size_t t = 0; t < ids.size(); ++t) {
     std::vector<double> x(emb.begin() + ids[t] * m.hidden, emb.begin() + (ids[t] + 1) * m.hidden);
-    if (gpt2) for (int64_t i = 0; i < m.hidden; ++i) x[i] += pos_emb[t * m.hidden + i];
+    if (gpt2)
+      for (int64_t i = 0; i < m.hidden; ++i) x[i] += pos_emb[t * m.hidden + i];
     for (int64_t l = 0; l < m.layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
-      const std::vector<double> h = gpt2 ? LayerNorm(x, m.W(p + "attn_norm.weight"), m.W(p + "attn_norm.bias"), m.eps)
-                                         : RmsNorm(x, m.W(p + "attn_norm.weight"), m.eps);
+      const std::vector<double> h =
+          gpt2 ? LayerNorm(x, m.W(p + "attn_norm.weight"), m.W(p + "attn_norm.bias"), m.eps)
+               : RmsNorm(x, m.W(p + "attn_norm.weight"), m.eps);
       std::vector<double> q, k, v;
       if (gpt2) {
         std::vector<double> qkv = Linear(m, p + "attn_qkv.weight", h, q_dim + 2 * kv_dim);
@@ -235,10 +247,12 @@ std::vector<double> ReferenceLogits(const RefModel& m, const std::vector<int32_t
           AddInPlace(v, m.W(p + "attn_v.bias"));
         }
         if (m.Has(p + "attn_q_norm.weight")) {
-          const std::vector<double> qn = m.W(p + "attn_q_norm.weight"), kn = m.W(p + "attn_k_norm.weight");
+          const std::vector<double> qn = m.W(p + "attn_q_norm.weight"),
+                                    kn = m.W(p + "attn_k_norm.weight");
           auto norm_heads = [&](std::vector<double>& a, int64_t n, const std::vector<double>& w) {
             for (int64_t hh = 0; hh < n; ++hh) {
-              std::vector<double> head(a.begin() + hh * m.head_dim, a.begin() + (hh + 1) * m.head_dim);
+              std::vector<double> head(a.begin() + hh * m.head_dim,
+                                       a.begin() + (hh + 1) * m.head_dim);
               head = RmsNorm(head, w, m.eps);
               std::copy(head.begin(), head.end(), a.begin() + hh * m.head_dim);
             }
@@ -247,8 +261,10 @@ std::vector<double> ReferenceLogits(const RefModel& m, const std::vector<int32_t
           norm_heads(k, m.kv_heads, kn);
         }
         const bool adjacent = m.arch == "llama";
-        for (int64_t hh = 0; hh < m.heads; ++hh) Rope(q.data() + hh * m.head_dim, m.head_dim, t, m.rope_base, adjacent);
-        for (int64_t hh = 0; hh < m.kv_heads; ++hh) Rope(k.data() + hh * m.head_dim, m.head_dim, t, m.rope_base, adjacent);
+        for (int64_t hh = 0; hh < m.heads; ++hh)
+          Rope(q.data() + hh * m.head_dim, m.head_dim, t, m.rope_base, adjacent);
+        for (int64_t hh = 0; hh < m.kv_heads; ++hh)
+          Rope(k.data() + hh * m.head_dim, m.head_dim, t, m.rope_base, adjacent);
       }
       keys[l].push_back(k);
       values[l].push_back(v);
@@ -260,7 +276,8 @@ std::vector<double> ReferenceLogits(const RefModel& m, const std::vector<int32_t
         double mx = -1e300;
         for (size_t s = 0; s <= t; ++s) {
           double dot = 0;
-          for (int64_t i = 0; i < m.head_dim; ++i) dot += q[hh * m.head_dim + i] * keys[l][s][kvh * m.head_dim + i];
+          for (int64_t i = 0; i < m.head_dim; ++i)
+            dot += q[hh * m.head_dim + i] * keys[l][s][kvh * m.head_dim + i];
           scores[s] = dot / std::sqrt(static_cast<double>(m.head_dim));
           mx = std::max(mx, scores[s]);
         }
@@ -273,12 +290,14 @@ std::vector<double> ReferenceLogits(const RefModel& m, const std::vector<int32_t
       std::vector<double> o = Linear(m, p + "attn_output.weight", attn, m.hidden);
       if (gpt2) AddInPlace(o, m.W(p + "attn_output.bias"));
       AddInPlace(x, o);
-      const std::vector<double> h2 = gpt2 ? LayerNorm(x, m.W(p + "ffn_norm.weight"), m.W(p + "ffn_norm.bias"), m.eps)
-                                          : RmsNorm(x, m.W(p + "ffn_norm.weight"), m.eps);
+      const std::vector<double> h2 =
+          gpt2 ? LayerNorm(x, m.W(p + "ffn_norm.weight"), m.W(p + "ffn_norm.bias"), m.eps)
+               : RmsNorm(x, m.W(p + "ffn_norm.weight"), m.eps);
       std::vector<double> up = Linear(m, p + "ffn_up.weight", h2, m.ffn);
       if (gpt2) {
         AddInPlace(up, m.W(p + "ffn_up.bias"));
-        for (double& u : up) u = 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u)));
+        for (double& u : up)
+          u = 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u)));
       } else {
         const std::vector<double> gate = Linear(m, p + "ffn_gate.weight", h2, m.ffn);
         for (int64_t i = 0; i < m.ffn; ++i) up[i] *= gate[i] / (1 + std::exp(-gate[i]));
@@ -287,14 +306,15 @@ std::vector<double> ReferenceLogits(const RefModel& m, const std::vector<int32_t
       if (gpt2) AddInPlace(down, m.W(p + "ffn_down.bias"));
       AddInPlace(x, down);
     }
-    const std::vector<double> xn = gpt2 ? LayerNorm(x, m.W("output_norm.weight"), m.W("output_norm.bias"), m.eps)
-                                        : RmsNorm(x, m.W("output_norm.weight"), m.eps);
-    const std::vector<double> row = Linear(m, m.Has("output.weight") ? "output.weight" : "token_embd.weight", xn, m.vocab);
+    const std::vector<double> xn =
+        gpt2 ? LayerNorm(x, m.W("output_norm.weight"), m.W("output_norm.bias"), m.eps)
+             : RmsNorm(x, m.W("output_norm.weight"), m.eps);
+    const std::vector<double> row =
+        Linear(m, m.Has("output.weight") ? "output.weight" : "token_embd.weight", xn, m.vocab);
     logits.insert(logits.end(), row.begin(), row.end());
   }
   return logits;
 }
-
 
 struct Case {
   const char* arch;
@@ -331,7 +351,8 @@ TEST(ModelLoad, CopiedWeightsDoNotKeepTheirFilePagesResident) {
   params.config = *config;
   params.dtype = DType::kQ8_0;
   params.seed = 3;
-  const std::string path = (std::filesystem::temp_directory_path() / "inflight_rss_small_q8_0.gguf").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "inflight_rss_small_q8_0.gguf").string();
   ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab({"\u2581the"}), path).ok());
   const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
   ASSERT_GT(file_bytes, 16 << 20);
@@ -340,8 +361,8 @@ TEST(ModelLoad, CopiedWeightsDoNotKeepTheirFilePagesResident) {
   auto model = Model::Load(path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const int64_t after = ResidentFileBytes();
-  EXPECT_LT(after - before, file_bytes / 5) << "file " << file_bytes << " bytes, resident before " << before
-                                            << ", after " << after;
+  EXPECT_LT(after - before, file_bytes / 5)
+      << "file " << file_bytes << " bytes, resident before " << before << ", after " << after;
   ThreadPool pool(2);
   const std::vector<int32_t> ids = {1, 5, 9, 2};
   auto first = AllLogits(**model, ids, DType::kF32, pool);
@@ -369,17 +390,24 @@ TEST_P(ReferenceModelTest, LogitsOf20TokenPromptMatchNaiveReference) {
   }
   params.seed = 7;
   params.tied_embeddings = std::string(c.arch) != "qwen2";  // one untied model
-  const std::string path = (std::filesystem::temp_directory_path() /
-                             ("inflight_ref_" + std::string(c.arch) + "_" + (c.mix ? c.mix : DTypeName(c.dtype)) + ".gguf")).string();
-  ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab({"\u2581the", "\u2581a", "\u2581of", "\u2581and", "\u2581to"}), path).ok());
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("inflight_ref_" + std::string(c.arch) + "_" +
+                                                 (c.mix ? c.mix : DTypeName(c.dtype)) + ".gguf"))
+          .string();
+  ASSERT_TRUE(WriteRandomGguf(params,
+                              testing::ByteFallbackVocab(
+                                  {"\u2581the", "\u2581a", "\u2581of", "\u2581and", "\u2581to"}),
+                              path)
+                  .ok());
 
   auto model = Model::Load(path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto gguf = GgufFile::Open(path);
   ASSERT_TRUE(gguf.ok());
   const ModelConfig& mc = (*model)->config();
-  RefModel ref{gguf->get(), c.arch, mc.hidden_size, mc.num_layers, mc.num_heads, mc.num_kv_heads,
-               mc.head_dim, mc.ffn_size, mc.vocab_size, mc.norm_eps, mc.rope_base};
+  RefModel ref{gguf->get(),   c.arch,          mc.hidden_size, mc.num_layers,
+               mc.num_heads,  mc.num_kv_heads, mc.head_dim,    mc.ffn_size,
+               mc.vocab_size, mc.norm_eps,     mc.rope_base};
   ASSERT_EQ(mc.num_kv_heads < mc.num_heads, std::string(c.arch) != "gpt2");  // GQA where it exists
 
   std::vector<int32_t> ids;
@@ -409,37 +437,39 @@ TEST_P(ReferenceModelTest, LogitsOf20TokenPromptMatchNaiveReference) {
     const std::string name = c.mix ? c.mix : DTypeName(c.dtype);
     EXPECT_LT(err, 1.5 * bound + 1e-3) << c.arch << " " << name;
     EXPECT_LT(err, 0.1) << c.arch << " " << name;
-    std::printf("%s %s: rel err %.2e, Q8_0 activation rounding bound %.2e\n", c.arch, name.c_str(), err, bound);
+    std::printf("%s %s: rel err %.2e, Q8_0 activation rounding bound %.2e\n", c.arch, name.c_str(),
+                err, bound);
   }
   std::filesystem::remove(path);
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(info.param.arch) + "_" + (info.param.mix ? info.param.mix : DTypeName(info.param.dtype));
+  return std::string(info.param.arch) + "_" +
+         (info.param.mix ? info.param.mix : DTypeName(info.param.dtype));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllArchitectures, ReferenceModelTest,
-    ::testing::Values(Case{"llama", DType::kF32}, Case{"llama", DType::kF16},
-                      Case{"llama", DType::kQ8_0}, Case{"llama", DType::kQ4_0},
-                      Case{"qwen2", DType::kF32}, Case{"qwen2", DType::kF16},
-                      Case{"qwen2", DType::kQ8_0}, Case{"qwen2", DType::kQ4_0},
-                      Case{"qwen3", DType::kF32}, Case{"qwen3", DType::kF16},
-                      Case{"qwen3", DType::kQ8_0}, Case{"qwen3", DType::kQ4_0},
-                      Case{"gpt2", DType::kF32}, Case{"gpt2", DType::kF16},
-                      Case{"gpt2", DType::kQ8_0}, Case{"gpt2", DType::kQ4_0}),
-    CaseName);
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, ReferenceModelTest,
+                         ::testing::Values(Case{"llama", DType::kF32}, Case{"llama", DType::kF16},
+                                           Case{"llama", DType::kQ8_0}, Case{"llama", DType::kQ4_0},
+                                           Case{"qwen2", DType::kF32}, Case{"qwen2", DType::kF16},
+                                           Case{"qwen2", DType::kQ8_0}, Case{"qwen2", DType::kQ4_0},
+                                           Case{"qwen3", DType::kF32}, Case{"qwen3", DType::kF16},
+                                           Case{"qwen3", DType::kQ8_0}, Case{"qwen3", DType::kQ4_0},
+                                           Case{"gpt2", DType::kF32}, Case{"gpt2", DType::kF16},
+                                           Case{"gpt2", DType::kQ8_0}, Case{"gpt2", DType::kQ4_0}),
+                         CaseName);
 
 // Every block format, alone and in llama-quantize's mixes, through the same comparison.
 INSTANTIATE_TEST_SUITE_P(
     BlockFormats, ReferenceModelTest,
     ::testing::Values(Case{"llama", DType::kF16, "q4_k_m"}, Case{"llama", DType::kF16, "q5_k_m"},
                       Case{"llama", DType::kF16, "q3_k_m"}, Case{"llama", DType::kF16, "q2_k_mix"},
-                      Case{"llama", DType::kF16, "q4_0_mix"}, Case{"llama", DType::kF16, "iq4_xs_mix"},
-                      Case{"llama", DType::kF16, "q6_k"}, Case{"llama", DType::kF16, "q4_1"},
-                      Case{"llama", DType::kF16, "q5_0"}, Case{"llama", DType::kF16, "q5_1"},
-                      Case{"llama", DType::kF16, "iq4_nl"}, Case{"qwen2", DType::kF16, "q4_k_m"},
-                      Case{"qwen3", DType::kF16, "q5_k_m"}, Case{"gpt2", DType::kF16, "q4_k_m"}),
+                      Case{"llama", DType::kF16, "q4_0_mix"},
+                      Case{"llama", DType::kF16, "iq4_xs_mix"}, Case{"llama", DType::kF16, "q6_k"},
+                      Case{"llama", DType::kF16, "q4_1"}, Case{"llama", DType::kF16, "q5_0"},
+                      Case{"llama", DType::kF16, "q5_1"}, Case{"llama", DType::kF16, "iq4_nl"},
+                      Case{"qwen2", DType::kF16, "q4_k_m"}, Case{"qwen3", DType::kF16, "q5_k_m"},
+                      Case{"gpt2", DType::kF16, "q4_k_m"}),
     CaseName);
 
 // ---- Hugging Face folders: config.json + safetensors (sharded or not), F32/BF16/F16 ----
@@ -463,10 +493,12 @@ class HuggingFaceFolderTest : public ::testing::TestWithParam<HfCase> {};
 TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   const HfCase hc = GetParam();
   const bool gpt2 = std::string(hc.arch) == "gpt2";
-  const std::string tokenizer = testing::SharedDir() + (gpt2 ? "/models/tokenizers/gpt2-hf/tokenizer.json"
-                                                             : "/models/tokenizers/llama2-sentencepiece/tokenizer.model");
+  const std::string tokenizer =
+      testing::SharedDir() + (gpt2 ? "/models/tokenizers/gpt2-hf/tokenizer.json"
+                                   : "/models/tokenizers/llama2-sentencepiece/tokenizer.model");
   REQUIRE_SHARED_FILE(tokenizer);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("inflight_hf_" + std::string(hc.arch));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("inflight_hf_" + std::string(hc.arch));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(tokenizer, dir / std::filesystem::path(tokenizer).filename());
@@ -476,7 +508,8 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0, 1);
   std::vector<HfTensor> ts;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float stddev, float mean = 0) {
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float stddev,
+                 float mean = 0) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     HfTensor t{name, shape, std::vector<float>(n)};
@@ -485,14 +518,20 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   };
   nlohmann::json config;
   if (gpt2) {
-    config = {{"model_type", "gpt2"}, {"n_embd", H}, {"n_layer", L}, {"n_head", NH}, {"n_positions", 128},
-              {"vocab_size", V}, {"layer_norm_epsilon", 1e-5}};
+    config = {{"model_type", "gpt2"},
+              {"n_embd", H},
+              {"n_layer", L},
+              {"n_head", NH},
+              {"n_positions", 128},
+              {"vocab_size", V},
+              {"layer_norm_epsilon", 1e-5}};
     add("wte.weight", {V, H}, 0.5f);
     add("wpe.weight", {128, H}, 0.1f);
     for (int l = 0; l < L; ++l) {
       const std::string p = "h." + std::to_string(l) + ".";
       add(p + "ln_1.weight", {H}, 0.1f, 1), add(p + "ln_1.bias", {H}, 0.02f);
-      add(p + "attn.c_attn.weight", {H, 3 * H}, 0.25f), add(p + "attn.c_attn.bias", {3 * H}, 0.02f);  // Conv1D [in, out]
+      add(p + "attn.c_attn.weight", {H, 3 * H}, 0.25f),
+          add(p + "attn.c_attn.bias", {3 * H}, 0.02f);  // Conv1D [in, out]
       add(p + "attn.c_proj.weight", {H, H}, 0.25f), add(p + "attn.c_proj.bias", {H}, 0.02f);
       add(p + "ln_2.weight", {H}, 0.1f, 1), add(p + "ln_2.bias", {H}, 0.02f);
       add(p + "mlp.c_fc.weight", {H, F}, 0.25f), add(p + "mlp.c_fc.bias", {F}, 0.02f);
@@ -501,9 +540,16 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
     add("ln_f.weight", {H}, 0.1f, 1), add("ln_f.bias", {H}, 0.02f);
   } else {
     const bool qwen = std::string(hc.arch) == "qwen2";
-    config = {{"model_type", hc.arch}, {"hidden_size", H}, {"num_hidden_layers", L}, {"num_attention_heads", NH},
-              {"num_key_value_heads", NKV}, {"intermediate_size", F}, {"vocab_size", V}, {"rms_norm_eps", 1e-5},
-              {"rope_theta", qwen ? 1000000.0 : 10000.0}, {"max_position_embeddings", 256},
+    config = {{"model_type", hc.arch},
+              {"hidden_size", H},
+              {"num_hidden_layers", L},
+              {"num_attention_heads", NH},
+              {"num_key_value_heads", NKV},
+              {"intermediate_size", F},
+              {"vocab_size", V},
+              {"rms_norm_eps", 1e-5},
+              {"rope_theta", qwen ? 1000000.0 : 10000.0},
+              {"max_position_embeddings", 256},
               {"tie_word_embeddings", hc.tied}};
     add("model.embed_tokens.weight", {V, H}, 0.5f);
     for (int l = 0; l < L; ++l) {
@@ -529,11 +575,15 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   std::ofstream(dir / "config.json") << config.dump(2);
   if (hc.sharded) {
     const size_t half = ts.size() / 2;
-    WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(), {ts.begin(), ts.begin() + half}, hc.dtype);
-    WriteSafetensors((dir / "model-00002-of-00002.safetensors").string(), {ts.begin() + half, ts.end()}, hc.dtype);
-    nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+    WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(),
+                     {ts.begin(), ts.begin() + half}, hc.dtype);
+    WriteSafetensors((dir / "model-00002-of-00002.safetensors").string(),
+                     {ts.begin() + half, ts.end()}, hc.dtype);
+    nlohmann::json index = {{"metadata", nlohmann::json::object()},
+                            {"weight_map", nlohmann::json::object()}};
     for (size_t i = 0; i < ts.size(); ++i)
-      index["weight_map"][ts[i].name] = i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+      index["weight_map"][ts[i].name] =
+          i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
     std::ofstream(dir / "model.safetensors.index.json") << index.dump(2);
   } else {
     WriteSafetensors((dir / "model.safetensors").string(), ts, hc.dtype);
@@ -546,12 +596,14 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   ASSERT_TRUE(ExportGguf(**hf, QuantMix::Uniform(DType::kF32), gguf_path).ok());
   auto converted = Model::Load(gguf_path);
   ASSERT_TRUE(converted.ok()) << converted.status().ToString();
-  EXPECT_EQ((*converted)->tokenizer()->Encode("Hello world"), (*hf)->tokenizer()->Encode("Hello world"));
+  EXPECT_EQ((*converted)->tokenizer()->Encode("Hello world"),
+            (*hf)->tokenizer()->Encode("Hello world"));
   auto gguf = GgufFile::Open(gguf_path);
   ASSERT_TRUE(gguf.ok());
   const ModelConfig& mc = (*hf)->config();
-  RefModel ref{gguf->get(), hc.arch, mc.hidden_size, mc.num_layers, mc.num_heads, mc.num_kv_heads,
-               mc.head_dim, mc.ffn_size, mc.vocab_size, mc.norm_eps, mc.rope_base};
+  RefModel ref{gguf->get(),   hc.arch,         mc.hidden_size, mc.num_layers,
+               mc.num_heads,  mc.num_kv_heads, mc.head_dim,    mc.ffn_size,
+               mc.vocab_size, mc.norm_eps,     mc.rope_base};
 
   std::vector<int32_t> ids;
   for (int i = 0; i < 20; ++i) ids.push_back((i * 7919 + 13) % mc.vocab_size);
@@ -580,15 +632,19 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   auto got_q8 = AllLogits(**q8, ids, DType::kF32, pool);
   ASSERT_TRUE(got_q8.ok());
   double max_diff_q8 = 0;
-  for (size_t i = 0; i < want.size(); ++i) max_diff_q8 = std::max(max_diff_q8, std::abs(want[i] - (*got_q8)[i]));
+  for (size_t i = 0; i < want.size(); ++i)
+    max_diff_q8 = std::max(max_diff_q8, std::abs(want[i] - (*got_q8)[i]));
   EXPECT_LT(max_diff_q8 / max_abs, 0.1);
   std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HuggingFaceFolderTest,
-                         ::testing::Values(HfCase{"llama", "F32", true, false}, HfCase{"qwen2", "BF16", false, true},
+                         ::testing::Values(HfCase{"llama", "F32", true, false},
+                                           HfCase{"qwen2", "BF16", false, true},
                                            HfCase{"gpt2", "F16", false, true}),
-                         [](const ::testing::TestParamInfo<HfCase>& info) { return std::string(info.param.arch); });
+                         [](const ::testing::TestParamInfo<HfCase>& info) {
+                           return std::string(info.param.arch);
+                         });
 
 }  // namespace
 }  // namespace inflight

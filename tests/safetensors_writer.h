@@ -18,7 +18,8 @@ struct HfTensor {
 };
 
 // dtype: "F32", "F16" or "BF16".
-inline void WriteSafetensors(const std::string& path, const std::vector<HfTensor>& tensors, const std::string& dtype = "F32") {
+inline void WriteSafetensors(const std::string& path, const std::vector<HfTensor>& tensors,
+                             const std::string& dtype = "F32") {
   nlohmann::json header = nlohmann::json::object();
   std::string data;
   for (const HfTensor& t : tensors) {

@@ -15,10 +15,13 @@ namespace {
 class FakeEngine {
  public:
   FakeEngine(ExecutorConfig config, int32_t num_blocks)
-      : config_(config), blocks_({num_blocks, config.tokens_per_block, config.enable_kv_cache_reuse}), scheduler_(config_, blocks_) {}
+      : config_(config),
+        blocks_({num_blocks, config.tokens_per_block, config.enable_kv_cache_reuse}),
+        scheduler_(config_, blocks_) {}
 
   // Adds a request named `name` with a prompt of `prompt` tokens (ids 100.. unless given).
-  Sequence* Add(const std::string& name, int32_t prompt, int32_t max_tokens, float priority = 0.5f) {
+  Sequence* Add(const std::string& name, int32_t prompt, int32_t max_tokens,
+                float priority = 0.5f) {
     auto rs = std::make_unique<RequestState>();
     rs->request.max_tokens = max_tokens;
     rs->request.priority = priority;
@@ -44,7 +47,8 @@ class FakeEngine {
     });
     last_ = out;
     std::string s;
-    for (const ScheduledChunk& c : out.chunks) s += (s.empty() ? "" : " ") + names_[c.seq] + ":" + std::to_string(c.num_tokens);
+    for (const ScheduledChunk& c : out.chunks)
+      s += (s.empty() ? "" : " ") + names_[c.seq] + ":" + std::to_string(c.num_tokens);
     if (paused) {
       paused->clear();
       for (Sequence* p : out.paused) *paused += names_[p];
@@ -120,9 +124,9 @@ TEST(Scheduler, NoEvictReservesWholeLifetimesAndAdmitsInOrder) {
 
 TEST(Scheduler, NoEvictStopsAtTheFirstRequestThatDoesNotFit) {
   FakeEngine f(Config(CapacityPolicy::kGuaranteedNoEvict), 6);
-  f.Add("A", 8, 8);   // 4 blocks
-  f.Add("B", 8, 8);   // 4: does not fit
-  f.Add("C", 2, 2);   // 1: would fit but must not overtake B
+  f.Add("A", 8, 8);  // 4 blocks
+  f.Add("B", 8, 8);  // 4: does not fit
+  f.Add("C", 2, 2);  // 1: would fit but must not overtake B
   EXPECT_EQ(f.Step(), "A:8");
   EXPECT_EQ(f.Waiting(), "BC");
   EXPECT_EQ(f.last().waiting_for_kv_cache, 2);
@@ -143,7 +147,7 @@ TEST(Scheduler, MaxUtilizationPausesTheNewestAndResumesByRecomputation) {
   EXPECT_EQ(paused, "B");
   EXPECT_EQ(f.Waiting(), "B");
   EXPECT_EQ(f.blocks().counts().used, 4);
-  EXPECT_EQ(f.Step(&paused), "A:1");      // no admission while short of blocks... A alone
+  EXPECT_EQ(f.Step(&paused), "A:1");  // no admission while short of blocks... A alone
   // A finishes after 10 generated tokens; B resumes by recomputing its 13 tokens.
   std::string s;
   for (int i = 0; i < 10 && f.Running() == "A"; ++i) s = f.Step(&paused);
@@ -156,7 +160,7 @@ TEST(Scheduler, ChunkedContextGivesDecodesTheirTokenFirstAndChunksOnBlockBoundar
   f.Add("A", 3, 20);
   EXPECT_EQ(f.Step(), "A:3");
   f.Add("B", 21, 4);
-  EXPECT_EQ(f.Step(), "A:1 B:4");   // budget 8 - 1 = 7, cut to one block (4)
+  EXPECT_EQ(f.Step(), "A:1 B:4");  // budget 8 - 1 = 7, cut to one block (4)
   EXPECT_EQ(f.Step(), "A:1 B:4");
   f.Add("C", 2, 4);
   EXPECT_EQ(f.Step(), "A:1 B:4 C:2");  // the 3 tokens B's block-aligned chunk left over

@@ -52,15 +52,17 @@ class SecurityTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("inflight_security_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " +
-                            testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf --out " + (dir_ / "repo").string() +
-                            " > /dev/null";
+    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                            "/apps/inflight-server init-repo --model " + testing::SourceDir() +
+                            "/models/demo/inflight-demo-q8_0.gguf --out " +
+                            (dir_ / "repo").string() + " > /dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
   void TearDown() override {
-    if (server_ && HasFailure()) std::fprintf(stderr, "--- server log ---\n%s\n", server_->log().c_str());
+    if (server_ && HasFailure())
+      std::fprintf(stderr, "--- server log ---\n%s\n", server_->log().c_str());
     server_.reset();
   }
 
@@ -79,8 +81,9 @@ class SecurityTest : public ::testing::Test {
     return key.empty() ? httplib::Headers{} : httplib::Headers{{"Authorization", "Bearer " + key}};
   }
 
-  std::unique_ptr<inference::GRPCInferenceService::Stub> Stub(std::shared_ptr<grpc::ChannelCredentials> creds = nullptr,
-                                                              const std::string& host = "127.0.0.1") {
+  std::unique_ptr<inference::GRPCInferenceService::Stub> Stub(
+      std::shared_ptr<grpc::ChannelCredentials> creds = nullptr,
+      const std::string& host = "127.0.0.1") {
     if (!creds) creds = grpc::InsecureChannelCredentials();
     return inference::GRPCInferenceService::NewStub(
         grpc::CreateChannel(host + ":" + std::to_string(server_->grpc_port), creds));
@@ -92,8 +95,9 @@ class SecurityTest : public ::testing::Test {
 
   // grpc.health.v1.Health/Check for the whole server: the call's status and the serving status.
   // `bytes`: the request message as sent ("" is HealthCheckRequest with service "").
-  std::pair<grpc::StatusCode, int> HealthCheck(const std::string& key, const std::string& bytes = "",
-                                               const std::string& method = "/grpc.health.v1.Health/Check") {
+  std::pair<grpc::StatusCode, int> HealthCheck(
+      const std::string& key, const std::string& bytes = "",
+      const std::string& method = "/grpc.health.v1.Health/Check") {
     grpc::GenericStub stub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port),
                                                grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
@@ -107,13 +111,15 @@ class SecurityTest : public ::testing::Test {
     const grpc::Status s = done.get_future().get();
     std::vector<grpc::Slice> slices;
     int serving = -1;
-    if (s.ok() && response.Dump(&slices).ok() && !slices.empty() && slices[0].size() == 2) serving = slices[0].begin()[1];
+    if (s.ok() && response.Dump(&slices).ok() && !slices.empty() && slices[0].size() == 2)
+      serving = slices[0].begin()[1];
     return {s.error_code(), serving};
   }
 
   // A prompt of `words` words (tens of tokens: several KV blocks of 32).
   static std::string LongPrompt(int words = 60) {
-    static const char* kWords[] = {"the", "little", "dog", "ran", "to", "a", "big", "tree", "and", "sat"};
+    static const char* kWords[] = {"the", "little", "dog",  "ran", "to",
+                                   "a",   "big",    "tree", "and", "sat"};
     std::string p = "Once upon a time";
     for (int i = 0; i < words; ++i) p += std::string(" ") + kWords[(i * 7) % 10];
     return p;
@@ -166,8 +172,14 @@ class SlotHolder {
       httplib::Request req;
       req.method = "POST";
       req.path = "/v1/completions";
-      req.body = json{{"model", "ensemble"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true},
-                      {"n", 64}, {"stream", true}}.dump();
+      req.body = json{
+          {"model", "ensemble"},
+          {"prompt", "Once upon a time"},
+          {"max_tokens", 400},
+          {"ignore_eos", true},
+          {"n", 64},
+          {"stream",
+           true}}.dump();
       req.set_header("Content-Type", "application/json");
       if (!key.empty()) req.set_header("Authorization", "Bearer " + key);
       req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
@@ -199,7 +211,8 @@ struct Endpoint {
 
 std::vector<Endpoint> HttpEndpoints() {
   const std::string gen = R"({"text_input": "Once upon a time", "max_tokens": 2})";
-  const std::string infer = R"({"inputs": [{"name": "QUERY", "shape": [1, 1], "datatype": "BYTES", "data": ["Hi"]},
+  const std::string infer =
+      R"({"inputs": [{"name": "QUERY", "shape": [1, 1], "datatype": "BYTES", "data": ["Hi"]},
                                            {"name": "REQUEST_OUTPUT_LEN", "shape": [1, 1], "datatype": "INT32", "data": [2]}]})";
   return {
       {"GET", "/v2/health/live", "", false},
@@ -212,8 +225,11 @@ std::vector<Endpoint> HttpEndpoints() {
       {"POST", "/v2/models/ensemble/generate_stream", gen, false},
       {"POST", "/v2/models/preprocessing/infer", infer, false},  // the ensemble is decoupled
       {"GET", "/v1/models", "", false},
-      {"POST", "/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "max_tokens": 2})", false},
-      {"POST", "/v1/chat/completions", R"({"model": "ensemble", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})", false},
+      {"POST", "/v1/completions", R"({"model": "ensemble", "prompt": "Hi", "max_tokens": 2})",
+       false},
+      {"POST", "/v1/chat/completions",
+       R"({"model": "ensemble", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})",
+       false},
       {"GET", "/v2/models/stats", "", true},
       {"GET", "/v2/models/ensemble/stats", "", true},
       {"POST", "/v2/repository/index", "", true},
@@ -226,7 +242,8 @@ std::vector<Endpoint> HttpEndpoints() {
 }
 
 int Call(httplib::Client& c, const Endpoint& e, const httplib::Headers& h) {
-  auto r = std::string(e.method) == "GET" ? c.Get(e.path.c_str(), h) : c.Post(e.path.c_str(), h, e.body, "application/json");
+  auto r = std::string(e.method) == "GET" ? c.Get(e.path.c_str(), h)
+                                          : c.Post(e.path.c_str(), h, e.body, "application/json");
   return r ? r->status : -1;
 }
 
@@ -279,62 +296,123 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcMethod) {
   using CallFn = std::function<grpc::StatusCode(const std::string&)>;
   std::vector<std::pair<std::string, std::pair<CallFn, bool>>> calls;
   auto unary = [&](const std::string& name, auto rpc, bool admin) {
-    calls.push_back({name, {[rpc](const std::string& key) {
-                               grpc::ClientContext ctx;
-                               Authorize(&ctx, key);
-                               return rpc(&ctx).error_code();
-                             },
-                             admin}});
+    calls.push_back({name,
+                     {[rpc](const std::string& key) {
+                        grpc::ClientContext ctx;
+                        Authorize(&ctx, key);
+                        return rpc(&ctx).error_code();
+                      },
+                      admin}});
   };
-  unary("ServerLive", [&](grpc::ClientContext* c) { inference::ServerLiveResponse r; return stub->ServerLive(c, {}, &r); }, false);
-  unary("ServerReady", [&](grpc::ClientContext* c) { inference::ServerReadyResponse r; return stub->ServerReady(c, {}, &r); }, false);
-  unary("ServerMetadata", [&](grpc::ClientContext* c) { inference::ServerMetadataResponse r; return stub->ServerMetadata(c, {}, &r); }, false);
-  unary("ModelMetadata", [&](grpc::ClientContext* c) {
-    inference::ModelMetadataRequest q;
-    q.set_name("ensemble");
-    inference::ModelMetadataResponse r;
-    return stub->ModelMetadata(c, q, &r);
-  }, false);
-  unary("ModelConfig", [&](grpc::ClientContext* c) {
-    inference::ModelConfigRequest q;
-    q.set_name("ensemble");
-    inference::ModelConfigResponse r;
-    return stub->ModelConfig(c, q, &r);
-  }, false);
-  unary("ModelInfer", [&](grpc::ClientContext* c) {
-    inference::ModelInferResponse r;
-    return stub->ModelInfer(c, PreprocessingRequest(), &r);
-  }, false);
-  unary("ModelStatistics", [&](grpc::ClientContext* c) { inference::ModelStatisticsResponse r; return stub->ModelStatistics(c, {}, &r); }, true);
-  unary("RepositoryIndex", [&](grpc::ClientContext* c) { inference::RepositoryIndexResponse r; return stub->RepositoryIndex(c, {}, &r); }, true);
-  unary("RepositoryModelUnload", [&](grpc::ClientContext* c) {
-    inference::RepositoryModelUnloadRequest q;
-    q.set_model_name("nosuchmodel");
-    inference::RepositoryModelUnloadResponse r;
-    return stub->RepositoryModelUnload(c, q, &r);
-  }, true);
-  unary("LogSettings", [&](grpc::ClientContext* c) { inference::LogSettingsResponse r; return stub->LogSettings(c, {}, &r); }, true);
-  unary("TraceSetting", [&](grpc::ClientContext* c) { inference::TraceSettingResponse r; return stub->TraceSetting(c, {}, &r); }, true);
-  unary("SystemSharedMemoryStatus", [&](grpc::ClientContext* c) {
-    inference::SystemSharedMemoryStatusResponse r;
-    return stub->SystemSharedMemoryStatus(c, {}, &r);
-  }, true);
-  calls.push_back({"ModelStreamInfer", {[&](const std::string& key) {
-                     grpc::ClientContext ctx;
-                     Authorize(&ctx, key);
-                     auto stream = stub->ModelStreamInfer(&ctx);
-                     stream->WritesDone();
-                     inference::ModelStreamInferResponse r;
-                     while (stream->Read(&r)) {
-                     }
-                     return stream->Finish().error_code();
-                   }, false}});
+  unary(
+      "ServerLive",
+      [&](grpc::ClientContext* c) {
+        inference::ServerLiveResponse r;
+        return stub->ServerLive(c, {}, &r);
+      },
+      false);
+  unary(
+      "ServerReady",
+      [&](grpc::ClientContext* c) {
+        inference::ServerReadyResponse r;
+        return stub->ServerReady(c, {}, &r);
+      },
+      false);
+  unary(
+      "ServerMetadata",
+      [&](grpc::ClientContext* c) {
+        inference::ServerMetadataResponse r;
+        return stub->ServerMetadata(c, {}, &r);
+      },
+      false);
+  unary(
+      "ModelMetadata",
+      [&](grpc::ClientContext* c) {
+        inference::ModelMetadataRequest q;
+        q.set_name("ensemble");
+        inference::ModelMetadataResponse r;
+        return stub->ModelMetadata(c, q, &r);
+      },
+      false);
+  unary(
+      "ModelConfig",
+      [&](grpc::ClientContext* c) {
+        inference::ModelConfigRequest q;
+        q.set_name("ensemble");
+        inference::ModelConfigResponse r;
+        return stub->ModelConfig(c, q, &r);
+      },
+      false);
+  unary(
+      "ModelInfer",
+      [&](grpc::ClientContext* c) {
+        inference::ModelInferResponse r;
+        return stub->ModelInfer(c, PreprocessingRequest(), &r);
+      },
+      false);
+  unary(
+      "ModelStatistics",
+      [&](grpc::ClientContext* c) {
+        inference::ModelStatisticsResponse r;
+        return stub->ModelStatistics(c, {}, &r);
+      },
+      true);
+  unary(
+      "RepositoryIndex",
+      [&](grpc::ClientContext* c) {
+        inference::RepositoryIndexResponse r;
+        return stub->RepositoryIndex(c, {}, &r);
+      },
+      true);
+  unary(
+      "RepositoryModelUnload",
+      [&](grpc::ClientContext* c) {
+        inference::RepositoryModelUnloadRequest q;
+        q.set_model_name("nosuchmodel");
+        inference::RepositoryModelUnloadResponse r;
+        return stub->RepositoryModelUnload(c, q, &r);
+      },
+      true);
+  unary(
+      "LogSettings",
+      [&](grpc::ClientContext* c) {
+        inference::LogSettingsResponse r;
+        return stub->LogSettings(c, {}, &r);
+      },
+      true);
+  unary(
+      "TraceSetting",
+      [&](grpc::ClientContext* c) {
+        inference::TraceSettingResponse r;
+        return stub->TraceSetting(c, {}, &r);
+      },
+      true);
+  unary(
+      "SystemSharedMemoryStatus",
+      [&](grpc::ClientContext* c) {
+        inference::SystemSharedMemoryStatusResponse r;
+        return stub->SystemSharedMemoryStatus(c, {}, &r);
+      },
+      true);
+  calls.push_back({"ModelStreamInfer",
+                   {[&](const std::string& key) {
+                      grpc::ClientContext ctx;
+                      Authorize(&ctx, key);
+                      auto stream = stub->ModelStreamInfer(&ctx);
+                      stream->WritesDone();
+                      inference::ModelStreamInferResponse r;
+                      while (stream->Read(&r)) {
+                      }
+                      return stream->Finish().error_code();
+                    },
+                    false}});
   for (const auto& [name, call] : calls) {
     SCOPED_TRACE(name);
     const auto& [fn, admin] = call;
     EXPECT_EQ(fn(""), grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_EQ(fn("wrong"), grpc::StatusCode::UNAUTHENTICATED);
-    EXPECT_EQ(fn("public-key-1"), admin ? grpc::StatusCode::PERMISSION_DENIED : grpc::StatusCode::OK);
+    EXPECT_EQ(fn("public-key-1"),
+              admin ? grpc::StatusCode::PERMISSION_DENIED : grpc::StatusCode::OK);
     const grpc::StatusCode with_admin = fn("admin-key-1");
     EXPECT_NE(with_admin, grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_NE(with_admin, grpc::StatusCode::PERMISSION_DENIED);
@@ -345,14 +423,22 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcMethod) {
   // What an attacker sends the hand-written health service: truncated or overlong varints,
   // a length past the end, an unknown wire type, an unknown service, an unknown method.
   const std::string k = "public-key-1";
-  EXPECT_EQ(HealthCheck(k, std::string("\x0a\x05" "ab", 4)).first, grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(HealthCheck(k, std::string("\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12)).first,
+  EXPECT_EQ(HealthCheck(k, std::string("\x0a\x05"
+                                       "ab",
+                                       4))
+                .first,
             grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(
+      HealthCheck(k, std::string("\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12)).first,
+      grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(HealthCheck(k, std::string("\x0f\x00", 2)).first, grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(HealthCheck(k, std::string("\x0a\x05nosvc", 7)).first, grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(HealthCheck(k, std::string("\x0a\x1einference.GRPCInferenceService", 32)), std::make_pair(grpc::StatusCode::OK, 1));
-  EXPECT_EQ(HealthCheck(k, std::string("\x10\x05\x0a\x00", 4)), std::make_pair(grpc::StatusCode::OK, 1));  // unknown field skipped
-  EXPECT_EQ(HealthCheck(k, "", "/grpc.health.v1.Health/Nope").first, grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(HealthCheck(k, std::string("\x0a\x1einference.GRPCInferenceService", 32)),
+            std::make_pair(grpc::StatusCode::OK, 1));
+  EXPECT_EQ(HealthCheck(k, std::string("\x10\x05\x0a\x00", 4)),
+            std::make_pair(grpc::StatusCode::OK, 1));  // unknown field skipped
+  EXPECT_EQ(HealthCheck(k, "", "/grpc.health.v1.Health/Nope").first,
+            grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ(HealthCheck("", "", "/no.such.Service/Call").first, grpc::StatusCode::UNIMPLEMENTED);
 }
 
@@ -362,11 +448,18 @@ TEST_F(SecurityTest, RestrictedGroupsNeedTheirOwnHeader) {
                "--grpc-restricted-protocol", "model-repository:admin-token=s3cret"});
   auto http = Http();
   EXPECT_EQ(http.Post("/v2/repository/index", "", "application/json")->status, 401);
-  EXPECT_EQ(http.Post("/v2/repository/index", {{"admin-token", "wrong"}}, "", "application/json")->status, 401);
-  EXPECT_EQ(http.Post("/v2/repository/index", {{"admin-token", "s3cret"}}, "", "application/json")->status, 200);
+  EXPECT_EQ(
+      http.Post("/v2/repository/index", {{"admin-token", "wrong"}}, "", "application/json")->status,
+      401);
+  EXPECT_EQ(http.Post("/v2/repository/index", {{"admin-token", "s3cret"}}, "", "application/json")
+                ->status,
+            200);
   EXPECT_EQ(http.Get("/v2/models/stats")->status, 401);
   EXPECT_EQ(http.Get("/v2/models/stats", {{"Admin-Token", "s3cret"}})->status, 200);
-  EXPECT_EQ(http.Post("/v2/models/ensemble/generate", R"({"text_input": "Hi", "max_tokens": 2})", "application/json")->status, 200);
+  EXPECT_EQ(http.Post("/v2/models/ensemble/generate", R"({"text_input": "Hi", "max_tokens": 2})",
+                      "application/json")
+                ->status,
+            200);
 
   auto stub = Stub();
   inference::RepositoryIndexResponse r;
@@ -390,17 +483,21 @@ TEST_F(SecurityTest, RestrictedGroupsNeedTheirOwnHeader) {
 TEST_F(SecurityTest, ControlPlaneHasItsOwnKeyWithKeysAndRestrictedGroupsTogether) {
   // Public keys for the data plane; model control only with the restricted header (not with a
   // public key, not with no key).
-  StartServer({"--api-key", "pub", "--http-restricted-api", "model-repository:x-admin=adm", "--model-control-mode",
-               "explicit", "--load-model", "*"});
+  StartServer({"--api-key", "pub", "--http-restricted-api", "model-repository:x-admin=adm",
+               "--model-control-mode", "explicit", "--load-model", "*"});
   auto http = Http();
   const std::string unload = "/v2/repository/models/ensemble/unload";
   EXPECT_EQ(http.Post(unload.c_str(), "{}", "application/json")->status, 401);
   EXPECT_EQ(http.Post(unload.c_str(), Bearer("pub"), "{}", "application/json")->status, 403);
-  EXPECT_EQ(http.Post("/v2/models/ensemble/generate", Bearer("pub"), R"({"text_input": "Hi", "max_tokens": 2})",
-                      "application/json")->status, 200);
+  EXPECT_EQ(http.Post("/v2/models/ensemble/generate", Bearer("pub"),
+                      R"({"text_input": "Hi", "max_tokens": 2})", "application/json")
+                ->status,
+            200);
   EXPECT_EQ(http.Post(unload.c_str(), {{"x-admin", "adm"}}, "{}", "application/json")->status, 200);
-  EXPECT_EQ(http.Post("/v2/models/ensemble/generate", Bearer("pub"), R"({"text_input": "Hi", "max_tokens": 2})",
-                      "application/json")->status, 404);
+  EXPECT_EQ(http.Post("/v2/models/ensemble/generate", Bearer("pub"),
+                      R"({"text_input": "Hi", "max_tokens": 2})", "application/json")
+                ->status,
+            404);
 }
 
 TEST_F(SecurityTest, KeysFromAFileAndTheEnvironmentNameTenants) {
@@ -421,8 +518,10 @@ TEST_F(SecurityTest, TheProjectsClientToolSendsTheKey) {
   StartServer({"--api-key", "tool-key"});
   const std::string client = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-client ";
   int code = 0;
-  const std::string http = " --url 127.0.0.1:" + std::to_string(server_->http_port) + " --text 'Once upon a time' -o 4";
-  const std::string grpc = " -i grpc --url 127.0.0.1:" + std::to_string(server_->grpc_port) + " --input-ids 1,450,471 -o 4";
+  const std::string http =
+      " --url 127.0.0.1:" + std::to_string(server_->http_port) + " --text 'Once upon a time' -o 4";
+  const std::string grpc = " -i grpc --url 127.0.0.1:" + std::to_string(server_->grpc_port) +
+                           " --input-ids 1,450,471 -o 4";
   Shell(client + "--api-key tool-key" + http + " 2>&1", &code);
   EXPECT_EQ(code, 0);
   Shell(client + "--api-key tool-key" + grpc + " 2>&1", &code);
@@ -442,24 +541,31 @@ class TlsTest : public SecurityTest {
     SecurityTest::SetUpTestSuite();
     // A CA, a server certificate for localhost / 127.0.0.1 and a client certificate, made now.
     const std::string d = dir_.string();
-    const std::string script =
-        "set -e; cd " + d + "; "
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem "
-        "-subj /CN=inflight-test-ca -days 1 2>/dev/null; "
-        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key -out server.csr "
-        "-subj /CN=localhost 2>/dev/null; "
-        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext; "
-        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 "
-        "-extfile san.ext 2>/dev/null; "
-        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout client.key -out client.csr "
-        "-subj /CN=client 2>/dev/null; "
-        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 1 2>/dev/null";
-    ASSERT_EQ(std::system(("bash -c \"" + script + "\"").c_str()), 0) << "openssl could not make the test certificates";
+    const std::string script = "set -e; cd " + d +
+                               "; "
+                               "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                               "-nodes -keyout ca.key -out ca.pem "
+                               "-subj /CN=inflight-test-ca -days 1 2>/dev/null; "
+                               "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                               "-nodes -keyout server.key -out server.csr "
+                               "-subj /CN=localhost 2>/dev/null; "
+                               "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext; "
+                               "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+                               "-CAcreateserial -out server.pem -days 1 "
+                               "-extfile san.ext 2>/dev/null; "
+                               "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                               "-nodes -keyout client.key -out client.csr "
+                               "-subj /CN=client 2>/dev/null; "
+                               "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
+                               "-CAcreateserial -out client.pem -days 1 2>/dev/null";
+    ASSERT_EQ(std::system(("bash -c \"" + script + "\"").c_str()), 0)
+        << "openssl could not make the test certificates";
   }
 
   // curl's HTTP status for `url` ("000" when the connection or handshake failed).
   std::string Curl(const std::string& url, const std::string& extra = "") {
-    return Shell("curl -s -o /dev/null -w '%{http_code}' --max-time 20 " + extra + " '" + url + "'");
+    return Shell("curl -s -o /dev/null -w '%{http_code}' --max-time 20 " + extra + " '" + url +
+                 "'");
   }
   std::string Ca() const { return "--cacert " + (dir_ / "ca.pem").string(); }
   std::string ClientCert() const {
@@ -483,19 +589,24 @@ class TlsTest : public SecurityTest {
 };
 
 TEST_F(TlsTest, EveryPortServesTlsAndRefusesPlaintext) {
-  StartServer({"--tls-cert", (dir_ / "server.pem").string(), "--tls-key", (dir_ / "server.key").string()});
+  StartServer(
+      {"--tls-cert", (dir_ / "server.pem").string(), "--tls-key", (dir_ / "server.key").string()});
   const std::string port = std::to_string(server_->http_port);
   EXPECT_EQ(Curl("https://localhost:" + port + "/v2/health/ready", Ca()), "200");
   EXPECT_EQ(Curl("https://127.0.0.1:" + port + "/v2/health/ready", Ca()), "200");
   EXPECT_EQ(Curl("http://localhost:" + port + "/v2/health/ready"), "000");  // plaintext: no answer
-  EXPECT_EQ(Curl("https://localhost:" + port + "/v2/health/ready"), "000");  // an unknown CA: refused by curl
+  EXPECT_EQ(Curl("https://localhost:" + port + "/v2/health/ready"),
+            "000");  // an unknown CA: refused by curl
   // A streamed reply over TLS.
-  const std::string sse = Shell("curl -s --max-time 60 " + Ca() + " -X POST https://localhost:" + port +
-                              "/v2/models/ensemble/generate_stream -d '{\"text_input\": \"Once upon a time\", \"max_tokens\": 8}'");
+  const std::string sse =
+      Shell("curl -s --max-time 60 " + Ca() + " -X POST https://localhost:" + port +
+            "/v2/models/ensemble/generate_stream -d '{\"text_input\": \"Once upon a time\", "
+            "\"max_tokens\": 8}'");
   const auto events = testing::SseEvents(sse);
   ASSERT_GE(events.size(), 1u) << sse;
   EXPECT_EQ(events[0]["text_output"].get<std::string>().rfind("Once upon a time", 0), 0u) << sse;
-  EXPECT_EQ(Curl("https://localhost:" + std::to_string(server_->metrics_port) + "/metrics", Ca()), "200");
+  EXPECT_EQ(Curl("https://localhost:" + std::to_string(server_->metrics_port) + "/metrics", Ca()),
+            "200");
   EXPECT_EQ(Curl("http://localhost:" + std::to_string(server_->metrics_port) + "/metrics"), "000");
 
   EXPECT_EQ(Live(Stub(GrpcTls(false)).get()), grpc::StatusCode::OK);
@@ -503,9 +614,10 @@ TEST_F(TlsTest, EveryPortServesTlsAndRefusesPlaintext) {
 }
 
 TEST_F(TlsTest, MutualTlsNeedsAClientCertificate) {
-  StartServer({"--tls-cert", (dir_ / "server.pem").string(), "--tls-key", (dir_ / "server.key").string(),
-               "--tls-client-ca", (dir_ / "ca.pem").string()});
-  const std::string url = "https://localhost:" + std::to_string(server_->http_port) + "/v2/health/ready";
+  StartServer({"--tls-cert", (dir_ / "server.pem").string(), "--tls-key",
+               (dir_ / "server.key").string(), "--tls-client-ca", (dir_ / "ca.pem").string()});
+  const std::string url =
+      "https://localhost:" + std::to_string(server_->http_port) + "/v2/health/ready";
   EXPECT_EQ(Curl(url, Ca()), "000");
   EXPECT_EQ(Curl(url, Ca() + " " + ClientCert()), "200");
   EXPECT_EQ(Live(Stub(GrpcTls(true)).get()), grpc::StatusCode::OK);
@@ -516,24 +628,29 @@ TEST_F(TlsTest, MutualTlsNeedsAClientCertificate) {
 // checked against a CA file, a client certificate for mutual TLS, and clear errors for a
 // plaintext client, an unknown CA and incomplete options.
 TEST_F(TlsTest, TheProjectsToolsSpeakTls) {
-  StartServer({"--tls-cert", (dir_ / "server.pem").string(), "--tls-key", (dir_ / "server.key").string(),
-               "--tls-client-ca", (dir_ / "ca.pem").string()});
+  StartServer({"--tls-cert", (dir_ / "server.pem").string(), "--tls-key",
+               (dir_ / "server.key").string(), "--tls-client-ca", (dir_ / "ca.pem").string()});
   const std::string bin = std::string(INFLIGHT_BINARY_DIR) + "/apps/";
   const std::string ca = " --tls-ca " + (dir_ / "ca.pem").string();
-  const std::string mine = " --tls-cert " + (dir_ / "client.pem").string() + " --tls-key " + (dir_ / "client.key").string();
+  const std::string mine = " --tls-cert " + (dir_ / "client.pem").string() + " --tls-key " +
+                           (dir_ / "client.key").string();
   // 127.0.0.1, which the certificate names too: a gRPC client resolving "localhost" goes
   // through c-ares, whose 30 bytes LeakSanitizer reports at the tool's exit.
-  const std::string http = " --url 127.0.0.1:" + std::to_string(server_->http_port) + " --text 'Once upon a time' -o 4";
-  const std::string grpc = " -i grpc --url 127.0.0.1:" + std::to_string(server_->grpc_port) + " --input-ids 1,450,471 -o 4";
+  const std::string http =
+      " --url 127.0.0.1:" + std::to_string(server_->http_port) + " --text 'Once upon a time' -o 4";
+  const std::string grpc = " -i grpc --url 127.0.0.1:" + std::to_string(server_->grpc_port) +
+                           " --input-ids 1,450,471 -o 4";
   int code = 0;
   std::string out = Shell(bin + "inflight-client --tls" + ca + mine + http + " 2>&1", &code);
   EXPECT_EQ(code, 0) << out;
   EXPECT_FALSE(out.empty());
   out = Shell(bin + "inflight-client --tls" + ca + mine + grpc + " 2>&1", &code);
   EXPECT_EQ(code, 0) << out;
-  out = Shell(bin + "inflight-bench --no-progress -i openai --url 127.0.0.1:" + std::to_string(server_->http_port) + " --tls" + ca +
-                  mine + " --tokenizer " + testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf -n 4 --json - " +
-                  "token-norm-dist --input-mean 20 --output-mean 8 2>/dev/null", &code);
+  out = Shell(bin + "inflight-bench --no-progress -i openai --url 127.0.0.1:" +
+                  std::to_string(server_->http_port) + " --tls" + ca + mine + " --tokenizer " +
+                  testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf -n 4 --json - " +
+                  "token-norm-dist --input-mean 20 --output-mean 8 2>/dev/null",
+              &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_EQ(nlohmann::json::parse(out)["succeeded"], 4) << out;
   // Refused: plaintext, no client certificate, a CA that did not sign the server's.
@@ -541,27 +658,35 @@ TEST_F(TlsTest, TheProjectsToolsSpeakTls) {
   EXPECT_NE(code, 0);
   Shell(bin + "inflight-client --tls" + ca + http + " 2>&1", &code);
   EXPECT_NE(code, 0) << "mutual TLS let a client without a certificate in";
-  Shell(bin + "inflight-client --tls --tls-ca " + (dir_ / "client.pem").string() + mine + grpc + " 2>&1", &code);
+  Shell(bin + "inflight-client --tls --tls-ca " + (dir_ / "client.pem").string() + mine + grpc +
+            " 2>&1",
+        &code);
   EXPECT_NE(code, 0) << "a server certificate no given CA signed was accepted";
   // Options checked before any connection.
-  out = Shell(bin + "inflight-client --tls --tls-cert " + (dir_ / "client.pem").string() + http + " 2>&1", &code);
+  out = Shell(
+      bin + "inflight-client --tls --tls-cert " + (dir_ / "client.pem").string() + http + " 2>&1",
+      &code);
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("--tls-key"), std::string::npos) << out;
-  out = Shell(bin + "inflight-bench --tls --tls-ca " + (dir_ / "nosuch.pem").string() + " token-norm-dist 2>&1", &code);
+  out = Shell(bin + "inflight-bench --tls --tls-ca " + (dir_ / "nosuch.pem").string() +
+                  " token-norm-dist 2>&1",
+              &code);
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("nosuch.pem"), std::string::npos) << out;
 }
 
 TEST_F(TlsTest, BadCertificateFilesStopTheServerWithAMessage) {
-  const std::string bin = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server --model-repository " + (dir_ / "repo").string() +
+  const std::string bin = std::string(INFLIGHT_BINARY_DIR) +
+                          "/apps/inflight-server --model-repository " + (dir_ / "repo").string() +
                           " --http-port 0 --grpc-port 0 --metrics-port 0 ";
   int code = 0;
-  const std::string out = Shell(bin + "--tls-cert " + (dir_ / "nosuch.pem").string() + " --tls-key " +
-                                  (dir_ / "server.key").string() + " 2>&1",
-                              &code);
+  const std::string out = Shell(bin + "--tls-cert " + (dir_ / "nosuch.pem").string() +
+                                    " --tls-key " + (dir_ / "server.key").string() + " 2>&1",
+                                &code);
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("TLS"), std::string::npos) << out;
-  const std::string only_cert = Shell(bin + "--tls-cert " + (dir_ / "server.pem").string() + " 2>&1", &code);
+  const std::string only_cert =
+      Shell(bin + "--tls-cert " + (dir_ / "server.pem").string() + " 2>&1", &code);
   EXPECT_NE(code, 0);
   EXPECT_NE(only_cert.find("both a certificate and a private key"), std::string::npos) << only_cert;
 }
@@ -580,23 +705,32 @@ TEST_F(SecurityTest, CacheSaltsKeepPrefixBlocksApart) {
   // KServe's generate takes the same parameter: a generate with salt c fills the cache that an
   // OpenAI request with salt c then finds.
   const std::string other = LongPrompt(70);
-  auto r = Http().Post("/v2/models/ensemble/generate",
-                       json{{"text_input", other}, {"max_tokens", 2}, {"cache_salt", "tenant-c"}}.dump(), "application/json");
+  auto r =
+      Http().Post("/v2/models/ensemble/generate",
+                  json{{"text_input", other}, {"max_tokens", 2}, {"cache_salt", "tenant-c"}}.dump(),
+                  "application/json");
   ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
   EXPECT_EQ(CachedTokens(other, "", "tenant-d"), 0);
   EXPECT_GE(CachedTokens(other, "", "tenant-c"), 32);
   // A salt that is not a string is refused, not ignored.
-  r = Http().Post("/v2/models/ensemble/generate", json{{"text_input", other}, {"max_tokens", 2}, {"cache_salt", 7}}.dump(),
+  r = Http().Post("/v2/models/ensemble/generate",
+                  json{{"text_input", other}, {"max_tokens", 2}, {"cache_salt", 7}}.dump(),
                   "application/json");
   EXPECT_EQ(r->status, 400);
   // Nor is one past 1,024 bytes.
-  r = Http().Post("/v2/models/ensemble/generate",
-                  json{{"text_input", other}, {"max_tokens", 2}, {"cache_salt", std::string(1025, 's')}}.dump(), "application/json");
+  r = Http().Post(
+      "/v2/models/ensemble/generate",
+      json{{"text_input", other}, {"max_tokens", 2}, {"cache_salt", std::string(1025, 's')}}.dump(),
+      "application/json");
   EXPECT_EQ(r->status, 400);
-  r = Http().Post("/v1/completions", json{{"model", "ensemble"}, {"prompt", other}, {"cache_salt", std::string(1025, 's')}}.dump(),
+  r = Http().Post(
+      "/v1/completions",
+      json{{"model", "ensemble"}, {"prompt", other}, {"cache_salt", std::string(1025, 's')}}.dump(),
+      "application/json");
+  EXPECT_EQ(r->status, 400);
+  r = Http().Post("/v1/completions",
+                  json{{"model", "ensemble"}, {"prompt", other}, {"cache_salt", 7}}.dump(),
                   "application/json");
-  EXPECT_EQ(r->status, 400);
-  r = Http().Post("/v1/completions", json{{"model", "ensemble"}, {"prompt", other}, {"cache_salt", 7}}.dump(), "application/json");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["error"]["param"], "cache_salt");
 }
@@ -641,7 +775,8 @@ TEST_F(SecurityTest, AStopRequestOnlyReachesItsOwnTenantsRequests) {
       int answers = 0;
       while (stop_stream->Read(&answer)) {
         EXPECT_TRUE(answer.error_message().empty()) << answer.error_message();
-        EXPECT_EQ(answer.infer_response().outputs_size(), 0) << "the stop request is answered empty";
+        EXPECT_EQ(answer.infer_response().outputs_size(), 0)
+            << "the stop request is answered empty";
         ++answers;
       }
       EXPECT_TRUE(stop_stream->Finish().ok());
@@ -669,15 +804,18 @@ TEST_F(SecurityTest, PerKeyConcurrencyLimitAnswers429WithRetryAfter) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
-  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("concurrent"), std::string::npos);
-  r = http.Post("/v2/models/ensemble/generate", Bearer("key-a"), R"({"text_input": "Hi", "max_tokens": 2})", "application/json");
+  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("concurrent"),
+            std::string::npos);
+  r = http.Post("/v2/models/ensemble/generate", Bearer("key-a"),
+                R"({"text_input": "Hi", "max_tokens": 2})", "application/json");
   EXPECT_EQ(r->status, 429);
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   {
     grpc::ClientContext ctx;
     Authorize(&ctx, "key-a");
     inference::ModelInferResponse resp;
-    EXPECT_EQ(Stub()->ModelInfer(&ctx, PreprocessingRequest(), &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(Stub()->ModelInfer(&ctx, PreprocessingRequest(), &resp).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
   // Another key is not held back.
   EXPECT_EQ(http.Post("/v1/completions", Bearer("key-b"), small, "application/json")->status, 200);
@@ -685,7 +823,8 @@ TEST_F(SecurityTest, PerKeyConcurrencyLimitAnswers429WithRetryAfter) {
   holder.Release();
   bool admitted = false;
   for (int i = 0; i < 300 && !admitted; ++i) {
-    admitted = http.Post("/v1/completions", Bearer("key-a"), small, "application/json")->status == 200;
+    admitted =
+        http.Post("/v1/completions", Bearer("key-a"), small, "application/json")->status == 200;
     if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(admitted);
@@ -697,35 +836,49 @@ TEST_F(SecurityTest, WithoutKeysLimitsApplyPerClientAddressOverBothProtocols) {
   // The same address over gRPC is the same tenant.
   grpc::ClientContext ctx;
   inference::ModelInferResponse resp;
-  EXPECT_EQ(Stub()->ModelInfer(&ctx, PreprocessingRequest(), &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(Http().Post("/v2/models/ensemble/generate", R"({"text_input": "Hi", "max_tokens": 2})", "application/json")->status, 429);
+  EXPECT_EQ(Stub()->ModelInfer(&ctx, PreprocessingRequest(), &resp).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Http()
+                .Post("/v2/models/ensemble/generate", R"({"text_input": "Hi", "max_tokens": 2})",
+                      "application/json")
+                ->status,
+            429);
   holder.Release();
 }
 
 TEST_F(SecurityTest, PerKeyTokenRateAnswers429UntilTheBucketRefills) {
-  StartServer({"--api-key", "key-a", "--api-key", "key-b", "--max-tokens-per-minute-per-key", "120"});
+  StartServer(
+      {"--api-key", "key-a", "--api-key", "key-b", "--max-tokens-per-minute-per-key", "120"});
   auto http = Http();
   // About 150 tokens (prompt + 140 generated) overdraw key-a's 120 per minute.
-  auto r = http.Post("/v1/completions", Bearer("key-a"),
-                     R"({"model": "ensemble", "prompt": "Once upon a time", "max_tokens": 140, "ignore_eos": true})", "application/json");
+  auto r = http.Post(
+      "/v1/completions", Bearer("key-a"),
+      R"({"model": "ensemble", "prompt": "Once upon a time", "max_tokens": 140, "ignore_eos": true})",
+      "application/json");
   ASSERT_EQ(r->status, 200) << r->body;
-  r = http.Post("/v2/models/ensemble/generate", Bearer("key-a"), R"({"text_input": "Hi", "max_tokens": 2})", "application/json");
+  r = http.Post("/v2/models/ensemble/generate", Bearer("key-a"),
+                R"({"text_input": "Hi", "max_tokens": 2})", "application/json");
   EXPECT_EQ(r->status, 429);
   const int retry = std::stoi("0" + r->get_header_value("Retry-After"));
   EXPECT_GE(retry, 10) << "about 30 tokens over at 2 tokens/s";
   EXPECT_LE(retry, 60);
-  EXPECT_EQ(http.Post("/v2/models/ensemble/generate", Bearer("key-b"), R"({"text_input": "Hi", "max_tokens": 2})",
-                      "application/json")->status, 200);
+  EXPECT_EQ(http.Post("/v2/models/ensemble/generate", Bearer("key-b"),
+                      R"({"text_input": "Hi", "max_tokens": 2})", "application/json")
+                ->status,
+            200);
 }
 
 TEST_F(SecurityTest, PerRequestLimitsAreFlags) {
-  StartServer({"--max-n", "2", "--max-logprobs", "3", "--max-stop-words", "2", "--max-prompt-tokens", "24"});
+  StartServer({"--max-n", "2", "--max-logprobs", "3", "--max-stop-words", "2",
+               "--max-prompt-tokens", "24"});
   auto http = Http();
   auto openai = [&](json body) {
     body["model"] = "ensemble";
     if (!body.contains("prompt")) body["prompt"] = "Hi";
     auto r = http.Post("/v1/completions", body.dump(), "application/json");
-    return std::make_pair(r->status, r->status == 400 ? json::parse(r->body)["error"]["param"].get<std::string>() : "");
+    return std::make_pair(r->status, r->status == 400
+                                         ? json::parse(r->body)["error"]["param"].get<std::string>()
+                                         : "");
   };
   EXPECT_EQ(openai({{"n", 2}, {"max_tokens", 2}}).first, 200);
   EXPECT_EQ(openai({{"n", 3}}), std::make_pair(400, std::string("n")));

@@ -1,10 +1,9 @@
 // End-to-end tests of inflight-server: the real binary on free loopback ports, a repository
 // written by its own init-repo for the bundled demo model, driven over HTTP and gRPC, with
 // token ids checked against the engine run alone in this process.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -19,10 +18,10 @@
 
 #include "base/fp16.h"
 #include "engine/executor.h"
-#include "model/lora.h"
 #include "grpc_service.grpc.pb.h"
-#include "model/model.h"
 #include "llm_grpc_requests.h"
+#include "model/lora.h"
+#include "model/model.h"
 #include "server_harness.h"
 #include "test_util.h"
 
@@ -55,7 +54,8 @@ void Replace(std::string* s, const std::string& from, const std::string& to) {
 }
 
 // A copy of the tensorrt_llm model under another name with edits to its config text.
-void AddVariant(const fs::path& repo, const std::string& name, const std::vector<std::pair<std::string, std::string>>& edits) {
+void AddVariant(const fs::path& repo, const std::string& name,
+                const std::vector<std::pair<std::string, std::string>>& edits) {
   std::string text = ReadFile(repo / "tensorrt_llm" / "config.pbtxt");
   Replace(&text, "name: \"tensorrt_llm\"", "name: \"" + name + "\"");
   for (const auto& [from, to] : edits) Replace(&text, from, to);
@@ -63,12 +63,12 @@ void AddVariant(const fs::path& repo, const std::string& name, const std::vector
   std::ofstream(repo / name / "config.pbtxt") << text;
 }
 
-
 // A random PEFT adapter (r 4, alpha 8) on q_proj and down_proj of the demo model's 4 layers
 // (hidden 192, ffn 512).
 void WriteDemoPeftAdapter(const fs::path& dir) {
   fs::create_directories(dir);
-  std::ofstream(dir / "adapter_config.json") << R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "down_proj"]})";
+  std::ofstream(dir / "adapter_config.json")
+      << R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "down_proj"]})";
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0, 0.2f);
   json header = json::object();
@@ -79,7 +79,8 @@ void WriteDemoPeftAdapter(const fs::path& dir) {
       const float v = normal(rng);
       data.append(reinterpret_cast<const char*>(&v), 4);
     }
-    header[name] = {{"dtype", "F32"}, {"shape", {rows, cols}}, {"data_offsets", {begin, data.size()}}};
+    header[name] = {
+        {"dtype", "F32"}, {"shape", {rows, cols}}, {"data_offsets", {begin, data.size()}}};
   };
   for (int l = 0; l < 4; ++l) {
     const std::string p = "base_model.model.model.layers." + std::to_string(l) + ".";
@@ -104,26 +105,32 @@ std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub(int port) {
 class ServerE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    repo_ = new fs::path(fs::temp_directory_path() / ("inflight_e2e_repo_" + std::to_string(getpid())));
+    repo_ =
+        new fs::path(fs::temp_directory_path() / ("inflight_e2e_repo_" + std::to_string(getpid())));
     fs::remove_all(*repo_);
-    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() +
-                            " --out " + repo_->string() + " > /dev/null";
+    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                            "/apps/inflight-server init-repo --model " + DemoModel() + " --out " +
+                            repo_->string() + " > /dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     AddVariant(*repo_, "tensorrt_llm_sync", {{"decoupled: true", "decoupled: false"}});
     AddVariant(*repo_, "tensorrt_llm_q1",
                {{"decoupled: true", "decoupled: false"},
-                {"key: \"max_queue_size\"\n  value: {\n    string_value: \"0\"", "key: \"max_queue_size\"\n  value: {\n    string_value: \"1\""},
-                {"key: \"max_batch_size\"\n  value: {\n    string_value: \"64\"", "key: \"max_batch_size\"\n  value: {\n    string_value: \"1\""}});
-    AddVariant(*repo_, "tensorrt_llm_spec",
-               {{"decoupled: true", "decoupled: false"},
-                {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
-                 "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"prompt_lookup\""}});
-    AddVariant(*repo_, "tensorrt_llm_draft",
-               {{"decoupled: true", "decoupled: false"},
-                {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
-                 "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"draft_model\""},
-                {"key: \"draft_model_layers\"\n  value: {\n    string_value: \"0\"",
-                 "key: \"draft_model_layers\"\n  value: {\n    string_value: \"2\""}});
+                {"key: \"max_queue_size\"\n  value: {\n    string_value: \"0\"",
+                 "key: \"max_queue_size\"\n  value: {\n    string_value: \"1\""},
+                {"key: \"max_batch_size\"\n  value: {\n    string_value: \"64\"",
+                 "key: \"max_batch_size\"\n  value: {\n    string_value: \"1\""}});
+    AddVariant(
+        *repo_, "tensorrt_llm_spec",
+        {{"decoupled: true", "decoupled: false"},
+         {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
+          "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"prompt_lookup\""}});
+    AddVariant(
+        *repo_, "tensorrt_llm_draft",
+        {{"decoupled: true", "decoupled: false"},
+         {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
+          "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"draft_model\""},
+         {"key: \"draft_model_layers\"\n  value: {\n    string_value: \"0\"",
+          "key: \"draft_model_layers\"\n  value: {\n    string_value: \"2\""}});
     AddVariant(*repo_, "tensorrt_llm_beam",
                {{"decoupled: true", "decoupled: false"},
                 {"key: \"max_beam_width\"\n  value: {\n    string_value: \"1\"",
@@ -132,7 +139,8 @@ class ServerE2eTest : public ::testing::Test {
       // A model that prefetches task 5's adapter (a PEFT folder) from lora_prefetch_dir.
       AddVariant(*repo_, "tensorrt_llm_lora", {{"decoupled: true", "decoupled: false"}});
       std::ofstream(*repo_ / "tensorrt_llm_lora" / "config.pbtxt", std::ios::app)
-          << "parameters: {\n  key: \"lora_prefetch_dir\"\n  value: {\n    string_value: \"loras\"\n  }\n}\n";
+          << "parameters: {\n  key: \"lora_prefetch_dir\"\n  value: {\n    string_value: "
+             "\"loras\"\n  }\n}\n";
       WriteDemoPeftAdapter(*repo_ / "tensorrt_llm_lora" / "loras" / "5");
     }
     AddVariant(*repo_, "tensorrt_llm_beam_stream",
@@ -187,7 +195,9 @@ class ServerE2eTest : public ::testing::Test {
   }
 
   static std::string Metrics() { return testing::MetricsText(server_->metrics_port); }
-  static bool WaitIdle(const std::string& model) { return testing::WaitLlmIdle(server_->metrics_port, model); }
+  static bool WaitIdle(const std::string& model) {
+    return testing::WaitLlmIdle(server_->metrics_port, model);
+  }
 
   // Greedy generated ids of the engine alone (no server, no other request).
   static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int max_tokens) {
@@ -209,7 +219,9 @@ class ServerE2eTest : public ::testing::Test {
     }
   }
 
-  static std::vector<int32_t> Tokens(const std::string& text) { return model_->tokenizer()->Encode(text, true); }
+  static std::vector<int32_t> Tokens(const std::string& text) {
+    return model_->tokenizer()->Encode(text, true);
+  }
 
   static fs::path* repo_;
   static ServerProcess* server_;
@@ -221,7 +233,8 @@ ServerProcess* ServerE2eTest::server_ = nullptr;
 Model* ServerE2eTest::model_ = nullptr;
 
 TEST_F(ServerE2eTest, ReferenceCommandsWorkVerbatim) {
-  const std::string body = R"({"text_input": "What is machine learning?", "max_tokens": 20, "bad_words": "", "stop_words": ""})";
+  const std::string body =
+      R"({"text_input": "What is machine learning?", "max_tokens": 20, "bad_words": "", "stop_words": ""})";
   for (const std::string model : {"ensemble", "tensorrt_llm_bls"}) {
     auto r = Post("/v2/models/" + model + "/generate", body);
     ASSERT_TRUE(r);
@@ -233,8 +246,9 @@ TEST_F(ServerE2eTest, ReferenceCommandsWorkVerbatim) {
     // exclude_input_in_output defaults to false, as in the reference: the prompt comes back.
     EXPECT_EQ(j["text_output"].get<std::string>().rfind("What is machine learning?", 0), 0u) << j;
   }
-  auto s = Post("/v2/models/ensemble/generate_stream",
-                R"({"text_input": "Once upon a time", "max_tokens": 12, "stream": true, "bad_words": "", "stop_words": ""})");
+  auto s = Post(
+      "/v2/models/ensemble/generate_stream",
+      R"({"text_input": "Once upon a time", "max_tokens": 12, "stream": true, "bad_words": "", "stop_words": ""})");
   ASSERT_TRUE(s);
   EXPECT_EQ(s->status, 200);
   EXPECT_EQ(s->get_header_value("Content-Type"), "text/event-stream; charset=utf-8");
@@ -252,13 +266,14 @@ TEST_F(ServerE2eTest, ReferenceCommandsWorkVerbatim) {
     if (metrics.find("# TYPE nv_trt_llm_general_metrics ") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
-  for (const char* family : {"nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
-                             "nv_inference_request_duration_us", "nv_inference_compute_infer_duration_us",
-                             "nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics",
-                             "nv_trt_llm_inflight_batcher_metrics", "nv_trt_llm_general_metrics",
-                             "nv_trt_llm_runtime_memory_metrics", "nv_llm_input_token_len", "nv_llm_output_token_len",
-                             "inflight_time_to_first_token_seconds", "inflight_inter_token_latency_seconds",
-                             "inflight_request_latency_seconds", "inflight_queue_time_seconds", "nv_cpu_utilization"}) {
+  for (const char* family :
+       {"nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
+        "nv_inference_request_duration_us", "nv_inference_compute_infer_duration_us",
+        "nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics",
+        "nv_trt_llm_inflight_batcher_metrics", "nv_trt_llm_general_metrics",
+        "nv_trt_llm_runtime_memory_metrics", "nv_llm_input_token_len", "nv_llm_output_token_len",
+        "inflight_time_to_first_token_seconds", "inflight_inter_token_latency_seconds",
+        "inflight_request_latency_seconds", "inflight_queue_time_seconds", "nv_cpu_utilization"}) {
     EXPECT_NE(metrics.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
   }
   EXPECT_GE(MetricValue(metrics, "nv_inference_request_success", {{"model", "ensemble"}}), 2);
@@ -285,7 +300,8 @@ TEST_F(ServerE2eTest, StreamedTextEqualsNonStreamedText) {
 }
 
 TEST_F(ServerE2eTest, StopWordsGivenAsTextStopGeneration) {
-  json req = {{"text_input", "Once upon a time"}, {"max_tokens", 60}, {"exclude_input_in_output", true}};
+  json req = {
+      {"text_input", "Once upon a time"}, {"max_tokens", 60}, {"exclude_input_in_output", true}};
   auto full_r = Post("/v2/models/ensemble/generate", req.dump());
   ASSERT_TRUE(full_r);
   const std::string full = json::parse(full_r->body)["text_output"];
@@ -299,20 +315,24 @@ TEST_F(ServerE2eTest, StopWordsGivenAsTextStopGeneration) {
   }
   ASSERT_GE(words.size(), 8u) << full;
   const std::string first = words[3].second, second = words[7].second;
-  size_t expected_end = std::min(full.find(" " + first) + 1 + first.size(), full.find(" " + second) + 1 + second.size());
+  size_t expected_end = std::min(full.find(" " + first) + 1 + first.size(),
+                                 full.find(" " + second) + 1 + second.size());
   req["stop_words"] = {second, first};
   auto stopped = Post("/v2/models/ensemble/generate", req.dump());
   ASSERT_TRUE(stopped);
   ASSERT_EQ(stopped->status, 200) << stopped->body;
   const std::string text = json::parse(stopped->body)["text_output"];
-  EXPECT_EQ(text, full.substr(0, expected_end)) << "stop words '" << first << "', '" << second << "' in: " << full;
+  EXPECT_EQ(text, full.substr(0, expected_end))
+      << "stop words '" << first << "', '" << second << "' in: " << full;
 }
 
 TEST_F(ServerE2eTest, GrpcModelInferAndStreamMatchTheEngineAlone) {
   auto stub = GrpcStub(server_->grpc_port);
   const std::vector<int32_t> prompt = Tokens("Lily went to the park with her dog.");
   const std::vector<int32_t> alone = Alone(prompt, 24);
-  auto build = [&](const std::string& model, bool streaming) { return LlmRequest(model, "req-7", {prompt}, 24, streaming); };
+  auto build = [&](const std::string& model, bool streaming) {
+    return LlmRequest(model, "req-7", {prompt}, 24, streaming);
+  };
   auto ids_of = [](const inference::ModelInferResponse& r) { return OutputInt32(r, "output_ids"); };
   {
     grpc::ClientContext ctx;
@@ -329,7 +349,8 @@ TEST_F(ServerE2eTest, GrpcModelInferAndStreamMatchTheEngineAlone) {
     inference::ModelInferResponse resp;
     grpc::Status s = stub->ModelInfer(&ctx, build("tensorrt_llm", false), &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-    EXPECT_EQ(s.error_message(), "ModelInfer RPC doesn't support models with decoupled transaction policy");
+    EXPECT_EQ(s.error_message(),
+              "ModelInfer RPC doesn't support models with decoupled transaction policy");
   }
   {
     grpc::ClientContext ctx;
@@ -385,9 +406,11 @@ TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
   }
   ASSERT_EQ(want.beams.size(), 3u);
   int64_t longest = 0;
-  for (const BeamOutput& b : want.beams) longest = std::max<int64_t>(longest, b.output_token_ids.size());
-  auto check = [&](const std::vector<int64_t>& shape, const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths,
-                   const std::vector<float>& cum, const std::string& via) {
+  for (const BeamOutput& b : want.beams)
+    longest = std::max<int64_t>(longest, b.output_token_ids.size());
+  auto check = [&](const std::vector<int64_t>& shape, const std::vector<int32_t>& ids,
+                   const std::vector<int32_t>& lengths, const std::vector<float>& cum,
+                   const std::string& via) {
     ASSERT_EQ(shape, (std::vector<int64_t>{1, 3, longest})) << via;
     ASSERT_EQ(lengths.size(), 3u) << via;
     ASSERT_EQ(cum.size(), 3u) << via;
@@ -403,16 +426,26 @@ TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
     EXPECT_GE(cum[0], cum[2]) << via;
   };
   const json inputs = json::array({
-      {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
-      {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+      {{"name", "input_ids"},
+       {"datatype", "INT32"},
+       {"shape", {1, prompt.size()}},
+       {"data", prompt}},
+      {{"name", "input_lengths"},
+       {"datatype", "INT32"},
+       {"shape", {1, 1}},
+       {"data", {prompt.size()}}},
       {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {12}}},
-      {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+      {{"name", "exclude_input_in_output"},
+       {"datatype", "BOOL"},
+       {"shape", {1, 1}},
+       {"data", {true}}},
       {{"name", "return_log_probs"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
       {{"name", "num_return_sequences"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {3}}},
   });
   auto with_width = [&](int width) {
     json in = inputs;
-    in.push_back({{"name", "beam_width"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {width}}});
+    in.push_back(
+        {{"name", "beam_width"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {width}}});
     return json{{"inputs", in}}.dump();
   };
   {
@@ -428,7 +461,8 @@ TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
       EXPECT_NE(o["name"], "sequence_index") << "beams come back in one response";
     }
     check(ids["shape"].get<std::vector<int64_t>>(), ids["data"].get<std::vector<int32_t>>(),
-          lengths["data"].get<std::vector<int32_t>>(), cum["data"].get<std::vector<float>>(), "HTTP");
+          lengths["data"].get<std::vector<int32_t>>(), cum["data"].get<std::vector<float>>(),
+          "HTTP");
   }
   {
     auto stub = GrpcStub(server_->grpc_port);
@@ -452,14 +486,16 @@ TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
     std::vector<int64_t> shape;
     std::vector<float> cum;
     for (int i = 0; i < resp.outputs_size(); ++i) {
-      if (resp.outputs(i).name() == "output_ids") shape.assign(resp.outputs(i).shape().begin(), resp.outputs(i).shape().end());
+      if (resp.outputs(i).name() == "output_ids")
+        shape.assign(resp.outputs(i).shape().begin(), resp.outputs(i).shape().end());
       if (resp.outputs(i).name() == "cum_log_probs") {
         const std::string& raw = resp.raw_output_contents(i);
         cum.resize(raw.size() / sizeof(float));
         std::memcpy(cum.data(), raw.data(), raw.size());
       }
     }
-    check(shape, OutputInt32(resp, "output_ids"), OutputInt32(resp, "sequence_length"), cum, "gRPC");
+    check(shape, OutputInt32(resp, "output_ids"), OutputInt32(resp, "sequence_length"), cum,
+          "gRPC");
   }
   {
     // The ensemble: one text per beam.
@@ -477,7 +513,8 @@ TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
     // (The postprocessing keeps the space that begins the continuation's first word.)
     auto trimmed = [](std::string t) { return t.erase(0, t.find_first_not_of(' ')); };
     for (size_t k = 0; k < 3; ++k) {
-      EXPECT_EQ(trimmed(j["text_output"][k].get<std::string>()), trimmed(model_->tokenizer()->Decode(want.beams[k].output_token_ids, true)))
+      EXPECT_EQ(trimmed(j["text_output"][k].get<std::string>()),
+                trimmed(model_->tokenizer()->Decode(want.beams[k].output_token_ids, true)))
           << k;
     }
     // Streamed: every event holds the live beams' whole texts so far (provisional); the last
@@ -500,11 +537,15 @@ TEST_F(ServerE2eTest, BeamSearchOverHttpGrpcAndTheEnsemble) {
     EXPECT_EQ(events.back()["text_output"], j["text_output"]) << s->body;
   }
   // Refusals: wider than max_beam_width, and any beam search on a max_beam_width 1 model.
-  for (const auto& [model, width] : std::vector<std::pair<std::string, int>>{{"tensorrt_llm_beam", 5}, {"tensorrt_llm_sync", 2}}) {
+  for (const auto& [model, width] : std::vector<std::pair<std::string, int>>{
+           {"tensorrt_llm_beam", 5}, {"tensorrt_llm_sync", 2}}) {
     auto r = Post("/v2/models/" + model + "/infer", with_width(width));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << r->body;
-    EXPECT_NE(r->body.find("beam_width " + std::to_string(width) + " is outside [1, max_beam_width"), std::string::npos) << r->body;
+    EXPECT_NE(
+        r->body.find("beam_width " + std::to_string(width) + " is outside [1, max_beam_width"),
+        std::string::npos)
+        << r->body;
   }
   EXPECT_TRUE(WaitIdle("tensorrt_llm_beam"));
 }
@@ -516,32 +557,52 @@ TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
   const int32_t eos = model_->tokenizer()->eos_id();
   auto body = [&](const std::string& type, const std::string& guide) {
     json inputs = json::array({
-        {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
-        {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+        {{"name", "input_ids"},
+         {"datatype", "INT32"},
+         {"shape", {1, prompt.size()}},
+         {"data", prompt}},
+        {{"name", "input_lengths"},
+         {"datatype", "INT32"},
+         {"shape", {1, 1}},
+         {"data", {prompt.size()}}},
         {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {48}}},
         {{"name", "end_id"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {eos}}},
-        {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+        {{"name", "exclude_input_in_output"},
+         {"datatype", "BOOL"},
+         {"shape", {1, 1}},
+         {"data", {true}}},
         {{"name", "runtime_top_k"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {40}}},
-        {{"name", "guided_decoding_guide_type"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {type}}},
+        {{"name", "guided_decoding_guide_type"},
+         {"datatype", "BYTES"},
+         {"shape", {1, 1}},
+         {"data", {type}}},
     });
-    if (!guide.empty()) inputs.push_back({{"name", "guided_decoding_guide"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {guide}}});
+    if (!guide.empty())
+      inputs.push_back({{"name", "guided_decoding_guide"},
+                        {"datatype", "BYTES"},
+                        {"shape", {1, 1}},
+                        {"data", {guide}}});
     return json{{"inputs", inputs}}.dump();
   };
   auto text_of = [&](const json& j) {
     for (const json& o : j["outputs"]) {
-      if (o["name"] == "output_ids") return model_->tokenizer()->Decode(o["data"].get<std::vector<int32_t>>(), true);
+      if (o["name"] == "output_ids")
+        return model_->tokenizer()->Decode(o["data"].get<std::vector<int32_t>>(), true);
     }
     return std::string();
   };
   const std::string pattern = "[0-9]{3}-[a-z]{2,4}( [A-Z][a-z]{1,6}){1,2}";
   {
     // An EBNF grammar (xgrammar's notation).
-    const std::string grammar = "root ::= greeting \" \" name \"!\"\ngreeting ::= \"Hi\" | \"Hello\"\nname ::= [A-Z] [a-z]{1,8}\n";
+    const std::string grammar =
+        "root ::= greeting \" \" name \"!\"\ngreeting ::= \"Hi\" | \"Hello\"\nname ::= [A-Z] "
+        "[a-z]{1,8}\n";
     auto r = Post("/v2/models/tensorrt_llm_sync/infer", body("ebnf_grammar", grammar));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     const std::string text = text_of(json::parse(r->body));
-    EXPECT_TRUE(std::regex_match(text, std::regex("(Hi|Hello) [A-Z][a-z]{1,8}!"))) << "'" << text << "'";
+    EXPECT_TRUE(std::regex_match(text, std::regex("(Hi|Hello) [A-Z][a-z]{1,8}!")))
+        << "'" << text << "'";
   }
   for (int i = 0; i < 3; ++i) {
     auto r = Post("/v2/models/tensorrt_llm_sync/infer", body("regex", pattern));
@@ -597,8 +658,12 @@ TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
     check_schema_output(model_->tokenizer()->Decode(OutputInt32(resp, "output_ids"), true));
   }
   {
-    const json req = {{"text_input", "Once upon a time"}, {"max_tokens", 64}, {"exclude_input_in_output", true},
-                      {"top_k", 40}, {"guided_decoding_guide_type", "json_schema"}, {"guided_decoding_guide", schema}};
+    const json req = {{"text_input", "Once upon a time"},
+                      {"max_tokens", 64},
+                      {"exclude_input_in_output", true},
+                      {"top_k", 40},
+                      {"guided_decoding_guide_type", "json_schema"},
+                      {"guided_decoding_guide", schema}};
     for (const std::string model : {"ensemble", "tensorrt_llm_bls"}) {
       auto r = Post("/v2/models/" + model + "/generate", req.dump());
       ASSERT_TRUE(r);
@@ -608,7 +673,8 @@ TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
   }
   const std::vector<std::tuple<std::string, std::string, int, std::string>> bad = {
       {"regex", "[0-9", 400, "regex: unterminated ["},
-      {"json_schema", R"({"type": "array", "uniqueItems": true})", 400, "keyword 'uniqueItems' is not supported"},
+      {"json_schema", R"({"type": "array", "uniqueItems": true})", 400,
+       "keyword 'uniqueItems' is not supported"},
       {"json_schema", "{not json", 400, "json schema: not valid JSON"},
       {"structural_tag", "{}", 501, "'structural_tag' is not supported"},
       {"ebnf_grammar", "root ::= root \"a\"", 400, "left-recursive"},
@@ -641,7 +707,8 @@ TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
     for (int32_t module : {1, 3}) {
       const int64_t out = module == 1 ? c.q_dim() : c.kv_dim();
       std::vector<float> row(cols, 0.0f);
-      for (int64_t i = 0; i < r * (c.hidden_size + out); ++i) row[i] = Fp16ToFp32(Fp32ToFp16(normal(rng)));
+      for (int64_t i = 0; i < r * (c.hidden_size + out); ++i)
+        row[i] = Fp16ToFp32(Fp32ToFp16(normal(rng)));
       weights.insert(weights.end(), row.begin(), row.end());
       config.insert(config.end(), {module, l, static_cast<int32_t>(r)});
     }
@@ -669,19 +736,33 @@ TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
   };
   const std::vector<int32_t> want = engine_output(*adapter);
   ASSERT_NE(want, Alone(prompt, 16)) << "the adapter changes nothing";
-  auto body = [&](const std::string& model, uint64_t task, bool with_weights, const std::vector<int32_t>& cfg_rows) {
+  auto body = [&](const std::string& model, uint64_t task, bool with_weights,
+                  const std::vector<int32_t>& cfg_rows) {
     json inputs = json::array({
-        {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
-        {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+        {{"name", "input_ids"},
+         {"datatype", "INT32"},
+         {"shape", {1, prompt.size()}},
+         {"data", prompt}},
+        {{"name", "input_lengths"},
+         {"datatype", "INT32"},
+         {"shape", {1, 1}},
+         {"data", {prompt.size()}}},
         {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {16}}},
-        {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+        {{"name", "exclude_input_in_output"},
+         {"datatype", "BOOL"},
+         {"shape", {1, 1}},
+         {"data", {true}}},
         {{"name", "lora_task_id"}, {"datatype", "UINT64"}, {"shape", {1, 1}}, {"data", {task}}},
     });
     if (with_weights) {
       const int64_t n = static_cast<int64_t>(cfg_rows.size() / 3);
       std::vector<float> w(weights.begin(), weights.begin() + n * cols);
-      inputs.push_back({{"name", "lora_weights"}, {"datatype", "FP16"}, {"shape", {1, n, cols}}, {"data", w}});
-      inputs.push_back({{"name", "lora_config"}, {"datatype", "INT32"}, {"shape", {1, n, 3}}, {"data", cfg_rows}});
+      inputs.push_back(
+          {{"name", "lora_weights"}, {"datatype", "FP16"}, {"shape", {1, n, cols}}, {"data", w}});
+      inputs.push_back({{"name", "lora_config"},
+                        {"datatype", "INT32"},
+                        {"shape", {1, n, 3}},
+                        {"data", cfg_rows}});
     }
     return json{{"inputs", inputs}}.dump();
   };
@@ -694,7 +775,8 @@ TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
   };
   // First use: the weights with the id; then the id alone.
   for (bool first : {true, false}) {
-    auto res = Post("/v2/models/tensorrt_llm_sync/infer", body("tensorrt_llm_sync", 7, first, config));
+    auto res =
+        Post("/v2/models/tensorrt_llm_sync/infer", body("tensorrt_llm_sync", 7, first, config));
     ASSERT_TRUE(res);
     ASSERT_EQ(res->status, 200) << res->body;
     EXPECT_EQ(ids_of(res->body), want) << (first ? "with weights" : "by task id");
@@ -715,7 +797,8 @@ TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
     grpc::ClientContext ctx;
     auto stream = stub->ModelStreamInfer(&ctx);
     inference::ModelInferRequest g = LlmRequest("tensorrt_llm", "lora-prime", {prompt}, 16, false);
-    auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape, const std::string& raw) {
+    auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape,
+                   const std::string& raw) {
       auto* in = g.add_inputs();
       in->set_name(name);
       in->set_datatype(dtype);
@@ -743,14 +826,17 @@ TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
     }
     ASSERT_TRUE(stream->Finish().ok());
     EXPECT_EQ(got, want);
-    const json req = {{"text_input", "Once upon a time, there was a little girl who"}, {"max_tokens", 16},
-                      {"exclude_input_in_output", true}, {"lora_task_id", 21}};
+    const json req = {{"text_input", "Once upon a time, there was a little girl who"},
+                      {"max_tokens", 16},
+                      {"exclude_input_in_output", true},
+                      {"lora_task_id", 21}};
     for (const std::string model : {"ensemble", "tensorrt_llm_bls"}) {
       auto res = Post("/v2/models/" + model + "/generate", req.dump());
       ASSERT_TRUE(res);
       ASSERT_EQ(res->status, 200) << res->body.substr(0, 300);
       auto trimmed = [](std::string t) { return t.erase(0, t.find_first_not_of(' ')); };
-      EXPECT_EQ(trimmed(json::parse(res->body)["text_output"].get<std::string>()), trimmed(model_->tokenizer()->Decode(want, true)))
+      EXPECT_EQ(trimmed(json::parse(res->body)["text_output"].get<std::string>()),
+                trimmed(model_->tokenizer()->Decode(want, true)))
           << model;
     }
   }
@@ -758,7 +844,8 @@ TEST_F(ServerE2eTest, LoraAdaptersByTaskIdAndFromThePrefetchDir) {
   std::vector<int32_t> bad_module = config;
   bad_module[0] = 42;
   const std::vector<std::tuple<std::string, int, std::string>> bad = {
-      {body("tensorrt_llm_sync", 99, false, {}), 400, "LoRA task 99 not found in cache. Please send LoRA weights with request"},
+      {body("tensorrt_llm_sync", 99, false, {}), 400,
+       "LoRA task 99 not found in cache. Please send LoRA weights with request"},
       {body("tensorrt_llm_sync", 8, true, bad_module), 400, "module id 42"},
   };
   for (const auto& [b, status, message] : bad) {
@@ -805,15 +892,28 @@ TEST_F(ServerE2eTest, PromptEmbeddingTableOverHttp) {
   auto body = [&](const std::vector<int32_t>& ids, int64_t rows, int vocab_rows) {
     json inputs = json::array({
         {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, ids.size()}}, {"data", ids}},
-        {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {ids.size()}}},
+        {{"name", "input_lengths"},
+         {"datatype", "INT32"},
+         {"shape", {1, 1}},
+         {"data", {ids.size()}}},
         {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {16}}},
-        {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+        {{"name", "exclude_input_in_output"},
+         {"datatype", "BOOL"},
+         {"shape", {1, 1}},
+         {"data", {true}}},
     });
     if (rows > 0) {
       std::vector<float> t(table.begin(), table.begin() + rows * c.hidden_size);
-      inputs.push_back({{"name", "prompt_embedding_table"}, {"datatype", "FP16"}, {"shape", {1, rows, c.hidden_size}}, {"data", t}});
+      inputs.push_back({{"name", "prompt_embedding_table"},
+                        {"datatype", "FP16"},
+                        {"shape", {1, rows, c.hidden_size}},
+                        {"data", t}});
     }
-    if (vocab_rows > 0) inputs.push_back({{"name", "prompt_vocab_size"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {vocab_rows}}});
+    if (vocab_rows > 0)
+      inputs.push_back({{"name", "prompt_vocab_size"},
+                        {"datatype", "INT32"},
+                        {"shape", {1, 1}},
+                        {"data", {vocab_rows}}});
     return json{{"inputs", inputs}}.dump();
   };
   auto ids_of = [](const std::string& text) {
@@ -845,34 +945,56 @@ TEST_F(ServerE2eTest, PromptEmbeddingTableOverHttp) {
 }
 
 // Speculative decoding through KServe HTTP and gRPC: a client's draft_input_ids, the model's
-// prompt lookup and a draft model (the demo model's first 2 layers) change no greedy output; the perf metrics and Prometheus count the
-// drafts; bad drafts get 400 / INVALID_ARGUMENT and draft_logits UNIMPLEMENTED.
+// prompt lookup and a draft model (the demo model's first 2 layers) change no greedy output; the
+// perf metrics and Prometheus count the drafts; bad drafts get 400 / INVALID_ARGUMENT and
+// draft_logits UNIMPLEMENTED.
 TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
-  const std::vector<int32_t> prompt = Tokens("Lily went to the park. Lily went to the park. Lily went to the");
+  const std::vector<int32_t> prompt =
+      Tokens("Lily went to the park. Lily went to the park. Lily went to the");
   const std::vector<int32_t> alone = Alone(prompt, 24);
   const std::vector<int32_t> guess(alone.begin(), alone.begin() + 4);
   auto body = [&](const std::string& extra) {
     json inputs = json::array({
-        {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
-        {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
+        {{"name", "input_ids"},
+         {"datatype", "INT32"},
+         {"shape", {1, prompt.size()}},
+         {"data", prompt}},
+        {{"name", "input_lengths"},
+         {"datatype", "INT32"},
+         {"shape", {1, 1}},
+         {"data", {prompt.size()}}},
         {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {24}}},
-        {{"name", "exclude_input_in_output"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
-        {{"name", "return_perf_metrics"}, {"datatype", "BOOL"}, {"shape", {1, 1}}, {"data", {true}}},
+        {{"name", "exclude_input_in_output"},
+         {"datatype", "BOOL"},
+         {"shape", {1, 1}},
+         {"data", {true}}},
+        {{"name", "return_perf_metrics"},
+         {"datatype", "BOOL"},
+         {"shape", {1, 1}},
+         {"data", {true}}},
     });
     if (!extra.empty()) inputs.push_back(json::parse(extra));
     return json{{"inputs", inputs}}.dump();
   };
   auto output = [](const json& j, const std::string& name) {
-    for (const json& o : j["outputs"]) if (o["name"] == name) return o["data"];
+    for (const json& o : j["outputs"])
+      if (o["name"] == name) return o["data"];
     return json();
   };
-  const std::string drafts = json{{"name", "draft_input_ids"}, {"datatype", "INT32"}, {"shape", {1, guess.size()}}, {"data", guess}}.dump();
+  const std::string drafts = json{
+      {"name", "draft_input_ids"},
+      {"datatype", "INT32"},
+      {"shape", {1, guess.size()}},
+      {"data", guess}}.dump();
   {
     // With the draft model's logits of the guesses too (greedy: the same output).
     json both = json::array({json::parse(drafts)});
     std::vector<float> logits(guess.size() * 1024, 0.0f);
     for (size_t i = 0; i < guess.size(); ++i) logits[i * 1024 + guess[i]] = 3.0f;
-    both.push_back({{"name", "draft_logits"}, {"datatype", "FP32"}, {"shape", {1, guess.size(), 1024}}, {"data", logits}});
+    both.push_back({{"name", "draft_logits"},
+                    {"datatype", "FP32"},
+                    {"shape", {1, guess.size(), 1024}},
+                    {"data", logits}});
     json b = json::parse(body(""));
     for (const json& x : both) b["inputs"].push_back(x);
     auto r = Post("/v2/models/tensorrt_llm_sync/infer", b.dump());
@@ -886,7 +1008,8 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     ASSERT_EQ(r->status, 200) << r->body;
     const json j = json::parse(r->body);
     EXPECT_EQ(output(j, "output_ids").get<std::vector<int32_t>>(), alone) << model;
-    const int total = output(j, "total_draft_tokens")[0], accepted = output(j, "total_accepted_draft_tokens")[0];
+    const int total = output(j, "total_draft_tokens")[0],
+              accepted = output(j, "total_accepted_draft_tokens")[0];
     EXPECT_GE(accepted, 4) << model << ": the client's 4 right drafts";
     EXPECT_GE(total, accepted);
     if (model == "tensorrt_llm_sync") {
@@ -894,7 +1017,8 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     } else {
       EXPECT_GT(total, 4) << model << ": prompt lookup or the draft model adds drafts";
     }
-    EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(), static_cast<double>(accepted) / total, 1e-6);
+    EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(),
+                static_cast<double>(accepted) / total, 1e-6);
   }
   // gRPC: prompt lookup alone, and the per-request switch num_draft_tokens = 0.
   auto stub = GrpcStub(server_->grpc_port);
@@ -925,13 +1049,20 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     }
   }
   // Bad drafts.
-  const std::string forty_drafts =
-      json{{"name", "draft_input_ids"}, {"datatype", "INT32"}, {"shape", {1, 40}}, {"data", std::vector<int32_t>(40, 5)}}.dump();
+  const std::string forty_drafts = json{
+      {"name", "draft_input_ids"},
+      {"datatype", "INT32"},
+      {"shape", {1, 40}},
+      {"data",
+       std::vector<int32_t>(40, 5)}}.dump();
   const std::vector<std::pair<std::string, std::pair<int, std::string>>> bad = {
-      {R"({"name": "draft_input_ids", "datatype": "INT32", "shape": [1, 2], "data": [5, 99999]})", {400, "outside the vocabulary"}},
+      {R"({"name": "draft_input_ids", "datatype": "INT32", "shape": [1, 2], "data": [5, 99999]})",
+       {400, "outside the vocabulary"}},
       {forty_drafts, {400, "at most 32"}},
-      {R"({"name": "num_draft_tokens", "datatype": "INT32", "shape": [1, 1], "data": [99]})", {400, "num_draft_tokens must be in [0, 32]"}},
-      {R"({"name": "draft_logits", "datatype": "FP32", "shape": [1, 1, 2], "data": [0.5, 0.5]})", {400, "draft_logits must be [draft tokens, 1024]"}},
+      {R"({"name": "num_draft_tokens", "datatype": "INT32", "shape": [1, 1], "data": [99]})",
+       {400, "num_draft_tokens must be in [0, 32]"}},
+      {R"({"name": "draft_logits", "datatype": "FP32", "shape": [1, 1, 2], "data": [0.5, 0.5]})",
+       {400, "draft_logits must be [draft tokens, 1024]"}},
   };
   for (const auto& [extra, want] : bad) {
     auto r = Post("/v2/models/tensorrt_llm_spec/infer", body(extra));
@@ -957,7 +1088,9 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
   }
   EXPECT_TRUE(WaitIdle("tensorrt_llm_spec"));
   const std::string metrics = Metrics();
-  EXPECT_NE(metrics.find("inflight_speculative_accepted_draft_tokens_total{model=\"tensorrt_llm_spec\""), std::string::npos);
+  EXPECT_NE(
+      metrics.find("inflight_speculative_accepted_draft_tokens_total{model=\"tensorrt_llm_spec\""),
+      std::string::npos);
 }
 
 TEST_F(ServerE2eTest, ConcurrentStreamingClientsAreBatchedAndKeepTheirOutputs) {
@@ -975,8 +1108,9 @@ TEST_F(ServerE2eTest, ConcurrentStreamingClientsAreBatchedAndKeepTheirOutputs) {
   double max_scheduled = 0;
   std::thread poller([&] {
     while (!done) {
-      max_scheduled = std::max(max_scheduled, MetricValue(Metrics(), "nv_trt_llm_request_metrics",
-                                                          {{"model", "tensorrt_llm"}, {"request_type", "scheduled"}}));
+      max_scheduled = std::max(
+          max_scheduled, MetricValue(Metrics(), "nv_trt_llm_request_metrics",
+                                     {{"model", "tensorrt_llm"}, {"request_type", "scheduled"}}));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -984,7 +1118,9 @@ TEST_F(ServerE2eTest, ConcurrentStreamingClientsAreBatchedAndKeepTheirOutputs) {
   std::vector<std::thread> clients;
   for (int i = 0; i < kClients; ++i) {
     clients.emplace_back([&, i] {
-      json req = {{"input_ids", prompts[i]}, {"input_lengths", prompts[i].size()}, {"request_output_len", kTokens},
+      json req = {{"input_ids", prompts[i]},
+                  {"input_lengths", prompts[i].size()},
+                  {"request_output_len", kTokens},
                   {"streaming", true}};
       auto r = Post("/v2/models/tensorrt_llm/generate_stream", req.dump());
       if (!r) {
@@ -1007,7 +1143,8 @@ TEST_F(ServerE2eTest, ConcurrentStreamingClientsAreBatchedAndKeepTheirOutputs) {
   done = true;
   poller.join();
   for (int i = 0; i < kClients; ++i) EXPECT_EQ(got[i], expected[i]) << "client " << i;
-  EXPECT_GT(max_scheduled, 1) << "nv_trt_llm_request_metrics{request_type=scheduled} never showed a batch";
+  EXPECT_GT(max_scheduled, 1)
+      << "nv_trt_llm_request_metrics{request_type=scheduled} never showed a batch";
   EXPECT_TRUE(WaitIdle("tensorrt_llm"));
 }
 
@@ -1021,52 +1158,67 @@ TEST_F(ServerE2eTest, BadInputGetsTheSpecErrorAndTheServerKeepsServing) {
   std::string long_text;
   for (int i = 0; i < 700; ++i) long_text += "dog ";
   auto infer = [](const std::string& inputs) { return R"({"inputs": [)" + inputs + "]}"; };
-  const std::string ids = R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 3], "data": [1, 2, 3]})";
-  const std::string len = R"({"name": "input_lengths", "datatype": "INT32", "shape": [1, 1], "data": [3]})";
-  const std::string out = R"({"name": "request_output_len", "datatype": "INT32", "shape": [1, 1], "data": [4]})";
+  const std::string ids =
+      R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 3], "data": [1, 2, 3]})";
+  const std::string len =
+      R"({"name": "input_lengths", "datatype": "INT32", "shape": [1, 1], "data": [3]})";
+  const std::string out =
+      R"({"name": "request_output_len", "datatype": "INT32", "shape": [1, 1], "data": [4]})";
   const std::vector<BadCase> cases = {
-      {"malformed JSON", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi")", 400, "invalid JSON"},
-      {"malformed JSON infer", "POST", "/v2/models/tensorrt_llm_sync/infer", "{nope", 400, "invalid JSON"},
+      {"malformed JSON", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi")", 400,
+       "invalid JSON"},
+      {"malformed JSON infer", "POST", "/v2/models/tensorrt_llm_sync/infer", "{nope", 400,
+       "invalid JSON"},
       {"wrong datatype", "POST", "/v2/models/tensorrt_llm_sync/infer",
-       infer(R"({"name": "input_ids", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]},)" + len + "," + out), 400,
-       "data-type is 'FP32', but model 'tensorrt_llm_sync' expects 'INT32'"},
+       infer(R"({"name": "input_ids", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]},)" +
+             len + "," + out),
+       400, "data-type is 'FP32', but model 'tensorrt_llm_sync' expects 'INT32'"},
       {"wrong shape", "POST", "/v2/models/tensorrt_llm_sync/infer",
-       infer(ids + R"(, {"name": "input_lengths", "datatype": "INT32", "shape": [1, 2], "data": [3, 3]},)" + out), 400,
-       "unexpected shape for input 'input_lengths'"},
+       infer(
+           ids +
+           R"(, {"name": "input_lengths", "datatype": "INT32", "shape": [1, 2], "data": [3, 3]},)" +
+           out),
+       400, "unexpected shape for input 'input_lengths'"},
       {"element count", "POST", "/v2/models/tensorrt_llm_sync/infer",
-       infer(R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 4], "data": [1, 2, 3]},)" + len + "," + out), 400,
-       "expected 4 elements"},
-      {"missing required input", "POST", "/v2/models/tensorrt_llm_sync/infer", infer(ids + "," + len), 400,
-       "missing required input(s) ['request_output_len']"},
-      {"unknown model", "POST", "/v2/models/nope/generate", "{}", 404, "Request for unknown model: 'nope' is not found"},
-      {"unknown version", "POST", "/v2/models/ensemble/versions/7/generate", R"({"text_input": "hi", "max_tokens": 3})",
-       404, "version 7 is not found"},
+       infer(R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 4], "data": [1, 2, 3]},)" +
+             len + "," + out),
+       400, "expected 4 elements"},
+      {"missing required input", "POST", "/v2/models/tensorrt_llm_sync/infer",
+       infer(ids + "," + len), 400, "missing required input(s) ['request_output_len']"},
+      {"unknown model", "POST", "/v2/models/nope/generate", "{}", 404,
+       "Request for unknown model: 'nope' is not found"},
+      {"unknown version", "POST", "/v2/models/ensemble/versions/7/generate",
+       R"({"text_input": "hi", "max_tokens": 3})", 404, "version 7 is not found"},
       {"prompt longer than the context", "POST", "/v2/models/ensemble/generate",
        json{{"text_input", long_text}, {"max_tokens", 4}}.dump(), 400, "context"},
-      {"max_tokens 0", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi", "max_tokens": 0})", 400,
-       "request_output_len must be at least 1"},
+      {"max_tokens 0", "POST", "/v2/models/ensemble/generate",
+       R"({"text_input": "hi", "max_tokens": 0})", 400, "request_output_len must be at least 1"},
       // The two requests that crashed the server: a shape whose product wraps int64 around to
       // 1 (7 x 7905747460161236407 = 2^64 x 3 + 1) and 10^5 nested arrays.
       {"shape product overflows int64", "POST", "/v2/models/tensorrt_llm_sync/infer",
-       infer(ids + "," + len + "," + out +
-             R"(, {"name": "prompt_embedding_table", "datatype": "FP16", "shape": [1, 7, 7905747460161236407], "data": [1]})"),
+       infer(
+           ids + "," + len + "," + out +
+           R"(, {"name": "prompt_embedding_table", "datatype": "FP16", "shape": [1, 7, 7905747460161236407], "data": [1]})"),
        400, "overflows"},
       {"10^5 nested arrays in infer data", "POST", "/v2/models/tensorrt_llm_sync/infer",
-       infer(R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 1], "data": )" + std::string(100000, '[') + "1" +
-             std::string(100000, ']') + "}"),
+       infer(R"({"name": "input_ids", "datatype": "INT32", "shape": [1, 1], "data": )" +
+             std::string(100000, '[') + "1" + std::string(100000, ']') + "}"),
        400, "nesting deeper than"},
       {"10^5 nested arrays in generate", "POST", "/v2/models/ensemble/generate",
-       R"({"text_input": )" + std::string(100000, '[') + std::string(100000, ']') + "}", 400, "nesting deeper than"},
+       R"({"text_input": )" + std::string(100000, '[') + std::string(100000, ']') + "}", 400,
+       "nesting deeper than"},
       {"generate on a decoupled stream", "POST", "/v2/models/tensorrt_llm/generate",
-       R"({"input_ids": [1, 2, 3], "input_lengths": 3, "request_output_len": 4, "streaming": true})", 200,
-       "generate expects model to produce exactly 1 response"},
-      {"infer on a decoupled model", "POST", "/v2/models/tensorrt_llm/infer", infer(ids + "," + len + "," + out), 501,
+       R"({"input_ids": [1, 2, 3], "input_lengths": 3, "request_output_len": 4, "streaming": true})",
+       200, "generate expects model to produce exactly 1 response"},
+      {"infer on a decoupled model", "POST", "/v2/models/tensorrt_llm/infer",
+       infer(ids + "," + len + "," + out), 501,
        "HTTP end point doesn't support models with decoupled transaction policy"},
       {"reserved parameter", "POST", "/v2/models/tensorrt_llm_sync/infer",
        R"({"parameters": {"triton_x": 1}, "inputs": [)" + ids + "," + len + "," + out + "]}", 400,
        "parameter keys starting with 'triton_' are reserved"},
-      {"bad parameter type", "POST", "/v2/models/ensemble/generate", R"({"text_input": "hi", "max_tokens": 3, "foo": [1]})",
-       400, "parameter 'foo' has invalid type"},
+      {"bad parameter type", "POST", "/v2/models/ensemble/generate",
+       R"({"text_input": "hi", "max_tokens": 3, "foo": [1]})", 400,
+       "parameter 'foo' has invalid type"},
       {"token id out of range", "POST", "/v2/models/tensorrt_llm/generate",
        R"({"input_ids": [1, 99999], "input_lengths": 2, "request_output_len": 4})", 400, ""},
       {"wrong method", "GET", "/v2/models/ensemble/generate", "", 405, "Method Not Allowed"},
@@ -1074,17 +1226,20 @@ TEST_F(ServerE2eTest, BadInputGetsTheSpecErrorAndTheServerKeepsServing) {
   };
   for (const BadCase& c : cases) {
     auto cli = Http();
-    auto r = c.method == "GET" ? cli.Get(c.path.c_str()) : cli.Post(c.path.c_str(), c.body, "application/json");
+    auto r = c.method == "GET" ? cli.Get(c.path.c_str())
+                               : cli.Post(c.path.c_str(), c.body, "application/json");
     ASSERT_TRUE(r) << c.name;
     EXPECT_EQ(r->status, c.status) << c.name << ": " << r->body;
     json j = json::parse(r->body, nullptr, false);
     ASSERT_TRUE(j.is_object() && j.contains("error")) << c.name << ": " << r->body;
-    EXPECT_NE(j["error"].get<std::string>().find(c.error), std::string::npos) << c.name << ": " << j["error"];
+    EXPECT_NE(j["error"].get<std::string>().find(c.error), std::string::npos)
+        << c.name << ": " << j["error"];
     // After each: no KV block held, nothing left running.
     EXPECT_TRUE(WaitIdle("tensorrt_llm")) << c.name;
     EXPECT_TRUE(WaitIdle("tensorrt_llm_sync")) << c.name;
   }
-  auto ok = Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 5})");
+  auto ok = Post("/v2/models/ensemble/generate",
+                 R"({"text_input": "Once upon a time", "max_tokens": 5})");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
 }
@@ -1092,9 +1247,18 @@ TEST_F(ServerE2eTest, BadInputGetsTheSpecErrorAndTheServerKeepsServing) {
 TEST_F(ServerE2eTest, FullQueueIsRefusedWith503AndNothingLeaks) {
   const std::vector<int32_t> prompt = Tokens("Once upon a time there was a dog.");
   json body = {{"inputs",
-                {{{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}}, {"data", prompt}},
-                 {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
-                 {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {400}}}}}};
+                {{{"name", "input_ids"},
+                  {"datatype", "INT32"},
+                  {"shape", {1, prompt.size()}},
+                  {"data", prompt}},
+                 {{"name", "input_lengths"},
+                  {"datatype", "INT32"},
+                  {"shape", {1, 1}},
+                  {"data", {prompt.size()}}},
+                 {{"name", "request_output_len"},
+                  {"datatype", "INT32"},
+                  {"shape", {1, 1}},
+                  {"data", {400}}}}}};
   std::vector<int> statuses(8);
   std::vector<std::string> bodies(8);
   std::vector<std::thread> clients;
@@ -1110,7 +1274,9 @@ TEST_F(ServerE2eTest, FullQueueIsRefusedWith503AndNothingLeaks) {
   for (int i = 0; i < 8; ++i) {
     if (statuses[i] == 503) {
       ++refused;
-      EXPECT_NE(bodies[i].find("Maximum queue size of 1 has been reached, please try again later"), std::string::npos) << bodies[i];
+      EXPECT_NE(bodies[i].find("Maximum queue size of 1 has been reached, please try again later"),
+                std::string::npos)
+          << bodies[i];
     } else {
       EXPECT_EQ(statuses[i], 200) << bodies[i];
       ++served;
@@ -1120,7 +1286,9 @@ TEST_F(ServerE2eTest, FullQueueIsRefusedWith503AndNothingLeaks) {
   EXPECT_GE(served, 1);
   EXPECT_TRUE(WaitIdle("tensorrt_llm_q1"));
   const std::string m = Metrics();
-  EXPECT_GE(MetricValue(m, "nv_inference_request_failure", {{"model", "tensorrt_llm_q1"}, {"reason", "REJECTED"}}), refused);
+  EXPECT_GE(MetricValue(m, "nv_inference_request_failure",
+                        {{"model", "tensorrt_llm_q1"}, {"reason", "REJECTED"}}),
+            refused);
 }
 
 TEST_F(ServerE2eTest, ClientThatLeavesIsCancelledAndItsBlocksFreed) {
@@ -1135,7 +1303,12 @@ TEST_F(ServerE2eTest, ClientThatLeavesIsCancelledAndItsBlocksFreed) {
     httplib::Request req;
     req.method = "POST";
     req.path = "/v2/models/tensorrt_llm/generate_stream";
-    req.body = json{{"input_ids", prompt}, {"input_lengths", prompt.size()}, {"request_output_len", 480}, {"streaming", true}}.dump();
+    req.body = json{
+        {"input_ids", prompt},
+        {"input_lengths", prompt.size()},
+        {"request_output_len", 480},
+        {"streaming",
+         true}}.dump();
     req.set_header("Content-Type", "application/json");
     int events = 0;
     req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
@@ -1194,7 +1367,9 @@ TEST_F(ServerE2eTest, ClientThatLeavesIsCancelledAndItsBlocksFreed) {
 
 TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   auto cli = Http();
-  ASSERT_EQ(Post("/v2/models/ensemble/generate", R"({"text_input": "Once", "max_tokens": 3})")->status, 200);
+  ASSERT_EQ(
+      Post("/v2/models/ensemble/generate", R"({"text_input": "Once", "max_tokens": 3})")->status,
+      200);
   EXPECT_EQ(cli.Get("/v2/health/live")->status, 200);
   EXPECT_EQ(cli.Get("/v2/health/ready")->status, 200);
   EXPECT_EQ(cli.Get("/v2/models/ensemble/ready")->status, 200);
@@ -1212,13 +1387,15 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   EXPECT_EQ(config["input"][0]["data_type"], "TYPE_INT32");
   EXPECT_EQ(config["parameters"]["gpt_model_type"]["string_value"], "inflight_fused_batching");
   json ens_config = json::parse(cli.Get("/v2/models/ensemble/config")->body);
-  EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true) << "decoupled propagates from the steps";
+  EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true)
+      << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
   EXPECT_EQ(index.size(), 14u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
-  EXPECT_EQ(json::parse(load->body)["error"], "explicit model load / unload is not allowed if polling is enabled");
+  EXPECT_EQ(json::parse(load->body)["error"],
+            "explicit model load / unload is not allowed if polling is enabled");
   json stats = json::parse(cli.Get("/v2/models/ensemble/stats")->body);
   ASSERT_EQ(stats["model_stats"].size(), 1u);
   EXPECT_GE(stats["model_stats"][0]["inference_stats"]["success"]["count"].get<int>(), 1);
@@ -1241,37 +1418,44 @@ int FreePort() {
 TEST_F(ServerE2eTest, RealPrometheusScrapesTheSameValues) {
   const std::string prometheus = "/usr/bin/prometheus";
   if (!fs::exists(prometheus)) {
-    if (testing::InCi()) FAIL() << "CI=true but " << prometheus << " is missing (scripts/install-deps.sh installs it)";
+    if (testing::InCi())
+      FAIL() << "CI=true but " << prometheus << " is missing (scripts/install-deps.sh installs it)";
     GTEST_SKIP() << prometheus << " is not installed (Debian package prometheus)";
   }
-  const fs::path dir = fs::temp_directory_path() / ("inflight_prometheus_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("inflight_prometheus_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "data");
-  std::ofstream(dir / "prometheus.yml") << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: inflight\n"
-                                           "    static_configs:\n      - targets: ['127.0.0.1:"
-                                        << server_->metrics_port << "']\n";
+  std::ofstream(dir / "prometheus.yml")
+      << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: inflight\n"
+         "    static_configs:\n      - targets: ['127.0.0.1:"
+      << server_->metrics_port << "']\n";
   const int port = FreePort();
   const pid_t pid = fork();
   if (pid == 0) {
     freopen("/dev/null", "w", stdout);
     freopen((dir / "prometheus.log").c_str(), "w", stderr);
-    execl(prometheus.c_str(), prometheus.c_str(), ("--config.file=" + (dir / "prometheus.yml").string()).c_str(),
+    execl(prometheus.c_str(), prometheus.c_str(),
+          ("--config.file=" + (dir / "prometheus.yml").string()).c_str(),
           ("--storage.tsdb.path=" + (dir / "data").string()).c_str(),
           ("--web.listen-address=127.0.0.1:" + std::to_string(port)).c_str(), nullptr);
     _exit(127);
   }
   for (int i = 0; i < 3; ++i) {
-    auto r = Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 8})");
+    auto r = Post("/v2/models/ensemble/generate",
+                  R"({"text_input": "Once upon a time", "max_tokens": 8})");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200);
   }
   // Nothing else runs now, so the counters stand still until Prometheus has scraped them.
-  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> samples = {
-      {"nv_inference_request_success", {{"model", "ensemble"}}},
-      {"nv_inference_exec_count", {{"model", "tensorrt_llm"}}},
-      {"nv_llm_output_token_len_count", {{"model", "tensorrt_llm"}}},
-      {"nv_trt_llm_kv_cache_block_metrics", {{"model", "tensorrt_llm"}, {"kv_cache_block_type", "max"}}},
-  };
+  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>
+      samples = {
+          {"nv_inference_request_success", {{"model", "ensemble"}}},
+          {"nv_inference_exec_count", {{"model", "tensorrt_llm"}}},
+          {"nv_llm_output_token_len_count", {{"model", "tensorrt_llm"}}},
+          {"nv_trt_llm_kv_cache_block_metrics",
+           {{"model", "tensorrt_llm"}, {"kv_cache_block_type", "max"}}},
+      };
   httplib::Client prom("127.0.0.1", port);
   bool matched = false;
   std::string last;
@@ -1281,9 +1465,11 @@ TEST_F(ServerE2eTest, RealPrometheusScrapesTheSameValues) {
     matched = true;
     for (const auto& [name, labels] : samples) {
       std::string query = name + "{";
-      for (size_t i = 0; i < labels.size(); ++i) query += (i ? "," : "") + labels[i].first + "=\"" + labels[i].second + "\"";
+      for (size_t i = 0; i < labels.size(); ++i)
+        query += (i ? "," : "") + labels[i].first + "=\"" + labels[i].second + "\"";
       query += "}";
-      auto r = prom.Get(("/api/v1/query?query=" + httplib::detail::encode_query_param(query)).c_str());
+      auto r =
+          prom.Get(("/api/v1/query?query=" + httplib::detail::encode_query_param(query)).c_str());
       if (!r || r->status != 200) {
         matched = false;
         break;
@@ -1329,7 +1515,8 @@ TEST_F(ServerE2eTest, InvalidUtf8FromTheModelIsReplacedNotFatal) {
 }
 
 TEST_F(ServerE2eTest, BatchedRequestFansOutWithBatchIndex) {
-  const std::vector<std::vector<int32_t>> rows = {Tokens("Tom saw a big red bus."), Tokens("Mia ate a sweet green pear.")};
+  const std::vector<std::vector<int32_t>> rows = {Tokens("Tom saw a big red bus."),
+                                                  Tokens("Mia ate a sweet green pear.")};
   ASSERT_NE(rows[0].size(), rows[1].size()) << "the shorter row is padded";
   auto stub = GrpcStub(server_->grpc_port);
   grpc::ClientContext ctx;
@@ -1386,15 +1573,24 @@ TEST_F(ServerE2eTest, StopRequestEndsTheRunningRequestWithTheSameId) {
 
 TEST_F(ServerE2eTest, BinaryTensorExtensionOnInfer) {
   const std::vector<int32_t> prompt = Tokens("The little cat");
-  json header = {{"inputs",
-                  {{{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, prompt.size()}},
-                    {"parameters", {{"binary_data_size", prompt.size() * 4}}}},
-                   {{"name", "input_lengths"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {prompt.size()}}},
-                   {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {6}}}}},
-                 {"outputs", {{{"name", "output_ids"}, {"parameters", {{"binary_data", true}}}}, {{"name", "sequence_length"}}}}};
+  json header = {
+      {"inputs",
+       {{{"name", "input_ids"},
+         {"datatype", "INT32"},
+         {"shape", {1, prompt.size()}},
+         {"parameters", {{"binary_data_size", prompt.size() * 4}}}},
+        {{"name", "input_lengths"},
+         {"datatype", "INT32"},
+         {"shape", {1, 1}},
+         {"data", {prompt.size()}}},
+        {{"name", "request_output_len"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {6}}}}},
+      {"outputs",
+       {{{"name", "output_ids"}, {"parameters", {{"binary_data", true}}}},
+        {{"name", "sequence_length"}}}}};
   const std::string h = header.dump();
   httplib::Headers headers = {{"Inference-Header-Content-Length", std::to_string(h.size())}};
-  auto r = Http().Post("/v2/models/tensorrt_llm_sync/infer", headers, h + RawInt32(prompt), "application/octet-stream");
+  auto r = Http().Post("/v2/models/tensorrt_llm_sync/infer", headers, h + RawInt32(prompt),
+                       "application/octet-stream");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   const size_t json_len = std::stoul(r->get_header_value("Inference-Header-Content-Length"));
@@ -1480,24 +1676,29 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
 }
 
 TEST(ServerExplicitModeTest, LoadAndUnloadThroughTheRepositoryApi) {
-  const fs::path repo = fs::temp_directory_path() / ("inflight_explicit_repo_" + std::to_string(getpid()));
+  const fs::path repo =
+      fs::temp_directory_path() / ("inflight_explicit_repo_" + std::to_string(getpid()));
   fs::remove_all(repo);
-  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() +
-                          " --out " + repo.string() + " > /dev/null";
+  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                          "/apps/inflight-server init-repo --model " + DemoModel() + " --out " +
+                          repo.string() + " > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   // A broken model fails alone; the rest of the repository still loads.
   fs::create_directories(repo / "broken" / "1");
-  std::ofstream(repo / "broken" / "config.pbtxt") << "name: \"broken\"\nbackend: \"tensorrtllm\"\nmax_batch_sise: 3\n";
+  std::ofstream(repo / "broken" / "config.pbtxt")
+      << "name: \"broken\"\nbackend: \"tensorrtllm\"\nmax_batch_sise: 3\n";
   // Flags may come from a config file and from the environment too.
   std::ofstream(repo / "server.toml") << "model-control-mode = \"explicit\"\n";
   setenv("INFLIGHT_LOAD_MODEL", "preprocessing", 1);
-  auto server = ServerProcess::Start({"--model-repository", repo.string(), "--config-file", (repo / "server.toml").string()});
+  auto server = ServerProcess::Start(
+      {"--model-repository", repo.string(), "--config-file", (repo / "server.toml").string()});
   unsetenv("INFLIGHT_LOAD_MODEL");
   ASSERT_NE(server, nullptr);
   httplib::Client c("127.0.0.1", server->http_port);
   auto index = [&] {
     std::map<std::string, std::string> states;
-    for (const auto& m : json::parse(c.Post("/v2/repository/index", "", "application/json")->body)) {
+    for (const auto& m :
+         json::parse(c.Post("/v2/repository/index", "", "application/json")->body)) {
       states[m["name"]] = m.value("state", "");
     }
     return states;
@@ -1509,18 +1710,22 @@ TEST(ServerExplicitModeTest, LoadAndUnloadThroughTheRepositoryApi) {
   auto load = c.Post("/v2/repository/models/ensemble/load", "", "application/json");
   ASSERT_EQ(load->status, 200) << load->body;
   EXPECT_EQ(index()["tensorrt_llm"], "READY");
-  auto gen = c.Post("/v2/models/ensemble/generate", R"({"text_input": "Once upon a time", "max_tokens": 4})", "application/json");
+  auto gen = c.Post("/v2/models/ensemble/generate",
+                    R"({"text_input": "Once upon a time", "max_tokens": 4})", "application/json");
   EXPECT_EQ(gen->status, 200) << gen->body;
   auto broken = c.Post("/v2/repository/models/broken/load", "", "application/json");
   EXPECT_EQ(broken->status, 400);
-  EXPECT_NE(json::parse(broken->body)["error"].get<std::string>().find("max_batch_sise"), std::string::npos) << broken->body;
+  EXPECT_NE(json::parse(broken->body)["error"].get<std::string>().find("max_batch_sise"),
+            std::string::npos)
+      << broken->body;
   EXPECT_EQ(index()["broken"], "UNAVAILABLE");
-  auto unload = c.Post("/v2/repository/models/ensemble/unload", R"({"parameters": {"unload_dependents": true}})",
-                       "application/json");
+  auto unload = c.Post("/v2/repository/models/ensemble/unload",
+                       R"({"parameters": {"unload_dependents": true}})", "application/json");
   ASSERT_EQ(unload->status, 200) << unload->body;
   EXPECT_EQ(c.Get("/v2/models/ensemble/ready")->status, 400);
   EXPECT_EQ(c.Get("/v2/models/tensorrt_llm/ready")->status, 400);
-  auto after = c.Post("/v2/models/ensemble/generate", R"({"text_input": "x", "max_tokens": 4})", "application/json");
+  auto after = c.Post("/v2/models/ensemble/generate", R"({"text_input": "x", "max_tokens": 4})",
+                      "application/json");
   EXPECT_EQ(after->status, 404);
   auto missing = c.Post("/v2/repository/models/nothing/load", "", "application/json");
   EXPECT_EQ(missing->status, 404);
@@ -1529,21 +1734,27 @@ TEST(ServerExplicitModeTest, LoadAndUnloadThroughTheRepositoryApi) {
 }
 
 TEST(ServerPollModeTest, NewAndRemovedModelsAreNoticed) {
-  const fs::path repo = fs::temp_directory_path() / ("inflight_poll_repo_" + std::to_string(getpid()));
-  const fs::path full = fs::temp_directory_path() / ("inflight_poll_full_" + std::to_string(getpid()));
+  const fs::path repo =
+      fs::temp_directory_path() / ("inflight_poll_repo_" + std::to_string(getpid()));
+  const fs::path full =
+      fs::temp_directory_path() / ("inflight_poll_full_" + std::to_string(getpid()));
   fs::remove_all(repo);
   fs::remove_all(full);
-  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + DemoModel() +
-                          " --out " + full.string() + " > /dev/null";
+  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                          "/apps/inflight-server init-repo --model " + DemoModel() + " --out " +
+                          full.string() + " > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   fs::create_directories(repo);
-  fs::copy(full / "weights", repo / "weights", fs::copy_options::recursive);  // what the configs name
+  fs::copy(full / "weights", repo / "weights",
+           fs::copy_options::recursive);  // what the configs name
   fs::copy(full / "preprocessing", repo / "preprocessing", fs::copy_options::recursive);
-  auto server = ServerProcess::Start({"--model-repository", repo.string(), "--model-control-mode", "poll",
-                                      "--repository-poll-secs", "1"});
+  auto server = ServerProcess::Start({"--model-repository", repo.string(), "--model-control-mode",
+                                      "poll", "--repository-poll-secs", "1"});
   ASSERT_NE(server, nullptr);
   httplib::Client c("127.0.0.1", server->http_port);
-  auto ready = [&](const std::string& m) { return c.Get(("/v2/models/" + m + "/ready").c_str())->status == 200; };
+  auto ready = [&](const std::string& m) {
+    return c.Get(("/v2/models/" + m + "/ready").c_str())->status == 200;
+  };
   EXPECT_TRUE(ready("preprocessing"));
   EXPECT_FALSE(ready("postprocessing"));
   fs::copy(full / "postprocessing", repo / "postprocessing", fs::copy_options::recursive);
@@ -1560,7 +1771,8 @@ TEST(ServerPollModeTest, NewAndRemovedModelsAreNoticed) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(gone);
-  EXPECT_EQ(c.Post("/v2/repository/models/preprocessing/load", "", "application/json")->status, 503);
+  EXPECT_EQ(c.Post("/v2/repository/models/preprocessing/load", "", "application/json")->status,
+            503);
   server.reset();
   fs::remove_all(repo);
   fs::remove_all(full);

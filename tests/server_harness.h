@@ -24,13 +24,15 @@ class ServerProcess {
   // Starts `inflight-server args...` with every port 0 and waits until the three services
   // report their ports (up to 60 s). Null (and a test failure) when it does not come up.
   // `launcher`: a command the server runs under (e.g. mpirun -np 2), searched in PATH.
-  static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& args, const std::vector<std::string>& launcher = {}) {
+  static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& args,
+                                              const std::vector<std::string>& launcher = {}) {
     auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
     int fds[2];
     if (pipe(fds) != 0) return nullptr;
     std::vector<std::string> argv = launcher;
-    for (std::string a : {std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server", std::string("--http-port"), std::string("0"),
-                          std::string("--grpc-port"), std::string("0"), std::string("--metrics-port"), std::string("0")}) {
+    for (std::string a : {std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server",
+                          std::string("--http-port"), std::string("0"), std::string("--grpc-port"),
+                          std::string("0"), std::string("--metrics-port"), std::string("0")}) {
       argv.push_back(a);
     }
     argv.insert(argv.end(), args.begin(), args.end());
@@ -134,7 +136,8 @@ inline double MetricValue(const std::string& text, const std::string& name,
     const char next = line.size() > name.size() ? line[name.size()] : '\0';
     if (next != '{' && next != ' ') continue;
     bool all = true;
-    for (const auto& [k, v] : labels) all = all && line.find(k + "=\"" + v + "\"") != std::string::npos;
+    for (const auto& [k, v] : labels)
+      all = all && line.find(k + "=\"" + v + "\"") != std::string::npos;
     if (!all) continue;
     return std::stod(line.substr(line.rfind(' ') + 1));
   }
@@ -153,10 +156,14 @@ inline std::string MetricsText(int metrics_port) {
 inline bool WaitLlmIdle(int metrics_port, const std::string& model) {
   for (int i = 0; i < 200; ++i) {
     const std::string m = MetricsText(metrics_port);
-    const double used = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "used"}});
-    const double active = MetricValue(m, "nv_trt_llm_request_metrics", {{"model", model}, {"request_type", "active"}});
-    const double free = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "free"}});
-    const double max = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics", {{"model", model}, {"kv_cache_block_type", "max"}});
+    const double used = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics",
+                                    {{"model", model}, {"kv_cache_block_type", "used"}});
+    const double active = MetricValue(m, "nv_trt_llm_request_metrics",
+                                      {{"model", model}, {"request_type", "active"}});
+    const double free = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics",
+                                    {{"model", model}, {"kv_cache_block_type", "free"}});
+    const double max = MetricValue(m, "nv_trt_llm_kv_cache_block_metrics",
+                                   {{"model", model}, {"kv_cache_block_type", "max"}});
     if (used == 0 && active == 0 && free == max && max > 0) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -1,12 +1,11 @@
 // End-to-end tests of what a hostile or careless client can do to inflight-server, and of
 // where it used to differ from Triton + TensorRT-LLM: each names the defect it guards
 // against. The real binary on loopback, a repository from its own init-repo.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -47,7 +46,8 @@ class RawConnection {
  public:
   explicit RawConnection(int port, int receive_buffer = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    if (receive_buffer > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+    if (receive_buffer > 0)
+      setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -73,7 +73,8 @@ class RawConnection {
     const auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline && (until.empty() || out.find(until) == std::string::npos)) {
       pollfd p{fd_, POLLIN, 0};
-      const int left = static_cast<int>(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+      const int left = static_cast<int>(
+          std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
       if (poll(&p, 1, std::max(1, left)) <= 0) continue;
       char buf[65536];
       const ssize_t n = recv(fd_, buf, sizeof buf, 0);
@@ -104,7 +105,8 @@ class RawConnection {
 };
 
 // Adds an input with typed `contents` to a gRPC request; returns them to fill.
-inference::InferTensorContents* AddTypedInput(inference::ModelInferRequest* q, const char* name, const char* dtype,
+inference::InferTensorContents* AddTypedInput(inference::ModelInferRequest* q, const char* name,
+                                              const char* dtype,
                                               const std::vector<int64_t>& shape) {
   auto* in = q->add_inputs();
   in->set_name(name);
@@ -123,15 +125,18 @@ int64_t RssKb(pid_t pid) {
 }
 
 std::string WriteRepository(const std::string& model, const std::string& tag) {
-  const fs::path repo = fs::temp_directory_path() / ("inflight_limits_" + tag + "_" + std::to_string(getpid()));
+  const fs::path repo =
+      fs::temp_directory_path() / ("inflight_limits_" + tag + "_" + std::to_string(getpid()));
   fs::remove_all(repo);
-  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " + model +
-                          " --out " + repo.string() + " > /dev/null";
+  const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                          "/apps/inflight-server init-repo --model " + model + " --out " +
+                          repo.string() + " > /dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream in(repo / "tensorrt_llm" / "config.pbtxt");
   std::stringstream ss;
   ss << in.rdbuf();
-  auto add_variant = [&](const std::string& name, std::vector<std::pair<std::string, std::string>> edits) {
+  auto add_variant = [&](const std::string& name,
+                         std::vector<std::pair<std::string, std::string>> edits) {
     std::string text = ss.str();
     edits.emplace_back("name: \"tensorrt_llm\"", "name: \"" + name + "\"");
     for (const auto& [from, to] : edits) {
@@ -155,8 +160,9 @@ class ServerLimitsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     repo_ = new std::string(WriteRepository(DemoModel(), "demo"));
     trace_file_ = new std::string(*repo_ + ".trace.json");
-    server_ = ServerProcess::Start({"--model-repository", *repo_, "--trace-file", *trace_file_, "--http-header-timeout-ms", "1000",
-                                    "--http-write-timeout-ms", "3000", "--http-max-stream-buffer-bytes", "65536",
+    server_ = ServerProcess::Start({"--model-repository", *repo_, "--trace-file", *trace_file_,
+                                    "--http-header-timeout-ms", "1000", "--http-write-timeout-ms",
+                                    "3000", "--http-max-stream-buffer-bytes", "65536",
                                     "--http-max-header-count", "100"})
                   .release();
   }
@@ -193,13 +199,17 @@ class ServerLimitsTest : public ::testing::Test {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
-    return inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
-        "127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials(), args));
+    return inference::GRPCInferenceService::NewStub(
+        grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->grpc_port),
+                                  grpc::InsecureChannelCredentials(), args));
   }
   static double Canceled(const std::string& model) {
-    return std::max(0.0, MetricValue(Metrics(), "nv_inference_request_failure", {{"model", model}, {"reason", "CANCELED"}}));
+    return std::max(0.0, MetricValue(Metrics(), "nv_inference_request_failure",
+                                     {{"model", model}, {"reason", "CANCELED"}}));
   }
-  static bool WaitIdle(const std::string& model) { return testing::WaitLlmIdle(server_->metrics_port, model); }
+  static bool WaitIdle(const std::string& model) {
+    return testing::WaitLlmIdle(server_->metrics_port, model);
+  }
   // Latency of one GET /v2/health/ready on a new connection.
   static double HealthMs() {
     const auto t0 = Clock::now();
@@ -230,8 +240,10 @@ TEST_F(ServerLimitsTest, RequestsWithoutABodyOrWithAChunkedBodyAreAnswered) {
   const std::string body = R"({"text_input": "Once upon a time", "max_tokens": 5})";
   char size[16];
   std::snprintf(size, sizeof size, "%zx", body.size());
-  ASSERT_TRUE(c.Send("POST /v2/models/ensemble/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" +
-                     std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n"));
+  ASSERT_TRUE(
+      c.Send("POST /v2/models/ensemble/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: "
+             "chunked\r\n\r\n" +
+             std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n"));
   const std::string generated = c.Read(milliseconds(10000), "}");
   EXPECT_EQ(generated.rfind("HTTP/1.1 200", 0), 0u) << generated;
   EXPECT_NE(generated.find("\"text_output\":\"Once upon a time"), std::string::npos) << generated;
@@ -243,14 +255,21 @@ TEST_F(ServerLimitsTest, PreprocessingReturnsEveryOutputOfTheReference) {
   int status = 0;
   json r = PostJson("/v2/models/preprocessing/infer",
                     {{"inputs",
-                      {{{"name", "QUERY"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {"Once upon a time"}}},
-                       {{"name", "REQUEST_OUTPUT_LEN"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {8}}}}}},
+                      {{{"name", "QUERY"},
+                        {"datatype", "BYTES"},
+                        {"shape", {1, 1}},
+                        {"data", {"Once upon a time"}}},
+                       {{"name", "REQUEST_OUTPUT_LEN"},
+                        {"datatype", "INT32"},
+                        {"shape", {1, 1}},
+                        {"data", {8}}}}}},
                     &status);
   ASSERT_EQ(status, 200) << r.dump();
   std::map<std::string, json> out;
   for (const json& o : r["outputs"]) out[o["name"].get<std::string>()] = o;
-  for (const char* name : {"INPUT_ID", "REQUEST_INPUT_LEN", "DECODER_INPUT_ID", "REQUEST_DECODER_INPUT_LEN", "BAD_WORDS_IDS",
-                           "STOP_WORDS_IDS", "EMBEDDING_BIAS", "REQUEST_OUTPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"}) {
+  for (const char* name : {"INPUT_ID", "REQUEST_INPUT_LEN", "DECODER_INPUT_ID",
+                           "REQUEST_DECODER_INPUT_LEN", "BAD_WORDS_IDS", "STOP_WORDS_IDS",
+                           "EMBEDDING_BIAS", "REQUEST_OUTPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"}) {
     EXPECT_TRUE(out.count(name)) << name << " missing in " << r.dump();
   }
   EXPECT_EQ(out["DECODER_INPUT_ID"]["shape"], json({1, 1}));
@@ -261,7 +280,8 @@ TEST_F(ServerLimitsTest, PreprocessingReturnsEveryOutputOfTheReference) {
   EXPECT_EQ(out["STOP_WORDS_IDS"]["data"], json({0, -1}));
   EXPECT_EQ(out["BAD_WORDS_IDS"]["data"], json({0, -1}));
   // The ensemble passes them on to tensorrt_llm, which still generates.
-  json g = PostJson("/v2/models/ensemble/generate", {{"text_input", "Once upon a time"}, {"max_tokens", 4}}, &status);
+  json g = PostJson("/v2/models/ensemble/generate",
+                    {{"text_input", "Once upon a time"}, {"max_tokens", 4}}, &status);
   EXPECT_EQ(status, 200) << g.dump();
 }
 
@@ -270,13 +290,23 @@ TEST_F(ServerLimitsTest, PreprocessingReturnsEveryOutputOfTheReference) {
 // bias on one word makes greedy decoding say it every time.
 TEST_F(ServerLimitsTest, EmbeddingBiasWordsSteerTheOutput) {
   int status = 0;
-  json r = PostJson("/v2/models/preprocessing/infer",
-                    {{"inputs",
-                      {{{"name", "QUERY"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {"Once upon a time"}}},
-                       {{"name", "REQUEST_OUTPUT_LEN"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {8}}},
-                       {{"name", "EMBEDDING_BIAS_WORDS"}, {"datatype", "BYTES"}, {"shape", {1, 2}}, {"data", {"dog", "cat"}}},
-                       {{"name", "EMBEDDING_BIAS_WEIGHTS"}, {"datatype", "FP32"}, {"shape", {1, 2}}, {"data", {2.5, -1.0}}}}}},
-                    &status);
+  json r = PostJson(
+      "/v2/models/preprocessing/infer",
+      {{"inputs",
+        {{{"name", "QUERY"},
+          {"datatype", "BYTES"},
+          {"shape", {1, 1}},
+          {"data", {"Once upon a time"}}},
+         {{"name", "REQUEST_OUTPUT_LEN"}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {8}}},
+         {{"name", "EMBEDDING_BIAS_WORDS"},
+          {"datatype", "BYTES"},
+          {"shape", {1, 2}},
+          {"data", {"dog", "cat"}}},
+         {{"name", "EMBEDDING_BIAS_WEIGHTS"},
+          {"datatype", "FP32"},
+          {"shape", {1, 2}},
+          {"data", {2.5, -1.0}}}}}},
+      &status);
   ASSERT_EQ(status, 200) << r.dump();
   json bias;
   for (const json& o : r["outputs"]) {
@@ -294,21 +324,28 @@ TEST_F(ServerLimitsTest, EmbeddingBiasWordsSteerTheOutput) {
   EXPECT_GE(negative, 1);
   // A bias of 100 on " dog": every greedy token is one of its tokens.
   json g = PostJson("/v2/models/ensemble/generate",
-                    {{"text_input", "Once upon a time"}, {"max_tokens", 6}, {"embedding_bias_words", {" dog"}},
+                    {{"text_input", "Once upon a time"},
+                     {"max_tokens", 6},
+                     {"embedding_bias_words", {" dog"}},
                      {"embedding_bias_weights", {100.0}}},
                     &status);
   ASSERT_EQ(status, 200) << g.dump();
   const std::string text = g["text_output"];
   EXPECT_NE(text.find("dog"), std::string::npos) << text;
-  json plain = PostJson("/v2/models/ensemble/generate", {{"text_input", "Once upon a time"}, {"max_tokens", 6}}, &status);
+  json plain = PostJson("/v2/models/ensemble/generate",
+                        {{"text_input", "Once upon a time"}, {"max_tokens", 6}}, &status);
   EXPECT_NE(plain["text_output"], g["text_output"]);
   // Words and weights must pair up.
   json bad = PostJson("/v2/models/ensemble/generate",
-                      {{"text_input", "Once upon a time"}, {"max_tokens", 6}, {"embedding_bias_words", {"dog", "cat"}},
+                      {{"text_input", "Once upon a time"},
+                       {"max_tokens", 6},
+                       {"embedding_bias_words", {"dog", "cat"}},
                        {"embedding_bias_weights", {1.0}}},
                       &status);
   EXPECT_EQ(status, 400) << bad.dump();
-  EXPECT_NE(bad.dump().find("Embedding bias words must have same dimension as embedding bias weights"), std::string::npos)
+  EXPECT_NE(
+      bad.dump().find("Embedding bias words must have same dimension as embedding bias weights"),
+      std::string::npos)
       << bad.dump();
 }
 
@@ -319,12 +356,13 @@ TEST_F(ServerLimitsTest, StopRequestGetsAnEmptyResponse) {
   auto tensor = [](const char* name, const char* dtype, json data) {
     return json{{"name", name}, {"datatype", dtype}, {"shape", {1, data.size()}}, {"data", data}};
   };
-  json r = PostJson("/v2/models/tensorrt_llm_sync/infer",
-                    {{"id", "to-stop"},
-                     {"inputs",
-                      {tensor("input_ids", "INT32", {1, 2, 3}), tensor("input_lengths", "INT32", {3}),
-                       tensor("request_output_len", "INT32", {4}), tensor("stop", "BOOL", {true})}}},
-                    &status);
+  json r =
+      PostJson("/v2/models/tensorrt_llm_sync/infer",
+               {{"id", "to-stop"},
+                {"inputs",
+                 {tensor("input_ids", "INT32", {1, 2, 3}), tensor("input_lengths", "INT32", {3}),
+                  tensor("request_output_len", "INT32", {4}), tensor("stop", "BOOL", {true})}}},
+               &status);
   EXPECT_EQ(status, 200) << r.dump();
   EXPECT_EQ(r["id"], "to-stop");
   EXPECT_EQ(r["outputs"], json::array()) << r.dump();
@@ -363,9 +401,11 @@ TEST_F(ServerLimitsTest, SystemSharedMemoryCarriesInputsAndOutputs) {
   const int32_t ids[3] = {1, 450, 471};
   ASSERT_EQ(pwrite(in_fd, ids, sizeof ids, 16), static_cast<ssize_t>(sizeof ids));
   int status = 0;
-  PostJson("/v2/systemsharedmemory/region/in/register", {{"key", in_key}, {"offset", 0}, {"byte_size", 64}}, &status);
+  PostJson("/v2/systemsharedmemory/region/in/register",
+           {{"key", in_key}, {"offset", 0}, {"byte_size", 64}}, &status);
   EXPECT_EQ(status, 200);
-  PostJson("/v2/systemsharedmemory/region/out/register", {{"key", out_key}, {"offset", 0}, {"byte_size", 4096}}, &status);
+  PostJson("/v2/systemsharedmemory/region/out/register",
+           {{"key", out_key}, {"offset", 0}, {"byte_size", 4096}}, &status);
   EXPECT_EQ(status, 200);
   auto st = Http().Get("/v2/systemsharedmemory/status");
   ASSERT_TRUE(st);
@@ -374,14 +414,22 @@ TEST_F(ServerLimitsTest, SystemSharedMemoryCarriesInputsAndOutputs) {
   auto scalar = [](const char* name, int v) {
     return json{{"name", name}, {"datatype", "INT32"}, {"shape", {1, 1}}, {"data", {v}}};
   };
-  json inputs = {{{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, 3}},
-                  {"parameters", {{"shared_memory_region", "in"}, {"shared_memory_offset", 16}, {"shared_memory_byte_size", 12}}}},
-                 scalar("input_lengths", 3), scalar("request_output_len", 8)};
-  json r = PostJson("/v2/models/tensorrt_llm_sync/infer",
-                    {{"inputs", inputs},
-                     {"outputs", {{{"name", "output_ids"},
-                                   {"parameters", {{"shared_memory_region", "out"}, {"shared_memory_byte_size", 4096}}}}}}},
-                    &status);
+  json inputs = {{{"name", "input_ids"},
+                  {"datatype", "INT32"},
+                  {"shape", {1, 3}},
+                  {"parameters",
+                   {{"shared_memory_region", "in"},
+                    {"shared_memory_offset", 16},
+                    {"shared_memory_byte_size", 12}}}},
+                 scalar("input_lengths", 3),
+                 scalar("request_output_len", 8)};
+  json r = PostJson(
+      "/v2/models/tensorrt_llm_sync/infer",
+      {{"inputs", inputs},
+       {"outputs",
+        {{{"name", "output_ids"},
+          {"parameters", {{"shared_memory_region", "out"}, {"shared_memory_byte_size", 4096}}}}}}},
+      &status);
   ASSERT_EQ(status, 200) << r.dump();
   ASSERT_EQ(r["outputs"].size(), 1u) << r.dump();
   EXPECT_FALSE(r["outputs"][0].contains("data"));
@@ -389,8 +437,10 @@ TEST_F(ServerLimitsTest, SystemSharedMemoryCarriesInputsAndOutputs) {
   std::vector<int32_t> from_shm(bytes / 4);
   ASSERT_EQ(pread(out_fd, from_shm.data(), bytes, 0), static_cast<ssize_t>(bytes));
   // The same request with JSON tensors.
-  inputs[0] = {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, 3}}, {"data", {1, 450, 471}}};
-  json plain = PostJson("/v2/models/tensorrt_llm_sync/infer", {{"inputs", inputs}, {"outputs", {{{"name", "output_ids"}}}}}, &status);
+  inputs[0] = {
+      {"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, 3}}, {"data", {1, 450, 471}}};
+  json plain = PostJson("/v2/models/tensorrt_llm_sync/infer",
+                        {{"inputs", inputs}, {"outputs", {{{"name", "output_ids"}}}}}, &status);
   ASSERT_EQ(status, 200) << plain.dump();
   EXPECT_EQ(json(from_shm), plain["outputs"][0]["data"]);
 
@@ -399,7 +449,9 @@ TEST_F(ServerLimitsTest, SystemSharedMemoryCarriesInputsAndOutputs) {
     auto stub = GrpcStub();
     grpc::ClientContext status_ctx;
     inference::SystemSharedMemoryStatusResponse regions;
-    ASSERT_TRUE(stub->SystemSharedMemoryStatus(&status_ctx, inference::SystemSharedMemoryStatusRequest(), &regions).ok());
+    ASSERT_TRUE(stub->SystemSharedMemoryStatus(
+                        &status_ctx, inference::SystemSharedMemoryStatusRequest(), &regions)
+                    .ok());
     EXPECT_EQ(regions.regions().size(), 2u);
     EXPECT_EQ(regions.regions().at("in").key(), in_key);
     inference::ModelInferRequest q;
@@ -437,18 +489,25 @@ TEST_F(ServerLimitsTest, SystemSharedMemoryCarriesInputsAndOutputs) {
   }
 
   // Keys are shared-memory object names only; regions must lie inside their object.
-  for (const auto& [key, size, message] : {std::tuple{std::string("/../../etc/passwd"), 8, "is not a shared memory object name"},
-                                          std::tuple{std::string("etc/shadow"), 8, "is not a shared memory object name"},
-                                          std::tuple{std::string("/inflight_no_such_object"), 8, "Unable to open"},
-                                          std::tuple{in_key, 65, "outside the object"}}) {
-    json e = PostJson("/v2/systemsharedmemory/region/bad/register", {{"key", key}, {"byte_size", size}}, &status);
+  for (const auto& [key, size, message] :
+       {std::tuple{std::string("/../../etc/passwd"), 8, "is not a shared memory object name"},
+        std::tuple{std::string("etc/shadow"), 8, "is not a shared memory object name"},
+        std::tuple{std::string("/inflight_no_such_object"), 8, "Unable to open"},
+        std::tuple{in_key, 65, "outside the object"}}) {
+    json e = PostJson("/v2/systemsharedmemory/region/bad/register",
+                      {{"key", key}, {"byte_size", size}}, &status);
     EXPECT_EQ(status, 400) << key;
     EXPECT_NE(e.dump().find(message), std::string::npos) << e.dump();
   }
   // The client shrinks its object after registering it.
   ASSERT_EQ(ftruncate(in_fd, 0), 0);
-  inputs[0] = {{"name", "input_ids"}, {"datatype", "INT32"}, {"shape", {1, 3}},
-               {"parameters", {{"shared_memory_region", "in"}, {"shared_memory_offset", 16}, {"shared_memory_byte_size", 12}}}};
+  inputs[0] = {{"name", "input_ids"},
+               {"datatype", "INT32"},
+               {"shape", {1, 3}},
+               {"parameters",
+                {{"shared_memory_region", "in"},
+                 {"shared_memory_offset", 16},
+                 {"shared_memory_byte_size", 12}}}};
   json e = PostJson("/v2/models/tensorrt_llm_sync/infer", {{"inputs", inputs}}, &status);
   EXPECT_EQ(status, 400) << e.dump();
   EXPECT_NE(e.dump().find("shorter than registered"), std::string::npos) << e.dump();
@@ -469,17 +528,23 @@ TEST_F(ServerLimitsTest, SystemSharedMemoryCarriesInputsAndOutputs) {
 TEST_F(ServerLimitsTest, MaxTokensBeyondTheContextIsClamped) {
   int status = 0;
   json r = PostJson("/v2/models/tensorrt_llm_sync/generate",
-                    {{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 100000000},
-                     {"end_id", -1}, {"exclude_input_in_output", true}},
+                    {{"input_ids", {1, 450, 471}},
+                     {"input_lengths", 3},
+                     {"request_output_len", 100000000},
+                     {"end_id", -1},
+                     {"exclude_input_in_output", true}},
                     &status);
   ASSERT_EQ(status, 200) << r.dump();
-  EXPECT_EQ(r["output_ids"].size(), static_cast<size_t>(kDemoContext - 3)) << r.dump().substr(0, 300);
+  EXPECT_EQ(r["output_ids"].size(), static_cast<size_t>(kDemoContext - 3))
+      << r.dump().substr(0, 300);
   EXPECT_NE(server_->log().find("clamped to"), std::string::npos);
   std::vector<int32_t> full(kDemoContext, 450);
   r = PostJson("/v2/models/tensorrt_llm_sync/generate",
-               {{"input_ids", full}, {"input_lengths", full.size()}, {"request_output_len", 1}}, &status);
+               {{"input_ids", full}, {"input_lengths", full.size()}, {"request_output_len", 1}},
+               &status);
   EXPECT_EQ(status, 400) << r.dump();
-  EXPECT_NE(r["error"].get<std::string>().find("maximum input length"), std::string::npos) << r.dump();
+  EXPECT_NE(r["error"].get<std::string>().find("maximum input length"), std::string::npos)
+      << r.dump();
   EXPECT_TRUE(WaitIdle("tensorrt_llm_sync"));
 }
 
@@ -487,7 +552,8 @@ TEST_F(ServerLimitsTest, MaxTokensBeyondTheContextIsClamped) {
 // element matched the wrapped count) and read out of bounds.
 TEST_F(ServerLimitsTest, OverflowingShapeOverGrpcIsRefused) {
   auto stub = GrpcStub();
-  for (const auto& [name, dtype, bytes] : {std::tuple{"prompt_embedding_table", "FP16", 2}, std::tuple{"input_ids", "INT32", 4}}) {
+  for (const auto& [name, dtype, bytes] :
+       {std::tuple{"prompt_embedding_table", "FP16", 2}, std::tuple{"input_ids", "INT32", 4}}) {
     inference::ModelInferRequest q;
     q.set_model_name("tensorrt_llm_sync");
     auto add = [&](const char* n, const char* t, std::vector<int64_t> shape, std::string raw) {
@@ -507,7 +573,8 @@ TEST_F(ServerLimitsTest, OverflowingShapeOverGrpcIsRefused) {
     grpc::ClientContext ctx;
     inference::ModelInferResponse resp;
     grpc::Status s = stub->ModelInfer(&ctx, q, &resp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name << ": " << s.error_message();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << name << ": " << s.error_message();
   }
   auto r = Http().Get("/v2/health/live");
   ASSERT_TRUE(r);
@@ -528,7 +595,8 @@ TEST_F(ServerLimitsTest, HeaderCountAndSizeAreBounded) {
   }
   {
     RawConnection c(server_->http_port);
-    c.Send("GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(100000, 'a') + "\r\n\r\n");
+    c.Send("GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(100000, 'a') +
+           "\r\n\r\n");
     const std::string resp = c.Read(milliseconds(5000), "}");
     EXPECT_EQ(resp.rfind("HTTP/1.1 431", 0), 0u) << resp.substr(0, 200);
   }
@@ -595,7 +663,8 @@ TEST_F(ServerLimitsTest, ThousandsOfIdleConnectionsDoNotDelayHealth) {
   for (int i = 0; i < 50; ++i) ms.push_back(HealthMs());
   std::sort(ms.begin(), ms.end());
   // Under ASan every request costs a few times more; 100 ms was missed by 17 ms there once.
-  EXPECT_LT(ms[ms.size() * 99 / 100], kAddressSanitizer ? 250 : 100) << "p99 health latency with 2000 idle connections";
+  EXPECT_LT(ms[ms.size() * 99 / 100], kAddressSanitizer ? 250 : 100)
+      << "p99 health latency with 2000 idle connections";
   int open = 0;
   for (auto& c : idle) open += c->OpenAndQuiet();
   EXPECT_EQ(open, 2000);
@@ -606,15 +675,17 @@ TEST_F(ServerLimitsTest, ThousandsOfIdleConnectionsDoNotDelayHealth) {
 TEST_F(ServerLimitsTest, SlowReadersAreCancelledAndCostABoundedAmount) {
   const double canceled_before = Canceled("tensorrt_llm");
   const int64_t rss_before = RssKb(server_->pid());
-  const std::string body = json{{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 480},
-                                {"end_id", -1}, {"streaming", true}, {"return_generation_logits", true}}
+  const std::string body = json{{"input_ids", {1, 450, 471}}, {"input_lengths", 3},
+                                {"request_output_len", 480},  {"end_id", -1},
+                                {"streaming", true},          {"return_generation_logits", true}}
                                .dump();
   std::vector<std::unique_ptr<RawConnection>> readers;
   for (int i = 0; i < 8; ++i) {
     readers.push_back(std::make_unique<RawConnection>(server_->http_port, /*receive_buffer=*/4096));
-    ASSERT_TRUE(readers.back()->Send("POST /v2/models/tensorrt_llm/generate_stream HTTP/1.1\r\nHost: x\r\n"
-                                     "Content-Type: application/json\r\nContent-Length: " +
-                                     std::to_string(body.size()) + "\r\n\r\n" + body));
+    ASSERT_TRUE(
+        readers.back()->Send("POST /v2/models/tensorrt_llm/generate_stream HTTP/1.1\r\nHost: x\r\n"
+                             "Content-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n" + body));
   }
   bool cancelled = false;
   for (int i = 0; i < 200 && !cancelled; ++i) {
@@ -676,7 +747,9 @@ TEST_F(ServerLimitsTest, GrpcStreamsAreBoundedAndHoldNoThreads) {
 
   // 300 open streams that send nothing, then a unary call.
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<inference::ModelInferRequest, inference::ModelStreamInferResponse>>> open;
+  std::vector<std::unique_ptr<
+      grpc::ClientReaderWriter<inference::ModelInferRequest, inference::ModelStreamInferResponse>>>
+      open;
   for (int i = 0; i < 300; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     open.push_back(stub->ModelStreamInfer(contexts.back().get()));
@@ -716,7 +789,11 @@ TEST_F(ServerLimitsTest, LoggingSettingsOverHttpAndGrpc) {
   };
   const size_t before = clamped();
   PostJson("/v2/models/tensorrt_llm_sync/generate",
-           {{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 100000}, {"end_id", 2}}, &status);
+           {{"input_ids", {1, 450, 471}},
+            {"input_lengths", 3},
+            {"request_output_len", 100000},
+            {"end_id", 2}},
+           &status);
   EXPECT_EQ(status, 200);
   std::this_thread::sleep_for(milliseconds(100));
   EXPECT_EQ(clamped(), before);
@@ -730,7 +807,11 @@ TEST_F(ServerLimitsTest, LoggingSettingsOverHttpAndGrpc) {
   EXPECT_TRUE(r.settings().at("log_warning").bool_param());
   EXPECT_EQ(r.settings().at("log_format").string_param(), "default");
   PostJson("/v2/models/tensorrt_llm_sync/generate",
-           {{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 100000}, {"end_id", 2}}, &status);
+           {{"input_ids", {1, 450, 471}},
+            {"input_lengths", 3},
+            {"request_output_len", 100000},
+            {"end_id", 2}},
+           &status);
   for (int i = 0; i < 50 && clamped() == before; ++i) std::this_thread::sleep_for(milliseconds(20));
   EXPECT_EQ(clamped(), before + 1);
 }
@@ -751,13 +832,17 @@ TEST_F(ServerLimitsTest, TraceSettingsAndTimestampTraces) {
   PostJson("/v2/models/nope/trace/setting", {{"trace_rate", "1"}}, &status);
   EXPECT_EQ(status, 404);
   json model = PostJson("/v2/models/ensemble/trace/setting",
-                        {{"trace_level", {"TIMESTAMPS"}}, {"trace_rate", "1"}, {"trace_count", "2"}, {"log_frequency", "1"}},
+                        {{"trace_level", {"TIMESTAMPS"}},
+                         {"trace_rate", "1"},
+                         {"trace_count", "2"},
+                         {"log_frequency", "1"}},
                         &status);
   ASSERT_EQ(status, 200) << model.dump();
   EXPECT_EQ(model["trace_level"], json({"TIMESTAMPS"}));
   EXPECT_EQ(json::parse(Http().Get("/v2/trace/setting")->body)["trace_level"], json({"OFF"}));
   for (int i = 0; i < 3; ++i) {
-    PostJson("/v2/models/ensemble/generate", {{"text_input", "Once upon a time"}, {"max_tokens", 3}}, &status);
+    PostJson("/v2/models/ensemble/generate",
+             {{"text_input", "Once upon a time"}, {"max_tokens", 3}}, &status);
     EXPECT_EQ(status, 200);
   }
   // Two traces (trace_count 2), one file line each (log_frequency 1): model then timestamps.
@@ -777,7 +862,8 @@ TEST_F(ServerLimitsTest, TraceSettingsAndTimestampTraces) {
     ASSERT_EQ(ts.size(), 5u) << l.dump();
     EXPECT_EQ(ts[0]["name"], "REQUEST_START");
     EXPECT_EQ(ts[4]["name"], "REQUEST_END");
-    for (size_t i = 1; i < ts.size(); ++i) EXPECT_LE(ts[i - 1]["ns"].get<uint64_t>(), ts[i]["ns"].get<uint64_t>());
+    for (size_t i = 1; i < ts.size(); ++i)
+      EXPECT_LE(ts[i - 1]["ns"].get<uint64_t>(), ts[i]["ns"].get<uint64_t>());
   }
   // gRPC sees the same settings; an empty value list clears the model's override.
   auto stub = GrpcStub();
@@ -795,7 +881,8 @@ TEST_F(ServerLimitsTest, TraceSettingsAndTimestampTraces) {
 
 // The standard gRPC health service answers (what Kubernetes gRPC probes call).
 TEST_F(ServerLimitsTest, GrpcHealthServiceAnswersServing) {
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port),
+                                     grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   grpc::ByteBuffer request, response;  // HealthCheckRequest{service: ""} is empty on the wire
@@ -823,14 +910,17 @@ TEST_F(ServerLimitsTest, DefaultQueueBoundRefusesWith503AndRetryAfter) {
   for (int i = 0; i < 160; ++i) {
     clients.emplace_back([&] {
       auto r = Http().Post("/v2/models/tensorrt_llm_small_kv/generate",
-                           json{{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 200},
+                           json{{"input_ids", {1, 450, 471}},
+                                {"input_lengths", 3},
+                                {"request_output_len", 200},
                                 {"end_id", -1}}
                                .dump(),
                            "application/json");
       if (r && r->status == 503) {
         ++refused;
-        retry_after = retry_after && r->get_header_value("Retry-After") == "1" &&
-                      r->body.find("Maximum queue size of 64 has been reached") != std::string::npos;
+        retry_after =
+            retry_after && r->get_header_value("Retry-After") == "1" &&
+            r->body.find("Maximum queue size of 64 has been reached") != std::string::npos;
       } else if (r && r->status == 200 && json::parse(r->body)["output_ids"].size() == 203) {
         ++served;
       } else {
@@ -850,13 +940,16 @@ TEST_F(ServerLimitsTest, DefaultQueueBoundRefusesWith503AndRetryAfter) {
 // at once), streams still open at the exit timeout end with an error event instead of
 // looking complete, and the process exits within the timeout plus a second.
 TEST(ServerShutdownTest, DrainsEnsembleStreamsThenEndsTheRestWithAnError) {
-  const std::string tokenizer = testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  const std::string tokenizer =
+      testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   REQUIRE_SHARED_FILE(tokenizer);
-  const fs::path dir = fs::temp_directory_path() / ("inflight_shutdown_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("inflight_shutdown_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string model = (dir / "small-f32.gguf").string();
-  const std::string make = std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-model make-random --arch llama --preset small " +
+  const std::string make = std::string(INFLIGHT_BINARY_DIR) +
+                           "/apps/inflight-model make-random --arch llama --preset small " +
                            "--dtype f32 --tokenizer " + tokenizer + " -o " + model + " > /dev/null";
   ASSERT_EQ(std::system(make.c_str()), 0);
   const std::string repo = WriteRepository(model, "shutdown");
@@ -872,15 +965,20 @@ TEST(ServerShutdownTest, DrainsEnsembleStreamsThenEndsTheRestWithAnError) {
   for (const char* model_name : {"ensemble", "tensorrt_llm_bls"}) {
     auto s = std::make_unique<Stream>();
     s->path = std::string("/v2/models/") + model_name + "/generate_stream";
-    s->body = json{{"text_input", "Once upon a time"}, {"max_tokens", 1800}, {"stream", true}}.dump();
+    s->body =
+        json{{"text_input", "Once upon a time"}, {"max_tokens", 1800}, {"stream", true}}.dump();
     streams.push_back(std::move(s));
   }
   {
     auto s = std::make_unique<Stream>();
     s->path = "/v2/models/tensorrt_llm/generate_stream";
-    s->body = json{{"input_ids", {1, 450, 471}}, {"input_lengths", 3}, {"request_output_len", 1800}, {"end_id", -1},
-                   {"streaming", true}}
-                  .dump();
+    s->body = json{
+        {"input_ids", {1, 450, 471}},
+        {"input_lengths", 3},
+        {"request_output_len", 1800},
+        {"end_id", -1},
+        {"streaming",
+         true}}.dump();
     streams.push_back(std::move(s));
   }
   std::vector<std::thread> clients;
@@ -923,7 +1021,8 @@ TEST(ServerShutdownTest, DrainsEnsembleStreamsThenEndsTheRestWithAnError) {
   ASSERT_TRUE(exited);
   // The drain's timeout plus the step in flight and the teardown (slower under ASan, where
   // 2.08 s was seen once).
-  EXPECT_LT(exit_s, 1.0 + (kAddressSanitizer ? 2.0 : 1.0)) << "exit took " << exit_s << " s with --exit-timeout-secs 1";
+  EXPECT_LT(exit_s, 1.0 + (kAddressSanitizer ? 2.0 : 1.0))
+      << "exit took " << exit_s << " s with --exit-timeout-secs 1";
   for (auto& t : clients) t.join();
   for (auto& s : streams) {
     const auto events = SseEvents(s->text);
@@ -931,9 +1030,11 @@ TEST(ServerShutdownTest, DrainsEnsembleStreamsThenEndsTheRestWithAnError) {
     int after_signal = 0;
     for (auto t : s->event_times) after_signal += t > signalled + milliseconds(100);
     EXPECT_GE(after_signal, 2) << s->path << ": the stream stopped at the signal";
-    EXPECT_TRUE(events.back().contains("error")) << s->path << " ended without an error: " << events.back().dump();
+    EXPECT_TRUE(events.back().contains("error"))
+        << s->path << " ended without an error: " << events.back().dump();
     if (events.back().contains("error")) {
-      EXPECT_NE(events.back()["error"].get<std::string>().find("shutdown"), std::string::npos) << events.back().dump();
+      EXPECT_NE(events.back()["error"].get<std::string>().find("shutdown"), std::string::npos)
+          << events.back().dump();
     }
   }
   fs::remove_all(dir);

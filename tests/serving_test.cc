@@ -31,7 +31,8 @@ TEST(ModelConfigTest, ParsesTextFormatAndNamesTheBadField) {
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   EXPECT_TRUE(IsDecoupled(*ok));
   EXPECT_EQ(ok->output_size(), 2);  // the reference ensemble declares an output twice
-  EXPECT_FALSE(GetParameter(*ok, "enable_kv_cache_reuse").has_value()) << "an unfilled template is unset";
+  EXPECT_FALSE(GetParameter(*ok, "enable_kv_cache_reuse").has_value())
+      << "an unfilled template is unset";
   EXPECT_TRUE(GetBoolParameter(*ok, "enable_kv_cache_reuse", true));
   EXPECT_FALSE(GetBoolParameter(*ok, "enable_kv_cache_reuse", false));
   EXPECT_TRUE(GetBoolParameter(*ok, "enable_chunked_context", false));
@@ -41,11 +42,13 @@ TEST(ModelConfigTest, ParsesTextFormatAndNamesTheBadField) {
 
   auto bad = ParseModelConfigText("name: \"m\"\nmax_batch_sise: 8\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("max_batch_sise"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("max_batch_sise"), std::string::npos)
+      << bad.status().message();
   EXPECT_NE(bad.status().message().find("line 2"), std::string::npos) << bad.status().message();
   auto bad_type = ParseModelConfigText("input [ { name: \"a\" data_type: TYPE_NOPE } ]");
   ASSERT_FALSE(bad_type.ok());
-  EXPECT_NE(bad_type.status().message().find("TYPE_NOPE"), std::string::npos) << bad_type.status().message();
+  EXPECT_NE(bad_type.status().message().find("TYPE_NOPE"), std::string::npos)
+      << bad_type.status().message();
 }
 
 TEST(WordListTest, PacksAndUnpacksTheReferenceFormat) {
@@ -59,8 +62,10 @@ TEST(WordListTest, PacksAndUnpacksTheReferenceFormat) {
   EXPECT_EQ(*row0, (WordList{{5, 6}, {7}}));
   EXPECT_EQ(*row1, (WordList{{9}}));
   // Non-increasing offsets, offsets past the ids and values after -1 are refused.
-  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{5, 6, 2, 1}, {5, 6, 3, -1}, {5, 6, 7, 1, -1, 3}}) {
-    InferTensor b = InferTensor::Int32("stop_words_list", {1, 2, static_cast<int64_t>(bad.size() / 2)}, bad);
+  for (const std::vector<int32_t>& bad :
+       {std::vector<int32_t>{5, 6, 2, 1}, {5, 6, 3, -1}, {5, 6, 7, 1, -1, 3}}) {
+    InferTensor b =
+        InferTensor::Int32("stop_words_list", {1, 2, static_cast<int64_t>(bad.size() / 2)}, bad);
     EXPECT_FALSE(WordListRow(b, 0).ok());
   }
   InferTensor odd = InferTensor::Int32("stop_words_list", {1, 3}, {1, 2, 3});
@@ -85,7 +90,8 @@ TEST(GenerateMappingTest, ShapesFollowTheModelInputs) {
   EXPECT_EQ(r->id, "7");
   EXPECT_EQ(std::get<std::string>(r->parameters.at("id")), "7");
   EXPECT_EQ(std::get<std::string>(r->parameters.at("stream_mode")), "x");
-  EXPECT_EQ(std::get<int64_t>(r->parameters.at("triton_anything")), 1) << "generate forwards triton_ keys";
+  EXPECT_EQ(std::get<int64_t>(r->parameters.at("triton_anything")), 1)
+      << "generate forwards triton_ keys";
   auto shape_of = [&](const std::string& name) {
     const InferTensor* t = r->FindInput(name);
     return t ? t->shape : std::vector<int64_t>{};
@@ -97,15 +103,21 @@ TEST(GenerateMappingTest, ShapesFollowTheModelInputs) {
   EXPECT_EQ(*r->FindInput("bad_words")->AsStrings(), std::vector<std::string>{""});
   EXPECT_FLOAT_EQ(static_cast<float>((*r->FindInput("temperature")->AsDouble())[0]), 0.5f);
 
-  auto nested = frontends::ParseGenerateRequest(R"({"text_input": "hi", "max_tokens": [[1]]})", *config);
+  auto nested =
+      frontends::ParseGenerateRequest(R"({"text_input": "hi", "max_tokens": [[1]]})", *config);
   ASSERT_FALSE(nested.ok());
-  EXPECT_EQ(nested.status().message(), "The schema can not convert input 'max_tokens' to tensor with proper shape");
-  auto bad_param = frontends::ParseGenerateRequest(R"({"text_input": "hi", "max_tokens": 3, "x": {"a": 1}})", *config);
+  EXPECT_EQ(nested.status().message(),
+            "The schema can not convert input 'max_tokens' to tensor with proper shape");
+  auto bad_param = frontends::ParseGenerateRequest(
+      R"({"text_input": "hi", "max_tokens": 3, "x": {"a": 1}})", *config);
   ASSERT_FALSE(bad_param.ok());
-  EXPECT_EQ(bad_param.status().message(), "parameter 'x' has invalid type. It should be either 'int', 'bool', or 'string'.");
-  auto wrong_type = frontends::ParseGenerateRequest(R"({"text_input": 5, "max_tokens": 3})", *config);
+  EXPECT_EQ(bad_param.status().message(),
+            "parameter 'x' has invalid type. It should be either 'int', 'bool', or 'string'.");
+  auto wrong_type =
+      frontends::ParseGenerateRequest(R"({"text_input": 5, "max_tokens": 3})", *config);
   EXPECT_FALSE(wrong_type.ok());
-  auto float_for_int = frontends::ParseGenerateRequest(R"({"text_input": "x", "max_tokens": 3.5})", *config);
+  auto float_for_int =
+      frontends::ParseGenerateRequest(R"({"text_input": "x", "max_tokens": 3.5})", *config);
   EXPECT_FALSE(float_for_int.ok());
 }
 
@@ -126,7 +138,8 @@ class DetokenizerStreamTest : public ::testing::Test {
         << tokenizer << "\" } }\n";
     ServerOptions o;
     o.repository = dir_.string();
-    o.allowed_model_paths = {fs::path(tokenizer).parent_path().string()};  // the tokenizer lies outside the repository
+    o.allowed_model_paths = {
+        fs::path(tokenizer).parent_path().string()};  // the tokenizer lies outside the repository
     auto s = Server::Create(o);
     EXPECT_TRUE(s.ok());
     EXPECT_TRUE((*s)->ModelReady("postprocessing", ""));
@@ -134,7 +147,8 @@ class DetokenizerStreamTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  static std::vector<std::string> Pieces(Server& s, const std::vector<int32_t>& ids, bool shared_context) {
+  static std::vector<std::string> Pieces(Server& s, const std::vector<int32_t>& ids,
+                                         bool shared_context) {
     auto context = std::make_shared<RequestContext>();
     std::vector<std::string> pieces;
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -160,7 +174,8 @@ class DetokenizerStreamTest : public ::testing::Test {
 constexpr const char* kText = "Hello 世界, café 🎉 naïve 東京タワー 😀!";
 
 TEST_F(DetokenizerStreamTest, SentencePieceStreamIsExact) {
-  const std::string model = testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  const std::string model =
+      testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   REQUIRE_SHARED_FILE(model);
   auto server = MakeServer(model);
   auto spec = Tokenizer::SpecFromSentencePieceModel(model);

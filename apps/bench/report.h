@@ -14,7 +14,7 @@ struct RequestRecord {
   std::string error_kind, error;
   double start_s = 0, end_s = 0;  // since the benchmark started
   double ttft_ms = -1;
-  std::vector<double> itl_ms;     // per later event: gap / tokens in it
+  std::vector<double> itl_ms;  // per later event: gap / tokens in it
   int64_t input_tokens = 0, output_tokens = 0;
 };
 

@@ -16,7 +16,8 @@ PromptMaker::PromptMaker(const Tokenizer* tok, int32_t vocab_size, uint64_t seed
     const std::string bytes = tok_->TokenBytes(id);
     if (bytes.size() < 3 || bytes[0] != ' ') continue;
     bool letters = true;
-    for (size_t i = 1; i < bytes.size(); ++i) letters = letters && std::isalpha(static_cast<unsigned char>(bytes[i]));
+    for (size_t i = 1; i < bytes.size(); ++i)
+      letters = letters && std::isalpha(static_cast<unsigned char>(bytes[i]));
     // SentencePiece adds the word-start space itself (dummy prefix).
     const std::string alone = tok_->StripsLeadingSpace() ? bytes.substr(1) : bytes;
     const auto ids = tok_->Encode(alone, false);
@@ -28,15 +29,18 @@ StatusOr<BenchItem> PromptMaker::Make(int64_t n, bool token_ids) {
   BenchItem item;
   item.input_tokens = n;
   if (!tok_) {
-    if (!token_ids || vocab_size_ <= 10) return InvalidArgumentError("text prompts need --tokenizer");
+    if (!token_ids || vocab_size_ <= 10)
+      return InvalidArgumentError("text prompts need --tokenizer");
     std::uniform_int_distribution<int32_t> pick(10, vocab_size_ - 1);
     for (int64_t i = 0; i < n; ++i) item.request.input_ids.push_back(pick(rng_));
     return item;
   }
-  if (words_.empty()) return InvalidArgumentError("the tokenizer has no single-token words to build prompts from");
+  if (words_.empty())
+    return InvalidArgumentError("the tokenizer has no single-token words to build prompts from");
   const bool bos = tok_->spec().add_bos && tok_->bos_id() >= 0;
   const int64_t num_words = n - (bos ? 1 : 0);
-  if (num_words < 1) return InvalidArgumentError("prompt length " + std::to_string(n) + " is too short");
+  if (num_words < 1)
+    return InvalidArgumentError("prompt length " + std::to_string(n) + " is too short");
   std::uniform_int_distribution<size_t> pick(0, words_.size() - 1);
   for (int attempt = 0; attempt < 20; ++attempt) {
     std::vector<int32_t> ids;
@@ -55,16 +59,21 @@ StatusOr<BenchItem> PromptMaker::Make(int64_t n, bool token_ids) {
       return item;
     }
   }
-  return InvalidArgumentError("could not make a prompt of exactly " + std::to_string(n) + " tokens");
+  return InvalidArgumentError("could not make a prompt of exactly " + std::to_string(n) +
+                              " tokens");
 }
 
-StatusOr<std::vector<BenchItem>> TokenNormDist(PromptMaker& maker, const WorkloadOptions& o, double input_mean,
-                                               double input_stdev, double output_mean, double output_stdev,
+StatusOr<std::vector<BenchItem>> TokenNormDist(PromptMaker& maker, const WorkloadOptions& o,
+                                               double input_mean, double input_stdev,
+                                               double output_mean, double output_stdev,
                                                double long_fraction, int64_t long_input_len) {
   std::uniform_real_distribution<double> coin(0, 1);
-  std::normal_distribution<double> in(input_mean, std::max(0.0, input_stdev)), out(output_mean, std::max(0.0, output_stdev));
+  std::normal_distribution<double> in(input_mean, std::max(0.0, input_stdev)),
+      out(output_mean, std::max(0.0, output_stdev));
   std::vector<BenchItem> items;
-  for (int64_t tries = 0; static_cast<int64_t>(items.size()) < o.num_requests && tries < o.num_requests * 20; ++tries) {
+  for (int64_t tries = 0;
+       static_cast<int64_t>(items.size()) < o.num_requests && tries < o.num_requests * 20;
+       ++tries) {
     int64_t n = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(in(maker.rng()))));
     if (long_fraction > 0 && coin(maker.rng()) < long_fraction) n = long_input_len;
     const int32_t m = static_cast<int32_t>(std::max(1.0, std::ceil(out(maker.rng()))));
@@ -77,14 +86,15 @@ StatusOr<std::vector<BenchItem>> TokenNormDist(PromptMaker& maker, const Workloa
   return items;
 }
 
-StatusOr<std::vector<BenchItem>> Dataset(const std::string& file, const Tokenizer* tok, const WorkloadOptions& o,
-                                         int32_t default_output_len) {
+StatusOr<std::vector<BenchItem>> Dataset(const std::string& file, const Tokenizer* tok,
+                                         const WorkloadOptions& o, int32_t default_output_len) {
   std::ifstream f(file);
   if (!f) return NotFoundError("cannot open dataset '" + file + "'");
   std::stringstream ss;
   ss << f.rdbuf();
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_array()) return InvalidArgumentError("dataset '" + file + "' must be a JSON list");
+  if (j.is_discarded() || !j.is_array())
+    return InvalidArgumentError("dataset '" + file + "' must be a JSON list");
   std::vector<BenchItem> items;
   for (const auto& rec : j) {
     if (static_cast<int64_t>(items.size()) >= o.num_requests) break;
@@ -115,8 +125,9 @@ StatusOr<std::vector<BenchItem>> Dataset(const std::string& file, const Tokenize
   return items;
 }
 
-StatusOr<std::vector<BenchItem>> SharedPrefix(PromptMaker& maker, const WorkloadOptions& o, int64_t prefix_len,
-                                              int64_t suffix_len, int32_t output_len) {
+StatusOr<std::vector<BenchItem>> SharedPrefix(PromptMaker& maker, const WorkloadOptions& o,
+                                              int64_t prefix_len, int64_t suffix_len,
+                                              int32_t output_len) {
   auto prefix = maker.Make(prefix_len, true);
   if (!prefix.ok()) return prefix.status();
   std::vector<BenchItem> items;
@@ -130,7 +141,8 @@ StatusOr<std::vector<BenchItem>> SharedPrefix(PromptMaker& maker, const Workload
     const auto& sfx = suffix->request.input_ids;
     ids.insert(ids.end(), sfx.end() - suffix_len, sfx.end());
     if (o.token_ids) item.request.input_ids = ids;
-    item.request.text = prefix->request.text + (prefix->request.text.empty() ? "" : " ") + suffix->request.text;
+    item.request.text =
+        prefix->request.text + (prefix->request.text.empty() ? "" : " ") + suffix->request.text;
     items.push_back(std::move(item));
   }
   return items;

@@ -44,14 +44,17 @@ class PromptMaker {
 
 // long_fraction of the prompts (chosen at random) get long_input_len tokens instead: a mix of
 // long and short prompts for chunked-context measurements.
-StatusOr<std::vector<BenchItem>> TokenNormDist(PromptMaker& maker, const WorkloadOptions& o, double input_mean,
-                                               double input_stdev, double output_mean, double output_stdev,
-                                               double long_fraction = 0, int64_t long_input_len = 0);
+StatusOr<std::vector<BenchItem>> TokenNormDist(PromptMaker& maker, const WorkloadOptions& o,
+                                               double input_mean, double input_stdev,
+                                               double output_mean, double output_stdev,
+                                               double long_fraction = 0,
+                                               int64_t long_input_len = 0);
 // FILE: a JSON list of {"prompt": s, "output"?: s, "max_tokens"?: n}.
-StatusOr<std::vector<BenchItem>> Dataset(const std::string& file, const Tokenizer* tok, const WorkloadOptions& o,
-                                         int32_t default_output_len);
+StatusOr<std::vector<BenchItem>> Dataset(const std::string& file, const Tokenizer* tok,
+                                         const WorkloadOptions& o, int32_t default_output_len);
 // N prompts that share their first prefix_len tokens, each with its own suffix.
-StatusOr<std::vector<BenchItem>> SharedPrefix(PromptMaker& maker, const WorkloadOptions& o, int64_t prefix_len,
-                                              int64_t suffix_len, int32_t output_len);
+StatusOr<std::vector<BenchItem>> SharedPrefix(PromptMaker& maker, const WorkloadOptions& o,
+                                              int64_t prefix_len, int64_t suffix_len,
+                                              int32_t output_len);
 
 }  // namespace inflight::bench

@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define INFLIGHT_CHECK(cond)                                                      \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
+#define INFLIGHT_CHECK(cond)                                                        \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                               \
-    }                                                                             \
+      std::abort();                                                                 \
+    }                                                                               \
   } while (0)
 
 #ifdef NDEBUG

@@ -10,7 +10,7 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::atomic<bool> g_info{true}, g_warning{true}, g_error{true}, g_iso8601{false};
 std::atomic<uint32_t> g_verbose{0};
-}
+}  // namespace
 
 void SetLogLevel(LogLevel level) {
   g_level.store(static_cast<int>(level));
@@ -40,10 +40,14 @@ void SetLogSettings(const LogSettings& s) {
 bool LogEnabled(LogLevel level) {
   if (level < GetLogLevel()) return false;
   switch (level) {
-    case LogLevel::kDebug: return g_verbose.load() > 0;
-    case LogLevel::kInfo: return g_info.load();
-    case LogLevel::kWarning: return g_warning.load();
-    case LogLevel::kError: return g_error.load();
+    case LogLevel::kDebug:
+      return g_verbose.load() > 0;
+    case LogLevel::kInfo:
+      return g_info.load();
+    case LogLevel::kWarning:
+      return g_warning.load();
+    case LogLevel::kError:
+      return g_error.load();
   }
   return true;
 }

@@ -27,7 +27,8 @@ void LogLine(LogLevel level, const char* file, int line, const std::string& text
 
 class LogMessage {
  public:
-  LogMessage(LogLevel level, const char* file, int line) : level_(level), file_(file), line_(line) {}
+  LogMessage(LogLevel level, const char* file, int line)
+      : level_(level), file_(file), line_(line) {}
   ~LogMessage() { LogLine(level_, file_, line_, stream_.str()); }
   std::ostringstream& stream() { return stream_; }
 
@@ -40,7 +41,7 @@ class LogMessage {
 
 }  // namespace inflight
 
-#define INFLIGHT_LOG(level)                                                        \
-  if (!::inflight::LogEnabled(::inflight::LogLevel::level)) {                      \
-  } else                                                                           \
+#define INFLIGHT_LOG(level)                                   \
+  if (!::inflight::LogEnabled(::inflight::LogLevel::level)) { \
+  } else                                                      \
     ::inflight::LogMessage(::inflight::LogLevel::level, __FILE__, __LINE__).stream()

@@ -38,7 +38,8 @@ StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
   return file;
 }
 
-std::shared_ptr<MappedFile> MappedFile::FromBytes(const std::string& name, const uint8_t* bytes, size_t size) {
+std::shared_ptr<MappedFile> MappedFile::FromBytes(const std::string& name, const uint8_t* bytes,
+                                                  size_t size) {
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = name;
   file->size_ = size;

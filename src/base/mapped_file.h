@@ -16,7 +16,8 @@ class MappedFile {
   // Returns NOT_FOUND / INVALID_ARGUMENT with the path and the OS reason on failure.
   static StatusOr<std::shared_ptr<MappedFile>> Open(const std::string& path);
   // An in-memory "file" owning a copy of `bytes` (fuzzing, tests).
-  static std::shared_ptr<MappedFile> FromBytes(const std::string& name, const uint8_t* bytes, size_t size);
+  static std::shared_ptr<MappedFile> FromBytes(const std::string& name, const uint8_t* bytes,
+                                               size_t size);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -15,7 +15,7 @@ enum class StatusCode {
   kNotFound,
   kOutOfRange,
   kUnimplemented,
-  kDataLoss,       // a truncated or corrupt file
+  kDataLoss,  // a truncated or corrupt file
   kResourceExhausted,
   kUnavailable,
   kInternal,
@@ -69,7 +69,7 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
-  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -91,10 +91,10 @@ class [[nodiscard]] StatusOr {
 #define INFLIGHT_CONCAT_INNER(a, b) a##b
 #define INFLIGHT_CONCAT(a, b) INFLIGHT_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::inflight::Status _status = (expr);             \
-    if (!_status.ok()) return _status;               \
+#define RETURN_IF_ERROR(expr)            \
+  do {                                   \
+    ::inflight::Status _status = (expr); \
+    if (!_status.ok()) return _status;   \
   } while (0)
 
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

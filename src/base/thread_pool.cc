@@ -44,8 +44,10 @@ void ThreadPool::Run(const std::function<void(int, int)>& task) {
   // Spin while the others finish (microseconds in a step); past that, a worker has likely been
   // preempted by another process, and yielding lets it run instead of burning our time slice.
   for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
-    if (i < 4096) INFLIGHT_PAUSE();
-    else std::this_thread::yield();
+    if (i < 4096)
+      INFLIGHT_PAUSE();
+    else
+      std::this_thread::yield();
   }
   task_ = nullptr;
 }

@@ -5,9 +5,9 @@
 
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-#include <nlohmann/json.hpp>
 
 #include "grpc_service.grpc.pb.h"
 
@@ -48,7 +48,8 @@ std::vector<double> Numbers(const json& v) {
 
 // One generate / generate_stream JSON object -> event. Error objects -> the error message.
 std::optional<std::string> ParseGenerateObject(const json& j, GenEvent* e) {
-  if (j.contains("error")) return j["error"].is_string() ? j["error"].get<std::string>() : j["error"].dump();
+  if (j.contains("error"))
+    return j["error"].is_string() ? j["error"].get<std::string>() : j["error"].dump();
   if (j.contains("text_output")) {
     const json& t = j["text_output"];
     if (t.is_string()) {
@@ -60,8 +61,10 @@ std::optional<std::string> ParseGenerateObject(const json& j, GenEvent* e) {
   if (j.contains("output_ids")) {
     for (double id : Numbers(j["output_ids"])) e->token_ids.push_back(static_cast<int32_t>(id));
   }
-  if (j.contains("batch_index") && j["batch_index"].is_number()) e->batch_index = j["batch_index"].get<int64_t>();
-  for (const char* k : {"cum_log_probs", "output_log_probs", "context_logits", "generation_logits"}) {
+  if (j.contains("batch_index") && j["batch_index"].is_number())
+    e->batch_index = j["batch_index"].get<int64_t>();
+  for (const char* k :
+       {"cum_log_probs", "output_log_probs", "context_logits", "generation_logits"}) {
     if (j.contains(k)) e->extra[k] = Numbers(j[k]);
   }
   e->num_tokens = !e->token_ids.empty() ? static_cast<int64_t>(e->token_ids.size()) : 1;
@@ -95,7 +98,9 @@ std::shared_ptr<grpc::ChannelCredentials> GrpcCredentials(const ClientOptions& o
 class HttpClient : public LlmClient {
  public:
   explicit HttpClient(const ClientOptions& o)
-      : o_(o), http_((o.tls ? "https://" : "http://") + HostForUrl(o.host) + ":" + std::to_string(o.port), o.tls_cert, o.tls_key) {
+      : o_(o),
+        http_((o.tls ? "https://" : "http://") + HostForUrl(o.host) + ":" + std::to_string(o.port),
+              o.tls_cert, o.tls_key) {
     if (o.tls) {
       http_.enable_server_certificate_verification(true);
       if (!o.tls_ca.empty()) http_.set_ca_cert_path(o.tls_ca);
@@ -106,7 +111,8 @@ class HttpClient : public LlmClient {
     if (!o.api_key.empty()) http_.set_default_headers({{"Authorization", "Bearer " + o.api_key}});
   }
 
-  GenOutcome Generate(const GenRequest& r, const std::function<bool(const GenEvent&)>& on_event) override {
+  GenOutcome Generate(const GenRequest& r,
+                      const std::function<bool(const GenEvent&)>& on_event) override {
     GenOutcome out;
     out.start = Clock::now();
     json body;
@@ -116,8 +122,10 @@ class HttpClient : public LlmClient {
     if (openai) {
       path = chat ? "/v1/chat/completions" : "/v1/completions";
       body = {{"model", o_.model}, {"max_tokens", r.max_tokens}, {"stream", r.streaming}};
-      if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", r.text}}});
-      else body["prompt"] = r.text;
+      if (chat)
+        body["messages"] = json::array({{{"role", "user"}, {"content", r.text}}});
+      else
+        body["prompt"] = r.text;
       if (r.temperature) body["temperature"] = *r.temperature;
       if (r.top_p) body["top_p"] = *r.top_p;
       if (r.top_k) body["top_k"] = *r.top_k;
@@ -127,8 +135,11 @@ class HttpClient : public LlmClient {
     } else if (!r.input_ids.empty()) {
       // The tensorrt_llm model's own input names.
       path = "/v2/models/" + o_.model + (r.streaming ? "/generate_stream" : "/generate");
-      body = {{"input_ids", r.input_ids}, {"input_lengths", r.input_ids.size()}, {"request_output_len", r.max_tokens},
-              {"streaming", r.streaming}, {"exclude_input_in_output", r.exclude_input_in_output}};
+      body = {{"input_ids", r.input_ids},
+              {"input_lengths", r.input_ids.size()},
+              {"request_output_len", r.max_tokens},
+              {"streaming", r.streaming},
+              {"exclude_input_in_output", r.exclude_input_in_output}};
       if (r.temperature) body["temperature"] = *r.temperature;
       if (r.top_k) body["runtime_top_k"] = *r.top_k;
       if (r.top_p) body["runtime_top_p"] = *r.top_p;
@@ -137,7 +148,9 @@ class HttpClient : public LlmClient {
       if (r.end_id) body["end_id"] = *r.end_id;
     } else {
       path = "/v2/models/" + o_.model + (r.streaming ? "/generate_stream" : "/generate");
-      body = {{"text_input", r.text}, {"max_tokens", r.max_tokens}, {"stream", r.streaming},
+      body = {{"text_input", r.text},
+              {"max_tokens", r.max_tokens},
+              {"stream", r.streaming},
               {"exclude_input_in_output", r.exclude_input_in_output}};
       if (r.temperature) body["temperature"] = *r.temperature;
       if (r.top_k) body["top_k"] = *r.top_k;
@@ -190,7 +203,9 @@ class HttpClient : public LlmClient {
           if (!j.contains("choices") || j["choices"].empty()) continue;
           const json& c = j["choices"][0];
           if (chat) {
-            if (c.contains("delta") && c["delta"].contains("role") && c["delta"].value("content", "").empty()) continue;
+            if (c.contains("delta") && c["delta"].contains("role") &&
+                c["delta"].value("content", "").empty())
+              continue;
             e.text = c.contains("delta") ? c["delta"].value("content", "") : "";
           } else {
             e.text = c.value("text", "");
@@ -217,7 +232,8 @@ class HttpClient : public LlmClient {
     }
     if (out.stopped_early) return out;
     if (!res) {
-      out.status = UnavailableError("HTTP " + o_.host + ":" + std::to_string(o_.port) + ": " + httplib::to_string(res.error()));
+      out.status = UnavailableError("HTTP " + o_.host + ":" + std::to_string(o_.port) + ": " +
+                                    httplib::to_string(res.error()));
       out.error_kind = res.error() == httplib::Error::Connection ? "connect" : "connection_lost";
       return out;
     }
@@ -239,7 +255,8 @@ class HttpClient : public LlmClient {
       if (openai) {
         if (j.contains("choices") && !j["choices"].empty()) {
           const json& c = j["choices"][0];
-          e.text = chat ? (c.contains("message") ? c["message"].value("content", "") : "") : c.value("text", "");
+          e.text = chat ? (c.contains("message") ? c["message"].value("content", "") : "")
+                        : c.value("text", "");
         }
         e.num_tokens = j.contains("usage") ? j["usage"].value("completion_tokens", 0) : 0;
       } else if (auto err = ParseGenerateObject(j, &e)) {
@@ -258,16 +275,19 @@ class HttpClient : public LlmClient {
   httplib::Client http_;
 };
 
-std::string ToRaw(const std::vector<int32_t>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
+std::string ToRaw(const std::vector<int32_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
 
 class GrpcClient : public LlmClient {
  public:
   explicit GrpcClient(const ClientOptions& o)
       : o_(o),
-        stub_(inference::GRPCInferenceService::NewStub(
-            grpc::CreateChannel(HostForUrl(o.host) + ":" + std::to_string(o.port), GrpcCredentials(o)))) {}
+        stub_(inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+            HostForUrl(o.host) + ":" + std::to_string(o.port), GrpcCredentials(o)))) {}
 
-  GenOutcome Generate(const GenRequest& r, const std::function<bool(const GenEvent&)>& on_event) override {
+  GenOutcome Generate(const GenRequest& r,
+                      const std::function<bool(const GenEvent&)>& on_event) override {
     GenOutcome out;
     out.start = Clock::now();
     std::vector<std::vector<int32_t>> rows = r.batch_input_ids;
@@ -276,18 +296,24 @@ class GrpcClient : public LlmClient {
     q.set_model_name(o_.model);
     q.set_id(r.id);
     const int64_t b = static_cast<int64_t>(rows.size());
-    auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape, std::string raw) {
+    auto add = [&](const char* name, const char* dtype, std::vector<int64_t> shape,
+                   std::string raw) {
       auto* in = q.add_inputs();
       in->set_name(name);
       in->set_datatype(dtype);
       for (int64_t d : shape) in->add_shape(d);
       q.add_raw_input_contents(std::move(raw));
     };
-    auto per_row_i32 = [&](const char* name, int32_t v) { add(name, "INT32", {b, 1}, ToRaw(std::vector<int32_t>(b, v))); };
-    auto per_row_bool = [&](const char* name, bool v) { add(name, "BOOL", {b, 1}, std::string(b, v ? '\1' : '\0')); };
+    auto per_row_i32 = [&](const char* name, int32_t v) {
+      add(name, "INT32", {b, 1}, ToRaw(std::vector<int32_t>(b, v)));
+    };
+    auto per_row_bool = [&](const char* name, bool v) {
+      add(name, "BOOL", {b, 1}, std::string(b, v ? '\1' : '\0'));
+    };
     auto per_row_f32 = [&](const char* name, float v) {
       std::vector<float> vals(b, v);
-      add(name, "FP32", {b, 1}, std::string(reinterpret_cast<const char*>(vals.data()), vals.size() * 4));
+      add(name, "FP32", {b, 1},
+          std::string(reinterpret_cast<const char*>(vals.data()), vals.size() * 4));
     };
     size_t width = 0;
     for (const auto& row : rows) width = std::max(width, row.size());
@@ -309,7 +335,8 @@ class GrpcClient : public LlmClient {
     if (r.end_id) per_row_i32("end_id", static_cast<int32_t>(*r.end_id));
     if (r.seed) {
       std::vector<uint64_t> seeds(b, static_cast<uint64_t>(*r.seed));
-      add("seed", "UINT64", {b, 1}, std::string(reinterpret_cast<const char*>(seeds.data()), seeds.size() * 8));
+      add("seed", "UINT64", {b, 1},
+          std::string(reinterpret_cast<const char*>(seeds.data()), seeds.size() * 8));
     }
     if (r.return_log_probs) per_row_bool("return_log_probs", true);
     if (r.return_context_logits) per_row_bool("return_context_logits", true);
@@ -322,8 +349,11 @@ class GrpcClient : public LlmClient {
     if (!stream->Write(q)) {
       out.end = Clock::now();
       grpc::Status s = stream->Finish();
-      out.status = UnavailableError("gRPC " + o_.host + ":" + std::to_string(o_.port) + ": " + s.error_message());
-      out.error_kind = s.error_code() == grpc::StatusCode::UNAVAILABLE ? "connect" : "grpc_" + std::to_string(s.error_code());
+      out.status = UnavailableError("gRPC " + o_.host + ":" + std::to_string(o_.port) + ": " +
+                                    s.error_message());
+      out.error_kind = s.error_code() == grpc::StatusCode::UNAVAILABLE
+                           ? "connect"
+                           : "grpc_" + std::to_string(s.error_code());
       return out;
     }
     stream->WritesDone();
@@ -357,7 +387,8 @@ class GrpcClient : public LlmClient {
         }
       }
       e.num_tokens = static_cast<int64_t>(e.token_ids.size());
-      const bool final = ir.parameters().count("triton_final_response") && ir.parameters().at("triton_final_response").bool_param();
+      const bool final = ir.parameters().count("triton_final_response") &&
+                         ir.parameters().at("triton_final_response").bool_param();
       if (ir.outputs_size() > 0) {
         out.events.push_back(e);
         if (!on_event(out.events.back())) {
@@ -371,8 +402,11 @@ class GrpcClient : public LlmClient {
     grpc::Status s = stream->Finish();
     out.end = Clock::now();
     if (out.status.ok() && !out.stopped_early && !s.ok()) {
-      out.status = UnavailableError("gRPC " + o_.host + ":" + std::to_string(o_.port) + ": " + s.error_message());
-      out.error_kind = s.error_code() == grpc::StatusCode::UNAVAILABLE ? "connect" : "grpc_" + std::to_string(s.error_code());
+      out.status = UnavailableError("gRPC " + o_.host + ":" + std::to_string(o_.port) + ": " +
+                                    s.error_message());
+      out.error_kind = s.error_code() == grpc::StatusCode::UNAVAILABLE
+                           ? "connect"
+                           : "grpc_" + std::to_string(s.error_code());
     }
     return out;
   }
@@ -393,10 +427,12 @@ int64_t GenOutcome::output_tokens() const {
 
 Status CheckTlsOptions(const ClientOptions& o) {
   if (o.tls_cert.empty() != o.tls_key.empty()) {
-    return InvalidArgumentError("a client certificate needs its key and a key its certificate (--tls-cert with --tls-key)");
+    return InvalidArgumentError(
+        "a client certificate needs its key and a key its certificate (--tls-cert with --tls-key)");
   }
   for (const std::string* f : {&o.tls_ca, &o.tls_cert, &o.tls_key}) {
-    if (!f->empty() && !ReadWholeFile(*f)) return InvalidArgumentError("cannot read TLS file '" + *f + "'");
+    if (!f->empty() && !ReadWholeFile(*f))
+      return InvalidArgumentError("cannot read TLS file '" + *f + "'");
   }
   if (!o.tls && (!o.tls_ca.empty() || !o.tls_cert.empty())) {
     return InvalidArgumentError("TLS files were given without --tls");
@@ -409,7 +445,8 @@ StatusOr<Protocol> ProtocolFromName(const std::string& name) {
   if (name == "grpc") return Protocol::kGrpc;
   if (name == "openai") return Protocol::kOpenAi;
   if (name == "openai-chat") return Protocol::kOpenAiChat;
-  return InvalidArgumentError("protocol must be http, grpc, openai or openai-chat, got '" + name + "'");
+  return InvalidArgumentError("protocol must be http, grpc, openai or openai-chat, got '" + name +
+                              "'");
 }
 
 std::unique_ptr<LlmClient> CreateClient(const ClientOptions& options) {

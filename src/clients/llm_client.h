@@ -28,8 +28,8 @@ StatusOr<Protocol> ProtocolFromName(const std::string& name);  // http|grpc|open
 
 struct GenRequest {
   std::string id;
-  std::string text;                    // HTTP and OpenAI targets
-  std::vector<int32_t> input_ids;      // gRPC (and HTTP to tensorrt_llm)
+  std::string text;                                   // HTTP and OpenAI targets
+  std::vector<int32_t> input_ids;                     // gRPC (and HTTP to tensorrt_llm)
   std::vector<std::vector<int32_t>> batch_input_ids;  // gRPC: several prompts in one request
   int32_t max_tokens = 16;
   bool streaming = true;
@@ -43,15 +43,15 @@ struct GenRequest {
 struct GenEvent {
   Clock::time_point time;
   int64_t batch_index = 0;
-  std::vector<int32_t> token_ids;  // gRPC / tensorrt_llm outputs
-  std::string text;                // text outputs
-  int64_t num_tokens = 0;          // tokens this event carries
+  std::vector<int32_t> token_ids;                    // gRPC / tensorrt_llm outputs
+  std::string text;                                  // text outputs
+  int64_t num_tokens = 0;                            // tokens this event carries
   std::map<std::string, std::vector<double>> extra;  // other numeric outputs (log-probs, logits)
 };
 
 struct GenOutcome {
-  Status status;               // not OK: error_kind says which kind
-  std::string error_kind;      // connect, http_<code>, grpc_<code>, stream_error, protocol
+  Status status;           // not OK: error_kind says which kind
+  std::string error_kind;  // connect, http_<code>, grpc_<code>, stream_error, protocol
   Clock::time_point start, end;
   std::vector<GenEvent> events;
   bool stopped_early = false;  // the caller's callback asked to stop
@@ -84,7 +84,8 @@ class LlmClient {
   virtual ~LlmClient() = default;
   // Sends one request; `on_event` sees every event as it arrives and may return false to stop
   // (the client closes the stream / cancels the call). Never throws; errors in the outcome.
-  virtual GenOutcome Generate(const GenRequest& request, const std::function<bool(const GenEvent&)>& on_event) = 0;
+  virtual GenOutcome Generate(const GenRequest& request,
+                              const std::function<bool(const GenEvent&)>& on_event) = 0;
 };
 
 std::unique_ptr<LlmClient> CreateClient(const ClientOptions& options);

@@ -13,11 +13,14 @@ namespace {
 constexpr size_t kMaxStatsKept = 1000;
 constexpr int32_t kMaxReturnSequences = 64;
 
-Status ValidateWords(const std::vector<std::vector<int32_t>>& words, int32_t vocab, const char* what) {
+Status ValidateWords(const std::vector<std::vector<int32_t>>& words, int32_t vocab,
+                     const char* what) {
   for (const auto& w : words) {
     if (w.empty()) return InvalidArgumentError(std::string(what) + " contain an empty word");
     for (int32_t id : w) {
-      if (id < 0 || id >= vocab) return InvalidArgumentError(std::string(what) + " contain token id " + std::to_string(id) + " outside the vocabulary");
+      if (id < 0 || id >= vocab)
+        return InvalidArgumentError(std::string(what) + " contain token id " + std::to_string(id) +
+                                    " outside the vocabulary");
     }
   }
   return OkStatus();
@@ -25,7 +28,8 @@ Status ValidateWords(const std::vector<std::vector<int32_t>>& words, int32_t voc
 
 }  // namespace
 
-Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config, std::unique_ptr<ModelRunner> draft)
+Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config,
+                   std::unique_ptr<ModelRunner> draft)
     : config_(config),
       runner_(std::move(runner)),
       vocab_size_(runner_->vocab_size()),
@@ -38,30 +42,37 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
   block_counts_ = blocks_.counts();
   if (draft && config.speculative_mode == SpeculativeMode::kDraftModel) {
     draft_runner_ = std::move(draft);
-    draft_blocks_ = std::make_unique<KvBlockManager>(BlockManagerConfig{draft_runner_->num_kv_blocks(), config.tokens_per_block, false});
+    draft_blocks_ = std::make_unique<KvBlockManager>(
+        BlockManagerConfig{draft_runner_->num_kv_blocks(), config.tokens_per_block, false});
     draft_block_counts_ = draft_blocks_->counts();
   }
   thread_ = std::thread([this] { Loop(); });
 }
 
-StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model, const ExecutorConfig& config, const Model* draft_model) {
+StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model,
+                                                     const ExecutorConfig& config,
+                                                     const Model* draft_model) {
   RETURN_IF_ERROR(config.Validate());
   return CreateWithRunner(std::make_unique<LocalModelRunner>(model, config), config, draft_model);
 }
 
-StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config,
+StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<ModelRunner> runner,
+                                                               const ExecutorConfig& config,
                                                                const Model* draft_model) {
   RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<ModelRunner> draft;
   if (config.speculative_mode == SpeculativeMode::kDraftModel) {
-    if (draft_model == nullptr) return InvalidArgumentError("speculative decoding mode draft_model needs a draft model");
+    if (draft_model == nullptr)
+      return InvalidArgumentError("speculative decoding mode draft_model needs a draft model");
     if (draft_model->config().vocab_size != runner->vocab_size()) {
-      return InvalidArgumentError("the draft model's vocabulary (" + std::to_string(draft_model->config().vocab_size) +
-                                  " tokens) differs from the model's (" + std::to_string(runner->vocab_size()) + ")");
+      return InvalidArgumentError(
+          "the draft model's vocabulary (" + std::to_string(draft_model->config().vocab_size) +
+          " tokens) differs from the model's (" + std::to_string(runner->vocab_size()) + ")");
     }
     // As many blocks as the target's (a draft's blocks are smaller), on the target's threads.
     ExecutorConfig dc = config;
-    dc.max_tokens_in_paged_kv_cache = static_cast<int64_t>(runner->num_kv_blocks()) * config.tokens_per_block;
+    dc.max_tokens_in_paged_kv_cache =
+        static_cast<int64_t>(runner->num_kv_blocks()) * config.tokens_per_block;
     draft = std::make_unique<LocalModelRunner>(*draft_model, dc, runner->pool());
   }
   return std::make_unique<Executor>(std::move(runner), config, std::move(draft));
@@ -74,101 +85,135 @@ Status Executor::Validate(const Request& r) const {
   if (prompt == 0) return InvalidArgumentError("the prompt is empty");
   int64_t table_rows = 0;
   if (r.prompt_table) {
-    if (r.prompt_table->empty() || r.prompt_table->size() % static_cast<size_t>(hidden_size_) != 0) {
-      return InvalidArgumentError("the prompt embedding table must be [rows, " + std::to_string(hidden_size_) + "] (the model's hidden size)");
+    if (r.prompt_table->empty() ||
+        r.prompt_table->size() % static_cast<size_t>(hidden_size_) != 0) {
+      return InvalidArgumentError("the prompt embedding table must be [rows, " +
+                                  std::to_string(hidden_size_) + "] (the model's hidden size)");
     }
     table_rows = static_cast<int64_t>(r.prompt_table->size()) / hidden_size_;
   }
   for (int32_t id : r.prompt_ids) {
     if (id < 0 || id >= vocab_size_ + table_rows) {
-      return InvalidArgumentError("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(vocab_size_) + ")" +
-                                  (table_rows > 0 ? " and the prompt embedding table (" + std::to_string(table_rows) + " rows)" : std::string()));
+      return InvalidArgumentError(
+          "prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
+          std::to_string(vocab_size_) + ")" +
+          (table_rows > 0
+               ? " and the prompt embedding table (" + std::to_string(table_rows) + " rows)"
+               : std::string()));
     }
   }
   if (r.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
   if (prompt >= context_length_) {
-    return InvalidArgumentError("prompt (" + std::to_string(prompt) + " tokens) exceeds the maximum input length " +
-                                std::to_string(context_length_ - 1) + " (the model's context length is " +
-                                std::to_string(context_length_) + ")");
+    return InvalidArgumentError(
+        "prompt (" + std::to_string(prompt) + " tokens) exceeds the maximum input length " +
+        std::to_string(context_length_ - 1) + " (the model's context length is " +
+        std::to_string(context_length_) + ")");
   }
   if (prompt + r.max_tokens > context_length_) {
-    return InvalidArgumentError("prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
-                                ") exceeds the model's context length " + std::to_string(context_length_));
+    return InvalidArgumentError("prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" +
+                                std::to_string(r.max_tokens) +
+                                ") exceeds the model's context length " +
+                                std::to_string(context_length_));
   }
   RETURN_IF_ERROR(r.sampling.Validate());
   if (r.lora && r.lora->num_layers() != runner_->num_layers()) {
-    return InvalidArgumentError("the LoRA adapter was built for " + std::to_string(r.lora->num_layers()) + " layers; the model has " +
+    return InvalidArgumentError("the LoRA adapter was built for " +
+                                std::to_string(r.lora->num_layers()) + " layers; the model has " +
                                 std::to_string(runner_->num_layers()));
   }
   if (r.num_return_sequences < 1 || r.num_return_sequences > kMaxReturnSequences) {
-    return InvalidArgumentError("num_return_sequences must be in [1, " + std::to_string(kMaxReturnSequences) + "]");
+    return InvalidArgumentError("num_return_sequences must be in [1, " +
+                                std::to_string(kMaxReturnSequences) + "]");
   }
   if (r.beam_width < 1) return InvalidArgumentError("beam_width must be >= 1");
   if (r.beam_width > config_.max_beam_width) {
-    return InvalidArgumentError("beam_width " + std::to_string(r.beam_width) + " exceeds max_beam_width " +
+    return InvalidArgumentError("beam_width " + std::to_string(r.beam_width) +
+                                " exceeds max_beam_width " +
                                 std::to_string(config_.max_beam_width));
   }
   if (r.beam_width > 1) {
     if (r.num_return_sequences > r.beam_width) {
-      return InvalidArgumentError("num_return_sequences (" + std::to_string(r.num_return_sequences) +
-                                  ") must not exceed beam_width (" + std::to_string(r.beam_width) + ")");
+      return InvalidArgumentError(
+          "num_return_sequences (" + std::to_string(r.num_return_sequences) +
+          ") must not exceed beam_width (" + std::to_string(r.beam_width) + ")");
     }
-    if (r.return_generation_logits) return InvalidArgumentError("generation logits are not returned with beam search (beam_width > 1)");
-    if (!r.draft_tokens.empty()) return InvalidArgumentError("draft tokens cannot be verified with beam search (beam_width > 1)");
-    if (!std::isfinite(r.length_penalty)) return InvalidArgumentError("length_penalty must be finite");
+    if (r.return_generation_logits)
+      return InvalidArgumentError(
+          "generation logits are not returned with beam search (beam_width > 1)");
+    if (!r.draft_tokens.empty())
+      return InvalidArgumentError(
+          "draft tokens cannot be verified with beam search (beam_width > 1)");
+    if (!std::isfinite(r.length_penalty))
+      return InvalidArgumentError("length_penalty must be finite");
     if (!std::isfinite(r.beam_search_diversity_rate) || r.beam_search_diversity_rate < 0) {
       return InvalidArgumentError("beam_search_diversity_rate must be >= 0");
     }
     if (r.early_stopping < 0) return InvalidArgumentError("early_stopping must be >= 0");
-    if (r.guide) return InvalidArgumentError("guided decoding is not supported with beam search (beam_width > 1)");
+    if (r.guide)
+      return InvalidArgumentError(
+          "guided decoding is not supported with beam search (beam_width > 1)");
   }
-  if (r.guide && !r.draft_tokens.empty()) return InvalidArgumentError("draft tokens cannot be verified with guided decoding");
+  if (r.guide && !r.draft_tokens.empty())
+    return InvalidArgumentError("draft tokens cannot be verified with guided decoding");
   if (r.min_tokens < 0) return InvalidArgumentError("min_tokens must be >= 0");
-  if (!(r.priority >= 0 && r.priority <= 1)) return InvalidArgumentError("priority must be in [0, 1]");
+  if (!(r.priority >= 0 && r.priority <= 1))
+    return InvalidArgumentError("priority must be in [0, 1]");
   if (r.timeout_ms < 0) return InvalidArgumentError("timeout must be >= 0");
-  if (r.kv_retention_priority < 0 || r.kv_retention_priority > 100) return InvalidArgumentError("kv retention priority must be in [0, 100]");
-  if (r.end_id >= vocab_size_ || r.end_id < -1) return InvalidArgumentError("end_id " + std::to_string(r.end_id) + " is outside the vocabulary");
+  if (r.kv_retention_priority < 0 || r.kv_retention_priority > 100)
+    return InvalidArgumentError("kv retention priority must be in [0, 100]");
+  if (r.end_id >= vocab_size_ || r.end_id < -1)
+    return InvalidArgumentError("end_id " + std::to_string(r.end_id) +
+                                " is outside the vocabulary");
   RETURN_IF_ERROR(ValidateWords(r.stop_words, vocab_size_, "stop words"));
   RETURN_IF_ERROR(ValidateWords(r.bad_words, vocab_size_, "bad words"));
   if (static_cast<int64_t>(r.draft_tokens.size()) > kMaxDraftTokens) {
-    return InvalidArgumentError("the request holds " + std::to_string(r.draft_tokens.size()) + " draft tokens; at most " +
-                                std::to_string(kMaxDraftTokens) + " are verified per step");
+    return InvalidArgumentError("the request holds " + std::to_string(r.draft_tokens.size()) +
+                                " draft tokens; at most " + std::to_string(kMaxDraftTokens) +
+                                " are verified per step");
   }
   for (int32_t id : r.draft_tokens) {
-    if (id < 0 || id >= vocab_size_) return InvalidArgumentError("draft token id " + std::to_string(id) + " is outside the vocabulary");
+    if (id < 0 || id >= vocab_size_)
+      return InvalidArgumentError("draft token id " + std::to_string(id) +
+                                  " is outside the vocabulary");
   }
   if (!r.draft_logits.empty()) {
     if (r.draft_logits.size() != r.draft_tokens.size() * static_cast<size_t>(vocab_size_)) {
-      return InvalidArgumentError("draft_logits must be [" + std::to_string(r.draft_tokens.size()) + ", " + std::to_string(vocab_size_) +
+      return InvalidArgumentError("draft_logits must be [" + std::to_string(r.draft_tokens.size()) +
+                                  ", " + std::to_string(vocab_size_) +
                                   "]: one row of the vocabulary's logits per draft token");
     }
     for (size_t row = 0; row < r.draft_tokens.size(); ++row) {
       bool finite = false;
       for (int32_t v = 0; v < vocab_size_; ++v) {
         const float x = r.draft_logits[row * vocab_size_ + v];
-        if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) return InvalidArgumentError("draft_logits hold NaN or +inf");
+        if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+          return InvalidArgumentError("draft_logits hold NaN or +inf");
         finite = finite || std::isfinite(x);
       }
       if (!finite) return InvalidArgumentError("a draft_logits row has no finite logit");
     }
   }
   if (r.num_draft_tokens < -1 || r.num_draft_tokens > kMaxDraftTokens) {
-    return InvalidArgumentError("num_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
+    return InvalidArgumentError("num_draft_tokens must be in [0, " +
+                                std::to_string(kMaxDraftTokens) + "]");
   }
   if (!config_.enable_chunked_context && prompt > config_.max_num_tokens) {
-    return InvalidArgumentError("prompt of " + std::to_string(prompt) + " tokens exceeds max_num_tokens " +
-                                std::to_string(config_.max_num_tokens) + " (enable chunked context to split it)");
+    return InvalidArgumentError(
+        "prompt of " + std::to_string(prompt) + " tokens exceeds max_num_tokens " +
+        std::to_string(config_.max_num_tokens) + " (enable chunked context to split it)");
   }
   // Blocks the request needs at once: the whole request under guaranteed_no_evict, one
   // sequence under max_utilization (its siblings can wait or be paused).
   const int64_t tpb = config_.tokens_per_block;
   const int64_t lifetime = (prompt + r.max_tokens + tpb - 1) / tpb;
   int64_t need = lifetime;
-  if (config_.policy == CapacityPolicy::kGuaranteedNoEvict) need += (r.num_return_sequences - 1) * (lifetime - prompt / tpb);
+  if (config_.policy == CapacityPolicy::kGuaranteedNoEvict)
+    need += (r.num_return_sequences - 1) * (lifetime - prompt / tpb);
   if (r.beam_width > 1) need = r.beam_width * lifetime;  // all beams resident to advance
   if (need > num_kv_blocks_) {
-    return InvalidArgumentError("the request needs " + std::to_string(need) + " KV cache blocks of " + std::to_string(tpb) +
-                                " tokens but the whole cache has " + std::to_string(num_kv_blocks_));
+    return InvalidArgumentError(
+        "the request needs " + std::to_string(need) + " KV cache blocks of " + std::to_string(tpb) +
+        " tokens but the whole cache has " + std::to_string(num_kv_blocks_));
   }
   return OkStatus();
 }
@@ -178,8 +223,9 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
   // warning); only a prompt that leaves no room is refused (by Validate).
   const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
   if (prompt > 0 && prompt < context_length_ && prompt + request.max_tokens > context_length_) {
-    INFLIGHT_LOG(kWarning) << "max_tokens " << request.max_tokens << " + prompt " << prompt << " exceeds the context length "
-                           << context_length_ << "; max_tokens clamped to " << context_length_ - prompt;
+    INFLIGHT_LOG(kWarning) << "max_tokens " << request.max_tokens << " + prompt " << prompt
+                           << " exceeds the context length " << context_length_
+                           << "; max_tokens clamped to " << context_length_ - prompt;
     request.max_tokens = static_cast<int32_t>(context_length_ - prompt);
   }
   RETURN_IF_ERROR(Health());
@@ -188,19 +234,22 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
     // Virtual tokens mean this table's rows: prefix reuse only among equal tables.
     uint64_t h = 1469598103934665603ull;
     const auto* bytes = reinterpret_cast<const unsigned char*>(request.prompt_table->data());
-    for (size_t i = 0; i < request.prompt_table->size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    for (size_t i = 0; i < request.prompt_table->size() * sizeof(float); ++i)
+      h = (h ^ bytes[i]) * 1099511628211ull;
     request.cache_salt = (request.cache_salt ^ h) | 1;
   }
   if (request.lora) {
     // KV computed with an adapter is the adapter's own: prefix reuse only within one task.
-    request.cache_salt = (request.cache_salt ^ 0x6c6f7261ull) * 0x9e3779b97f4a7c15ull + request.lora_task_id + 1;
+    request.cache_salt =
+        (request.cache_salt ^ 0x6c6f7261ull) * 0x9e3779b97f4a7c15ull + request.lora_task_id + 1;
     if (request.cache_salt == 0) request.cache_salt = 1;
   }
   if (request.arrival_time == Clock::time_point{}) request.arrival_time = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return UnavailableError("the executor is shut down");
   if (config_.max_queue_size > 0 && num_queued_.load() >= config_.max_queue_size) {
-    return ResourceExhaustedError("Maximum queue size of " + std::to_string(config_.max_queue_size) +
+    return ResourceExhaustedError("Maximum queue size of " +
+                                  std::to_string(config_.max_queue_size) +
                                   " has been reached, please try again later");
   }
   const RequestId id = next_id_++;
@@ -286,7 +335,9 @@ void Executor::Loop() {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || !submissions_.empty() || !cancels_.empty() || !requests_.empty(); });
+      wake_.wait(lock, [&] {
+        return stop_ || !submissions_.empty() || !cancels_.empty() || !requests_.empty();
+      });
       stopping = stop_;
       submissions.swap(submissions_);
       cancels.swap(cancels_);
@@ -330,7 +381,8 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
     // A client's drafts are verified with the prompt's last chunk (sibling sequences fork from
     // the prompt alone, so not for num_return_sequences > 1).
     if (r.num_return_sequences == 1 && r.beam_width == 1) seq->draft = r.draft_tokens;
-    if (r.return_context_logits) rs->context_logits.resize(static_cast<size_t>(seq->prompt_len) * vocab_size_);
+    if (r.return_context_logits)
+      rs->context_logits.resize(static_cast<size_t>(seq->prompt_len) * vocab_size_);
     scheduler_.AddWaiting(seq.get());
     rs->sequences.push_back(std::move(seq));
     requests_.emplace(id, std::move(rs));
@@ -352,7 +404,8 @@ void Executor::HandleCancellationsAndTimeouts(const std::vector<RequestId>& canc
   };
   for (RequestId id : cancels) {
     auto it = requests_.find(id);
-    if (it != requests_.end() && it->second->num_finished < static_cast<int32_t>(it->second->sequences.size())) {
+    if (it != requests_.end() &&
+        it->second->num_finished < static_cast<int32_t>(it->second->sequences.size())) {
       end_request(it->second.get(), FinishReason::kCancelled);
     }
   }
@@ -372,13 +425,16 @@ void Executor::RunStep() {
   if (out.chunks.empty()) {
     if (scheduler_.running().empty() && !scheduler_.waiting().empty()) {
       // Enqueue's checks make this unreachable; never leave a request waiting forever.
-      FailRequest(scheduler_.waiting().front()->request,
-                  ResourceExhaustedError("the request cannot be scheduled with the KV cache and token budget configured"));
+      FailRequest(
+          scheduler_.waiting().front()->request,
+          ResourceExhaustedError(
+              "the request cannot be scheduled with the KV cache and token budget configured"));
     }
     RecordStats(out, start, 0, 0, 0);
     return;
   }
-  scheduler_.FinishCopies([&](int32_t src, int32_t dst, int32_t n) { runner_->CopyBlockPrefix(src, dst, n); });
+  scheduler_.FinishCopies(
+      [&](int32_t src, int32_t dst, int32_t n) { runner_->CopyBlockPrefix(src, dst, n); });
   plan_.chunks.clear();
   context_rows_.clear();
   int64_t rows = 0;
@@ -390,7 +446,8 @@ void Executor::RunStep() {
     if (c.num_draft > 0) {
       // The draft tokens run after the sequence's own: one contiguous run of ids.
       seq->step_tokens.assign(seq->tokens.begin() + seq->num_computed, seq->tokens.end());
-      seq->step_tokens.insert(seq->step_tokens.end(), seq->draft.begin(), seq->draft.begin() + c.num_draft);
+      seq->step_tokens.insert(seq->step_tokens.end(), seq->draft.begin(),
+                              seq->draft.begin() + c.num_draft);
       ch.token_ids = seq->step_tokens.data();
     }
     ch.num_tokens = c.num_tokens + c.num_draft;
@@ -398,14 +455,16 @@ void Executor::RunStep() {
     ch.lora = seq->request->request.lora.get();
     if (const auto& table = seq->request->request.prompt_table) {
       ch.prompt_table = table->data();
-      ch.prompt_table_rows = static_cast<int32_t>(table->size() / static_cast<size_t>(hidden_size_));
+      ch.prompt_table_rows =
+          static_cast<int32_t>(table->size() / static_cast<size_t>(hidden_size_));
     }
     ch.block_table = seq->blocks.data();
     ch.num_blocks = static_cast<int32_t>(seq->blocks.size());
     // Context logits of the prompt's first pass; the last token's row and each draft's row
     // choose tokens.
     const bool all_logits = seq->index == 0 && seq->request->request.return_context_logits &&
-                            seq->num_computed == seq->request->num_context_logits && seq->num_computed < seq->prompt_len;
+                            seq->num_computed == seq->request->num_context_logits &&
+                            seq->num_computed < seq->prompt_len;
     ch.num_logits = all_logits ? ch.num_tokens : 1 + c.num_draft;
     rows += ch.num_logits;
     plan_.chunks.push_back(ch);
@@ -424,13 +483,16 @@ void Executor::RunStep() {
   }
   const Clock::time_point forward_start = Clock::now();
   const Status st = runner_->Forward(plan_, logits_.data());
-  last_forward_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
+  last_forward_ms_ =
+      std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
   if (context_seqs == 0 && gen_seqs > 0) {
     // A decode step's time as if it verified no drafts: what a draft pass is weighed against.
     int64_t drafts = 0;
     for (const ScheduledChunk& c : out.chunks) drafts += c.num_draft;
-    const double plain_ms = last_forward_ms_ / (1.0 + kVerifyCost * static_cast<double>(drafts) / gen_seqs);
-    target_forward_ms_ = target_forward_ms_ == 0 ? plain_ms : 0.9 * target_forward_ms_ + 0.1 * plain_ms;
+    const double plain_ms =
+        last_forward_ms_ / (1.0 + kVerifyCost * static_cast<double>(drafts) / gen_seqs);
+    target_forward_ms_ =
+        target_forward_ms_ == 0 ? plain_ms : 0.9 * target_forward_ms_ + 0.1 * plain_ms;
   }
   if (!st.ok()) {
     for (const ScheduledChunk& c : out.chunks) {
@@ -442,7 +504,8 @@ void Executor::RunStep() {
   int64_t row = 0;
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     const SequenceChunk& ch = plan_.chunks[i];
-    ProcessChunk(out.chunks[i], context_rows_[i], logits_.data() + row * vocab_size_, ch.num_logits);
+    ProcessChunk(out.chunks[i], context_rows_[i], logits_.data() + row * vocab_size_,
+                 ch.num_logits);
     row += ch.num_logits;
   }
   SampleAll();
@@ -457,12 +520,15 @@ void Executor::RunStep() {
   RecordStats(out, start, context_seqs, context_tokens, gen_seqs);
 }
 
-void Executor::ProcessChunk(const ScheduledChunk& c, int64_t context_rows, const float* logits, int64_t rows) {
+void Executor::ProcessChunk(const ScheduledChunk& c, int64_t context_rows, const float* logits,
+                            int64_t rows) {
   Sequence* seq = c.seq;
   RequestState* rs = seq->request;
   if (context_rows > 0) {
     const int64_t keep = std::min<int64_t>(context_rows, seq->prompt_len - rs->num_context_logits);
-    std::copy(logits, logits + keep * vocab_size_, rs->context_logits.begin() + static_cast<int64_t>(rs->num_context_logits) * vocab_size_);
+    std::copy(
+        logits, logits + keep * vocab_size_,
+        rs->context_logits.begin() + static_cast<int64_t>(rs->num_context_logits) * vocab_size_);
     rs->num_context_logits += static_cast<int32_t>(keep);
   }
   seq->num_computed += c.num_tokens;
@@ -476,13 +542,17 @@ void Executor::ProcessChunk(const ScheduledChunk& c, int64_t context_rows, const
   to_sample_.push_back({seq, logits + (rows - 1 - c.num_draft) * vocab_size_, c.num_draft});
 }
 
-SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft, const float* draft_probs) {
+SampledToken Executor::DrawNext(Sequence* seq, const float* logits_row, float* scratch,
+                                int32_t draft, const float* draft_probs) {
   const Request& r = seq->request->request;
-  if (r.return_generation_logits) seq->generation_logits.insert(seq->generation_logits.end(), logits_row, logits_row + vocab_size_);
+  if (r.return_generation_logits)
+    seq->generation_logits.insert(seq->generation_logits.end(), logits_row,
+                                  logits_row + vocab_size_);
   const bool ban_end = r.end_id >= 0 && seq->num_generated() < r.min_tokens;
   if (r.bad_words.empty() && !ban_end && !seq->sampler.modifies_logits() && !seq->constraint) {
     // Nothing to write into the row: sample it where it is (no copy of the vocabulary).
-    return seq->sampler.SampleWithDraft(const_cast<float*>(logits_row), vocab_size_, draft, draft_probs);
+    return seq->sampler.SampleWithDraft(const_cast<float*>(logits_row), vocab_size_, draft,
+                                        draft_probs);
   }
   float* x = scratch;
   std::copy(logits_row, logits_row + vocab_size_, x);
@@ -503,7 +573,8 @@ void Executor::BanTokens(const Sequence& seq, float* logits) const {
   for (const auto& w : r.bad_words) {
     const size_t prefix = w.size() - 1;
     if (prefix > seq.tokens.size()) continue;
-    if (std::equal(w.begin(), w.end() - 1, seq.tokens.end() - static_cast<std::ptrdiff_t>(prefix))) logits[w.back()] = kBanned;
+    if (std::equal(w.begin(), w.end() - 1, seq.tokens.end() - static_cast<std::ptrdiff_t>(prefix)))
+      logits[w.back()] = kBanned;
   }
   if (r.end_id >= 0 && seq.num_generated() < r.min_tokens) logits[r.end_id] = kBanned;
 }
@@ -515,7 +586,8 @@ void Executor::AcceptToken(Sequence* seq, const SampledToken& t) {
   if (rs->stats.first_token_time == Clock::time_point{}) rs->stats.first_token_time = now;
   rs->stats.last_token_time = now;
   if (t.id == r.end_id || t.id < 0) {
-    if (r.return_generation_logits) seq->generation_logits.resize(seq->generation_logits.size() - vocab_size_);
+    if (r.return_generation_logits)
+      seq->generation_logits.resize(seq->generation_logits.size() - vocab_size_);
     FinishSequence(seq, FinishReason::kEndId);
     return;
   }
@@ -533,7 +605,8 @@ void Executor::AcceptToken(Sequence* seq, const SampledToken& t) {
   }
   if (seq->num_generated() >= r.min_tokens && StopWordMatched(*seq)) {
     FinishSequence(seq, FinishReason::kStopWords);
-  } else if (seq->num_generated() >= r.max_tokens || static_cast<int32_t>(seq->tokens.size()) >= context_length_) {
+  } else if (seq->num_generated() >= r.max_tokens ||
+             static_cast<int32_t>(seq->tokens.size()) >= context_length_) {
     FinishSequence(seq, FinishReason::kLength);
   }
 }
@@ -545,7 +618,8 @@ void Executor::SampleAll() {
   drawn_.resize(n);
   ThreadPool* pool = runner_->pool();
   const int threads = pool != nullptr && n > 1 ? pool->num_threads() : 1;
-  if (sample_rows_.size() < static_cast<size_t>(threads) * vocab_size_) sample_rows_.resize(static_cast<size_t>(threads) * vocab_size_);
+  if (sample_rows_.size() < static_cast<size_t>(threads) * vocab_size_)
+    sample_rows_.resize(static_cast<size_t>(threads) * vocab_size_);
   auto draw = [&](int ti, int nt) {
     for (int64_t i = n * ti / nt; i < n * (ti + 1) / nt; ++i) {
       float* scratch = sample_rows_.data() + static_cast<size_t>(ti) * vocab_size_;
@@ -559,8 +633,10 @@ void Executor::SampleAll() {
       }
     }
   };
-  if (threads > 1) pool->Run(draw);
-  else draw(0, 1);
+  if (threads > 1)
+    pool->Run(draw);
+  else
+    draw(0, 1);
   for (int64_t i = 0; i < n; ++i) {
     Sequence* seq = to_sample_[i].seq;
     RequestState* rs = seq->request;
@@ -585,7 +661,8 @@ bool Executor::StopWordMatched(const Sequence& seq) const {
   const int32_t gen = seq.num_generated();
   for (const auto& w : seq.request->request.stop_words) {
     if (static_cast<int32_t>(w.size()) > gen) continue;
-    if (std::equal(w.begin(), w.end(), seq.tokens.end() - static_cast<std::ptrdiff_t>(w.size()))) return true;
+    if (std::equal(w.begin(), w.end(), seq.tokens.end() - static_cast<std::ptrdiff_t>(w.size())))
+      return true;
   }
   return false;
 }
@@ -654,7 +731,7 @@ void Executor::Publish(Sequence* seq) {
   const Request& r = rs->request;
   const bool finished = seq->state == SequenceState::kFinished;
   if (seq->num_published < 0) return;  // its final result is out
-  if (r.beam_width > 1) return;          // beams go out together (PublishBeams)
+  if (r.beam_width > 1) return;        // beams go out together (PublishBeams)
   const int32_t gen = seq->num_generated();
   if (!finished && (!r.streaming || gen == seq->num_published)) return;
   Result res;
@@ -665,10 +742,13 @@ void Executor::Publish(Sequence* seq) {
   res.finish_reason = seq->finish;
   res.is_sequence_final = finished;
   const int32_t from = r.streaming ? seq->num_published : 0;
-  if (!r.streaming && !r.exclude_input_in_output) res.output_token_ids.assign(seq->tokens.begin(), seq->tokens.begin() + seq->prompt_len);
-  res.output_token_ids.insert(res.output_token_ids.end(), seq->tokens.begin() + seq->prompt_len + from, seq->tokens.end());
+  if (!r.streaming && !r.exclude_input_in_output)
+    res.output_token_ids.assign(seq->tokens.begin(), seq->tokens.begin() + seq->prompt_len);
+  res.output_token_ids.insert(res.output_token_ids.end(),
+                              seq->tokens.begin() + seq->prompt_len + from, seq->tokens.end());
   if (r.return_log_probs) res.log_probs.assign(seq->log_probs.begin() + from, seq->log_probs.end());
-  if (r.sampling.num_top_logprobs > 0) res.top_logprobs.assign(seq->top_logprobs.begin() + from, seq->top_logprobs.end());
+  if (r.sampling.num_top_logprobs > 0)
+    res.top_logprobs.assign(seq->top_logprobs.begin() + from, seq->top_logprobs.end());
   res.cum_log_prob = seq->cum_log_prob;
   if (r.return_generation_logits) res.generation_logits.swap(seq->generation_logits);
   if (seq->index == 0 && r.return_context_logits && !rs->context_logits_sent &&
@@ -677,11 +757,13 @@ void Executor::Publish(Sequence* seq) {
     rs->context_logits_sent = true;
   }
   seq->num_published = finished ? -1 : gen;  // -1: the final result is out
-  const bool all_done = rs->forked && rs->num_finished == static_cast<int32_t>(rs->sequences.size());
+  const bool all_done =
+      rs->forked && rs->num_finished == static_cast<int32_t>(rs->sequences.size());
   if (finished && all_done) {
     // The request's last result: only once every sibling has published its own.
     bool others_out = true;
-    for (auto& s : rs->sequences) others_out = others_out && (s.get() == seq || s->num_published < 0);
+    for (auto& s : rs->sequences)
+      others_out = others_out && (s.get() == seq || s->num_published < 0);
     res.is_final = others_out;
   }
   if (res.is_final) res.stats = rs->stats;
@@ -690,7 +772,8 @@ void Executor::Publish(Sequence* seq) {
 
 void Executor::FailRequest(RequestState* rs, const Status& error) {
   for (auto& seq : rs->sequences) {
-    if (seq->state != SequenceState::kFinished) FinishSequence(seq.get(), FinishReason::kNotFinished);
+    if (seq->state != SequenceState::kFinished)
+      FinishSequence(seq.get(), FinishReason::kNotFinished);
     seq->num_published = -1;
   }
   rs->forked = true;
@@ -735,7 +818,8 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   s.num_paused = static_cast<int32_t>(out.paused.size());
   s.num_paused_total = scheduler_.num_paused_total();
   const BlockCounts c = blocks_.counts();
-  s.kv_blocks_total = c.total, s.kv_blocks_free = c.free, s.kv_blocks_used = c.used, s.kv_blocks_cached = c.cached;
+  s.kv_blocks_total = c.total, s.kv_blocks_free = c.free, s.kv_blocks_used = c.used,
+  s.kv_blocks_cached = c.cached;
   s.kv_blocks_reused = out.num_reused_blocks;
   s.kv_tokens_partially_reused = out.num_partially_reused_tokens;
   s.waiting_for_kv_cache = out.waiting_for_kv_cache;

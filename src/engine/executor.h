@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "engine/executor_config.h"
-#include "engine/output_stream.h"
 #include "engine/model_runner.h"
+#include "engine/output_stream.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -41,15 +41,18 @@ class Executor {
  public:
   // Starts the engine thread over `runner` (owned); `draft` runs the draft model when
   // config.speculative_mode is kDraftModel.
-  Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config, std::unique_ptr<ModelRunner> draft = nullptr);
+  Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config,
+           std::unique_ptr<ModelRunner> draft = nullptr);
   // A LocalModelRunner over `model` (which must outlive the executor), and one over
   // `draft_model` on the same compute threads when speculative_mode is kDraftModel (it must
   // share the vocabulary).
-  static StatusOr<std::unique_ptr<Executor>> Create(const Model& model, const ExecutorConfig& config,
+  static StatusOr<std::unique_ptr<Executor>> Create(const Model& model,
+                                                    const ExecutorConfig& config,
                                                     const Model* draft_model = nullptr);
   // The same over any runner (e.g. a tensor/pipeline-parallel one); the draft model runs on the
   // runner's compute threads.
-  static StatusOr<std::unique_ptr<Executor>> CreateWithRunner(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config,
+  static StatusOr<std::unique_ptr<Executor>> CreateWithRunner(std::unique_ptr<ModelRunner> runner,
+                                                              const ExecutorConfig& config,
                                                               const Model* draft_model = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
@@ -91,7 +94,6 @@ class Executor {
   int64_t num_queued_requests() const { return num_queued_.load(); }
 
  private:
-
   Status Validate(const Request& r) const;
   void Loop();
   void Admit(std::vector<std::pair<RequestId, Request>>& submissions);
@@ -101,17 +103,20 @@ class Executor {
   int32_t DraftLength(const Sequence& seq) const;
   void ProposeWithDraftModel();
   void ReleaseDraftBlocks(Sequence* seq);
-  void ProcessChunk(const ScheduledChunk& chunk, int64_t context_rows, const float* logits, int64_t rows);
+  void ProcessChunk(const ScheduledChunk& chunk, int64_t context_rows, const float* logits,
+                    int64_t rows);
   void BanTokens(const Sequence& seq, float* logits) const;
   // Beam search (executor_beam.cc).
   void BeamCandidates(Sequence* seq, const float* logits_row, float* scratch);
   void AdvanceBeams(RequestState* rs);
-  void AddHypothesis(RequestState* rs, const Sequence& parent, int32_t token, float log_prob, FinishReason reason);
+  void AddHypothesis(RequestState* rs, const Sequence& parent, int32_t token, float log_prob,
+                     FinishReason reason);
   void FinishBeams(RequestState* rs, FinishReason live_reason);
   void PublishBeams(RequestState* rs, bool final);
   SampledToken DrawNext(Sequence* seq, const float* logits_row, float* scratch, int32_t draft = -1,
                         const float* draft_probs = nullptr);
-  void VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch, std::vector<SampledToken>* out);
+  void VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch,
+                    std::vector<SampledToken>* out);
   void AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn, int32_t num_draft);
   void AcceptToken(Sequence* seq, const SampledToken& token);
   void SampleAll();
@@ -122,8 +127,8 @@ class Executor {
   void Deliver(RequestState* rs, Result&& result);
   void FailRequest(RequestState* rs, const Status& error);
   void RetireFinished();
-  void RecordStats(const ScheduleOutput& out, Clock::time_point start, int32_t context_seqs, int32_t context_tokens,
-                   int32_t gen_seqs);
+  void RecordStats(const ScheduleOutput& out, Clock::time_point start, int32_t context_seqs,
+                   int32_t context_tokens, int32_t gen_seqs);
 
   // A target step's extra cost per verified draft token, against a one-token decode step (~5%
   // on a memory-bound decode: spec_bench measures 4 drafts at ~1.1-1.3x).
@@ -152,8 +157,8 @@ class Executor {
   std::vector<RequestState*> touched_;  // requests with results to publish this step
   BatchPlan plan_;
   std::vector<int32_t> context_rows_;  // per chunk of plan_: leading rows that are context logits
-  std::vector<float> logits_;       // [rows, vocab]
-  std::vector<float> sample_row_;   // [vocab]
+  std::vector<float> logits_;          // [rows, vocab]
+  std::vector<float> sample_row_;      // [vocab]
   struct PendingSample {
     Sequence* seq;
     const float* row;   // its logits row of this step (then one row per draft token)

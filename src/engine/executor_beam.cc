@@ -31,10 +31,12 @@ void Executor::BeamCandidates(Sequence* seq, const float* logits_row, float* scr
   seq->sampler.ApplyPenaltiesTo(scratch, vocab_size_);
   // 2 * beam_width candidates per beam: after at most beam_width end tokens among the overall
   // best, beam_width continuations remain.
-  TopLogProbs(scratch, vocab_size_, r.sampling.temperature, 2 * r.beam_width, &seq->beam_candidates);
+  TopLogProbs(scratch, vocab_size_, r.sampling.temperature, 2 * r.beam_width,
+              &seq->beam_candidates);
 }
 
-void Executor::AddHypothesis(RequestState* rs, const Sequence& parent, int32_t token, float log_prob, FinishReason reason) {
+void Executor::AddHypothesis(RequestState* rs, const Sequence& parent, int32_t token,
+                             float log_prob, FinishReason reason) {
   BeamHypothesis h;
   h.tokens.assign(parent.tokens.begin() + parent.prompt_len, parent.tokens.end());
   h.log_probs = parent.log_probs;
@@ -55,7 +57,8 @@ void Executor::AddHypothesis(RequestState* rs, const Sequence& parent, int32_t t
   const size_t width = static_cast<size_t>(rs->request.beam_width);
   if (hyps.size() >= width && h.score <= hyps.back().score) return;
   // After the equal scores already in: earlier hypotheses win ties.
-  auto at = std::upper_bound(hyps.begin(), hyps.end(), h.score, [](float s, const BeamHypothesis& x) { return s > x.score; });
+  auto at = std::upper_bound(hyps.begin(), hyps.end(), h.score,
+                             [](float s, const BeamHypothesis& x) { return s > x.score; });
   hyps.insert(at, std::move(h));
   if (hyps.size() > width) hyps.pop_back();
 }
@@ -66,7 +69,8 @@ void Executor::AdvanceBeams(RequestState* rs) {
   std::vector<Sequence*> live;
   for (auto& s : rs->sequences) {
     if (s->state == SequenceState::kFinished) continue;
-    if (!s->beam_reported || s->state != SequenceState::kRunning || s->num_uncomputed() != 0) return;
+    if (!s->beam_reported || s->state != SequenceState::kRunning || s->num_uncomputed() != 0)
+      return;
     live.push_back(s.get());
   }
   if (live.empty()) return;
@@ -85,11 +89,14 @@ void Executor::AdvanceBeams(RequestState* rs) {
     const auto& cands = live[b]->beam_candidates;
     for (int32_t k = 0; k < static_cast<int32_t>(cands.size()); ++k) {
       const float cum = live[b]->cum_log_prob + cands[k].second;
-      candidates.push_back({cum - r.beam_search_diversity_rate * static_cast<float>(k), b, cands[k].first, cands[k].second});
+      candidates.push_back({cum - r.beam_search_diversity_rate * static_cast<float>(k), b,
+                            cands[k].first, cands[k].second});
     }
   }
   // Stable: ties keep beam order, then candidate rank.
-  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.rank_score > b.rank_score; });
+  std::stable_sort(
+      candidates.begin(), candidates.end(),
+      [](const Candidate& a, const Candidate& b) { return a.rank_score > b.rank_score; });
 
   // The best beam_width continuations go on; an ending candidate among the best beam_width
   // becomes a hypothesis (one ranked lower would have been beaten by a continuing beam).
@@ -126,13 +133,17 @@ void Executor::AdvanceBeams(RequestState* rs) {
       // (early_stopping 0) or at the longest length it may still reach (> 1, for a positive
       // length penalty, which favours longer hypotheses).
       float best = -std::numeric_limits<float>::infinity();
-      for (const Candidate& c : next) best = std::max(best, live[c.parent]->cum_log_prob + c.log_prob);
-      const int32_t length = r.early_stopping > 1 && r.length_penalty > 0 ? std::min(r.max_tokens, context_length_ - prompt_len) : generated;
+      for (const Candidate& c : next)
+        best = std::max(best, live[c.parent]->cum_log_prob + c.log_prob);
+      const int32_t length = r.early_stopping > 1 && r.length_penalty > 0
+                                 ? std::min(r.max_tokens, context_length_ - prompt_len)
+                                 : generated;
       done = hyps.back().score >= LengthPenalised(best, length, r.length_penalty);
     }
   }
   if (!done && at_length) {
-    for (const Candidate& c : next) AddHypothesis(rs, *live[c.parent], c.token, c.log_prob, FinishReason::kLength);
+    for (const Candidate& c : next)
+      AddHypothesis(rs, *live[c.parent], c.token, c.log_prob, FinishReason::kLength);
     done = true;
   }
   if (done) {
@@ -168,7 +179,8 @@ void Executor::AdvanceBeams(RequestState* rs) {
       auto fresh = std::make_unique<Sequence>(rs, static_cast<int32_t>(rs->sequences.size()), sp);
       fresh->order = parent->order;
       fresh->ever_scheduled = true;
-      fresh->sampler.AddPromptTokens(r.prompt_ids.data(), static_cast<int64_t>(r.prompt_ids.size()));
+      fresh->sampler.AddPromptTokens(r.prompt_ids.data(),
+                                     static_cast<int64_t>(r.prompt_ids.size()));
       seq = fresh.get();
       scheduler_.AddRunning(seq);
       rs->sequences.push_back(std::move(fresh));
@@ -193,7 +205,8 @@ void Executor::AdvanceBeams(RequestState* rs) {
     seq->log_probs.push_back(next[j].log_prob);
     seq->cum_log_prob += next[j].log_prob;
     seq->beam_reported = false;
-    if (seq->sampler.modifies_logits()) seq->sampler.SetOutputTokens(seq->tokens.data() + seq->prompt_len, seq->num_generated());
+    if (seq->sampler.modifies_logits())
+      seq->sampler.SetOutputTokens(seq->tokens.data() + seq->prompt_len, seq->num_generated());
   }
   // Copy-on-write: the next step writes each beam's next token into its partial last block;
   // every beam but the last one sharing it gets its own copy.
@@ -219,7 +232,8 @@ void Executor::FinishBeams(RequestState* rs, FinishReason live_reason) {
   // Cancelled or timed out: the live beams count as hypotheses as they stand.
   if (live_reason != FinishReason::kNotFinished) {
     for (auto& s : rs->sequences) {
-      if (s->state != SequenceState::kFinished && (s->num_generated() > 0 || rs->beam_hypotheses.empty())) {
+      if (s->state != SequenceState::kFinished &&
+          (s->num_generated() > 0 || rs->beam_hypotheses.empty())) {
         AddHypothesis(rs, *s, -1, 0.0f, live_reason);
       }
     }
@@ -238,8 +252,8 @@ void Executor::PublishBeams(RequestState* rs, bool final) {
   res.request_id = rs->id;
   res.vocab_size = vocab_size_;
   res.decoding_iteration = static_cast<int32_t>(iteration_);
-  auto add = [&](const std::vector<int32_t>& generated, const std::vector<float>& log_probs, float cum, float score,
-                 FinishReason finish) {
+  auto add = [&](const std::vector<int32_t>& generated, const std::vector<float>& log_probs,
+                 float cum, float score, FinishReason finish) {
     BeamOutput b;
     if (!r.streaming && !r.exclude_input_in_output) b.output_token_ids = r.prompt_ids;
     b.output_token_ids.insert(b.output_token_ids.end(), generated.begin(), generated.end());
@@ -250,7 +264,8 @@ void Executor::PublishBeams(RequestState* rs, bool final) {
     res.beams.push_back(std::move(b));
   };
   if (final) {
-    const size_t n = std::min(rs->beam_hypotheses.size(), static_cast<size_t>(r.num_return_sequences));
+    const size_t n =
+        std::min(rs->beam_hypotheses.size(), static_cast<size_t>(r.num_return_sequences));
     for (size_t i = 0; i < n; ++i) {
       const BeamHypothesis& h = rs->beam_hypotheses[i];
       add(h.tokens, h.log_probs, h.cum_log_prob, h.score, h.finish);
@@ -261,11 +276,14 @@ void Executor::PublishBeams(RequestState* rs, bool final) {
     for (auto& s : rs->sequences) {
       if (s->state != SequenceState::kFinished) live.push_back(s.get());
     }
-    std::stable_sort(live.begin(), live.end(), [](const Sequence* a, const Sequence* b) { return a->cum_log_prob > b->cum_log_prob; });
+    std::stable_sort(live.begin(), live.end(), [](const Sequence* a, const Sequence* b) {
+      return a->cum_log_prob > b->cum_log_prob;
+    });
     for (size_t i = 0; i < live.size() && i < static_cast<size_t>(r.num_return_sequences); ++i) {
       const Sequence* s = live[i];
       const std::vector<int32_t> generated(s->tokens.begin() + s->prompt_len, s->tokens.end());
-      add(generated, s->log_probs, s->cum_log_prob, LengthPenalised(s->cum_log_prob, s->num_generated(), r.length_penalty),
+      add(generated, s->log_probs, s->cum_log_prob,
+          LengthPenalised(s->cum_log_prob, s->num_generated(), r.length_penalty),
           FinishReason::kNotFinished);
     }
   }
@@ -277,7 +295,8 @@ void Executor::PublishBeams(RequestState* rs, bool final) {
   } else if (final && !r.streaming && !r.exclude_input_in_output) {
     res.output_token_ids = r.prompt_ids;
   }
-  if (r.return_context_logits && !rs->context_logits_sent && rs->num_context_logits == static_cast<int32_t>(r.prompt_ids.size())) {
+  if (r.return_context_logits && !rs->context_logits_sent &&
+      rs->num_context_logits == static_cast<int32_t>(r.prompt_ids.size())) {
     res.context_logits = rs->context_logits;
     rs->context_logits_sent = true;
   }

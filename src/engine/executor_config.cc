@@ -9,13 +9,17 @@ namespace inflight {
 StatusOr<CapacityPolicy> CapacityPolicyFromName(const std::string& name) {
   if (name == "guaranteed_no_evict") return CapacityPolicy::kGuaranteedNoEvict;
   if (name == "max_utilization") return CapacityPolicy::kMaxUtilization;
-  return InvalidArgumentError("unknown batch scheduler policy '" + name + "' (guaranteed_no_evict, max_utilization)");
+  return InvalidArgumentError("unknown batch scheduler policy '" + name +
+                              "' (guaranteed_no_evict, max_utilization)");
 }
 
 StatusOr<BatchingStrategy> BatchingStrategyFromName(const std::string& name) {
-  if (name == "inflight" || name == "inflight_fused_batching" || name == "inflight_batching") return BatchingStrategy::kInflight;
-  if (name == "static" || name == "static_batching" || name == "V1" || name == "v1") return BatchingStrategy::kStatic;
-  return InvalidArgumentError("unknown batching strategy '" + name + "' (inflight_fused_batching, static)");
+  if (name == "inflight" || name == "inflight_fused_batching" || name == "inflight_batching")
+    return BatchingStrategy::kInflight;
+  if (name == "static" || name == "static_batching" || name == "V1" || name == "v1")
+    return BatchingStrategy::kStatic;
+  return InvalidArgumentError("unknown batching strategy '" + name +
+                              "' (inflight_fused_batching, static)");
 }
 
 const char* CapacityPolicyName(CapacityPolicy p) {
@@ -26,14 +30,18 @@ StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name) {
   if (name == "none" || name.empty()) return SpeculativeMode::kNone;
   if (name == "prompt_lookup") return SpeculativeMode::kPromptLookup;
   if (name == "draft_model" || name == "draft_tokens_external") return SpeculativeMode::kDraftModel;
-  return InvalidArgumentError("unknown speculative decoding mode '" + name + "' (none, prompt_lookup, draft_model)");
+  return InvalidArgumentError("unknown speculative decoding mode '" + name +
+                              "' (none, prompt_lookup, draft_model)");
 }
 
 const char* SpeculativeModeName(SpeculativeMode m) {
   switch (m) {
-    case SpeculativeMode::kNone: return "none";
-    case SpeculativeMode::kPromptLookup: return "prompt_lookup";
-    case SpeculativeMode::kDraftModel: return "draft_model";
+    case SpeculativeMode::kNone:
+      return "none";
+    case SpeculativeMode::kPromptLookup:
+      return "prompt_lookup";
+    case SpeculativeMode::kDraftModel:
+      return "draft_model";
   }
   return "none";
 }
@@ -52,7 +60,8 @@ Status ExecutorConfig::Validate() const {
   if (enable_chunked_context && max_num_tokens < tokens_per_block) {
     return InvalidArgumentError("max_num_tokens must be >= tokens_per_block with chunked context");
   }
-  if (max_tokens_in_paged_kv_cache < 0) return InvalidArgumentError("max_tokens_in_paged_kv_cache must be >= 0");
+  if (max_tokens_in_paged_kv_cache < 0)
+    return InvalidArgumentError("max_tokens_in_paged_kv_cache must be >= 0");
   if (!(kv_cache_free_mem_fraction > 0 && kv_cache_free_mem_fraction <= 1)) {
     return InvalidArgumentError("kv_cache_free_mem_fraction must be in (0, 1]");
   }
@@ -61,12 +70,15 @@ Status ExecutorConfig::Validate() const {
   }
   if (num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
   if (max_beam_width < 1 || max_beam_width > kMaxBeamWidth) {
-    return InvalidArgumentError("max_beam_width must be in [1, " + std::to_string(kMaxBeamWidth) + "]");
+    return InvalidArgumentError("max_beam_width must be in [1, " + std::to_string(kMaxBeamWidth) +
+                                "]");
   }
   if (max_draft_tokens < 0 || max_draft_tokens > kMaxDraftTokens) {
-    return InvalidArgumentError("max_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
+    return InvalidArgumentError("max_draft_tokens must be in [0, " +
+                                std::to_string(kMaxDraftTokens) + "]");
   }
-  if (prompt_lookup_ngram < 1 || prompt_lookup_ngram > 16) return InvalidArgumentError("prompt_lookup_ngram must be in [1, 16]");
+  if (prompt_lookup_ngram < 1 || prompt_lookup_ngram > 16)
+    return InvalidArgumentError("prompt_lookup_ngram must be in [1, 16]");
   return OkStatus();
 }
 
@@ -84,22 +96,35 @@ std::string IterationStats::ToJson() const {
                       {"num_accepted_draft_tokens", num_accepted_draft_tokens},
                       {"num_paused", num_paused},
                       {"num_paused_total", num_paused_total},
-                      {"kv_blocks", {{"total", kv_blocks_total}, {"free", kv_blocks_free}, {"used", kv_blocks_used},
-                                     {"cached", kv_blocks_cached}, {"reused", kv_blocks_reused},
-                                     {"partially_reused_tokens", kv_tokens_partially_reused}}},
-                      {"waiting_for", {{"kv_cache", waiting_for_kv_cache}, {"max_num_tokens", waiting_for_max_num_tokens},
-                                       {"max_batch_size", waiting_for_max_batch_size}, {"static_batch", waiting_for_static_batch}}}};
+                      {"kv_blocks",
+                       {{"total", kv_blocks_total},
+                        {"free", kv_blocks_free},
+                        {"used", kv_blocks_used},
+                        {"cached", kv_blocks_cached},
+                        {"reused", kv_blocks_reused},
+                        {"partially_reused_tokens", kv_tokens_partially_reused}}},
+                      {"waiting_for",
+                       {{"kv_cache", waiting_for_kv_cache},
+                        {"max_num_tokens", waiting_for_max_num_tokens},
+                        {"max_batch_size", waiting_for_max_batch_size},
+                        {"static_batch", waiting_for_static_batch}}}};
   return j.dump();
 }
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kNotFinished: return "not_finished";
-    case FinishReason::kEndId: return "end_id";
-    case FinishReason::kStopWords: return "stop_words";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kTimedOut: return "timed_out";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kNotFinished:
+      return "not_finished";
+    case FinishReason::kEndId:
+      return "end_id";
+    case FinishReason::kStopWords:
+      return "stop_words";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kTimedOut:
+      return "timed_out";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }

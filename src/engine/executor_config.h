@@ -18,8 +18,10 @@ enum class BatchingStrategy {
   kStatic,    // a batch forms, runs until its longest request ends; nobody joins meanwhile
 };
 
-StatusOr<CapacityPolicy> CapacityPolicyFromName(const std::string& name);  // guaranteed_no_evict|max_utilization
-StatusOr<BatchingStrategy> BatchingStrategyFromName(const std::string& name);  // inflight[_fused_batching]|static[_batching]|v1
+StatusOr<CapacityPolicy> CapacityPolicyFromName(
+    const std::string& name);  // guaranteed_no_evict|max_utilization
+StatusOr<BatchingStrategy> BatchingStrategyFromName(
+    const std::string& name);  // inflight[_fused_batching]|static[_batching]|v1
 const char* CapacityPolicyName(CapacityPolicy p);
 
 // Where draft tokens come from (speculative decoding: k guesses verified in one forward pass).
@@ -28,7 +30,8 @@ enum class SpeculativeMode {
   kPromptLookup,  // the tokens that followed the latest earlier occurrence of the last n-gram
   kDraftModel,    // a smaller model of the same vocabulary, run greedily inside the step
 };
-StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name);  // none|prompt_lookup|draft_model
+StatusOr<SpeculativeMode> SpeculativeModeFromName(
+    const std::string& name);  // none|prompt_lookup|draft_model
 const char* SpeculativeModeName(SpeculativeMode m);
 const char* BatchingStrategyName(BatchingStrategy b);
 
@@ -37,10 +40,10 @@ inline constexpr int32_t kMaxDraftTokens = 32;
 inline constexpr int32_t kMaxBeamWidth = 64;  // as num_return_sequences
 
 struct ExecutorConfig {
-  int32_t max_batch_size = 64;     // sequences per step
-  int32_t max_num_tokens = 2048;   // tokens per step (context chunks + generation tokens)
-  int32_t max_queue_size = 0;      // waiting requests; 0 = unbounded
-  int32_t max_beam_width = 1;      // widest beam search a request may ask for
+  int32_t max_batch_size = 64;    // sequences per step
+  int32_t max_num_tokens = 2048;  // tokens per step (context chunks + generation tokens)
+  int32_t max_queue_size = 0;     // waiting requests; 0 = unbounded
+  int32_t max_beam_width = 1;     // widest beam search a request may ask for
   // Results of one request not yet taken by its consumer, in bytes, beyond which the request
   // is cancelled (for streams Enqueue makes; 0 = unbounded).
   size_t max_unread_output_bytes = 0;
@@ -70,20 +73,20 @@ struct ExecutorConfig {
 struct IterationStats {
   int64_t iteration = 0;
   double step_ms = 0;
-  double forward_ms = 0;  // of step_ms, inside the model's forward pass (the rest is the
-                          // engine thread's own work: scheduling, sampling, handing results out)
-  int32_t num_active = 0;   // sequences holding KV state or running
-  int32_t num_queued = 0;   // requests not started (or paused)
+  double forward_ms = 0;   // of step_ms, inside the model's forward pass (the rest is the
+                           // engine thread's own work: scheduling, sampling, handing results out)
+  int32_t num_active = 0;  // sequences holding KV state or running
+  int32_t num_queued = 0;  // requests not started (or paused)
   int32_t num_scheduled_context = 0;     // sequences with a context chunk this step
   int32_t num_scheduled_generation = 0;  // sequences decoding one token this step
   int32_t num_context_tokens = 0;
   int32_t num_generation_tokens = 0;
   int32_t num_draft_tokens = 0;           // verified this step (speculative decoding)
   int32_t num_accepted_draft_tokens = 0;  // of which accepted
-  int32_t num_paused = 0;        // paused during this step
-  int64_t num_paused_total = 0;  // since start
+  int32_t num_paused = 0;                 // paused during this step
+  int64_t num_paused_total = 0;           // since start
   int32_t kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
-  int32_t kv_blocks_reused = 0;  // prefix blocks served from the cache this step
+  int32_t kv_blocks_reused = 0;            // prefix blocks served from the cache this step
   int32_t kv_tokens_partially_reused = 0;  // slots copied from partly matching cached blocks
   // Why sequences that could have run did not (counts this step).
   int32_t waiting_for_kv_cache = 0;

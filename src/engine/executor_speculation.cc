@@ -14,7 +14,8 @@ namespace {
 
 // Prompt lookup: the tokens that followed the latest earlier occurrence of the sequence's last
 // n tokens, for n from max_ngram down to 1 (at most k of them; none without a match).
-void PromptLookup(const std::vector<int32_t>& t, int32_t max_ngram, int32_t k, std::vector<int32_t>* out) {
+void PromptLookup(const std::vector<int32_t>& t, int32_t max_ngram, int32_t k,
+                  std::vector<int32_t>* out) {
   out->clear();
   const int64_t len = static_cast<int64_t>(t.size());
   for (int64_t n = std::min<int64_t>(max_ngram, len - 1); n >= 1; --n) {
@@ -35,9 +36,11 @@ int32_t Executor::DraftLength(const Sequence& seq) const {
   if (r.beam_width > 1) return 0;  // beams are chosen among all beams' candidates, not verified
   if (r.guide) return 0;           // drafts would need the guide's mask per verified row
   if (r.prompt_table) return 0;    // the prompt's virtual tokens mean nothing to a drafter
-  const int32_t most = std::min(r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
-                                r.max_tokens - seq.num_generated() - 1);
-  if (most <= 0 || !config_.adaptive_draft_length || r.num_draft_tokens >= 0) return std::max(most, 0);
+  const int32_t most =
+      std::min(r.num_draft_tokens < 0 ? config_.max_draft_tokens : r.num_draft_tokens,
+               r.max_tokens - seq.num_generated() - 1);
+  if (most <= 0 || !config_.adaptive_draft_length || r.num_draft_tokens >= 0)
+    return std::max(most, 0);
   // With each draft holding with probability a (after the ones before it), k drafts give
   // 1 + a + ... + a^k tokens per step for a step that costs 1 + k * (c + v): c a draft model
   // pass against a target pass (measured), v the target's cost per verified token (~5% on a
@@ -45,7 +48,8 @@ int32_t Executor::DraftLength(const Sequence& seq) const {
   // now and then (Sequence::next_probe) so a sequence whose text turns predictable gets them
   // back.
   const double a = (seq.drafts_accepted + 1) / (seq.drafts_verified + 2);  // a uniform prior
-  const double c = draft_runner_ && target_forward_ms_ > 0 ? draft_pass_ms_ / target_forward_ms_ : 0.0;
+  const double c =
+      draft_runner_ && target_forward_ms_ > 0 ? draft_pass_ms_ / target_forward_ms_ : 0.0;
   double best_rate = 1.0, tokens = 1.0, power = 1.0;
   int32_t best = 0;
   for (int32_t k = 1; k <= most; ++k) {
@@ -85,7 +89,8 @@ void Executor::ProposeWithDraftModel() {
     // hold last step's drafts and are overwritten.
     seq->draft_computed = std::min(seq->draft_computed, len - 1);
     const int32_t catch_up = std::min(len - seq->draft_computed, budget);
-    const int64_t need = (static_cast<int64_t>(len) + k - 1 + tpb - 1) / tpb - static_cast<int64_t>(seq->draft_blocks.size());
+    const int64_t need = (static_cast<int64_t>(len) + k - 1 + tpb - 1) / tpb -
+                         static_cast<int64_t>(seq->draft_blocks.size());
     if (need > draft_blocks_->NumAvailable()) continue;  // no room: no drafts this step
     for (int64_t i = 0; i < need; ++i) seq->draft_blocks.push_back(*draft_blocks_->Allocate());
     budget -= catch_up;
@@ -128,10 +133,12 @@ void Executor::ProposeWithDraftModel() {
     const Status st = draft_runner_->Forward(draft_plan_, draft_logits_.data());
     // A drafting pass's cost (a catch-up over a new sequence's prompt is not one).
     if (draft_plan_.num_tokens() <= 4 * static_cast<int64_t>(rows)) {
-      ema(draft_pass_ms_, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count());
+      ema(draft_pass_ms_,
+          std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count());
     }
     if (!st.ok()) {
-      INFLIGHT_LOG(kWarning) << "draft model forward failed (" << st.message() << "); this step runs without drafts";
+      INFLIGHT_LOG(kWarning) << "draft model forward failed (" << st.message()
+                             << "); this step runs without drafts";
       for (Sequence* seq : drafting_) {
         seq->draft.clear();
         seq->draft_computed = 0;
@@ -175,7 +182,8 @@ void Executor::ProposeDrafts() {
   }
 }
 
-void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch, std::vector<SampledToken>* out) {
+void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch,
+                            std::vector<SampledToken>* out) {
   // Row i chooses the token after draft i-1: accepted drafts join the sequence for the
   // next row's bad words, min_tokens and penalties, and the first mismatch ends the run (its
   // token replaces the rejected draft; all drafts matching adds one more token).
@@ -201,7 +209,8 @@ void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft,
       for (int32_t v = 0; v < vocab_size_; ++v) q[v] = static_cast<float>(q[v] / sum);
       probs = q.data();
     }
-    out->push_back(DrawNext(seq, rows + static_cast<int64_t>(i) * vocab_size_, scratch, draft, probs));
+    out->push_back(
+        DrawNext(seq, rows + static_cast<int64_t>(i) * vocab_size_, scratch, draft, probs));
     if (out->back().id != draft || draft == end_id) break;
     seq->tokens.push_back(draft);
     ++pushed;
@@ -209,14 +218,16 @@ void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft,
   seq->tokens.resize(seq->tokens.size() - pushed);  // AcceptDrawn appends them for real
 }
 
-void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn, int32_t num_draft) {
+void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn,
+                           int32_t num_draft) {
   RequestState* rs = seq->request;
   int32_t accepted = 0;
   for (size_t i = 0; i < drawn.size(); ++i) {
     if (seq->state == SequenceState::kFinished) {
       // Ended by a stop word or max_tokens inside the run: the rest was never produced.
       if (rs->request.return_generation_logits) {
-        seq->generation_logits.resize(seq->generation_logits.size() - (drawn.size() - i) * static_cast<size_t>(vocab_size_));
+        seq->generation_logits.resize(seq->generation_logits.size() -
+                                      (drawn.size() - i) * static_cast<size_t>(vocab_size_));
       }
       break;
     }

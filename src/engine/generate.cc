@@ -40,9 +40,10 @@ StatusOr<GenerateResult> Generate(const Model& model, const std::vector<int32_t>
   if (params.max_new_tokens < 0) return InvalidArgumentError("max_new_tokens must be >= 0");
   const int64_t total = static_cast<int64_t>(prompt_ids.size()) + params.max_new_tokens;
   if (total > c.context_length) {
-    return InvalidArgumentError("prompt (" + std::to_string(prompt_ids.size()) + " tokens) + max_new_tokens (" +
-                                std::to_string(params.max_new_tokens) + ") exceeds the context length " +
-                                std::to_string(c.context_length));
+    return InvalidArgumentError("prompt (" + std::to_string(prompt_ids.size()) +
+                                " tokens) + max_new_tokens (" +
+                                std::to_string(params.max_new_tokens) +
+                                ") exceeds the context length " + std::to_string(c.context_length));
   }
   PrivateCache cache(c, static_cast<int32_t>(total), params.kv_dtype);
   ForwardScratch scratch;
@@ -97,7 +98,8 @@ StatusOr<std::vector<float>> AllLogits(const Model& model, const std::vector<int
                                        DType kv_dtype, ThreadPool& pool) {
   const ModelConfig& c = model.config();
   if (ids.empty()) return InvalidArgumentError("no tokens");
-  if (static_cast<int64_t>(ids.size()) > c.context_length) return InvalidArgumentError("longer than the context");
+  if (static_cast<int64_t>(ids.size()) > c.context_length)
+    return InvalidArgumentError("longer than the context");
   PrivateCache cache(c, static_cast<int32_t>(ids.size()), kv_dtype);
   ForwardScratch scratch;
   BatchPlan plan;

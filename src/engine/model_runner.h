@@ -40,15 +40,18 @@ class ModelRunner {
 // ever serve as prefix cache). At least one full-context sequence when the memory allows.
 // A shard (tensor/pipeline parallel) counts only its own layers and K/V heads; memory_share is
 // the part of this host's memory the process may take (ranks sharing a host split it).
-int32_t ComputeNumKvBlocks(const Model& model, const ExecutorConfig& config, double memory_share = 1.0);
+int32_t ComputeNumKvBlocks(const Model& model, const ExecutorConfig& config,
+                           double memory_share = 1.0);
 // The paged pool of a model or of its shard: its layers, its K/V heads.
-KvStorageConfig KvStorageConfigFor(const Model& model, int32_t num_blocks, const ExecutorConfig& config);
+KvStorageConfig KvStorageConfigFor(const Model& model, int32_t num_blocks,
+                                   const ExecutorConfig& config);
 
 class LocalModelRunner : public ModelRunner {
  public:
   // shared_pool: run on another runner's compute threads (a draft model beside its target:
   // two pools would fight over the same cores); null: own config.num_threads threads.
-  LocalModelRunner(const Model& model, const ExecutorConfig& config, ThreadPool* shared_pool = nullptr);
+  LocalModelRunner(const Model& model, const ExecutorConfig& config,
+                   ThreadPool* shared_pool = nullptr);
   int32_t vocab_size() const override { return model_.config().vocab_size; }
   int32_t context_length() const override { return model_.config().context_length; }
   int32_t num_kv_blocks() const override { return storage_.config().num_blocks; }

@@ -3,9 +3,12 @@
 namespace inflight {
 
 size_t OutputStream::ResultBytes(const Result& r) {
-  return sizeof(Result) + 4 * (r.output_token_ids.size() + r.log_probs.size() + r.context_logits.size() +
-                               r.generation_logits.size()) +
-         (r.top_logprobs.empty() ? 0 : r.top_logprobs.size() * (sizeof(r.top_logprobs[0]) + 8 * r.top_logprobs[0].size()));
+  return sizeof(Result) +
+         4 * (r.output_token_ids.size() + r.log_probs.size() + r.context_logits.size() +
+              r.generation_logits.size()) +
+         (r.top_logprobs.empty()
+              ? 0
+              : r.top_logprobs.size() * (sizeof(r.top_logprobs[0]) + 8 * r.top_logprobs[0].size()));
 }
 
 bool OutputStream::Push(Result&& result) {

@@ -47,7 +47,7 @@ struct Request {
   bool return_context_logits = false;     // [prompt_len, vocab]
   bool return_generation_logits = false;  // [generated, vocab]
   int32_t num_return_sequences = 1;       // independent samples sharing the prompt's KV blocks;
-                                          // with beam search, the best beams returned (<= beam_width)
+                                     // with beam search, the best beams returned (<= beam_width)
   // Beam search (beam_width > 1): the beam_width most likely continuations by cumulative
   // log-probability, their KV blocks shared copy-on-write. A hypothesis' score is
   // cum_log_prob / generated_length^length_penalty (the end token counts in the length).
@@ -59,9 +59,9 @@ struct Request {
   float length_penalty = 0.0f;
   int32_t early_stopping = 1;
   float beam_search_diversity_rate = 0.0f;
-  float priority = 0.5f;                  // 0..1, higher is served first (then arrival order)
-  int64_t timeout_ms = 0;                 // allotted time from arrival; 0 = none
-  int32_t kv_retention_priority = 35;     // 0..100, for this request's cached blocks
+  float priority = 0.5f;               // 0..1, higher is served first (then arrival order)
+  int64_t timeout_ms = 0;              // allotted time from arrival; 0 = none
+  int32_t kv_retention_priority = 35;  // 0..100, for this request's cached blocks
   // Prefix reuse happens only among requests with the same salt (a tenant's): 0 is the
   // shared, unsalted cache. Serving derives it from the client's cache_salt by a keyed hash.
   uint64_t cache_salt = 0;
@@ -103,10 +103,10 @@ struct RequestStats {
   Clock::time_point first_token_time{};
   Clock::time_point last_token_time{};
   int32_t num_prompt_tokens = 0;
-  int32_t num_generated_tokens = 0;   // over all sequences
-  int32_t num_reused_blocks = 0;      // KV blocks served from the prefix cache
-  int32_t num_allocated_blocks = 0;   // KV blocks newly allocated
-  int32_t num_pauses = 0;             // max_utilization preemptions
+  int32_t num_generated_tokens = 0;       // over all sequences
+  int32_t num_reused_blocks = 0;          // KV blocks served from the prefix cache
+  int32_t num_allocated_blocks = 0;       // KV blocks newly allocated
+  int32_t num_pauses = 0;                 // max_utilization preemptions
   int32_t num_draft_tokens = 0;           // speculative decoding: drafts verified
   int32_t num_accepted_draft_tokens = 0;  // and accepted
 
@@ -120,7 +120,7 @@ struct BeamOutput {
   std::vector<int32_t> output_token_ids;  // as Result::output_token_ids
   std::vector<float> log_probs;           // per generated token
   float cum_log_prob = 0.0f;
-  float score = 0.0f;                     // cum_log_prob with the length penalty
+  float score = 0.0f;  // cum_log_prob with the length penalty
   FinishReason finish_reason = FinishReason::kNotFinished;
 };
 
@@ -133,7 +133,7 @@ struct Result {
   // Streaming: the new tokens of this step. Otherwise: the whole output (prompt first unless
   // exclude_input_in_output).
   std::vector<int32_t> output_token_ids;
-  std::vector<float> log_probs;    // per generated token in output_token_ids
+  std::vector<float> log_probs;  // per generated token in output_token_ids
   // Per generated token: the sampling.num_top_logprobs most likely (id, log-prob), best first.
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
   float cum_log_prob = 0.0f;

@@ -19,7 +19,8 @@ bool ServedBefore(const Sequence* a, const Sequence* b) {
 
 }  // namespace
 
-Scheduler::Scheduler(const ExecutorConfig& config, KvBlockManager& blocks) : config_(config), blocks_(blocks) {}
+Scheduler::Scheduler(const ExecutorConfig& config, KvBlockManager& blocks)
+    : config_(config), blocks_(blocks) {}
 
 void Scheduler::AddWaiting(Sequence* seq) {
   seq->state = SequenceState::kWaiting;
@@ -45,7 +46,9 @@ void Scheduler::DropBlocks(Sequence* seq) {
 }
 
 void Scheduler::Remove(Sequence* seq) {
-  auto drop = [seq](std::vector<Sequence*>& v) { v.erase(std::remove(v.begin(), v.end(), seq), v.end()); };
+  auto drop = [seq](std::vector<Sequence*>& v) {
+    v.erase(std::remove(v.begin(), v.end(), seq), v.end());
+  };
   drop(running_);
   drop(waiting_);
   DropBlocks(seq);
@@ -55,9 +58,10 @@ void Scheduler::Remove(Sequence* seq) {
 void Scheduler::CommitFullBlocks(Sequence* seq) {
   const int32_t tpb = config_.tokens_per_block;
   while ((seq->num_committed + 1) * tpb <= seq->num_computed) {
-    seq->last_key = blocks_.Commit(seq->blocks[seq->num_committed], seq->last_key,
-                                   seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
-                                   seq->request->request.kv_retention_priority);
+    seq->last_key =
+        blocks_.Commit(seq->blocks[seq->num_committed], seq->last_key,
+                       seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
+                       seq->request->request.kv_retention_priority);
     ++seq->num_committed;
   }
 }
@@ -124,7 +128,8 @@ int32_t Scheduler::FitDrafts(Sequence* seq, int32_t n, int32_t budget) {
   const int64_t tpb = config_.tokens_per_block;
   const int64_t end = static_cast<int64_t>(seq->num_computed) + n + d;
   const int64_t need = (end + tpb - 1) / tpb - static_cast<int64_t>(seq->blocks.size());
-  const int64_t keep_free = config_.policy == CapacityPolicy::kMaxUtilization ? static_cast<int64_t>(running_.size()) : 0;
+  const int64_t keep_free =
+      config_.policy == CapacityPolicy::kMaxUtilization ? static_cast<int64_t>(running_.size()) : 0;
   if (need > 0 && (need > blocks_.NumAvailable() - keep_free || !EnsureBlocks(seq, end))) {
     const int64_t held = static_cast<int64_t>(seq->blocks.size()) * tpb - seq->num_computed - n;
     d = static_cast<int32_t>(std::clamp<int64_t>(held, 0, d));
@@ -145,20 +150,24 @@ void Scheduler::Schedule(Sequence* seq, int32_t n, int32_t& budget) {
 
 void Scheduler::TrimBlocks(Sequence* seq) {
   const int64_t tpb = config_.tokens_per_block;
-  const size_t keep = static_cast<size_t>((static_cast<int64_t>(seq->tokens.size()) + tpb - 1) / tpb);
+  const size_t keep =
+      static_cast<size_t>((static_cast<int64_t>(seq->tokens.size()) + tpb - 1) / tpb);
   if (seq->blocks.size() <= keep) return;
-  blocks_.Release(std::vector<int32_t>(seq->blocks.begin() + static_cast<std::ptrdiff_t>(keep), seq->blocks.end()));
+  blocks_.Release(std::vector<int32_t>(seq->blocks.begin() + static_cast<std::ptrdiff_t>(keep),
+                                       seq->blocks.end()));
   seq->blocks.resize(keep);
 }
 
 void Scheduler::ScheduleRunning(int32_t& budget) {
   // Decoding sequences first, then mid-prompt ones; each group in start order.
   order_scratch_.clear();
-  for (Sequence* s : running_) if (s->num_uncomputed() == 1) order_scratch_.push_back(s);
-  for (Sequence* s : running_) if (s->num_uncomputed() != 1) order_scratch_.push_back(s);
+  for (Sequence* s : running_)
+    if (s->num_uncomputed() == 1) order_scratch_.push_back(s);
+  for (Sequence* s : running_)
+    if (s->num_uncomputed() != 1) order_scratch_.push_back(s);
   for (Sequence* seq : order_scratch_) {
     if (seq->state != SequenceState::kRunning) continue;  // paused earlier in this loop
-    if (seq->num_uncomputed() == 0) continue;  // a beam waiting for its siblings
+    if (seq->num_uncomputed() == 0) continue;             // a beam waiting for its siblings
     if (static_cast<int32_t>(out_.chunks.size()) >= config_.max_batch_size) {
       ++out_.waiting_for_max_batch_size;
       continue;
@@ -185,7 +194,9 @@ void Scheduler::ScheduleRunning(int32_t& budget) {
 }
 
 void Scheduler::TakePrefix(Sequence* seq) {
-  if (!config_.enable_kv_cache_reuse || seq->request->request.return_context_logits || !seq->blocks.empty()) return;
+  if (!config_.enable_kv_cache_reuse || seq->request->request.return_context_logits ||
+      !seq->blocks.empty())
+    return;
   // At least the last token is recomputed: its logits choose the next token.
   const int64_t usable = static_cast<int64_t>(seq->tokens.size()) - 1;
   const uint64_t root = KvBlockManager::RootKey(seq->request->request.cache_salt);
@@ -195,12 +206,15 @@ void Scheduler::TakePrefix(Sequence* seq) {
   seq->num_computed = n * tpb;
   seq->num_committed = n;
   seq->last_key = root;
-  for (int32_t i = 0; i < n; ++i) seq->last_key = blocks_.ChainKey(seq->last_key, seq->tokens.data() + static_cast<int64_t>(i) * tpb);
+  for (int32_t i = 0; i < n; ++i)
+    seq->last_key =
+        blocks_.ChainKey(seq->last_key, seq->tokens.data() + static_cast<int64_t>(i) * tpb);
   // The next block may match in part: copying its matching slots beats recomputing them.
   const int64_t rest = usable - static_cast<int64_t>(n) * tpb;
   if (rest <= 0) return;
-  const auto [src, len] = blocks_.AcquirePartial(seq->last_key, seq->tokens.data() + static_cast<int64_t>(n) * tpb,
-                                                 static_cast<int32_t>(std::min<int64_t>(rest, tpb)));
+  const auto [src, len] =
+      blocks_.AcquirePartial(seq->last_key, seq->tokens.data() + static_cast<int64_t>(n) * tpb,
+                             static_cast<int32_t>(std::min<int64_t>(rest, tpb)));
   if (src < 0) return;
   const std::optional<int32_t> dst = blocks_.Allocate();
   if (!dst) {
@@ -235,7 +249,8 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     return;
   }
   const bool no_evict = config_.policy == CapacityPolicy::kGuaranteedNoEvict;
-  const bool forming_static_batch = config_.batching == BatchingStrategy::kStatic;  // running_ is empty here
+  const bool forming_static_batch =
+      config_.batching == BatchingStrategy::kStatic;  // running_ is empty here
   const int32_t tpb = config_.tokens_per_block;
   int64_t reserved = 0;
   if (no_evict) {
@@ -262,10 +277,12 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     int64_t outstanding = 0;
     if (!blocked_reason && no_evict) {
       outstanding = seq->request->OutstandingBlocks(tpb);
-      if (outstanding > blocks_.NumAvailable() - reserved) blocked_reason = &out_.waiting_for_kv_cache;
+      if (outstanding > blocks_.NumAvailable() - reserved)
+        blocked_reason = &out_.waiting_for_kv_cache;
     }
     const size_t held = seq->blocks.size();
-    if (!blocked_reason && n > 0 && !EnsureBlocks(seq, seq->num_computed + n)) blocked_reason = &out_.waiting_for_kv_cache;
+    if (!blocked_reason && n > 0 && !EnsureBlocks(seq, seq->num_computed + n))
+      blocked_reason = &out_.waiting_for_kv_cache;
     if (blocked_reason) {
       DropBlocks(seq);
       break;

@@ -19,17 +19,18 @@ struct RequestState;
 enum class SequenceState { kWaiting, kRunning, kFinished };
 
 struct Sequence {
-  Sequence(RequestState* owner, int32_t index, const SamplingParams& sampling) : request(owner), index(index), sampler(sampling) {}
+  Sequence(RequestState* owner, int32_t index, const SamplingParams& sampling)
+      : request(owner), index(index), sampler(sampling) {}
 
   RequestState* request;
   int32_t index;
-  uint64_t order = 0;             // arrival order of the request (ties in priority)
+  uint64_t order = 0;  // arrival order of the request (ties in priority)
   SequenceState state = SequenceState::kWaiting;
-  std::vector<int32_t> tokens;    // prompt + generated
+  std::vector<int32_t> tokens;  // prompt + generated
   int32_t prompt_len = 0;
-  int32_t num_computed = 0;       // tokens whose K/V are in the cache
-  std::vector<int32_t> blocks;    // block table
-  int32_t num_committed = 0;      // leading blocks committed for prefix reuse
+  int32_t num_computed = 0;                      // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;                   // block table
+  int32_t num_committed = 0;                     // leading blocks committed for prefix reuse
   uint64_t last_key = KvBlockManager::kRootKey;  // key of the last committed block
   bool ever_scheduled = false;
   // Partial-block reuse waiting for its copy before the next forward pass: the first
@@ -37,12 +38,13 @@ struct Sequence {
   int32_t copy_src = -1;
   int32_t copy_tokens = 0;
   int32_t copy_index = 0;
-  int64_t scheduled_step = -1;    // last step that scheduled it
+  int64_t scheduled_step = -1;  // last step that scheduled it
   Sampler sampler;
   FinishReason finish = FinishReason::kNotFinished;
-  int32_t num_published = 0;      // generated tokens already sent to the client
-  std::vector<float> log_probs;   // per generated token
-  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // per generated token, if asked
+  int32_t num_published = 0;     // generated tokens already sent to the client
+  std::vector<float> log_probs;  // per generated token
+  std::vector<std::vector<std::pair<int32_t, float>>>
+      top_logprobs;  // per generated token, if asked
   float cum_log_prob = 0.0f;
   std::vector<float> generation_logits;  // [unpublished generated, vocab]
   // Speculative decoding: this step's draft tokens (verified after the forward pass) and the
@@ -99,13 +101,15 @@ struct RequestState {
   // sequences not forked yet will share the prompt's full blocks.
   int64_t OutstandingBlocks(int32_t tokens_per_block) const {
     const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
-    const int64_t lifetime = (prompt + request.max_tokens + tokens_per_block - 1) / tokens_per_block;
+    const int64_t lifetime =
+        (prompt + request.max_tokens + tokens_per_block - 1) / tokens_per_block;
     if (request.beam_width > 1) {
       // Beams share blocks copy-on-write, so the group never holds more than beam_width
       // whole tables: what it lacks of that is outstanding.
       std::vector<int32_t> held;
       for (const auto& s : sequences) {
-        if (s->state != SequenceState::kFinished) held.insert(held.end(), s->blocks.begin(), s->blocks.end());
+        if (s->state != SequenceState::kFinished)
+          held.insert(held.end(), s->blocks.begin(), s->blocks.end());
       }
       std::sort(held.begin(), held.end());
       const int64_t distinct = std::unique(held.begin(), held.end()) - held.begin();
@@ -113,9 +117,11 @@ struct RequestState {
     }
     int64_t need = 0;
     for (const auto& s : sequences) {
-      if (s->state != SequenceState::kFinished) need += std::max<int64_t>(0, lifetime - static_cast<int64_t>(s->blocks.size()));
+      if (s->state != SequenceState::kFinished)
+        need += std::max<int64_t>(0, lifetime - static_cast<int64_t>(s->blocks.size()));
     }
-    if (!forked) need += (request.num_return_sequences - 1) * (lifetime - prompt / tokens_per_block);
+    if (!forked)
+      need += (request.num_return_sequences - 1) * (lifetime - prompt / tokens_per_block);
     return need;
   }
 };

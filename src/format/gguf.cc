@@ -30,8 +30,7 @@ class Cursor {
     RETURN_IF_ERROR(Read(&len, what));
     if (len > remaining() || len > kMaxStringBytes) {
       return DataLossError(std::string("string length ") + std::to_string(len) + " of " + what +
-                           " runs past the end of the file (offset " + std::to_string(pos_) +
-                           ")");
+                           " runs past the end of the file (offset " + std::to_string(pos_) + ")");
     }
     out->assign(reinterpret_cast<const char*>(data_ + pos_), len);
     pos_ += len;
@@ -50,12 +49,25 @@ class Cursor {
 
 int ScalarBytes(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    case GgufType::kString: return 8;  // at least the length prefix
-    case GgufType::kArray: return 12;  // at least type + count
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    case GgufType::kString:
+      return 8;  // at least the length prefix
+    case GgufType::kArray:
+      return 12;  // at least type + count
   }
   return 0;
 }
@@ -65,16 +77,66 @@ bool ValidType(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64); 
 Status ReadScalar(Cursor& c, GgufType type, GgufValue* v, const std::string& key) {
   const char* what = "metadata value";
   switch (type) {
-    case GgufType::kU8: { uint8_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kI8: { int8_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kU16: { uint16_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kI16: { int16_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kU32: { uint32_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kI32: { int32_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kU64: { uint64_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = (int64_t)x; break; }
-    case GgufType::kI64: { int64_t x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->i = x; break; }
-    case GgufType::kF32: { float x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->f = x; break; }
-    case GgufType::kF64: { double x = 0; RETURN_IF_ERROR(c.Read(&x, what)); v->f = x; break; }
+    case GgufType::kU8: {
+      uint8_t x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->i = x;
+      break;
+    }
+    case GgufType::kI8: {
+      int8_t x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->i = x;
+      break;
+    }
+    case GgufType::kU16: {
+      uint16_t x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->i = x;
+      break;
+    }
+    case GgufType::kI16: {
+      int16_t x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->i = x;
+      break;
+    }
+    case GgufType::kU32: {
+      uint32_t x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->i = x;
+      break;
+    }
+    case GgufType::kI32: {
+      int32_t x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->i = x;
+      break;
+    }
+    case GgufType::kU64: {
+      uint64_t x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->i = (int64_t)x;
+      break;
+    }
+    case GgufType::kI64: {
+      int64_t x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->i = x;
+      break;
+    }
+    case GgufType::kF32: {
+      float x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->f = x;
+      break;
+    }
+    case GgufType::kF64: {
+      double x = 0;
+      RETURN_IF_ERROR(c.Read(&x, what));
+      v->f = x;
+      break;
+    }
     case GgufType::kBool: {
       uint8_t x = 0;
       RETURN_IF_ERROR(c.Read(&x, what));
@@ -82,8 +144,11 @@ Status ReadScalar(Cursor& c, GgufType type, GgufValue* v, const std::string& key
       v->i = x;
       break;
     }
-    case GgufType::kString: RETURN_IF_ERROR(c.ReadString(&v->s, what)); break;
-    case GgufType::kArray: return InternalError("array passed to ReadScalar");
+    case GgufType::kString:
+      RETURN_IF_ERROR(c.ReadString(&v->s, what));
+      break;
+    case GgufType::kArray:
+      return InternalError("array passed to ReadScalar");
   }
   return OkStatus();
 }
@@ -91,12 +156,14 @@ Status ReadScalar(Cursor& c, GgufType type, GgufValue* v, const std::string& key
 Status ReadValue(Cursor& c, GgufType type, GgufValue* v, const std::string& key, int depth) {
   v->type = type;
   if (type != GgufType::kArray) return ReadScalar(c, type, v, key);
-  if (depth >= kMaxArrayDepth) return DataLossError("metadata '" + key + "': arrays nested too deep");
+  if (depth >= kMaxArrayDepth)
+    return DataLossError("metadata '" + key + "': arrays nested too deep");
   uint32_t elem = 0;
   uint64_t count = 0;
   RETURN_IF_ERROR(c.Read(&elem, "array element type"));
   if (!ValidType(elem)) {
-    return DataLossError("metadata '" + key + "': unknown array element type " + std::to_string(elem));
+    return DataLossError("metadata '" + key + "': unknown array element type " +
+                         std::to_string(elem));
   }
   RETURN_IF_ERROR(c.Read(&count, "array length"));
   const GgufType et = static_cast<GgufType>(elem);
@@ -131,7 +198,7 @@ Status ReadValue(Cursor& c, GgufType type, GgufValue* v, const std::string& key,
 }  // namespace
 
 const char* GgufTypeName(GgufType t) {
-  static const char* kNames[] = {"u8",  "i8",     "u16",   "i16", "u32", "i32", "f32",
+  static const char* kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                  "bool", "string", "array", "u64", "i64", "f64"};
   const auto i = static_cast<uint32_t>(t);
   return i < 13 ? kNames[i] : "?";
@@ -139,10 +206,17 @@ const char* GgufTypeName(GgufType t) {
 
 bool GgufValue::IsInteger() const {
   switch (type) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16:
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kU64: case GgufType::kI64:
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kU16:
+    case GgufType::kI16:
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kU64:
+    case GgufType::kI64:
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -160,10 +234,14 @@ std::string GgufValue::DebugString(size_t max_elems) const {
     os << " {";
     for (size_t k = 0; k < array_size && k < max_elems; ++k) {
       if (k) os << ", ";
-      if (!strings.empty()) os << '"' << strings[k] << '"';
-      else if (!floats.empty()) os << floats[k];
-      else if (!ints.empty()) os << ints[k];
-      else os << "[...]";
+      if (!strings.empty())
+        os << '"' << strings[k] << '"';
+      else if (!floats.empty())
+        os << floats[k];
+      else if (!ints.empty())
+        os << ints[k];
+      else
+        os << "[...]";
     }
     if (array_size > max_elems) os << ", ...";
     os << "}";
@@ -199,8 +277,11 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::shared_ptr<MappedFile> 
   uint64_t num_tensors = 0, num_kv = 0;
   RETURN_IF_ERROR(c.Read(&num_tensors, "tensor count"));
   RETURN_IF_ERROR(c.Read(&num_kv, "metadata count"));
-  if (num_kv > c.remaining() / 12) return DataLossError("metadata count " + std::to_string(num_kv) + " is larger than the file");
-  if (num_tensors > c.remaining() / 24) return DataLossError("tensor count " + std::to_string(num_tensors) + " is larger than the file");
+  if (num_kv > c.remaining() / 12)
+    return DataLossError("metadata count " + std::to_string(num_kv) + " is larger than the file");
+  if (num_tensors > c.remaining() / 24)
+    return DataLossError("tensor count " + std::to_string(num_tensors) +
+                         " is larger than the file");
 
   for (uint64_t k = 0; k < num_kv; ++k) {
     std::string key;
@@ -219,7 +300,8 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::shared_ptr<MappedFile> 
   if (const GgufValue* a = gguf->Find("general.alignment")) {
     // The GGUF spec asks for a multiple of 8; block scales are then read at aligned addresses.
     if (!a->IsInteger() || a->i < 8 || a->i > (1 << 20) || (a->i & (a->i - 1)) != 0) {
-      return DataLossError("general.alignment must be a power of two of at least 8, got " + a->DebugString());
+      return DataLossError("general.alignment must be a power of two of at least 8, got " +
+                           a->DebugString());
     }
     gguf->alignment_ = static_cast<uint64_t>(a->i);
   }
@@ -255,22 +337,25 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::shared_ptr<MappedFile> 
   const uint64_t data_size = file->size() > data_start ? file->size() - data_start : 0;
   for (auto& info : gguf->tensors_) {
     if (info.offset % align != 0) {
-      return DataLossError("tensor '" + info.name + "' offset is not aligned to " + std::to_string(align));
+      return DataLossError("tensor '" + info.name + "' offset is not aligned to " +
+                           std::to_string(align));
     }
     // Element count overflow guard: each dim <= 2^40 and at most 4 dims.
     __int128 elems = 1;
     for (int64_t d : info.dims) elems *= d;
-    if (elems > ((__int128)1 << 48)) return DataLossError("tensor '" + info.name + "' is too large");
+    if (elems > ((__int128)1 << 48))
+      return DataLossError("tensor '" + info.name + "' is too large");
     if (info.dtype) {
       const int64_t bs = DTypeBlockSize(*info.dtype);
       if (info.dims[0] % bs != 0) {
-        return DataLossError("tensor '" + info.name + "' row length " + std::to_string(info.dims[0]) +
-                             " is not a multiple of the " + DTypeName(*info.dtype) + " block size");
+        return DataLossError("tensor '" + info.name + "' row length " +
+                             std::to_string(info.dims[0]) + " is not a multiple of the " +
+                             DTypeName(*info.dtype) + " block size");
       }
       info.num_bytes = static_cast<uint64_t>(elems / bs * DTypeBlockBytes(*info.dtype));
       if (info.offset > data_size || info.num_bytes > data_size - info.offset) {
-        return DataLossError("tensor '" + info.name + "' data (offset " + std::to_string(info.offset) +
-                             ", " + std::to_string(info.num_bytes) +
+        return DataLossError("tensor '" + info.name + "' data (offset " +
+                             std::to_string(info.offset) + ", " + std::to_string(info.num_bytes) +
                              " bytes) runs past the end of the file: truncated?");
       }
       info.data = file->data() + data_start + info.offset;
@@ -292,7 +377,9 @@ const GgufTensorInfo* GgufFile::FindTensor(const std::string& name) const {
 StatusOr<std::optional<int64_t>> GgufFile::GetInt(const std::string& key) const {
   const GgufValue* v = Find(key);
   if (!v) return std::optional<int64_t>();
-  if (!v->IsInteger()) return InvalidArgumentError("metadata '" + key + "' should be an integer, got " + GgufTypeName(v->type));
+  if (!v->IsInteger())
+    return InvalidArgumentError("metadata '" + key + "' should be an integer, got " +
+                                GgufTypeName(v->type));
   return std::optional<int64_t>(v->i);
 }
 
@@ -301,20 +388,24 @@ StatusOr<std::optional<double>> GgufFile::GetFloat(const std::string& key) const
   if (!v) return std::optional<double>();
   if (v->IsFloat()) return std::optional<double>(v->f);
   if (v->IsInteger()) return std::optional<double>(static_cast<double>(v->i));
-  return InvalidArgumentError("metadata '" + key + "' should be a number, got " + GgufTypeName(v->type));
+  return InvalidArgumentError("metadata '" + key + "' should be a number, got " +
+                              GgufTypeName(v->type));
 }
 
 StatusOr<std::optional<bool>> GgufFile::GetBool(const std::string& key) const {
   const GgufValue* v = Find(key);
   if (!v) return std::optional<bool>();
   if (v->type == GgufType::kBool || v->IsInteger()) return std::optional<bool>(v->i != 0);
-  return InvalidArgumentError("metadata '" + key + "' should be a bool, got " + GgufTypeName(v->type));
+  return InvalidArgumentError("metadata '" + key + "' should be a bool, got " +
+                              GgufTypeName(v->type));
 }
 
 StatusOr<std::optional<std::string>> GgufFile::GetString(const std::string& key) const {
   const GgufValue* v = Find(key);
   if (!v) return std::optional<std::string>();
-  if (v->type != GgufType::kString) return InvalidArgumentError("metadata '" + key + "' should be a string, got " + GgufTypeName(v->type));
+  if (v->type != GgufType::kString)
+    return InvalidArgumentError("metadata '" + key + "' should be a string, got " +
+                                GgufTypeName(v->type));
   return std::optional<std::string>(v->s);
 }
 
@@ -399,8 +490,10 @@ void GgufWriter::SetI32Array(const std::string& key, const std::vector<int32_t>&
 
 Status GgufWriter::AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& dims,
                              std::vector<uint8_t> bytes) {
-  if (dims.empty() || dims.size() > kMaxDims) return InvalidArgumentError("tensor '" + name + "': bad rank");
-  if (dims[0] % DTypeBlockSize(dtype) != 0) return InvalidArgumentError("tensor '" + name + "': row not a multiple of the block size");
+  if (dims.empty() || dims.size() > kMaxDims)
+    return InvalidArgumentError("tensor '" + name + "': bad rank");
+  if (dims[0] % DTypeBlockSize(dtype) != 0)
+    return InvalidArgumentError("tensor '" + name + "': row not a multiple of the block size");
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   const int64_t expect = n / DTypeBlockSize(dtype) * DTypeBlockBytes(dtype);

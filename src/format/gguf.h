@@ -18,8 +18,19 @@
 namespace inflight {
 
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 const char* GgufTypeName(GgufType t);
 
@@ -28,7 +39,7 @@ const char* GgufTypeName(GgufType t);
 struct GgufValue {
   GgufType type = GgufType::kU32;
   GgufType elem_type = GgufType::kU32;  // arrays only
-  int64_t i = 0;                         // every integer type and bool (u64 above 2^63 wraps)
+  int64_t i = 0;                        // every integer type and bool (u64 above 2^63 wraps)
   double f = 0;
   std::string s;
   std::vector<int64_t> ints;
@@ -46,7 +57,7 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // ggml order: dims[0] is the contiguous one
   uint32_t ggml_type = 0;
-  uint64_t offset = 0;        // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   const uint8_t* data = nullptr;
   uint64_t num_bytes = 0;
   std::optional<DType> dtype;  // nullopt when the engine does not support the type

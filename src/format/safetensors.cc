@@ -17,14 +17,17 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   return Parse(std::move(file));
 }
 
-StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::shared_ptr<MappedFile> file) {
+StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
+    std::shared_ptr<MappedFile> file) {
   const std::string path = file->path();
   auto fail = [&](const std::string& m) { return DataLossError(path + ": " + m); };
   if (file->size() < 8) return fail("too small for a safetensors header");
   uint64_t header_len = 0;
   std::memcpy(&header_len, file->data(), 8);
-  if (header_len > file->size() - 8 || header_len > (100u << 20)) return fail("header length runs past the end of the file");
-  const auto header = nlohmann::json::parse(file->data() + 8, file->data() + 8 + header_len, nullptr, false);
+  if (header_len > file->size() - 8 || header_len > (100u << 20))
+    return fail("header length runs past the end of the file");
+  const auto header =
+      nlohmann::json::parse(file->data() + 8, file->data() + 8 + header_len, nullptr, false);
   if (header.is_discarded() || !header.is_object()) return fail("header is not a JSON object");
   auto st = std::unique_ptr<SafetensorsFile>(new SafetensorsFile());
   st->file_ = file;
@@ -33,26 +36,31 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::shared_pt
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const auto& v = it.value();
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
-        !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
+        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
       return fail("tensor '" + it.key() + "' has a malformed entry");
     }
     SafetensorsTensor t;
     t.dtype = v["dtype"].get<std::string>();
     uint64_t elems = 1;
     for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40)) return fail("tensor '" + it.key() + "' has a bad shape");
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40))
+        return fail("tensor '" + it.key() + "' has a bad shape");
       t.shape.push_back(d.get<int64_t>());
       elems *= d.get<uint64_t>();
       if (elems > (1ull << 48)) return fail("tensor '" + it.key() + "' is too large");
     }
     const auto& off = v["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) return fail("tensor '" + it.key() + "' has bad offsets");
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      return fail("tensor '" + it.key() + "' has bad offsets");
     const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (b > e || e > data_size) return fail("tensor '" + it.key() + "' data runs past the end of the file: truncated?");
+    if (b > e || e > data_size)
+      return fail("tensor '" + it.key() + "' data runs past the end of the file: truncated?");
     t.data = file->data() + data_start + b;
     t.num_bytes = e - b;
-    if (auto dt = DTypeFromSafetensors(t.dtype); dt && elems * DTypeBlockBytes(*dt) != t.num_bytes) {
+    if (auto dt = DTypeFromSafetensors(t.dtype);
+        dt && elems * DTypeBlockBytes(*dt) != t.num_bytes) {
       return fail("tensor '" + it.key() + "' byte size does not match its shape");
     }
     st->tensors_.emplace(it.key(), std::move(t));

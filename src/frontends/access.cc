@@ -9,7 +9,8 @@ std::string TenantOf(const serving::Principal& p, std::string_view remote_addres
   return "addr:" + std::string(remote_address);
 }
 
-Admitted AdmitInference(const AccessPolicy& policy, const std::string& tenant, serving::InferRequest* r) {
+Admitted AdmitInference(const AccessPolicy& policy, const std::string& tenant,
+                        serving::InferRequest* r) {
   Admitted out;
   auto a = policy.limits->Admit(tenant);
   if (!a.ticket) {
@@ -35,7 +36,8 @@ Admitted AdmitInference(const AccessPolicy& policy, const std::string& tenant, s
   return out;
 }
 
-serving::ResponseSink HoldUntilFinal(std::shared_ptr<serving::TenantLimits::Ticket> ticket, serving::ResponseSink sink) {
+serving::ResponseSink HoldUntilFinal(std::shared_ptr<serving::TenantLimits::Ticket> ticket,
+                                     serving::ResponseSink sink) {
   struct Hold {
     std::mutex mu;
     std::shared_ptr<serving::TenantLimits::Ticket> ticket;

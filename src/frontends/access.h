@@ -30,9 +30,11 @@ struct Admitted {
 
 // Admits one inference request of `tenant`: takes a concurrency slot and hands the request
 // a usage meter, and replaces its cache_salt parameter by the effective one.
-Admitted AdmitInference(const AccessPolicy& policy, const std::string& tenant, serving::InferRequest* r);
+Admitted AdmitInference(const AccessPolicy& policy, const std::string& tenant,
+                        serving::InferRequest* r);
 
 // `sink`, holding `ticket` until the final response has been delivered.
-serving::ResponseSink HoldUntilFinal(std::shared_ptr<serving::TenantLimits::Ticket> ticket, serving::ResponseSink sink);
+serving::ResponseSink HoldUntilFinal(std::shared_ptr<serving::TenantLimits::Ticket> ticket,
+                                     serving::ResponseSink sink);
 
 }  // namespace inflight::frontends

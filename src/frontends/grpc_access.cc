@@ -53,7 +53,8 @@ std::optional<std::string> ParseService(const std::string& b) {
 
 // The caller's tenant, or the status that refuses it: UNAUTHENTICATED without a valid key,
 // PERMISSION_DENIED for a key without the right to the group. No detail either way.
-std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access, serving::ApiGroup group,
+std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access,
+                                                      serving::ApiGroup group,
                                                       const grpc::ServerContextBase& ctx) {
   const auto& md = ctx.client_metadata();
   const auto lookup = [&md](std::string_view name) -> std::optional<std::string> {
@@ -67,7 +68,8 @@ std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access
     // "ipv4:10.0.0.1:5000" / "ipv6:[::1]:5000": the bare address, as HTTP names it, so one
     // client is one tenant over both protocols.
     std::string peer = ctx.peer();
-    if (const size_t colon = peer.rfind(':'); colon != std::string::npos && colon > peer.find(':')) peer.resize(colon);
+    if (const size_t colon = peer.rfind(':'); colon != std::string::npos && colon > peer.find(':'))
+      peer.resize(colon);
     if (peer.rfind("ipv4:", 0) == 0) peer.erase(0, 5);
     if (peer.rfind("ipv6:[", 0) == 0 && peer.back() == ']') peer = peer.substr(6, peer.size() - 7);
     return TenantOf(*p, peer);
@@ -99,14 +101,18 @@ class HealthService::Call final : public grpc::ServerGenericBidiReactor {
     std::lock_guard<std::recursive_mutex> lock(owner_->mu_);
     if (read_) return;  // one request per call; more are ignored
     read_ = true;
-    if (!ok) return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no HealthCheckRequest"));
+    if (!ok)
+      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no HealthCheckRequest"));
     std::vector<grpc::Slice> slices;
     std::string bytes;
     if (in_.Dump(&slices).ok()) {
-      for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      for (const auto& sl : slices)
+        bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
     }
     const auto service = ParseService(bytes);
-    if (!service) return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed HealthCheckRequest"));
+    if (!service)
+      return Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed HealthCheckRequest"));
     known_ = service->empty() || *service == "inference.GRPCInferenceService";
     if (!watch_) {
       if (!known_) return Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service"));
@@ -175,7 +181,8 @@ class HealthService::Call final : public grpc::ServerGenericBidiReactor {
   grpc::ByteBuffer in_, out_;
 };
 
-grpc::ServerGenericBidiReactor* HealthService::CreateReactor(grpc::GenericCallbackServerContext* ctx) {
+grpc::ServerGenericBidiReactor* HealthService::CreateReactor(
+    grpc::GenericCallbackServerContext* ctx) {
   return new Call(this, ctx);
 }
 

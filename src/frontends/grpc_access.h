@@ -16,7 +16,8 @@ namespace inflight::frontends {
 
 // The caller's tenant, or the status that refuses it: UNAUTHENTICATED without a valid key,
 // PERMISSION_DENIED for a key without the right to the group. No detail either way.
-std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access, serving::ApiGroup group,
+std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access,
+                                                      serving::ApiGroup group,
                                                       const grpc::ServerContextBase& ctx);
 
 // grpc.health.v1.Health (Check and Watch) on the generic API; every other method no service

@@ -2,10 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <deque>
 #include <fstream>
 #include <iterator>
-
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -25,8 +24,8 @@ using serving::InferResponse;
 using serving::InferTensor;
 
 // A ModelStreamInfer call refused before it starts.
-class RefusedStream final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+class RefusedStream final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                                           inference::ModelStreamInferResponse> {
  public:
   explicit RefusedStream(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
@@ -35,17 +34,30 @@ class RefusedStream final
 grpc::Status ToGrpc(const Status& s) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   switch (s.code()) {
-    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kOk:
+      return grpc::Status::OK;
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
-    case StatusCode::kFailedPrecondition: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case StatusCode::kUnimplemented: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case StatusCode::kFailedPrecondition:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case StatusCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case StatusCode::kUnimplemented:
+      code = grpc::StatusCode::UNIMPLEMENTED;
+      break;
     case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
-    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    case StatusCode::kUnavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
+      break;
+    case StatusCode::kCancelled:
+      code = grpc::StatusCode::CANCELLED;
+      break;
     case StatusCode::kInternal:
-    case StatusCode::kDataLoss: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kDataLoss:
+      code = grpc::StatusCode::INTERNAL;
+      break;
   }
   return grpc::Status(code, ToValidUtf8(s.message()));
 }
@@ -59,20 +71,45 @@ void AppendRaw(std::string* out, T v) {
 Status ContentsToRaw(const inference::InferTensorContents& c, InferTensor* t) {
   using inference::DataType;
   switch (t->dtype) {
-    case inference::TYPE_BOOL: for (bool v : c.bool_contents()) AppendRaw<uint8_t>(&t->data, v); break;
-    case inference::TYPE_INT8: for (int32_t v : c.int_contents()) AppendRaw<int8_t>(&t->data, static_cast<int8_t>(v)); break;
-    case inference::TYPE_INT16: for (int32_t v : c.int_contents()) AppendRaw<int16_t>(&t->data, static_cast<int16_t>(v)); break;
-    case inference::TYPE_INT32: for (int32_t v : c.int_contents()) AppendRaw<int32_t>(&t->data, v); break;
-    case inference::TYPE_INT64: for (int64_t v : c.int64_contents()) AppendRaw<int64_t>(&t->data, v); break;
-    case inference::TYPE_UINT8: for (uint32_t v : c.uint_contents()) AppendRaw<uint8_t>(&t->data, static_cast<uint8_t>(v)); break;
-    case inference::TYPE_UINT16: for (uint32_t v : c.uint_contents()) AppendRaw<uint16_t>(&t->data, static_cast<uint16_t>(v)); break;
-    case inference::TYPE_UINT32: for (uint32_t v : c.uint_contents()) AppendRaw<uint32_t>(&t->data, v); break;
-    case inference::TYPE_UINT64: for (uint64_t v : c.uint64_contents()) AppendRaw<uint64_t>(&t->data, v); break;
-    case inference::TYPE_FP32: for (float v : c.fp32_contents()) AppendRaw<float>(&t->data, v); break;
-    case inference::TYPE_FP64: for (double v : c.fp64_contents()) AppendRaw<double>(&t->data, v); break;
-    case inference::TYPE_STRING: for (const std::string& v : c.bytes_contents()) serving::AppendBytesElement(&t->data, v); break;
+    case inference::TYPE_BOOL:
+      for (bool v : c.bool_contents()) AppendRaw<uint8_t>(&t->data, v);
+      break;
+    case inference::TYPE_INT8:
+      for (int32_t v : c.int_contents()) AppendRaw<int8_t>(&t->data, static_cast<int8_t>(v));
+      break;
+    case inference::TYPE_INT16:
+      for (int32_t v : c.int_contents()) AppendRaw<int16_t>(&t->data, static_cast<int16_t>(v));
+      break;
+    case inference::TYPE_INT32:
+      for (int32_t v : c.int_contents()) AppendRaw<int32_t>(&t->data, v);
+      break;
+    case inference::TYPE_INT64:
+      for (int64_t v : c.int64_contents()) AppendRaw<int64_t>(&t->data, v);
+      break;
+    case inference::TYPE_UINT8:
+      for (uint32_t v : c.uint_contents()) AppendRaw<uint8_t>(&t->data, static_cast<uint8_t>(v));
+      break;
+    case inference::TYPE_UINT16:
+      for (uint32_t v : c.uint_contents()) AppendRaw<uint16_t>(&t->data, static_cast<uint16_t>(v));
+      break;
+    case inference::TYPE_UINT32:
+      for (uint32_t v : c.uint_contents()) AppendRaw<uint32_t>(&t->data, v);
+      break;
+    case inference::TYPE_UINT64:
+      for (uint64_t v : c.uint64_contents()) AppendRaw<uint64_t>(&t->data, v);
+      break;
+    case inference::TYPE_FP32:
+      for (float v : c.fp32_contents()) AppendRaw<float>(&t->data, v);
+      break;
+    case inference::TYPE_FP64:
+      for (double v : c.fp64_contents()) AppendRaw<double>(&t->data, v);
+      break;
+    case inference::TYPE_STRING:
+      for (const std::string& v : c.bytes_contents()) serving::AppendBytesElement(&t->data, v);
+      break;
     default:
-      return InvalidArgumentError("input '" + t->name + "': " + serving::DataTypeProtocolName(t->dtype) +
+      return InvalidArgumentError("input '" + t->name +
+                                  "': " + serving::DataTypeProtocolName(t->dtype) +
                                   " can only be sent in raw_input_contents");
   }
   return OkStatus();
@@ -80,7 +117,8 @@ Status ContentsToRaw(const inference::InferTensorContents& c, InferTensor* t) {
 
 // A tensor's shared_memory_* parameters (gRPC form); nullopt when it names no region.
 StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefOf(
-    const google::protobuf::Map<std::string, inference::InferParameter>& params, const std::string& tensor) {
+    const google::protobuf::Map<std::string, inference::InferParameter>& params,
+    const std::string& tensor) {
   auto region = params.find("shared_memory_region");
   if (region == params.end()) return std::optional<SharedMemoryRef>();
   SharedMemoryRef ref;
@@ -88,7 +126,8 @@ StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefOf(
   auto number = [&](const char* key, bool required, uint64_t* out) -> Status {
     auto it = params.find(key);
     if (it == params.end()) {
-      return required ? InvalidArgumentError("'" + tensor + "': shared_memory_region needs " + key) : OkStatus();
+      return required ? InvalidArgumentError("'" + tensor + "': shared_memory_region needs " + key)
+                      : OkStatus();
     }
     if (it->second.has_int64_param() && it->second.int64_param() >= 0) {
       *out = static_cast<uint64_t>(it->second.int64_param());
@@ -105,11 +144,13 @@ StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefOf(
   return std::optional<SharedMemoryRef>(ref);
 }
 
-StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p, const SharedMemoryRegistry& shm) {
+StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p,
+                                 const SharedMemoryRegistry& shm) {
   InferRequest r;
   r.model_name = p.model_name();
   if (!p.model_version().empty()) {
-    if (p.model_version().find_first_not_of("0123456789") != std::string::npos || p.model_version().size() > 18) {
+    if (p.model_version().find_first_not_of("0123456789") != std::string::npos ||
+        p.model_version().size() > 18) {
       return InvalidArgumentError("model version '" + p.model_version() + "' is not a number");
     }
     r.model_version = std::stoll(p.model_version());
@@ -117,17 +158,29 @@ StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p, const Sh
   r.id = p.id();
   for (const auto& [k, v] : p.parameters()) {
     switch (v.parameter_choice_case()) {
-      case inference::InferParameter::kBoolParam: r.parameters[k] = v.bool_param(); break;
-      case inference::InferParameter::kInt64Param: r.parameters[k] = v.int64_param(); break;
-      case inference::InferParameter::kUint64Param: r.parameters[k] = static_cast<int64_t>(v.uint64_param()); break;
-      case inference::InferParameter::kDoubleParam: r.parameters[k] = v.double_param(); break;
-      case inference::InferParameter::kStringParam: r.parameters[k] = v.string_param(); break;
-      default: break;
+      case inference::InferParameter::kBoolParam:
+        r.parameters[k] = v.bool_param();
+        break;
+      case inference::InferParameter::kInt64Param:
+        r.parameters[k] = v.int64_param();
+        break;
+      case inference::InferParameter::kUint64Param:
+        r.parameters[k] = static_cast<int64_t>(v.uint64_param());
+        break;
+      case inference::InferParameter::kDoubleParam:
+        r.parameters[k] = v.double_param();
+        break;
+      case inference::InferParameter::kStringParam:
+        r.parameters[k] = v.string_param();
+        break;
+      default:
+        break;
     }
   }
   const bool raw = p.raw_input_contents_size() > 0;
   if (raw && p.raw_input_contents_size() != p.inputs_size()) {
-    return InvalidArgumentError("expected " + std::to_string(p.inputs_size()) + " raw_input_contents, got " +
+    return InvalidArgumentError("expected " + std::to_string(p.inputs_size()) +
+                                " raw_input_contents, got " +
                                 std::to_string(p.raw_input_contents_size()));
   }
   for (int i = 0; i < p.inputs_size(); ++i) {
@@ -136,10 +189,13 @@ StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p, const Sh
     t.name = in.name();
     t.dtype = serving::DataTypeFromProtocolName(in.datatype());
     if (t.dtype == inference::TYPE_INVALID) {
-      return InvalidArgumentError("input '" + t.name + "' has an unknown datatype '" + in.datatype() + "'");
+      return InvalidArgumentError("input '" + t.name + "' has an unknown datatype '" +
+                                  in.datatype() + "'");
     }
     for (int64_t d : in.shape()) {
-      if (d < 0) return InvalidArgumentError("input '" + t.name + "': shape must hold non-negative integers");
+      if (d < 0)
+        return InvalidArgumentError("input '" + t.name +
+                                    "': shape must hold non-negative integers");
       t.shape.push_back(d);
     }
     auto shm_ref = SharedMemoryRefOf(in.parameters(), t.name);
@@ -150,7 +206,9 @@ StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p, const Sh
       t.data = std::move(data).value();
     } else if (raw) {
       if (in.has_contents()) {
-        return InvalidArgumentError("contents field must not be specified when using raw_input_contents for '" + t.name + "'");
+        return InvalidArgumentError(
+            "contents field must not be specified when using raw_input_contents for '" + t.name +
+            "'");
       }
       t.data = p.raw_input_contents(i);
     } else {
@@ -164,7 +222,8 @@ StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p, const Sh
 }
 
 // Requested outputs that go to shared memory, by name.
-StatusOr<std::map<std::string, SharedMemoryRef>> SharedMemoryOutputs(const inference::ModelInferRequest& p) {
+StatusOr<std::map<std::string, SharedMemoryRef>> SharedMemoryOutputs(
+    const inference::ModelInferRequest& p) {
   std::map<std::string, SharedMemoryRef> out;
   for (const auto& o : p.outputs()) {
     auto ref = SharedMemoryRefOf(o.parameters(), o.name());
@@ -175,7 +234,8 @@ StatusOr<std::map<std::string, SharedMemoryRef>> SharedMemoryOutputs(const infer
 }
 
 // Writes the outputs that go to shared memory there.
-Status WriteSharedMemoryOutputs(const InferResponse& r, const std::map<std::string, SharedMemoryRef>& refs,
+Status WriteSharedMemoryOutputs(const InferResponse& r,
+                                const std::map<std::string, SharedMemoryRef>& refs,
                                 const SharedMemoryRegistry& shm) {
   for (const InferTensor& t : r.outputs) {
     auto it = refs.find(t.name);
@@ -198,10 +258,14 @@ void ToProto(const InferResponse& r, inference::ModelInferResponse* p,
     std::visit(
         [&](const auto& x) {
           using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, bool>) param.set_bool_param(x);
-          else if constexpr (std::is_same_v<T, int64_t>) param.set_int64_param(x);
-          else if constexpr (std::is_same_v<T, double>) param.set_double_param(x);
-          else param.set_string_param(x);
+          if constexpr (std::is_same_v<T, bool>)
+            param.set_bool_param(x);
+          else if constexpr (std::is_same_v<T, int64_t>)
+            param.set_int64_param(x);
+          else if constexpr (std::is_same_v<T, double>)
+            param.set_double_param(x);
+          else
+            param.set_string_param(x);
         },
         v);
   }
@@ -212,7 +276,8 @@ void ToProto(const InferResponse& r, inference::ModelInferResponse* p,
     for (int64_t d : t.shape) o->add_shape(d);
     if (auto shm = shm_outputs.find(t.name); shm != shm_outputs.end()) {
       (*o->mutable_parameters())["shared_memory_region"].set_string_param(shm->second.region);
-      if (shm->second.offset != 0) (*o->mutable_parameters())["shared_memory_offset"].set_uint64_param(shm->second.offset);
+      if (shm->second.offset != 0)
+        (*o->mutable_parameters())["shared_memory_offset"].set_uint64_param(shm->second.offset);
       (*o->mutable_parameters())["shared_memory_byte_size"].set_uint64_param(t.data.size());
       p->add_raw_output_contents();
     } else {
@@ -225,10 +290,13 @@ void ToProto(const InferResponse& r, inference::ModelInferResponse* p,
 // finishes from whichever thread delivers its final response; a client cancel cancels it.
 class InferReactor final : public grpc::ServerUnaryReactor {
  public:
-  InferReactor(serving::Server* s, InferRequest r, inference::ModelInferResponse* out, const SharedMemoryRegistry& shm,
-               std::map<std::string, SharedMemoryRef> shm_outputs, std::shared_ptr<serving::TenantLimits::Ticket> ticket)
+  InferReactor(serving::Server* s, InferRequest r, inference::ModelInferResponse* out,
+               const SharedMemoryRegistry& shm, std::map<std::string, SharedMemoryRef> shm_outputs,
+               std::shared_ptr<serving::TenantLimits::Ticket> ticket)
       : out_(out), cancel_(r.cancel), shm_(shm), shm_outputs_(std::move(shm_outputs)) {
-    s->Infer(std::move(r), HoldUntilFinal(std::move(ticket), [this](InferResponse&& resp) { OnResponse(std::move(resp)); }));
+    s->Infer(std::move(r), HoldUntilFinal(std::move(ticket), [this](InferResponse&& resp) {
+               OnResponse(std::move(resp));
+             }));
   }
   void OnCancel() override { cancel_->Cancel(); }
   void OnDone() override { delete this; }
@@ -262,12 +330,16 @@ class InferReactor final : public grpc::ServerUnaryReactor {
 // the client has not read is bounded: past the bound its requests are cancelled and the call
 // ends with RESOURCE_EXHAUSTED. The call ends once the client stopped sending and every
 // request has its final response written (or the call was cancelled).
-class StreamReactor final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                                           inference::ModelStreamInferResponse> {
  public:
-  StreamReactor(serving::Server* s, const SharedMemoryRegistry& shm, size_t max_unread_bytes, const AccessPolicy* access,
-                std::string tenant)
-      : s_(s), shm_(shm), max_unread_(max_unread_bytes), access_(*access), tenant_(std::move(tenant)) {
+  StreamReactor(serving::Server* s, const SharedMemoryRegistry& shm, size_t max_unread_bytes,
+                const AccessPolicy* access, std::string tenant)
+      : s_(s),
+        shm_(shm),
+        max_unread_(max_unread_bytes),
+        access_(*access),
+        tenant_(std::move(tenant)) {
     StartRead(&request_);
   }
 
@@ -278,11 +350,13 @@ class StreamReactor final
       return MaybeFinishLocked();
     }
     bool empty_final = false;
-    if (auto it = request_.parameters().find("triton_enable_empty_final_response"); it != request_.parameters().end()) {
+    if (auto it = request_.parameters().find("triton_enable_empty_final_response");
+        it != request_.parameters().end()) {
       empty_final = it->second.bool_param();
     }
     auto r = FromProto(request_, shm_);
-    const std::string id = request_.id(), model = request_.model_name(), version = request_.model_version();
+    const std::string id = request_.id(), model = request_.model_name(),
+                      version = request_.model_version();
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++outstanding_;
@@ -295,7 +369,8 @@ class StreamReactor final
       // response and the stream goes on.
       admitted = AdmitInference(access_, tenant_, &*r);
       if (!admitted.ticket) {
-        r = ResourceExhaustedError(admitted.reason + " (retry after " + std::to_string(admitted.retry_after_s) + " s)");
+        r = ResourceExhaustedError(admitted.reason + " (retry after " +
+                                   std::to_string(admitted.retry_after_s) + " s)");
       }
     }
     if (!r.ok()) {
@@ -355,7 +430,8 @@ class StreamReactor final
     } else {
       ToProto(resp, out.mutable_infer_response());
     }
-    (*out.mutable_infer_response()->mutable_parameters())["triton_final_response"].set_bool_param(final);
+    (*out.mutable_infer_response()->mutable_parameters())["triton_final_response"].set_bool_param(
+        final);
     std::lock_guard<std::mutex> lock(mu_);
     const bool keep = !resp.empty() || !resp.error.ok() || empty_final;
     if (keep && !broken_) {
@@ -387,7 +463,8 @@ class StreamReactor final
     finished_ = true;
     if (overflowed_) {
       Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "the client read the stream too slowly (more than " + std::to_string(max_unread_) +
+                          "the client read the stream too slowly (more than " +
+                              std::to_string(max_unread_) +
                               " bytes unread); its requests were cancelled"));
     } else {
       Finish(cancelled_ ? grpc::Status::CANCELLED : grpc::Status::OK);
@@ -405,7 +482,8 @@ class StreamReactor final
   size_t unread_ = 0;
   int64_t outstanding_ = 0;  // requests without their final response
   std::vector<std::shared_ptr<serving::CancelToken>> cancels_;
-  bool writing_ = false, reads_done_ = false, cancelled_ = false, broken_ = false, overflowed_ = false;
+  bool writing_ = false, reads_done_ = false, cancelled_ = false, broken_ = false,
+       overflowed_ = false;
   bool finished_ = false, done_ = false;
 };
 
@@ -414,12 +492,17 @@ class StreamReactor final
 // KServe over gRPC's callback API: no call holds a thread while it waits for the engine.
 class GrpcService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  GrpcService(serving::Server* s, SharedMemoryRegistry* shm, size_t max_stream_buffer_bytes, AccessPolicy access)
-      : s_(s), shm_(*shm), max_stream_buffer_(max_stream_buffer_bytes), access_(std::move(access)) {}
+  GrpcService(serving::Server* s, SharedMemoryRegistry* shm, size_t max_stream_buffer_bytes,
+              AccessPolicy access)
+      : s_(s),
+        shm_(*shm),
+        max_stream_buffer_(max_stream_buffer_bytes),
+        access_(std::move(access)) {}
 
   // A reactor already finished with UNAUTHENTICATED / PERMISSION_DENIED, or null when the
   // caller may go on (its tenant in *tenant).
-  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx, serving::ApiGroup group, std::string* tenant = nullptr) {
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx, serving::ApiGroup group,
+                                   std::string* tenant = nullptr) {
     auto who = AuthorizeGrpc(access_, group, *ctx);
     if (auto* t = std::get_if<std::string>(&who)) {
       if (tenant) *tenant = std::move(*t);
@@ -437,7 +520,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
     return reactor;
   }
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest*,
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
+                                       const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth)) return refused;
     return Unary(ctx, [&] {
@@ -445,7 +529,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       return grpc::Status::OK;
     });
   }
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest*,
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
+                                        const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth)) return refused;
     return Unary(ctx, [&] {
@@ -453,7 +538,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       return grpc::Status::OK;
     });
   }
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* q,
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelReadyRequest* q,
                                        inference::ModelReadyResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth)) return refused;
     return Unary(ctx, [&] {
@@ -461,20 +547,22 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       return grpc::Status::OK;
     });
   }
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
+                                           const inference::ServerMetadataRequest*,
                                            inference::ServerMetadataResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kMetadata)) return refused;
     return Unary(ctx, [&] {
       r->set_name("inflight");
       r->set_version("0.4.0");
-      for (const char* e : {"model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data",
-                            "parameters", "statistics", "trace", "logging"}) {
+      for (const char* e : {"model_repository", "model_configuration", "system_shared_memory",
+                            "binary_tensor_data", "parameters", "statistics", "trace", "logging"}) {
         r->add_extensions(e);
       }
       return grpc::Status::OK;
     });
   }
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* q,
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
+                                          const inference::ModelMetadataRequest* q,
                                           inference::ModelMetadataResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kMetadata)) return refused;
     return Unary(ctx, [&] {
@@ -483,7 +571,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       r->set_name(m->name);
       for (const auto& v : m->versions) r->add_versions(v);
       r->set_platform(m->platform);
-      auto add = [](const serving::TensorMetadata& t, inference::ModelMetadataResponse::TensorMetadata* x) {
+      auto add = [](const serving::TensorMetadata& t,
+                    inference::ModelMetadataResponse::TensorMetadata* x) {
         x->set_name(t.name);
         x->set_datatype(t.datatype);
         for (int64_t d : t.shape) x->add_shape(d);
@@ -493,7 +582,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       return grpc::Status::OK;
     });
   }
-  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* q,
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
+                                        const inference::ModelConfigRequest* q,
                                         inference::ModelConfigResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelConfig)) return refused;
     return Unary(ctx, [&] {
@@ -503,12 +593,14 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       return grpc::Status::OK;
     });
   }
-  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx, const inference::ModelStatisticsRequest* q,
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
+                                            const inference::ModelStatisticsRequest* q,
                                             inference::ModelStatisticsResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kStatistics)) return refused;
     return Unary(ctx, [&] { return Statistics(*q, r); });
   }
-  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest* q,
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
+                                            const inference::RepositoryIndexRequest* q,
                                             inference::RepositoryIndexResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelRepository)) return refused;
     return Unary(ctx, [&] {
@@ -523,29 +615,35 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
     });
   }
   // Loading takes seconds: off gRPC's threads, the call finishes when it is done.
-  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* q,
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
+                                                const inference::RepositoryModelLoadRequest* q,
                                                 inference::RepositoryModelLoadResponse*) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelRepository)) return refused;
     std::optional<std::string> config;
     auto it = q->parameters().find("config");
     if (it != q->parameters().end()) config = it->second.string_param();
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    std::thread([this, reactor, name = q->model_name(), config] { reactor->Finish(ToGrpc(s_->LoadModel(name, config))); }).detach();
+    std::thread([this, reactor, name = q->model_name(), config] {
+      reactor->Finish(ToGrpc(s_->LoadModel(name, config)));
+    }).detach();
     return reactor;
   }
-  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* q,
-                                                  inference::RepositoryModelUnloadResponse*) override {
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* q,
+      inference::RepositoryModelUnloadResponse*) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelRepository)) return refused;
     auto it = q->parameters().find("unload_dependents");
     const bool deps = it != q->parameters().end() && it->second.bool_param();
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    std::thread([this, reactor, name = q->model_name(), deps] { reactor->Finish(ToGrpc(s_->UnloadModel(name, deps))); }).detach();
+    std::thread([this, reactor, name = q->model_name(), deps] {
+      reactor->Finish(ToGrpc(s_->UnloadModel(name, deps)));
+    }).detach();
     return reactor;
   }
 
-  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx,
-                                                     const inference::SystemSharedMemoryStatusRequest* q,
-                                                     inference::SystemSharedMemoryStatusResponse* r) override {
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* q,
+      inference::SystemSharedMemoryStatusResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kSharedMemory)) return refused;
     return Unary(ctx, [&] {
       auto st = shm_.GetStatus(q->name());
@@ -560,26 +658,30 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       return grpc::Status::OK;
     });
   }
-  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx,
-                                                       const inference::SystemSharedMemoryRegisterRequest* q,
-                                                       inference::SystemSharedMemoryRegisterResponse*) override {
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* q,
+      inference::SystemSharedMemoryRegisterResponse*) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kSharedMemory)) return refused;
-    return Unary(ctx, [&] { return ToGrpc(shm_.Register(q->name(), q->key(), q->offset(), q->byte_size())); });
+    return Unary(ctx, [&] {
+      return ToGrpc(shm_.Register(q->name(), q->key(), q->offset(), q->byte_size()));
+    });
   }
-  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* ctx,
-                                                         const inference::SystemSharedMemoryUnregisterRequest* q,
-                                                         inference::SystemSharedMemoryUnregisterResponse*) override {
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* q,
+      inference::SystemSharedMemoryUnregisterResponse*) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kSharedMemory)) return refused;
     return Unary(ctx, [&] { return ToGrpc(shm_.Unregister(q->name())); });
   }
 
   // An empty value list clears a model's override of that key (as Triton).
-  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx, const inference::TraceSettingRequest* q,
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx,
+                                         const inference::TraceSettingRequest* q,
                                          inference::TraceSettingResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kTrace)) return refused;
     return Unary(ctx, [&] {
       if (!q->model_name().empty() && !s_->ModelReady(q->model_name(), "")) {
-        return ToGrpc(NotFoundError("Request for unknown model: '" + q->model_name() + "' is not found"));
+        return ToGrpc(
+            NotFoundError("Request for unknown model: '" + q->model_name() + "' is not found"));
       }
       std::map<std::string, std::optional<std::vector<std::string>>> values;
       for (const auto& [key, v] : q->settings()) {
@@ -601,7 +703,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
     });
   }
 
-  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx, const inference::LogSettingsRequest* q,
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx,
+                                        const inference::LogSettingsRequest* q,
                                         inference::LogSettingsResponse* r) override {
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kLogging)) return refused;
     return Unary(ctx, [&] {
@@ -609,10 +712,17 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       for (const auto& [key, v] : q->settings()) {
         LogSettingValue value;
         switch (v.parameter_choice_case()) {
-          case inference::LogSettingsRequest::SettingValue::kBoolParam: value = v.bool_param(); break;
-          case inference::LogSettingsRequest::SettingValue::kUint32Param: value = static_cast<uint64_t>(v.uint32_param()); break;
-          case inference::LogSettingsRequest::SettingValue::kStringParam: value = v.string_param(); break;
-          default: break;
+          case inference::LogSettingsRequest::SettingValue::kBoolParam:
+            value = v.bool_param();
+            break;
+          case inference::LogSettingsRequest::SettingValue::kUint32Param:
+            value = static_cast<uint64_t>(v.uint32_param());
+            break;
+          case inference::LogSettingsRequest::SettingValue::kStringParam:
+            value = v.string_param();
+            break;
+          default:
+            break;
         }
         const Status s = ApplyLogSetting(&settings, key, value);
         if (!s.ok()) return ToGrpc(s);
@@ -621,14 +731,16 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
       for (const auto& [key, v] : LogSettingsView(settings)) {
         auto& x = (*r->mutable_settings())[key];
         if (const bool* b = std::get_if<bool>(&v)) x.set_bool_param(*b);
-        if (const uint64_t* u = std::get_if<uint64_t>(&v)) x.set_uint32_param(static_cast<uint32_t>(*u));
+        if (const uint64_t* u = std::get_if<uint64_t>(&v))
+          x.set_uint32_param(static_cast<uint32_t>(*u));
         if (const std::string* str = std::get_if<std::string>(&v)) x.set_string_param(*str);
       }
       return grpc::Status::OK;
     });
   }
 
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* q,
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelInferRequest* q,
                                        inference::ModelInferResponse* out) override {
     std::string tenant;
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kInference, &tenant)) return refused;
@@ -640,27 +752,32 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
     if (!config.ok()) return Unary(ctx, [&] { return ToGrpc(config.status()); });
     if (serving::IsDecoupled(*config)) {
       return Unary(ctx, [] {
-        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                            "ModelInfer RPC doesn't support models with decoupled transaction policy");
+        return grpc::Status(
+            grpc::StatusCode::UNIMPLEMENTED,
+            "ModelInfer RPC doesn't support models with decoupled transaction policy");
       });
     }
     Admitted admitted = AdmitInference(access_, tenant, &*r);
     if (!admitted.ticket) {
       ctx->AddTrailingMetadata("retry-after", std::to_string(admitted.retry_after_s));
-      return Unary(ctx, [&] { return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, admitted.reason); });
+      return Unary(
+          ctx, [&] { return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, admitted.reason); });
     }
-    return new InferReactor(s_, std::move(r).value(), out, shm_, std::move(shm_outputs).value(), std::move(admitted.ticket));
+    return new InferReactor(s_, std::move(r).value(), out, shm_, std::move(shm_outputs).value(),
+                            std::move(admitted.ticket));
   }
 
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
-      grpc::CallbackServerContext* ctx) override {
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* ctx) override {
     auto who = AuthorizeGrpc(access_, serving::ApiGroup::kInference, *ctx);
     if (auto* refusal = std::get_if<grpc::Status>(&who)) return new RefusedStream(*refusal);
-    return new StreamReactor(s_, shm_, max_stream_buffer_, &access_, std::get<std::string>(std::move(who)));
+    return new StreamReactor(s_, shm_, max_stream_buffer_, &access_,
+                             std::get<std::string>(std::move(who)));
   }
 
  private:
-  grpc::Status Statistics(const inference::ModelStatisticsRequest& q, inference::ModelStatisticsResponse* r) {
+  grpc::Status Statistics(const inference::ModelStatisticsRequest& q,
+                          inference::ModelStatisticsResponse* r) {
     auto st = s_->Statistics(q.name(), q.version());
     if (!st.ok()) return ToGrpc(st.status());
     auto dur = [](const serving::Duration& d, inference::StatisticDuration* p) {
@@ -709,10 +826,16 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   const AccessPolicy access_;
 };
 
-GrpcFrontend::GrpcFrontend(serving::Server* server, std::string address, int port, SharedMemoryRegistry* shm,
-                           size_t max_stream_buffer_bytes, AccessPolicy access, TlsFiles tls)
-    : server_(server), address_(std::move(address)), port_(port), shm_(shm), max_stream_buffer_bytes_(max_stream_buffer_bytes),
-      access_(std::move(access)), tls_(std::move(tls)) {}
+GrpcFrontend::GrpcFrontend(serving::Server* server, std::string address, int port,
+                           SharedMemoryRegistry* shm, size_t max_stream_buffer_bytes,
+                           AccessPolicy access, TlsFiles tls)
+    : server_(server),
+      address_(std::move(address)),
+      port_(port),
+      shm_(shm),
+      max_stream_buffer_bytes_(max_stream_buffer_bytes),
+      access_(std::move(access)),
+      tls_(std::move(tls)) {}
 
 GrpcFrontend::~GrpcFrontend() { Stop(); }
 
@@ -722,7 +845,8 @@ StatusOr<std::string> ReadPem(const std::string& what, const std::string& path) 
   std::ifstream in(path, std::ios::binary);
   if (!in) return InvalidArgumentError("gRPC TLS: cannot read the " + what + " '" + path + "'");
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (data.find("-----BEGIN") == std::string::npos) return InvalidArgumentError("gRPC TLS: the " + what + " '" + path + "' is not PEM");
+  if (data.find("-----BEGIN") == std::string::npos)
+    return InvalidArgumentError("gRPC TLS: the " + what + " '" + path + "' is not PEM");
   return data;
 }
 
@@ -759,7 +883,8 @@ StatusOr<int> GrpcFrontend::Start() {
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   grpc_ = builder.BuildAndStart();
-  if (!grpc_ || bound == 0) return UnavailableError("gRPC: cannot bind " + address_ + ":" + std::to_string(port_));
+  if (!grpc_ || bound == 0)
+    return UnavailableError("gRPC: cannot bind " + address_ + ":" + std::to_string(port_));
   return bound;
 }
 
@@ -769,7 +894,8 @@ void GrpcFrontend::SetNotServing() {
 
 void GrpcFrontend::Stop() {
   if (grpc_) {
-    if (health_) health_->Shutdown();  // open Watch calls end, so the shutdown need not wait them out
+    if (health_)
+      health_->Shutdown();  // open Watch calls end, so the shutdown need not wait them out
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     grpc_.reset();
   }

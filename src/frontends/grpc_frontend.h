@@ -28,7 +28,8 @@ class GrpcFrontend {
   // access: keys, restricted groups and tenant limits for every RPC (grpc.health.v1 too).
   // tls: TLS (mutual with a client CA) instead of plaintext.
   GrpcFrontend(serving::Server* server, std::string address, int port, SharedMemoryRegistry* shm,
-               size_t max_stream_buffer_bytes = 8 << 20, AccessPolicy access = {}, TlsFiles tls = {});
+               size_t max_stream_buffer_bytes = 8 << 20, AccessPolicy access = {},
+               TlsFiles tls = {});
   ~GrpcFrontend();
   // Returns the bound port (port 0 picks a free one); UNAVAILABLE when it cannot bind,
   // INVALID_ARGUMENT for TLS files that cannot be read.

@@ -21,14 +21,20 @@ using serving::InferResponse;
 
 int HttpStatus(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kNotFound: return 404;
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kNotFound:
+      return 404;
     case StatusCode::kUnavailable:
-    case StatusCode::kResourceExhausted: return 503;
-    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kResourceExhausted:
+      return 503;
+    case StatusCode::kUnimplemented:
+      return 501;
     case StatusCode::kInternal:
-    case StatusCode::kDataLoss: return 500;
-    default: return 400;
+    case StatusCode::kDataLoss:
+      return 500;
+    default:
+      return 400;
   }
 }
 
@@ -46,7 +52,8 @@ HttpResponse Error(const Status& s) { return Error(HttpStatus(s), s.message()); 
 std::string SseEvent(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 
 struct Route {
-  std::string model, version, action;  // action: "", ready, config, infer, generate, generate_stream, stats
+  std::string model, version,
+      action;  // action: "", ready, config, infer, generate, generate_stream, stats
 };
 
 // /v2/models/{m}[/versions/{v}][/{action}]
@@ -57,7 +64,8 @@ std::optional<Route> ParseModelRoute(const std::vector<std::string>& seg) {
   size_t i = 3;
   if (seg.size() > i + 1 && seg[i] == "versions") {
     r.version = seg[i + 1];
-    if (r.version.empty() || r.version.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    if (r.version.empty() || r.version.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
     i += 2;
   }
   if (seg.size() == i + 1) {
@@ -65,7 +73,8 @@ std::optional<Route> ParseModelRoute(const std::vector<std::string>& seg) {
   } else if (seg.size() != i) {
     return std::nullopt;
   }
-  static const char* kActions[] = {"", "ready", "config", "infer", "generate", "generate_stream", "stats"};
+  static const char* kActions[] = {"",         "ready",           "config", "infer",
+                                   "generate", "generate_stream", "stats"};
   for (const char* a : kActions) {
     if (r.action == a) return r;
   }
@@ -89,7 +98,8 @@ std::vector<std::string> Split(const std::string& path) {
 // produced a response (the engine's, for LLM steps); each response is handed to the
 // connection's strand, where it is encoded and written.
 template <typename OnResponse>
-serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply, OnResponse on_response) {
+serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply,
+                                   OnResponse on_response) {
   auto handler = std::make_shared<OnResponse>(std::move(on_response));
   return [reply, handler](InferResponse&& r) {
     auto resp = std::make_shared<InferResponse>(std::move(r));
@@ -107,7 +117,11 @@ class Handlers {
  public:
   Handlers(serving::Server* s, SharedMemoryRegistry* shm, std::shared_ptr<OpenAiFrontend> openai,
            std::shared_ptr<WebFrontend> web, AccessPolicy access)
-      : s_(s), shm_(*shm), openai_(std::move(openai)), web_(std::move(web)), access_(std::move(access)) {}
+      : s_(s),
+        shm_(*shm),
+        openai_(std::move(openai)),
+        web_(std::move(web)),
+        access_(std::move(access)) {}
 
   void Dispatch(HttpRequest req, std::shared_ptr<HttpReply> reply) {
     const auto seg = Split(req.path);
@@ -146,16 +160,21 @@ class Handlers {
       return Repository(seg, req, std::move(reply));
     }
     if (seg == std::vector<std::string>{"v2", "trace", "setting"}) {
-      if (req.method != "GET" && req.method != "POST") return reply->Send(Error(405, "Method Not Allowed"));
+      if (req.method != "GET" && req.method != "POST")
+        return reply->Send(Error(405, "Method Not Allowed"));
       return reply->Send(TraceSetting("", req));
     }
-    if (seg.size() == 5 && seg[0] == "v2" && seg[1] == "models" && seg[3] == "trace" && seg[4] == "setting") {
-      if (req.method != "GET" && req.method != "POST") return reply->Send(Error(405, "Method Not Allowed"));
-      if (!s_->ModelReady(seg[2], "")) return reply->Send(Error(404, "Request for unknown model: '" + seg[2] + "' is not found"));
+    if (seg.size() == 5 && seg[0] == "v2" && seg[1] == "models" && seg[3] == "trace" &&
+        seg[4] == "setting") {
+      if (req.method != "GET" && req.method != "POST")
+        return reply->Send(Error(405, "Method Not Allowed"));
+      if (!s_->ModelReady(seg[2], ""))
+        return reply->Send(Error(404, "Request for unknown model: '" + seg[2] + "' is not found"));
       return reply->Send(TraceSetting(seg[2], req));
     }
     if (seg == std::vector<std::string>{"v2", "logging"}) {
-      if (req.method != "GET" && req.method != "POST") return reply->Send(Error(405, "Method Not Allowed"));
+      if (req.method != "GET" && req.method != "POST")
+        return reply->Send(Error(405, "Method Not Allowed"));
       return reply->Send(Logging(req));
     }
     if (seg.size() >= 3 && seg[0] == "v2" && seg[1] == "systemsharedmemory") {
@@ -178,7 +197,8 @@ class Handlers {
       if (r->action == "config") {
         if (!method(get)) return;
         auto c = s_->GetModelConfig(r->model, r->version);
-        return reply->Send(c.ok() ? HttpResponse{200, "application/json", ModelConfigToJson(*c), {}} : Error(c.status()));
+        return reply->Send(c.ok() ? HttpResponse{200, "application/json", ModelConfigToJson(*c), {}}
+                                  : Error(c.status()));
       }
       if (r->action == "stats") {
         if (method(get)) reply->Send(Stats(r->model, r->version));
@@ -195,8 +215,9 @@ class Handlers {
   static json ServerMetadata() {
     return {{"name", "inflight"},
             {"version", "0.4.0"},
-            {"extensions", {"model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data",
-                            "parameters", "statistics", "trace", "logging", "generate"}}};
+            {"extensions",
+             {"model_repository", "model_configuration", "system_shared_memory",
+              "binary_tensor_data", "parameters", "statistics", "trace", "logging", "generate"}}};
   }
 
   // GET: the trace settings (global, or a model's); POST: change the given ones (all or
@@ -205,17 +226,20 @@ class Handlers {
     serving::Tracer& tracer = s_->tracer();
     if (req.method == "POST") {
       auto body = ParseJsonBounded(req.body);
-      if (!body.ok() || !body->is_object()) return Error(400, "failed to parse the request JSON buffer");
+      if (!body.ok() || !body->is_object())
+        return Error(400, "failed to parse the request JSON buffer");
       std::map<std::string, std::optional<std::vector<std::string>>> values;
       for (const auto& [key, v] : body->items()) {
         if (v.is_null()) {
           values[key] = std::nullopt;
         } else if (v.is_string()) {
           values[key] = std::vector<std::string>{v.get<std::string>()};
-        } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); })) {
+        } else if (v.is_array() &&
+                   std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); })) {
           values[key] = v.get<std::vector<std::string>>();
         } else {
-          return Error(400, "trace setting '" + key + "' must be a string, a list of strings or null");
+          return Error(400,
+                       "trace setting '" + key + "' must be a string, a list of strings or null");
         }
       }
       const Status s = tracer.Update(model, values);
@@ -233,7 +257,8 @@ class Handlers {
     LogSettings settings = GetLogSettings();
     if (req.method == "POST") {
       auto body = ParseJsonBounded(req.body);
-      if (!body.ok() || !body->is_object()) return Error(400, "failed to parse the request JSON buffer");
+      if (!body.ok() || !body->is_object())
+        return Error(400, "failed to parse the request JSON buffer");
       for (const auto& [key, v] : body->items()) {
         LogSettingValue value;
         if (v.is_boolean()) {
@@ -252,11 +277,15 @@ class Handlers {
     }
     json out = json::object();
     for (const auto& [k, v] : LogSettingsView(settings)) {
-      std::visit([&, k = k](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>) out[k] = nullptr;
-        else out[k] = x;
-      }, v);
+      std::visit(
+          [&, k = k](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::monostate>)
+              out[k] = nullptr;
+            else
+              out[k] = x;
+          },
+          v);
     }
     return Json(200, out);
   }
@@ -278,7 +307,8 @@ class Handlers {
       if (!st.ok()) return Error(st.status());
       json arr = json::array();
       for (const auto& r : *st) {
-        arr.push_back({{"name", r.name}, {"key", r.key}, {"offset", r.offset}, {"byte_size", r.byte_size}});
+        arr.push_back(
+            {{"name", r.name}, {"key", r.key}, {"offset", r.offset}, {"byte_size", r.byte_size}});
       }
       return Json(200, arr);
     }
@@ -289,7 +319,8 @@ class Handlers {
     }
     if (action != "register" || name.empty()) return Error(404, "Not Found");
     auto body = ParseJsonBounded(req.body);
-    if (!body.ok() || !body->is_object()) return Error(400, "failed to parse the request JSON buffer");
+    if (!body.ok() || !body->is_object())
+      return Error(400, "failed to parse the request JSON buffer");
     const json& b = *body;
     auto u64 = [&](const char* key, uint64_t* out) {
       if (!b.contains(key)) return key == std::string("offset");
@@ -299,8 +330,11 @@ class Handlers {
       return true;
     };
     uint64_t offset = 0, byte_size = 0;
-    if (!b.contains("key") || !b["key"].is_string() || !u64("offset", &offset) || !u64("byte_size", &byte_size)) {
-      return Error(400, "shared memory register needs a string 'key' and unsigned 'byte_size' (and 'offset')");
+    if (!b.contains("key") || !b["key"].is_string() || !u64("offset", &offset) ||
+        !u64("byte_size", &byte_size)) {
+      return Error(
+          400,
+          "shared memory register needs a string 'key' and unsigned 'byte_size' (and 'offset')");
     }
     const Status s = shm_.Register(name, b["key"].get<std::string>(), offset, byte_size);
     return s.ok() ? HttpResponse{200, "", "", {}} : Error(s);
@@ -312,7 +346,8 @@ class Handlers {
     return Json(200, StatisticsToJson(*st));
   }
 
-  void Repository(const std::vector<std::string>& seg, const HttpRequest& req, std::shared_ptr<HttpReply> reply) {
+  void Repository(const std::vector<std::string>& seg, const HttpRequest& req,
+                  std::shared_ptr<HttpReply> reply) {
     // /v2/repository[/{repo}]/index and /v2/repository[/{repo}]/models/{m}/load|unload
     size_t i = 2;
     if (seg.size() == 4 && seg[3] == "index") i = 3;
@@ -325,7 +360,8 @@ class Handlers {
     }
     const json body = std::move(parsed).value();
     if (seg.size() == i + 1 && seg[i] == "index") {
-      const bool ready = body.contains("ready") && body["ready"].is_boolean() && body["ready"].get<bool>();
+      const bool ready =
+          body.contains("ready") && body["ready"].is_boolean() && body["ready"].get<bool>();
       json arr = json::array();
       for (const auto& e : s_->RepositoryIndex(ready)) {
         json x = {{"name", e.name}};
@@ -336,23 +372,29 @@ class Handlers {
       }
       return reply->Send(Json(200, arr));
     }
-    if (seg.size() == i + 3 && seg[i] == "models" && (seg[i + 2] == "load" || seg[i + 2] == "unload")) {
+    if (seg.size() == i + 3 && seg[i] == "models" &&
+        (seg[i + 2] == "load" || seg[i + 2] == "unload")) {
       const std::string model = seg[i + 1];
-      const json params = body.contains("parameters") && body["parameters"].is_object() ? body["parameters"] : json::object();
+      const json params = body.contains("parameters") && body["parameters"].is_object()
+                              ? body["parameters"]
+                              : json::object();
       const bool load = seg[i + 2] == "load";
       std::optional<std::string> config;
       if (load) {
         if (params.contains("config")) {
-          if (!params["config"].is_string()) return reply->Send(Error(400, "load parameter 'config' must be a string"));
+          if (!params["config"].is_string())
+            return reply->Send(Error(400, "load parameter 'config' must be a string"));
           config = params["config"].get<std::string>();
         }
         for (const auto& [k, v] : params.items()) {
           if (k.rfind("file:", 0) == 0) {
-            return reply->Send(Error(501, "load parameter '" + k + "': file overrides are not supported"));
+            return reply->Send(
+                Error(501, "load parameter '" + k + "': file overrides are not supported"));
           }
         }
       }
-      const bool deps = params.contains("unload_dependents") && params["unload_dependents"].is_boolean() &&
+      const bool deps = params.contains("unload_dependents") &&
+                        params["unload_dependents"].is_boolean() &&
                         params["unload_dependents"].get<bool>();
       // Loading a model takes seconds: off the I/O threads.
       std::thread([this, reply, model, config, load, deps] {
@@ -364,11 +406,13 @@ class Handlers {
     reply->Send(Error(404, "Not Found"));
   }
 
-  void Infer(const Route& route, const HttpRequest& req, const std::string& tenant, std::shared_ptr<HttpReply> reply) {
+  void Infer(const Route& route, const HttpRequest& req, const std::string& tenant,
+             std::shared_ptr<HttpReply> reply) {
     auto config = s_->GetModelConfig(route.model, route.version);
     if (!config.ok()) return reply->Send(Error(config.status()));
     if (serving::IsDecoupled(*config)) {
-      return reply->Send(Error(501, "HTTP end point doesn't support models with decoupled transaction policy"));
+      return reply->Send(
+          Error(501, "HTTP end point doesn't support models with decoupled transaction policy"));
     }
     int64_t header_len = -1;
     if (req.HasHeader("Inference-Header-Content-Length")) {
@@ -376,8 +420,10 @@ class Handlers {
       char* end = nullptr;
       errno = 0;
       header_len = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || errno != 0 || header_len < 0 || header_len > static_cast<int64_t>(req.body.size())) {
-        return reply->Send(Error(400, "Inference-Header-Content-Length header value '" + v + "' is out of range"));
+      if (v.empty() || *end != '\0' || errno != 0 || header_len < 0 ||
+          header_len > static_cast<int64_t>(req.body.size())) {
+        return reply->Send(
+            Error(400, "Inference-Header-Content-Length header value '" + v + "' is out of range"));
       }
     }
     const SharedMemoryReader shm_reader = [this](const SharedMemoryRef& ref) {
@@ -394,37 +440,45 @@ class Handlers {
     auto cancel = r.cancel;
     reply->OnClientGone([cancel](const std::string&) { cancel->Cancel(); });
     auto responses = std::make_shared<std::vector<InferResponse>>();
-    s_->Infer(std::move(r), HoldUntilFinal(std::move(admitted.ticket), SinkOnStrand(reply, [this, reply, responses, shape](InferResponse&& resp) {
-      const bool final = resp.final;
-      responses->push_back(std::move(resp));
-      if (!final) return;
-      const InferResponse* data = nullptr;
-      for (const auto& x : *responses) {
-        if (!x.error.ok()) return reply->Send(Error(x.error));
-        if (!x.empty() && !data) data = &x;
-      }
-      // Only an empty final response (e.g. the answer to a `stop` request): the reference
-      // answers with no tensors.
-      if (!data) data = &responses->back();
-      for (const auto& t : data->outputs) {
-        auto shm = shape->shm_outputs.find(t.name);
-        if (shm == shape->shm_outputs.end()) continue;
-        const Status written = shm_.Write(shm->second.region, shm->second.offset, shm->second.byte_size, t.data);
-        if (!written.ok()) return reply->Send(Error(written));
-      }
-      std::string binary;
-      const std::string header = Dump(InferResponseToJson(*data, *shape, &binary));
-      if (binary.empty()) return reply->Send({200, "application/json", header, {}});
-      reply->Send({200, "application/octet-stream", header + binary,
-                   {{"Inference-Header-Content-Length", std::to_string(header.size())}}});
-    })));
+    s_->Infer(
+        std::move(r),
+        HoldUntilFinal(
+            std::move(admitted.ticket),
+            SinkOnStrand(reply, [this, reply, responses, shape](InferResponse&& resp) {
+              const bool final = resp.final;
+              responses->push_back(std::move(resp));
+              if (!final) return;
+              const InferResponse* data = nullptr;
+              for (const auto& x : *responses) {
+                if (!x.error.ok()) return reply->Send(Error(x.error));
+                if (!x.empty() && !data) data = &x;
+              }
+              // Only an empty final response (e.g. the answer to a `stop` request): the reference
+              // answers with no tensors.
+              if (!data) data = &responses->back();
+              for (const auto& t : data->outputs) {
+                auto shm = shape->shm_outputs.find(t.name);
+                if (shm == shape->shm_outputs.end()) continue;
+                const Status written = shm_.Write(shm->second.region, shm->second.offset,
+                                                  shm->second.byte_size, t.data);
+                if (!written.ok()) return reply->Send(Error(written));
+              }
+              std::string binary;
+              const std::string header = Dump(InferResponseToJson(*data, *shape, &binary));
+              if (binary.empty()) return reply->Send({200, "application/json", header, {}});
+              reply->Send({200,
+                           "application/octet-stream",
+                           header + binary,
+                           {{"Inference-Header-Content-Length", std::to_string(header.size())}}});
+            })));
   }
 
-  void Generate(const Route& route, const HttpRequest& req, const std::string& tenant, std::shared_ptr<HttpReply> reply,
-                bool stream) {
+  void Generate(const Route& route, const HttpRequest& req, const std::string& tenant,
+                std::shared_ptr<HttpReply> reply, bool stream) {
     const std::string encoding = req.Header("Content-Encoding");
     if (!encoding.empty() && encoding != "identity") {
-      return reply->Send(Error(400, "Unsupported content-encoding '" + encoding + "' for generate"));
+      return reply->Send(
+          Error(400, "Unsupported content-encoding '" + encoding + "' for generate"));
     }
     auto config = s_->GetModelConfig(route.model, route.version);
     if (!config.ok()) return reply->Send(Error(config.status()));
@@ -445,38 +499,51 @@ class Handlers {
     });
     if (!stream) {
       auto data = std::make_shared<std::vector<InferResponse>>();
-      s_->Infer(std::move(r), HoldUntilFinal(std::move(ticket), SinkOnStrand(reply, [reply, data](InferResponse&& resp) {
-        if (!resp.error.ok() && data->empty()) return reply->Send(Error(resp.error));
-        const bool final = resp.final;
-        if (!resp.empty()) data->push_back(std::move(resp));
-        if (!final) return;
-        if (data->size() != 1) {
-          return reply->Send(Json(200, json{{"error", "generate expects model to produce exactly 1 response, use generate "
-                                                      "stream for model that generates various number of responses"}}));
-        }
-        reply->Send(Json(200, GenerateResponseToJson(data->front())));
-      })));
+      s_->Infer(
+          std::move(r),
+          HoldUntilFinal(
+              std::move(ticket), SinkOnStrand(reply, [reply, data](InferResponse&& resp) {
+                if (!resp.error.ok() && data->empty()) return reply->Send(Error(resp.error));
+                const bool final = resp.final;
+                if (!resp.empty()) data->push_back(std::move(resp));
+                if (!final) return;
+                if (data->size() != 1) {
+                  return reply->Send(Json(
+                      200,
+                      json{{"error",
+                            "generate expects model to produce exactly 1 response, use generate "
+                            "stream for model that generates various number of responses"}}));
+                }
+                reply->Send(Json(200, GenerateResponseToJson(data->front())));
+              })));
       return;
     }
     auto started = std::make_shared<bool>(false);
-    s_->Infer(std::move(r), HoldUntilFinal(std::move(ticket), SinkOnStrand(reply, [reply, started, gone_reason](InferResponse&& resp) {
-      if (!*started) {
-        // A request refused before any output (config checks, the engine's refusals) is a
-        // plain JSON error with its status, as the reference answers.
-        if (!resp.error.ok() && resp.final) return reply->Send(Error(resp.error));
-        reply->StartStream(200, "text/event-stream; charset=utf-8");
-        *started = true;
-      }
-      if (!resp.error.ok()) {
-        // Ended by an error after output started (shutdown, a slow reader, an engine error):
-        // the stream says so in a last event instead of looking complete.
-        const std::string message = gone_reason->empty() ? resp.error.message() : *gone_reason;
-        reply->Write(SseEvent(json{{"error", message}}), /*force=*/true);
-      } else if (!resp.empty()) {
-        reply->Write(SseEvent(GenerateResponseToJson(resp)));
-      }
-      if (resp.final) reply->EndStream();
-    })));
+    s_->Infer(
+        std::move(r),
+        HoldUntilFinal(std::move(ticket),
+                       SinkOnStrand(reply, [reply, started, gone_reason](InferResponse&& resp) {
+                         if (!*started) {
+                           // A request refused before any output (config checks, the engine's
+                           // refusals) is a plain JSON error with its status, as the reference
+                           // answers.
+                           if (!resp.error.ok() && resp.final)
+                             return reply->Send(Error(resp.error));
+                           reply->StartStream(200, "text/event-stream; charset=utf-8");
+                           *started = true;
+                         }
+                         if (!resp.error.ok()) {
+                           // Ended by an error after output started (shutdown, a slow reader, an
+                           // engine error): the stream says so in a last event instead of looking
+                           // complete.
+                           const std::string message =
+                               gone_reason->empty() ? resp.error.message() : *gone_reason;
+                           reply->Write(SseEvent(json{{"error", message}}), /*force=*/true);
+                         } else if (!resp.empty()) {
+                           reply->Write(SseEvent(GenerateResponseToJson(resp)));
+                         }
+                         if (resp.final) reply->EndStream();
+                       })));
   }
 
   serving::Server* s_;
@@ -517,27 +584,34 @@ std::optional<serving::ApiGroup> HttpApiGroup(const std::vector<std::string>& se
   return G::kMetadata;
 }
 
-std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access, serving::ApiGroup group,
+std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access,
+                                                      serving::ApiGroup group,
                                                       const HttpRequest& req, bool openai_errors) {
   const auto lookup = [&req](std::string_view name) -> std::optional<std::string> {
     if (!req.HasHeader(name)) return std::nullopt;
     return req.Header(name);
   };
-  auto result = access.auth->Check(serving::Protocol::kHttp, group, req.Header("Authorization"), lookup);
+  auto result =
+      access.auth->Check(serving::Protocol::kHttp, group, req.Header("Authorization"), lookup);
   if (auto* p = std::get_if<serving::Principal>(&result)) return TenantOf(*p, req.remote_address);
   // No detail: which keys exist, or which group needs which, is not the caller's business.
   const bool forbidden = std::get<serving::AuthFailure>(result) == serving::AuthFailure::kForbidden;
   const int status = forbidden ? 403 : 401;
   const std::string message = forbidden ? "forbidden" : "unauthenticated";
-  HttpResponse r = openai_errors ? HttpResponse{status, "application/json", Dump(OpenAiErrorJson(status, message)), {}}
-                                 : Json(status, json{{"error", message}});
+  HttpResponse r =
+      openai_errors
+          ? HttpResponse{status, "application/json", Dump(OpenAiErrorJson(status, message)), {}}
+          : Json(status, json{{"error", message}});
   if (!forbidden) r.headers.emplace_back("WWW-Authenticate", "Bearer");
   return r;
 }
 
-HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options, SharedMemoryRegistry* shm,
-                           OpenAiOptions openai, AccessPolicy access)
-    : server_(server), options_(std::move(options)), shm_(shm), access_(access),
+HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options,
+                           SharedMemoryRegistry* shm, OpenAiOptions openai, AccessPolicy access)
+    : server_(server),
+      options_(std::move(options)),
+      shm_(shm),
+      access_(access),
       openai_(std::make_shared<OpenAiFrontend>(server, std::move(openai), access)),
       web_(std::make_shared<WebFrontend>(server)) {}
 
@@ -546,14 +620,15 @@ HttpFrontend::~HttpFrontend() { Stop(); }
 StatusOr<int> HttpFrontend::Start() {
   RETURN_IF_ERROR(openai_->Init());
   auto handlers = std::make_shared<Handlers>(server_, shm_, openai_, web_, access_);
-  http_ = std::make_unique<HttpServer>(options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
-    try {
-      handlers->Dispatch(std::move(req), reply);
-    } catch (const std::exception& e) {
-      // Nothing a client sends may take an I/O thread down.
-      reply->Send(Error(500, std::string("internal error: ") + e.what()));
-    }
-  });
+  http_ = std::make_unique<HttpServer>(
+      options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
+        try {
+          handlers->Dispatch(std::move(req), reply);
+        } catch (const std::exception& e) {
+          // Nothing a client sends may take an I/O thread down.
+          reply->Send(Error(500, std::string("internal error: ") + e.what()));
+        }
+      });
   return http_->Start();
 }
 
@@ -566,8 +641,13 @@ void HttpFrontend::Stop(std::chrono::milliseconds grace) {
   if (http_) http_->Stop(grace);
 }
 
-MetricsFrontend::MetricsFrontend(serving::Server* server, std::string address, int port, AccessPolicy access, TlsFiles tls)
-    : server_(server), address_(std::move(address)), port_(port), access_(std::move(access)), tls_(std::move(tls)) {}
+MetricsFrontend::MetricsFrontend(serving::Server* server, std::string address, int port,
+                                 AccessPolicy access, TlsFiles tls)
+    : server_(server),
+      address_(std::move(address)),
+      port_(port),
+      access_(std::move(access)),
+      tls_(std::move(tls)) {}
 
 MetricsFrontend::~MetricsFrontend() { Stop(); }
 
@@ -578,13 +658,16 @@ StatusOr<int> MetricsFrontend::Start() {
   o.num_threads = 1;
   o.max_body_bytes = 1 << 20;
   o.tls = tls_;
-  http_ = std::make_unique<HttpServer>(o, [this](HttpRequest req, std::shared_ptr<HttpReply> reply) {
-    auto who = AuthorizeHttp(access_, serving::ApiGroup::kMetrics, req, false);
-    if (auto* refusal = std::get_if<HttpResponse>(&who)) return reply->Send(std::move(*refusal));
-    if (req.path != "/metrics") return reply->Send(Error(404, "Not Found"));
-    if (req.method != "GET") return reply->Send(Error(405, "Method Not Allowed"));
-    reply->Send({200, "text/plain; version=0.0.4; charset=utf-8", server_->metrics().Serialize(), {}});
-  });
+  http_ =
+      std::make_unique<HttpServer>(o, [this](HttpRequest req, std::shared_ptr<HttpReply> reply) {
+        auto who = AuthorizeHttp(access_, serving::ApiGroup::kMetrics, req, false);
+        if (auto* refusal = std::get_if<HttpResponse>(&who))
+          return reply->Send(std::move(*refusal));
+        if (req.path != "/metrics") return reply->Send(Error(404, "Not Found"));
+        if (req.method != "GET") return reply->Send(Error(405, "Method Not Allowed"));
+        reply->Send(
+            {200, "text/plain; version=0.0.4; charset=utf-8", server_->metrics().Serialize(), {}});
+      });
   return http_->Start();
 }
 

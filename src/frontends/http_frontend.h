@@ -10,8 +10,8 @@
 #include "frontends/access.h"
 #include "frontends/http_server.h"
 #include "frontends/openai_frontend.h"
-#include "frontends/web_frontend.h"
 #include "frontends/shared_memory.h"
+#include "frontends/web_frontend.h"
 #include "serving/server.h"
 
 namespace inflight::frontends {
@@ -45,7 +45,8 @@ class HttpFrontend {
 // are set).
 class MetricsFrontend {
  public:
-  MetricsFrontend(serving::Server* server, std::string address, int port, AccessPolicy access = {}, TlsFiles tls = {});
+  MetricsFrontend(serving::Server* server, std::string address, int port, AccessPolicy access = {},
+                  TlsFiles tls = {});
   ~MetricsFrontend();
   StatusOr<int> Start();
   void Stop();
@@ -64,7 +65,8 @@ class MetricsFrontend {
 std::optional<serving::ApiGroup> HttpApiGroup(const std::vector<std::string>& seg);
 
 // Checks the caller's credentials for `group`: the tenant, or a 401/403 response to send.
-std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access, serving::ApiGroup group,
+std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access,
+                                                      serving::ApiGroup group,
                                                       const HttpRequest& req, bool openai_errors);
 
 }  // namespace inflight::frontends

@@ -1,5 +1,6 @@
 #include "frontends/http_server.h"
 
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
@@ -11,13 +12,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <poll.h>
 #include <cerrno>
 #include <deque>
-#include <mutex>
-#include <optional>
 #include <future>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "base/logging.h"
@@ -34,7 +34,9 @@ namespace {
 bool IEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
   }
   return true;
 }
@@ -81,7 +83,10 @@ using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   Impl(HttpServerOptions o, HttpHandler h)
-      : options(std::move(o)), handler(std::move(h)), ioc(options.num_threads), work(net::make_work_guard(ioc)) {}
+      : options(std::move(o)),
+        handler(std::move(h)),
+        ioc(options.num_threads),
+        work(net::make_work_guard(ioc)) {}
 
   void Accept();
   void Track(const std::shared_ptr<SessionBase>& s);
@@ -110,7 +115,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
 
   Session(tcp::socket socket, std::shared_ptr<HttpServer::Impl> server)
-      : stream_(MakeStream(std::move(socket), *server)), strand_(stream_.get_executor()), server_(std::move(server)),
+      : stream_(MakeStream(std::move(socket), *server)),
+        strand_(stream_.get_executor()),
+        server_(std::move(server)),
         options_(server_->options) {
     beast::error_code ec;
     const auto remote = Lowest().socket().remote_endpoint(ec);
@@ -195,10 +202,12 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
 template <typename Stream>
 class Reply : public HttpReply {
  public:
-  Reply(std::shared_ptr<Session<Stream>> s, uint64_t gen, size_t bound) : s_(std::move(s)), gen_(gen), bound_(bound) {}
+  Reply(std::shared_ptr<Session<Stream>> s, uint64_t gen, size_t bound)
+      : s_(std::move(s)), gen_(gen), bound_(bound) {}
 
   void Send(HttpResponse response) override {
-    net::post(s_->strand(), [s = s_, g = gen_, r = std::move(response)]() mutable { s->Send(g, std::move(r)); });
+    net::post(s_->strand(),
+              [s = s_, g = gen_, r = std::move(response)]() mutable { s->Send(g, std::move(r)); });
   }
   void StartStream(int status, std::string content_type) override {
     net::post(s_->strand(), [s = s_, g = gen_, status, c = std::move(content_type)]() mutable {
@@ -212,20 +221,25 @@ class Reply : public HttpReply {
       s_->unread_bytes().fetch_sub(size);
       net::post(s_->strand(), [s = s_, g = gen_, bound = bound_] {
         if (s->generation() == g) {
-          s->ClientGone("the client read the stream too slowly (more than " + std::to_string(bound) + " bytes unread)");
+          s->ClientGone("the client read the stream too slowly (more than " +
+                        std::to_string(bound) + " bytes unread)");
         }
       });
       return false;
     }
     if (force) s_->unread_bytes().fetch_add(size);
-    net::post(s_->strand(), [s = s_, g = gen_, d = std::move(data)]() mutable { s->QueueChunk(g, std::move(d)); });
+    net::post(s_->strand(), [s = s_, g = gen_, d = std::move(data)]() mutable {
+      s->QueueChunk(g, std::move(d));
+    });
     return true;
   }
   void EndStream() override {
     net::post(s_->strand(), [s = s_, g = gen_] { s->EndStream(g); });
   }
   void OnClientGone(std::function<void(const std::string&)> fn) override {
-    net::post(s_->strand(), [s = s_, g = gen_, f = std::move(fn)]() mutable { s->AddGoneCallback(g, std::move(f)); });
+    net::post(s_->strand(), [s = s_, g = gen_, f = std::move(fn)]() mutable {
+      s->AddGoneCallback(g, std::move(f));
+    });
   }
   void Post(std::function<void()> fn) override { net::post(s_->strand(), std::move(fn)); }
 
@@ -262,14 +276,20 @@ void Session<Stream>::ReadHeader() {
 template <typename Stream>
 void Session<Stream>::OnHeader(beast::error_code ec) {
   if (ec == http::error::header_limit) {
-    return SendSimple(431, "request headers exceed " + std::to_string(options_.max_header_bytes) + " bytes", true);
+    return SendSimple(
+        431, "request headers exceed " + std::to_string(options_.max_header_bytes) + " bytes",
+        true);
   }
-  if (ec == beast::error::timeout) return SendSimple(408, "request headers not received in time", true);
-  if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) return Close();
+  if (ec == beast::error::timeout)
+    return SendSimple(408, "request headers not received in time", true);
+  if (ec == http::error::end_of_stream || ec == net::error::eof ||
+      ec == net::error::connection_reset)
+    return Close();
   if (ec) return SendSimple(400, "malformed HTTP request: " + ec.message(), true);
   const auto& msg = parser_->get();
   if (std::distance(msg.begin(), msg.end()) > options_.max_header_count) {
-    return SendSimple(431, "more than " + std::to_string(options_.max_header_count) + " request headers", true);
+    return SendSimple(
+        431, "more than " + std::to_string(options_.max_header_count) + " request headers", true);
   }
   if (parser_->is_done()) return Dispatch();
   const auto expect = msg[http::field::expect];
@@ -277,15 +297,17 @@ void Session<Stream>::OnHeader(beast::error_code ec) {
     // curl waits for this before sending a body over 1 KiB.
     auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
     Lowest().expires_after(options_.write_timeout);
-    return net::async_write(stream_, net::buffer(*cont), [self = Self(), cont](beast::error_code ec, size_t) {
-      if (ec) return self->Close();
-      self->Lowest().expires_after(self->options_.body_timeout);
-      http::async_read(self->stream_, self->buffer_, *self->parser_,
-                       [self](beast::error_code ec, size_t) { self->OnBody(ec); });
-    });
+    return net::async_write(
+        stream_, net::buffer(*cont), [self = Self(), cont](beast::error_code ec, size_t) {
+          if (ec) return self->Close();
+          self->Lowest().expires_after(self->options_.body_timeout);
+          http::async_read(self->stream_, self->buffer_, *self->parser_,
+                           [self](beast::error_code ec, size_t) { self->OnBody(ec); });
+        });
   }
   Lowest().expires_after(options_.body_timeout);
-  http::async_read(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) { self->OnBody(ec); });
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = Self()](beast::error_code ec, size_t) { self->OnBody(ec); });
 }
 
 template <typename Stream>
@@ -294,7 +316,8 @@ void Session<Stream>::OnBody(beast::error_code ec) {
     // Triton answers an oversized body with 400 and this message.
     return SendSimple(400, "request exceeds the maximum allowed input size", true);
   }
-  if (ec == beast::error::timeout) return SendSimple(408, "request body not received in time", true);
+  if (ec == beast::error::timeout)
+    return SendSimple(408, "request body not received in time", true);
   if (ec) return Close();
   Dispatch();
 }
@@ -309,7 +332,8 @@ void Session<Stream>::Dispatch() {
   const size_t q = target.find('?');
   req.path = std::string(target.substr(0, q));
   if (q != std::string_view::npos) req.query = std::string(target.substr(q + 1));
-  for (const auto& f : msg) req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  for (const auto& f : msg)
+    req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   req.body = std::move(msg.body());
   req.remote_address = remote_address_;
   keep_alive_ = msg.keep_alive();
@@ -322,21 +346,23 @@ void Session<Stream>::Dispatch() {
   gone_reason_.reset();
   ++server_->busy;
   WatchForDisconnect();
-  server_->handler(std::move(req), std::make_shared<Reply<Stream>>(Self(), generation_, options_.max_stream_buffer_bytes));
+  server_->handler(std::move(req), std::make_shared<Reply<Stream>>(
+                                       Self(), generation_, options_.max_stream_buffer_bytes));
 }
 
 template <typename Stream>
 void Session<Stream>::WatchForDisconnect() {
   // Readable while a reply is pending: either the client closed (cancel its request) or it
   // pipelined the next request (left in the socket for ReadRequest).
-  Lowest().socket().async_wait(tcp::socket::wait_read, [self = Self(), gen = generation_](beast::error_code ec) {
-    if (ec || self->closed_ || self->generation_ != gen || !self->reply_active_) return;
-    // POLLRDHUP sees the client's FIN even behind unread bytes (a TLS close_notify).
-    pollfd p{self->Lowest().socket().native_handle(), POLLIN | POLLRDHUP, 0};
-    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
-      self->ClientGone("the client disconnected");
-    }
-  });
+  Lowest().socket().async_wait(
+      tcp::socket::wait_read, [self = Self(), gen = generation_](beast::error_code ec) {
+        if (ec || self->closed_ || self->generation_ != gen || !self->reply_active_) return;
+        // POLLRDHUP sees the client's FIN even behind unread bytes (a TLS close_notify).
+        pollfd p{self->Lowest().socket().native_handle(), POLLIN | POLLRDHUP, 0};
+        if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+          self->ClientGone("the client disconnected");
+        }
+      });
 }
 
 template <typename Stream>
@@ -380,7 +406,8 @@ void Session<Stream>::Send(uint64_t gen, HttpResponse r) {
   if (gen != generation_ || !reply_active_ || streaming_ || response_ || closed_) return;
   beast::error_code ignored;
   Lowest().socket().cancel(ignored);  // the disconnect watch
-  response_ = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
+  response_ =
+      std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
   response_->set(http::field::server, "inflight");
   if (!r.content_type.empty()) response_->set(http::field::content_type, r.content_type);
   for (auto& [k, v] : r.headers) response_->set(k, v);
@@ -448,9 +475,9 @@ void Session<Stream>::Flush() {
     out_.pop_front();
   }
   Lowest().expires_after(options_.write_timeout);
-  net::async_write(stream_, net::buffer(*data), [self = Self(), data](beast::error_code ec, size_t) {
-    self->OnFlushed(ec, data->size());
-  });
+  net::async_write(
+      stream_, net::buffer(*data),
+      [self = Self(), data](beast::error_code ec, size_t) { self->OnFlushed(ec, data->size()); });
 }
 
 template <typename Stream>
@@ -458,9 +485,10 @@ void Session<Stream>::OnFlushed(beast::error_code ec, size_t n) {
   writing_ = false;
   unread_bytes_ -= static_cast<int64_t>(n);
   if (ec) {
-    ClientGone(ec == beast::error::timeout ? "the client read nothing for " +
-                                                 std::to_string(options_.write_timeout.count() / 1000) + " s"
-                                           : "the client disconnected");
+    ClientGone(ec == beast::error::timeout
+                   ? "the client read nothing for " +
+                         std::to_string(options_.write_timeout.count() / 1000) + " s"
+                   : "the client disconnected");
     return Close();
   }
   Flush();
@@ -503,30 +531,32 @@ void Session<Stream>::Close() {
 }
 
 void HttpServer::Impl::Accept() {
-  acceptor->async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-    if (ec == net::error::operation_aborted || !self->acceptor || !self->acceptor->is_open()) return;
-    if (!ec) {
-      if (self->connections.load() >= self->options.max_connections) {
-        beast::error_code ignored;
-        socket.close(ignored);
-      } else {
-        socket.set_option(tcp::no_delay(true), ec);
-        ++self->connections;
-        std::shared_ptr<SessionBase> s;
-        if (self->tls) {
-          s = std::make_shared<Session<TlsStream>>(std::move(socket), self);
-        } else {
-          s = std::make_shared<Session<PlainStream>>(std::move(socket), self);
+  acceptor->async_accept(
+      net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !self->acceptor || !self->acceptor->is_open())
+          return;
+        if (!ec) {
+          if (self->connections.load() >= self->options.max_connections) {
+            beast::error_code ignored;
+            socket.close(ignored);
+          } else {
+            socket.set_option(tcp::no_delay(true), ec);
+            ++self->connections;
+            std::shared_ptr<SessionBase> s;
+            if (self->tls) {
+              s = std::make_shared<Session<TlsStream>>(std::move(socket), self);
+            } else {
+              s = std::make_shared<Session<PlainStream>>(std::move(socket), self);
+            }
+            self->Track(s);
+            s->Start();
+          }
+        } else if (ec == net::error::no_descriptors) {
+          // Out of file descriptors: back off a little instead of spinning.
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
-        self->Track(s);
-        s->Start();
-      }
-    } else if (ec == net::error::no_descriptors) {
-      // Out of file descriptors: back off a little instead of spinning.
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    self->Accept();
-  });
+        self->Accept();
+      });
 }
 
 void HttpServer::Impl::Track(const std::shared_ptr<SessionBase>& s) {
@@ -553,16 +583,21 @@ StatusOr<int> HttpServer::Start() {
     }
     // TLS 1.2 and 1.3 only; a client certificate signed by the given CA when one is named.
     net::ssl::context ctx(net::ssl::context::tls_server);
-    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 |
-                    net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
+    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                    net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                    net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
     beast::error_code tls_ec;
     ctx.use_certificate_chain_file(o.tls.cert_file, tls_ec);
-    if (tls_ec) return InvalidArgumentError("TLS certificate '" + o.tls.cert_file + "': " + tls_ec.message());
+    if (tls_ec)
+      return InvalidArgumentError("TLS certificate '" + o.tls.cert_file + "': " + tls_ec.message());
     ctx.use_private_key_file(o.tls.key_file, net::ssl::context::pem, tls_ec);
-    if (tls_ec) return InvalidArgumentError("TLS private key '" + o.tls.key_file + "': " + tls_ec.message());
+    if (tls_ec)
+      return InvalidArgumentError("TLS private key '" + o.tls.key_file + "': " + tls_ec.message());
     if (!o.tls.client_ca_file.empty()) {
       ctx.load_verify_file(o.tls.client_ca_file, tls_ec);
-      if (tls_ec) return InvalidArgumentError("TLS client CA '" + o.tls.client_ca_file + "': " + tls_ec.message());
+      if (tls_ec)
+        return InvalidArgumentError("TLS client CA '" + o.tls.client_ca_file +
+                                    "': " + tls_ec.message());
       ctx.set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
     }
     impl_->tls.emplace(std::move(ctx));
@@ -579,8 +614,8 @@ StatusOr<int> HttpServer::Start() {
   if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
     impl_->acceptor.reset();
-    return UnavailableError("HTTP: cannot bind " + impl_->options.address + ":" + std::to_string(impl_->options.port) +
-                            ": " + ec.message());
+    return UnavailableError("HTTP: cannot bind " + impl_->options.address + ":" +
+                            std::to_string(impl_->options.port) + ": " + ec.message());
   }
   const int port = a.local_endpoint().port();
   impl_->Accept();
@@ -619,7 +654,8 @@ void HttpServer::Stop(std::chrono::milliseconds grace) {
   }
   for (auto& s : open) net::post(s->strand(), [s] { s->Close(); });
   open.clear();
-  for (int i = 0; i < 200 && impl_->connections.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 200 && impl_->connections.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   impl_->work.reset();
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();

@@ -30,7 +30,8 @@ struct HttpServerOptions {
   int num_threads = 2;
   int max_connections = 16384;  // beyond it new connections are closed at once
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(5)};  // keep-alive with no request
-  std::chrono::milliseconds header_timeout{std::chrono::seconds(10)};  // first byte to end of headers
+  std::chrono::milliseconds header_timeout{
+      std::chrono::seconds(10)};  // first byte to end of headers
   std::chrono::milliseconds body_timeout{std::chrono::seconds(60)};
   // One write that makes no progress for this long ends the connection (a reader that
   // stays behind).
@@ -39,7 +40,7 @@ struct HttpServerOptions {
   int max_header_count = 100;
   size_t max_body_bytes = 64 << 20;
   size_t max_stream_buffer_bytes = 8 << 20;  // unread output one streamed reply may hold
-  TlsFiles tls;  // enabled: HTTPS only
+  TlsFiles tls;                              // enabled: HTTPS only
 };
 
 struct HttpRequest {

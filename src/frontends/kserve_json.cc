@@ -40,15 +40,18 @@ void Flatten(const json& root, std::vector<const json*>* out) {
 // JSON `data` -> raw bytes of `dtype`.
 Status EncodeData(const json& data, InferTensor* t) {
   if (t->num_elements() < 0) {
-    return InvalidArgumentError("input '" + t->name + "': the element count of its shape overflows");
+    return InvalidArgumentError("input '" + t->name +
+                                "': the element count of its shape overflows");
   }
   std::vector<const json*> flat;
   Flatten(data, &flat);
   if (static_cast<int64_t>(flat.size()) != t->num_elements()) {
-    return InvalidArgumentError("unable to parse 'data': expected " + std::to_string(t->num_elements()) +
-                                " elements for input '" + t->name + "', got " + std::to_string(flat.size()));
+    return InvalidArgumentError("unable to parse 'data': expected " +
+                                std::to_string(t->num_elements()) + " elements for input '" +
+                                t->name + "', got " + std::to_string(flat.size()));
   }
-  const std::string bad = "unable to parse 'data' of input '" + t->name + "' as " + DataTypeProtocolName(t->dtype);
+  const std::string bad =
+      "unable to parse 'data' of input '" + t->name + "' as " + DataTypeProtocolName(t->dtype);
   if (t->dtype == inference::TYPE_STRING) {
     for (const json* e : flat) {
       if (!e->is_string()) return InvalidArgumentError(bad);
@@ -71,8 +74,9 @@ Status EncodeData(const json& data, InferTensor* t) {
       values.push_back(static_cast<double>(e->get<uint64_t>()));
     } else if (is_int && e->is_number_integer()) {
       const int64_t v = e->get<int64_t>();
-      if ((t->dtype == inference::TYPE_UINT8 || t->dtype == inference::TYPE_UINT16 || t->dtype == inference::TYPE_UINT32 ||
-           t->dtype == inference::TYPE_UINT64) && v < 0) {
+      if ((t->dtype == inference::TYPE_UINT8 || t->dtype == inference::TYPE_UINT16 ||
+           t->dtype == inference::TYPE_UINT32 || t->dtype == inference::TYPE_UINT64) &&
+          v < 0) {
         return InvalidArgumentError(bad);
       }
       values.push_back(static_cast<double>(v));
@@ -83,7 +87,8 @@ Status EncodeData(const json& data, InferTensor* t) {
   // INT64 values beyond 2^53 would lose bits through double; take them exactly.
   if (t->dtype == inference::TYPE_INT64 || t->dtype == inference::TYPE_UINT64) {
     for (const json* e : flat) {
-      const int64_t v = e->is_number_unsigned() ? static_cast<int64_t>(e->get<uint64_t>()) : e->get<int64_t>();
+      const int64_t v =
+          e->is_number_unsigned() ? static_cast<int64_t>(e->get<uint64_t>()) : e->get<int64_t>();
       t->data.append(reinterpret_cast<const char*>(&v), 8);
     }
     return OkStatus();
@@ -94,10 +99,13 @@ Status EncodeData(const json& data, InferTensor* t) {
 
 StatusOr<serving::ParamValue> JsonToParam(const std::string& key, const json& v) {
   if (v.is_boolean()) return serving::ParamValue(v.get<bool>());
-  if (v.is_number_integer()) return serving::ParamValue(v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>());
+  if (v.is_number_integer())
+    return serving::ParamValue(v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>())
+                                                      : v.get<int64_t>());
   if (v.is_number_float()) return serving::ParamValue(v.get<double>());
   if (v.is_string()) return serving::ParamValue(v.get<std::string>());
-  return InvalidArgumentError("parameter '" + key + "' has invalid type. It should be either 'int', 'bool', or 'string'.");
+  return InvalidArgumentError(
+      "parameter '" + key + "' has invalid type. It should be either 'int', 'bool', or 'string'.");
 }
 
 json ParamToJson(const serving::ParamValue& p) {
@@ -117,8 +125,9 @@ json TensorValues(const InferTensor& t) {
     for (char c : t.data) arr.push_back(c != 0);
     return arr;
   }
-  if (t.dtype == inference::TYPE_INT64 || t.dtype == inference::TYPE_UINT64 || t.dtype == inference::TYPE_INT32 ||
-      t.dtype == inference::TYPE_INT16 || t.dtype == inference::TYPE_INT8 || t.dtype == inference::TYPE_UINT8 ||
+  if (t.dtype == inference::TYPE_INT64 || t.dtype == inference::TYPE_UINT64 ||
+      t.dtype == inference::TYPE_INT32 || t.dtype == inference::TYPE_INT16 ||
+      t.dtype == inference::TYPE_INT8 || t.dtype == inference::TYPE_UINT8 ||
       t.dtype == inference::TYPE_UINT16 || t.dtype == inference::TYPE_UINT32) {
     auto v = t.AsInt64();
     if (v.ok()) {
@@ -169,19 +178,24 @@ StatusOr<json> ParseJsonBounded(std::string_view text, int max_depth) {
                                 std::to_string(max_depth) + " levels");
   }
   json j = json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) return InvalidArgumentError("failed to parse the request JSON buffer: invalid JSON");
+  if (j.is_discarded())
+    return InvalidArgumentError("failed to parse the request JSON buffer: invalid JSON");
   return j;
 }
 
-StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefFromJson(const json& parameters, const std::string& tensor) {
-  if (!parameters.is_object() || !parameters.contains("shared_memory_region")) return std::optional<SharedMemoryRef>();
+StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefFromJson(const json& parameters,
+                                                                 const std::string& tensor) {
+  if (!parameters.is_object() || !parameters.contains("shared_memory_region"))
+    return std::optional<SharedMemoryRef>();
   SharedMemoryRef ref;
   const json& region = parameters["shared_memory_region"];
-  if (!region.is_string()) return InvalidArgumentError("'" + tensor + "': shared_memory_region must be a string");
+  if (!region.is_string())
+    return InvalidArgumentError("'" + tensor + "': shared_memory_region must be a string");
   ref.region = region.get<std::string>();
   auto unsigned_param = [&](const char* key, bool required, uint64_t* out) -> Status {
     if (!parameters.contains(key)) {
-      return required ? InvalidArgumentError("'" + tensor + "': shared_memory_region needs " + key) : OkStatus();
+      return required ? InvalidArgumentError("'" + tensor + "': shared_memory_region needs " + key)
+                      : OkStatus();
     }
     const json& v = parameters[key];
     if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
@@ -196,9 +210,11 @@ StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefFromJson(const json& par
   return std::optional<SharedMemoryRef>(ref);
 }
 
-StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_length, const SharedMemoryReader* shm) {
+StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_length,
+                                        const SharedMemoryReader* shm) {
   if (header_length == 0) {
-    return UnimplementedError("raw binary requests (Inference-Header-Content-Length: 0) are not supported");
+    return UnimplementedError(
+        "raw binary requests (Inference-Header-Content-Length: 0) are not supported");
   }
   if (header_length > static_cast<int64_t>(body.size())) {
     return InvalidArgumentError("Inference-Header-Content-Length " + std::to_string(header_length) +
@@ -219,7 +235,9 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
     if (!j["parameters"].is_object()) return InvalidArgumentError("'parameters' must be an object");
     for (const auto& [k, v] : j["parameters"].items()) {
       if (k.rfind("triton_", 0) == 0) {
-        return InvalidArgumentError("parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.");
+        return InvalidArgumentError(
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should not "
+            "be specified.");
       }
       if (k == "binary_data_output") {
         p.binary_output_default = v.is_boolean() && v.get<bool>();
@@ -245,22 +263,27 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
     }
     t.dtype = DataTypeFromProtocolName(in["datatype"].get<std::string>());
     if (t.dtype == inference::TYPE_INVALID) {
-      return InvalidArgumentError("input '" + t.name + "' has an unknown datatype '" + in["datatype"].get<std::string>() + "'");
+      return InvalidArgumentError("input '" + t.name + "' has an unknown datatype '" +
+                                  in["datatype"].get<std::string>() + "'");
     }
     if (!in.contains("shape") || !in["shape"].is_array()) {
       return InvalidArgumentError("input '" + t.name + "' is missing a 'shape' array");
     }
     for (const json& d : in["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-        return InvalidArgumentError("input '" + t.name + "': shape must hold non-negative integers");
+        return InvalidArgumentError("input '" + t.name +
+                                    "': shape must hold non-negative integers");
       }
       t.shape.push_back(d.get<int64_t>());
     }
     const json no_parameters = json::object();
-    auto shm_ref = SharedMemoryRefFromJson(in.contains("parameters") ? in["parameters"] : no_parameters, t.name);
+    auto shm_ref = SharedMemoryRefFromJson(
+        in.contains("parameters") ? in["parameters"] : no_parameters, t.name);
     if (!shm_ref.ok()) return shm_ref.status();
     if (shm_ref->has_value()) {
-      if (!shm) return InvalidArgumentError("input '" + t.name + "': shared memory is not available on this endpoint");
+      if (!shm)
+        return InvalidArgumentError("input '" + t.name +
+                                    "': shared memory is not available on this endpoint");
       auto data = (*shm)(**shm_ref);
       if (!data.ok()) return data.status();
       t.data = std::move(data).value();
@@ -268,24 +291,31 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
       continue;
     }
     int64_t binary_size = -1;
-    if (in.contains("parameters") && in["parameters"].is_object() && in["parameters"].contains("binary_data_size")) {
+    if (in.contains("parameters") && in["parameters"].is_object() &&
+        in["parameters"].contains("binary_data_size")) {
       const json& b = in["parameters"]["binary_data_size"];
       if (!b.is_number_integer() || b.get<int64_t>() < 0) {
-        return InvalidArgumentError("input '" + t.name + "': binary_data_size must be a non-negative integer");
+        return InvalidArgumentError("input '" + t.name +
+                                    "': binary_data_size must be a non-negative integer");
       }
       binary_size = b.get<int64_t>();
     }
     if (binary_size >= 0) {
       if (header_length < 0) {
-        return InvalidArgumentError("input '" + t.name + "' has binary_data_size but the request has no Inference-Header-Content-Length");
+        return InvalidArgumentError(
+            "input '" + t.name +
+            "' has binary_data_size but the request has no Inference-Header-Content-Length");
       }
       if (static_cast<uint64_t>(binary_size) > body.size() - offset) {
-        return InvalidArgumentError("unexpected size for input '" + t.name + "': the binary data is shorter than binary_data_size");
+        return InvalidArgumentError("unexpected size for input '" + t.name +
+                                    "': the binary data is shorter than binary_data_size");
       }
       t.data = body.substr(offset, binary_size);
       offset += binary_size;
     } else {
-      if (!in.contains("data")) return InvalidArgumentError("input '" + t.name + "' has neither 'data' nor binary_data_size");
+      if (!in.contains("data"))
+        return InvalidArgumentError("input '" + t.name +
+                                    "' has neither 'data' nor binary_data_size");
       Status s = EncodeData(in["data"], &t);
       if (!s.ok()) return s;
     }
@@ -304,7 +334,8 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
         if (!shm_ref.ok()) return shm_ref.status();
         if (shm_ref->has_value()) p.shm_outputs[name] = **shm_ref;
       }
-      if (out.contains("parameters") && out["parameters"].is_object() && out["parameters"].contains("binary_data")) {
+      if (out.contains("parameters") && out["parameters"].is_object() &&
+          out["parameters"].contains("binary_data")) {
         const json& b = out["parameters"]["binary_data"];
         p.binary_output[name] = b.is_boolean() && b.get<bool>();
       }
@@ -313,7 +344,8 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
   return p;
 }
 
-json InferResponseToJson(const serving::InferResponse& resp, const ParsedInfer& req, std::string* binary) {
+json InferResponseToJson(const serving::InferResponse& resp, const ParsedInfer& req,
+                         std::string* binary) {
   if (!resp.error.ok()) return json{{"error", resp.error.message()}};
   json j;
   j["model_name"] = resp.model_name;
@@ -345,7 +377,8 @@ json InferResponseToJson(const serving::InferResponse& resp, const ParsedInfer& 
   return j;
 }
 
-StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body, const inference::ModelConfig& config) {
+StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body,
+                                                     const inference::ModelConfig& config) {
   auto parsed = ParseJsonBounded(body);
   if (!parsed.ok()) return parsed.status();
   json& j = *parsed;
@@ -358,7 +391,8 @@ StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body, co
     return nullptr;
   };
   if (find_input("parameters") && j.contains("parameters") && j["parameters"].is_object()) {
-    return InvalidArgumentError("Keyword 'parameters' for nested schema also given as input tensor name");
+    return InvalidArgumentError(
+        "Keyword 'parameters' for nested schema also given as input tensor name");
   }
   if (j.contains("id")) {
     if (!j["id"].is_string()) return InvalidArgumentError("'id' must be a string");
@@ -375,11 +409,13 @@ StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body, co
     if (value.is_array()) {
       for (const json& e : value) {
         if (e.is_array() || e.is_object()) {
-          return InvalidArgumentError("The schema can not convert input '" + key + "' to tensor with proper shape");
+          return InvalidArgumentError("The schema can not convert input '" + key +
+                                      "' to tensor with proper shape");
         }
       }
     } else if (value.is_object() || value.is_null()) {
-      return InvalidArgumentError("The schema can not convert input '" + key + "' to tensor with proper shape");
+      return InvalidArgumentError("The schema can not convert input '" + key +
+                                  "' to tensor with proper shape");
     }
     const int64_t count = value.is_array() ? static_cast<int64_t>(value.size()) : 1;
     // Shape: metadata dims with the batch dim; fixed dims divide the count, the innermost -1
@@ -390,7 +426,9 @@ StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body, co
     int64_t rest = count;
     for (int64_t d : shape) {
       if (d > 0) {
-        if (rest % d != 0) return InvalidArgumentError("The schema can not convert input '" + key + "' to tensor with proper shape");
+        if (rest % d != 0)
+          return InvalidArgumentError("The schema can not convert input '" + key +
+                                      "' to tensor with proper shape");
         rest /= d;
       }
     }
@@ -402,7 +440,9 @@ StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body, co
         innermost = false;
       }
     }
-    if (rest != 1) return InvalidArgumentError("The schema can not convert input '" + key + "' to tensor with proper shape");
+    if (rest != 1)
+      return InvalidArgumentError("The schema can not convert input '" + key +
+                                  "' to tensor with proper shape");
     InferTensor t;
     t.name = key;
     t.dtype = in->data_type();
@@ -460,8 +500,10 @@ std::string ModelConfigToJson(const inference::ModelConfig& config) {
       for (auto& e : x) fix(e);
     } else if (x.is_string()) {
       const std::string& s = x.get_ref<const std::string&>();
-      if (!s.empty() && s.size() < 20 && (std::isdigit(static_cast<unsigned char>(s[0])) || (s[0] == '-' && s.size() > 1)) &&
-          s.find_first_not_of("-0123456789", 1) == std::string::npos && s.find('-', 1) == std::string::npos) {
+      if (!s.empty() && s.size() < 20 &&
+          (std::isdigit(static_cast<unsigned char>(s[0])) || (s[0] == '-' && s.size() > 1)) &&
+          s.find_first_not_of("-0123456789", 1) == std::string::npos &&
+          s.find('-', 1) == std::string::npos) {
         x = std::stoll(s);
       }
     }
@@ -477,15 +519,18 @@ std::string ModelConfigToJson(const inference::ModelConfig& config) {
   }
   if (j.contains("dynamic_batching")) {
     auto& d = j["dynamic_batching"];
-    for (auto* key : {"max_queue_delay_microseconds", "priority_levels", "default_priority_level"}) {
+    for (auto* key :
+         {"max_queue_delay_microseconds", "priority_levels", "default_priority_level"}) {
       if (d.contains(key)) fix(d[key]);
     }
-    if (d.contains("default_queue_policy")) fix(d["default_queue_policy"]["default_timeout_microseconds"]);
+    if (d.contains("default_queue_policy"))
+      fix(d["default_queue_policy"]["default_timeout_microseconds"]);
   }
   if (j.contains("ensemble_scheduling")) {
     for (auto& s : j["ensemble_scheduling"]["step"]) fix(s["model_version"]);
   }
-  if (j.contains("version_policy") && j["version_policy"].contains("specific")) fix(j["version_policy"]["specific"]);
+  if (j.contains("version_policy") && j["version_policy"].contains("specific"))
+    fix(j["version_policy"]["specific"]);
   return Dump(j);
 }
 
@@ -496,7 +541,8 @@ json MetadataToJson(const serving::ModelMetadata& m) {
   j["platform"] = m.platform;
   auto tensors = [](const std::vector<serving::TensorMetadata>& ts) {
     json a = json::array();
-    for (const auto& t : ts) a.push_back({{"name", t.name}, {"datatype", t.datatype}, {"shape", t.shape}});
+    for (const auto& t : ts)
+      a.push_back({{"name", t.name}, {"datatype", t.datatype}, {"shape", t.shape}});
     return a;
   };
   j["inputs"] = tensors(m.inputs);
@@ -514,21 +560,30 @@ json StatisticsToJson(const std::vector<serving::ModelStatistics>& stats) {
     m["last_inference"] = s.last_inference_ms;
     m["inference_count"] = s.inference_count;
     m["execution_count"] = s.execution_count;
-    m["inference_stats"] = {{"success", d(s.success)},   {"fail", d(s.fail)},
-                            {"queue", d(s.queue)},       {"compute_input", d(s.compute_input)},
-                            {"compute_infer", d(s.compute_infer)}, {"compute_output", d(s.compute_output)},
-                            {"cache_hit", d(s.cache_hit)}, {"cache_miss", d(s.cache_miss)}};
+    m["inference_stats"] = {{"success", d(s.success)},
+                            {"fail", d(s.fail)},
+                            {"queue", d(s.queue)},
+                            {"compute_input", d(s.compute_input)},
+                            {"compute_infer", d(s.compute_infer)},
+                            {"compute_output", d(s.compute_output)},
+                            {"cache_hit", d(s.cache_hit)},
+                            {"cache_miss", d(s.cache_miss)}};
     json rs = json::object();
     for (const auto& [i, r] : s.response_stats) {
-      rs[std::to_string(i)] = {{"compute_infer", d(r.compute_infer)}, {"compute_output", d(r.compute_output)},
-                               {"success", d(r.success)},             {"fail", d(r.fail)},
-                               {"empty_response", d(r.empty_response)}, {"cancel", d(r.cancel)}};
+      rs[std::to_string(i)] = {{"compute_infer", d(r.compute_infer)},
+                               {"compute_output", d(r.compute_output)},
+                               {"success", d(r.success)},
+                               {"fail", d(r.fail)},
+                               {"empty_response", d(r.empty_response)},
+                               {"cancel", d(r.cancel)}};
     }
     m["response_stats"] = rs;
     m["batch_stats"] = json::array();
     if (s.batch1_infer.count > 0) {
-      m["batch_stats"].push_back({{"batch_size", 1}, {"compute_input", d(s.batch1_input)},
-                                  {"compute_infer", d(s.batch1_infer)}, {"compute_output", d(s.batch1_output)}});
+      m["batch_stats"].push_back({{"batch_size", 1},
+                                  {"compute_input", d(s.batch1_input)},
+                                  {"compute_infer", d(s.batch1_infer)},
+                                  {"compute_output", d(s.batch1_output)}});
     }
     m["memory_usage"] = json::array();
     arr.push_back(std::move(m));

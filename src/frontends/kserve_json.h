@@ -28,12 +28,13 @@ using SharedMemoryReader = std::function<StatusOr<std::string>(const SharedMemor
 
 // A tensor's shared_memory_* parameters; nullopt when it names no region. INVALID_ARGUMENT
 // for a region without a byte size or values of the wrong type.
-StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefFromJson(const nlohmann::json& parameters, const std::string& tensor);
+StatusOr<std::optional<SharedMemoryRef>> SharedMemoryRefFromJson(const nlohmann::json& parameters,
+                                                                 const std::string& tensor);
 
 struct ParsedInfer {
   serving::InferRequest request;
   bool binary_output_default = false;
-  std::map<std::string, bool> binary_output;  // per requested output
+  std::map<std::string, bool> binary_output;           // per requested output
   std::map<std::string, SharedMemoryRef> shm_outputs;  // requested outputs to shared memory
 };
 
@@ -46,11 +47,12 @@ StatusOr<ParsedInfer> ParseInferRequest(const std::string& body, int64_t header_
 // The response JSON; binary outputs are appended to *binary (and the returned JSON names
 // their sizes); outputs in request.shm_outputs carry only their region parameters (the
 // frontend has written their bytes). An error response is {"error": ...}.
-nlohmann::json InferResponseToJson(const serving::InferResponse& response, const ParsedInfer& request,
-                                   std::string* binary);
+nlohmann::json InferResponseToJson(const serving::InferResponse& response,
+                                   const ParsedInfer& request, std::string* binary);
 
 // The generate extension: a flat JSON object -> tensors by the model's inputs (spec 2.1).
-StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body, const inference::ModelConfig& config);
+StatusOr<serving::InferRequest> ParseGenerateRequest(const std::string& body,
+                                                     const inference::ModelConfig& config);
 // One response -> one flat JSON object (spec 2.2), keys in byte order.
 nlohmann::json GenerateResponseToJson(const serving::InferResponse& response);
 

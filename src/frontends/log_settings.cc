@@ -8,7 +8,8 @@ Status ApplyLogSetting(LogSettings* s, const std::string& key, const LogSettingV
     return UnimplementedError("log file location can not be updated through network protocol");
   }
   auto flag = [&](bool* out) -> Status {
-    if (!std::holds_alternative<bool>(v)) return InvalidArgumentError("expect boolean for '" + key + "'");
+    if (!std::holds_alternative<bool>(v))
+      return InvalidArgumentError("expect boolean for '" + key + "'");
     *out = std::get<bool>(v);
     return OkStatus();
   };

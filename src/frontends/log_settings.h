@@ -12,7 +12,8 @@
 
 namespace inflight::frontends {
 
-using LogSettingValue = std::variant<std::monostate, bool, uint64_t, std::string>;  // monostate: null
+using LogSettingValue =
+    std::variant<std::monostate, bool, uint64_t, std::string>;  // monostate: null
 
 // Sets `key` in *settings; INVALID_ARGUMENT for an unknown key or a value of the wrong type,
 // UNIMPLEMENTED for a non-null log_file.

@@ -14,7 +14,7 @@ using serving::InferResponse;
 using serving::InferTensor;
 
 struct Completion::Choice {
-  size_t index = 0;   // OpenAI's choice index: prompt * n + j
+  size_t index = 0;  // OpenAI's choice index: prompt * n + j
   size_t prompt = 0;
   std::shared_ptr<serving::CancelToken> cancel;
   std::unique_ptr<IncrementalDetokenizer> detok;
@@ -23,7 +23,7 @@ struct Completion::Choice {
   bool done = false;
   std::string finish_reason;
   int64_t num_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens the prefix cache served
+  int64_t cached_tokens = 0;           // prompt tokens the prefix cache served
   std::vector<LogprobEntry> logprobs;  // whole response: all; streaming: not yet sent
 };
 
@@ -31,14 +31,20 @@ namespace {
 
 int HttpStatusOf(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kNotFound: return 404;
+    case StatusCode::kNotFound:
+      return 404;
     case StatusCode::kUnavailable:
-    case StatusCode::kResourceExhausted: return 503;
-    case StatusCode::kUnimplemented: return 501;
-    case StatusCode::kCancelled: return 499;
+    case StatusCode::kResourceExhausted:
+      return 503;
+    case StatusCode::kUnimplemented:
+      return 501;
+    case StatusCode::kCancelled:
+      return 499;
     case StatusCode::kInternal:
-    case StatusCode::kDataLoss: return 500;
-    default: return 400;
+    case StatusCode::kDataLoss:
+      return 500;
+    default:
+      return 400;
   }
 }
 
@@ -61,7 +67,8 @@ HttpResponse OpenAiRateLimited(const std::string& message, int64_t retry_after_s
 
 Completion::Completion(CompletionSetup setup, std::shared_ptr<HttpReply> reply)
     : s_(std::move(setup)), reply_(std::move(reply)) {
-  for (const std::string& stop : s_.request.stop) max_stop_bytes_ = std::max(max_stop_bytes_, stop.size());
+  for (const std::string& stop : s_.request.stop)
+    max_stop_bytes_ = std::max(max_stop_bytes_, stop.size());
   const int64_t n = s_.request.n;
   for (size_t p = 0; p < s_.prompt_ids.size(); ++p) {
     for (int64_t j = 0; j < n; ++j) {
@@ -70,7 +77,8 @@ Completion::Completion(CompletionSetup setup, std::shared_ptr<HttpReply> reply)
       c->prompt = p;
       c->cancel = std::make_shared<serving::CancelToken>();
       // The output continues the prompt: its first piece keeps its leading space.
-      c->detok = std::make_unique<IncrementalDetokenizer>(s_.model.tokenizer.get(), s_.model.skip_special_tokens, true);
+      c->detok = std::make_unique<IncrementalDetokenizer>(s_.model.tokenizer.get(),
+                                                          s_.model.skip_special_tokens, true);
       if (s_.request.echo) c->text = s_.prompt_texts[p];
       choices_.push_back(std::move(c));
     }
@@ -93,7 +101,8 @@ InferRequest Completion::BuildRequest(size_t p, int64_t j) const {
     return InferTensor::FromDoubles(name, inference::TYPE_FP32, shape({1}), {v});
   };
   auto scalar_i = [&](const char* name, int64_t v) {
-    return InferTensor::FromDoubles(name, inference::TYPE_INT32, shape({1}), {static_cast<double>(v)});
+    return InferTensor::FromDoubles(name, inference::TYPE_INT32, shape({1}),
+                                    {static_cast<double>(v)});
   };
   InferRequest r;
   r.model_name = s_.model.llm_model;
@@ -106,21 +115,30 @@ InferRequest Completion::BuildRequest(size_t p, int64_t j) const {
   // Streamed from the LLM model when the client streams, and when stop strings may end a
   // choice early (its request is then cancelled instead of running to max_tokens).
   if ((q.stream || !q.stop.empty()) && s_.model.streaming) {
-    r.inputs.push_back(InferTensor::FromDoubles("streaming", inference::TYPE_BOOL, shape({1}), {1.0}));
+    r.inputs.push_back(
+        InferTensor::FromDoubles("streaming", inference::TYPE_BOOL, shape({1}), {1.0}));
   }
-  const int64_t min_tokens = q.ignore_eos ? s_.max_tokens : std::min<int64_t>(q.min_tokens, s_.max_tokens);
+  const int64_t min_tokens =
+      q.ignore_eos ? s_.max_tokens : std::min<int64_t>(q.min_tokens, s_.max_tokens);
   if (min_tokens > 0) r.inputs.push_back(scalar_i("min_tokens", min_tokens));
   r.inputs.push_back(scalar_f("temperature", q.temperature));
   // The LLM model decodes greedily without top-k and top-p: top_p is always sent (1 = off).
   r.inputs.push_back(scalar_f("runtime_top_p", q.top_p));
   if (q.top_k > 0) r.inputs.push_back(scalar_i("runtime_top_k", q.top_k));
-  if (q.repetition_penalty != 1.0) r.inputs.push_back(scalar_f("repetition_penalty", q.repetition_penalty));
-  if (q.presence_penalty != 0.0) r.inputs.push_back(scalar_f("presence_penalty", q.presence_penalty));
-  if (q.frequency_penalty != 0.0) r.inputs.push_back(scalar_f("frequency_penalty", q.frequency_penalty));
-  r.inputs.push_back(InferTensor::FromDoubles("seed", inference::TYPE_UINT64, shape({1}),
-                                              {static_cast<double>(s_.seed + static_cast<uint64_t>(j))}));
-  r.inputs.push_back(InferTensor::FromDoubles("exclude_input_in_output", inference::TYPE_BOOL, shape({1}), {1.0}));
-  if (q.logprobs) r.inputs.push_back(InferTensor::FromDoubles("return_log_probs", inference::TYPE_BOOL, shape({1}), {1.0}));
+  if (q.repetition_penalty != 1.0)
+    r.inputs.push_back(scalar_f("repetition_penalty", q.repetition_penalty));
+  if (q.presence_penalty != 0.0)
+    r.inputs.push_back(scalar_f("presence_penalty", q.presence_penalty));
+  if (q.frequency_penalty != 0.0)
+    r.inputs.push_back(scalar_f("frequency_penalty", q.frequency_penalty));
+  r.inputs.push_back(
+      InferTensor::FromDoubles("seed", inference::TYPE_UINT64, shape({1}),
+                               {static_cast<double>(s_.seed + static_cast<uint64_t>(j))}));
+  r.inputs.push_back(
+      InferTensor::FromDoubles("exclude_input_in_output", inference::TYPE_BOOL, shape({1}), {1.0}));
+  if (q.logprobs)
+    r.inputs.push_back(
+        InferTensor::FromDoubles("return_log_probs", inference::TYPE_BOOL, shape({1}), {1.0}));
   // Other end-of-generation tokens (Llama 3's <|eot_id|>) end the text like EOS.
   serving::WordList extra_eos;
   for (int32_t id : tok.spec().extra_eos_ids) {
@@ -137,8 +155,10 @@ InferRequest Completion::BuildRequest(size_t p, int64_t j) const {
     r.inputs.push_back(InferTensor::Float32("embedding_bias", shape({tok.vocab_size()}), bias));
   }
   if (!q.guide_type.empty()) {
-    r.inputs.push_back(InferTensor::Strings("guided_decoding_guide_type", shape({1}), {q.guide_type}));
-    if (!q.guide.empty()) r.inputs.push_back(InferTensor::Strings("guided_decoding_guide", shape({1}), {q.guide}));
+    r.inputs.push_back(
+        InferTensor::Strings("guided_decoding_guide_type", shape({1}), {q.guide_type}));
+    if (!q.guide.empty())
+      r.inputs.push_back(InferTensor::Strings("guided_decoding_guide", shape({1}), {q.guide}));
   }
   if (q.min_p > 0.0) r.parameters["min_p"] = q.min_p;
   if (q.top_logprobs > 0) r.parameters["num_top_logprobs"] = q.top_logprobs;
@@ -176,7 +196,8 @@ void Completion::Start(serving::Server* server) {
 void Completion::OnResponse(size_t index, InferResponse&& resp) {
   Choice& c = *choices_[index];
   if (failed_ || c.done) return;  // e.g. the cancelled rest of a choice that met a stop string
-  if (!resp.error.ok()) return Fail(gone_reason_.empty() ? resp.error : CancelledError(gone_reason_));
+  if (!resp.error.ok())
+    return Fail(gone_reason_.empty() ? resp.error : CancelledError(gone_reason_));
   if (!first_response_) first_response_ = std::chrono::steady_clock::now();
   AddTokens(c, resp);
   if (failed_) return;
@@ -186,7 +207,8 @@ void Completion::OnResponse(size_t index, InferResponse&& resp) {
     CheckStops(c, before);
     if (!c.done) {
       auto it = resp.parameters.find("finish_reason");
-      const std::string* why = it == resp.parameters.end() ? nullptr : std::get_if<std::string>(&it->second);
+      const std::string* why =
+          it == resp.parameters.end() ? nullptr : std::get_if<std::string>(&it->second);
       c.finish_reason = why && *why == "length" ? "length" : "stop";
       if (auto cached = resp.parameters.find("cached_tokens"); cached != resp.parameters.end()) {
         if (const int64_t* v = std::get_if<int64_t>(&cached->second)) c.cached_tokens = *v;
@@ -231,12 +253,18 @@ void Completion::AddTokens(Choice& c, const InferResponse& resp) {
   const int32_t vocab = s_.model.tokenizer->vocab_size();
   for (size_t i = 0; i < ids->size(); ++i) {
     const int64_t id = (*ids)[i];
-    if (id < 0 || id >= vocab) return Fail(InternalError("the model produced token id " + std::to_string(id)));
+    if (id < 0 || id >= vocab)
+      return Fail(InternalError("the model produced token id " + std::to_string(id)));
     ++c.num_tokens;
     if (s_.request.logprobs) {
-      LogprobEntry e{static_cast<int32_t>(id), i < lps.size() ? static_cast<float>(lps[i]) : 0.0f, {}, c.text.size()};
+      LogprobEntry e{static_cast<int32_t>(id),
+                     i < lps.size() ? static_cast<float>(lps[i]) : 0.0f,
+                     {},
+                     c.text.size()};
       for (size_t t = 0; t < k && (i + 1) * k <= top_ids.size(); ++t) {
-        if (top_ids[i * k + t] >= 0) e.top.emplace_back(static_cast<int32_t>(top_ids[i * k + t]), static_cast<float>(top_lps[i * k + t]));
+        if (top_ids[i * k + t] >= 0)
+          e.top.emplace_back(static_cast<int32_t>(top_ids[i * k + t]),
+                             static_cast<float>(top_lps[i * k + t]));
       }
       c.logprobs.push_back(std::move(e));
     }
@@ -247,30 +275,36 @@ void Completion::AddTokens(Choice& c, const InferResponse& resp) {
 
 void Completion::CheckStops(Choice& c, size_t new_from) {
   if (c.done || s_.request.stop.empty()) return;
-  const size_t floor = s_.request.echo ? s_.prompt_texts[c.prompt].size() : 0;  // the echoed prompt never stops
+  const size_t floor =
+      s_.request.echo ? s_.prompt_texts[c.prompt].size() : 0;  // the echoed prompt never stops
   size_t cut = std::string::npos;
   for (const std::string& stop : s_.request.stop) {
-    const size_t from = std::max(floor, new_from >= stop.size() - 1 ? new_from - (stop.size() - 1) : 0);
+    const size_t from =
+        std::max(floor, new_from >= stop.size() - 1 ? new_from - (stop.size() - 1) : 0);
     const size_t at = c.text.find(stop, from);
     if (at != std::string::npos) cut = std::min(cut, at);
   }
   if (cut == std::string::npos) return;
   c.text.resize(cut);
   // Tokens whose text starts past the cut are not part of the answer.
-  while (!c.logprobs.empty() && c.logprobs.back().text_offset >= cut && c.logprobs.size() > 1) c.logprobs.pop_back();
+  while (!c.logprobs.empty() && c.logprobs.back().text_offset >= cut && c.logprobs.size() > 1)
+    c.logprobs.pop_back();
   c.done = true;
   c.finish_reason = "stop";
   // The LLM model stops generating for this choice: a `stop` request ends it as complete (a
   // cancellation would count as a failed request in the statistics).
-  InferRequest stop = BuildRequest(c.prompt, static_cast<int64_t>(c.index % static_cast<size_t>(s_.request.n)));
+  InferRequest stop =
+      BuildRequest(c.prompt, static_cast<int64_t>(c.index % static_cast<size_t>(s_.request.n)));
   stop.cancel = std::make_shared<serving::CancelToken>();
-  stop.inputs.push_back(InferTensor::FromDoubles("stop", inference::TYPE_BOOL, s_.model.batch_dim ? std::vector<int64_t>{1, 1}
-                                                                                                   : std::vector<int64_t>{1}, {1.0}));
+  stop.inputs.push_back(InferTensor::FromDoubles(
+      "stop", inference::TYPE_BOOL,
+      s_.model.batch_dim ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1}, {1.0}));
   server_->Infer(std::move(stop), [](InferResponse&&) {});
 }
 
 void Completion::Record(const Status& result) {
-  if (s_.model.name != s_.model.llm_model) server_->RecordTextRequest(s_.model.name, arrival_, first_response_, result);
+  if (s_.model.name != s_.model.llm_model)
+    server_->RecordTextRequest(s_.model.name, arrival_, first_response_, result);
 }
 
 void Completion::Fail(const Status& error) {
@@ -296,8 +330,10 @@ void Completion::StartStream() {
   json chunk = Envelope("chat.completion.chunk");
   chunk["choices"] = json::array();
   for (const auto& c : choices_) {
-    chunk["choices"].push_back(
-        {{"index", c->index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+    chunk["choices"].push_back({{"index", c->index},
+                                {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                {"logprobs", nullptr},
+                                {"finish_reason", nullptr}});
   }
   reply_->Write(Sse(chunk));
 }
@@ -306,14 +342,17 @@ void Completion::SendChunk(Choice& c) {
   // Text that may be the start of a stop string waits until it is known not to be one.
   size_t end = c.text.size();
   if (!c.done && max_stop_bytes_ > 1) {
-    end = c.text.size() > c.sent + (max_stop_bytes_ - 1) ? c.text.size() - (max_stop_bytes_ - 1) : c.sent;
-    while (end > c.sent && (static_cast<unsigned char>(c.text[end]) & 0xC0) == 0x80) --end;  // whole characters
+    end = c.text.size() > c.sent + (max_stop_bytes_ - 1) ? c.text.size() - (max_stop_bytes_ - 1)
+                                                         : c.sent;
+    while (end > c.sent && (static_cast<unsigned char>(c.text[end]) & 0xC0) == 0x80)
+      --end;  // whole characters
   }
   const std::string delta = c.text.substr(c.sent, end - c.sent);
   if (delta.empty() && c.logprobs.empty() && !c.done) return;
   c.sent = end;
   json choice = {{"index", c.index}, {"finish_reason", c.done ? json(c.finish_reason) : json()}};
-  choice["logprobs"] = s_.request.logprobs && !c.logprobs.empty() ? LogprobsJson(c.logprobs) : json();
+  choice["logprobs"] =
+      s_.request.logprobs && !c.logprobs.empty() ? LogprobsJson(c.logprobs) : json();
   c.logprobs.clear();
   if (s_.request.chat) {
     choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
@@ -337,11 +376,15 @@ json Completion::LogprobsJson(const std::vector<LogprobEntry>& entries) const {
         const std::string b = tok.TokenBytes(id);
         top.push_back({{"token", b}, {"logprob", FiniteLogprob(lp)}, {"bytes", TokenBytesJson(b)}});
       }
-      content.push_back({{"token", bytes}, {"logprob", FiniteLogprob(e.logprob)}, {"bytes", TokenBytesJson(bytes)}, {"top_logprobs", top}});
+      content.push_back({{"token", bytes},
+                         {"logprob", FiniteLogprob(e.logprob)},
+                         {"bytes", TokenBytesJson(bytes)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
-  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       offsets = json::array();
   for (const LogprobEntry& e : entries) {
     tokens.push_back(tok.TokenBytes(e.id));
     token_logprobs.push_back(FiniteLogprob(e.logprob));
@@ -350,7 +393,10 @@ json Completion::LogprobsJson(const std::vector<LogprobEntry>& entries) const {
     top_logprobs.push_back(s_.request.top_logprobs > 0 ? top : json());
     offsets.push_back(e.text_offset);
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
 }
 
 json Completion::Usage() const {
@@ -365,7 +411,9 @@ json Completion::Usage() const {
     for (size_t j = 0; j < n; ++j) most = std::max(most, choices_[p * n + j]->cached_tokens);
     cached += std::min<int64_t>(most, static_cast<int64_t>(s_.prompt_ids[p].size()));
   }
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 

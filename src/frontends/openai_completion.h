@@ -5,14 +5,13 @@
 // state needs no lock.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "frontends/http_server.h"
 #include "frontends/openai_json.h"

@@ -15,7 +15,9 @@ namespace {
 using nlohmann::json;
 
 int64_t NowSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // A random id suffix, and a random seed for requests that name none (as OpenAI: unseeded
@@ -55,7 +57,8 @@ Status OpenAiFrontend::Init() {
   return OkStatus();
 }
 
-StatusOr<std::shared_ptr<const jinja::Template>> OpenAiFrontend::TemplateFor(const std::string& source) {
+StatusOr<std::shared_ptr<const jinja::Template>> OpenAiFrontend::TemplateFor(
+    const std::string& source) {
   std::lock_guard<std::mutex> lock(templates_mu_);
   auto it = templates_.find(source);
   if (it != templates_.end()) return it->second;
@@ -68,11 +71,14 @@ StatusOr<std::shared_ptr<const jinja::Template>> OpenAiFrontend::TemplateFor(con
   return t;
 }
 
-void OpenAiFrontend::Handle(const HttpRequest& req, const std::vector<std::string>& seg, const std::string& tenant,
-                            std::shared_ptr<HttpReply> reply) {
+void OpenAiFrontend::Handle(const HttpRequest& req, const std::vector<std::string>& seg,
+                            const std::string& tenant, std::shared_ptr<HttpReply> reply) {
   auto method = [&](const char* want) {
     if (req.method == want) return true;
-    reply->Send({405, "application/json", Dump(OpenAiErrorJson(405, "method " + req.method + " is not allowed here")), {}});
+    reply->Send({405,
+                 "application/json",
+                 Dump(OpenAiErrorJson(405, "method " + req.method + " is not allowed here")),
+                 {}});
     return false;
   };
   if (seg.size() >= 2 && seg[1] == "models" && seg.size() <= 3) {
@@ -87,12 +93,15 @@ void OpenAiFrontend::Handle(const HttpRequest& req, const std::vector<std::strin
     if (method("POST")) Generate(req, true, tenant, std::move(reply));
     return;
   }
-  reply->Send({404, "application/json", Dump(OpenAiErrorJson(404, "no such endpoint: " + req.path)), {}});
+  reply->Send(
+      {404, "application/json", Dump(OpenAiErrorJson(404, "no such endpoint: " + req.path)), {}});
 }
 
-void OpenAiFrontend::Models(const std::vector<std::string>& seg, const std::shared_ptr<HttpReply>& reply) {
+void OpenAiFrontend::Models(const std::vector<std::string>& seg,
+                            const std::shared_ptr<HttpReply>& reply) {
   auto entry = [](const std::string& name) {
-    return json{{"id", name}, {"object", "model"}, {"created", NowSeconds()}, {"owned_by", "inflight"}};
+    return json{
+        {"id", name}, {"object", "model"}, {"created", NowSeconds()}, {"owned_by", "inflight"}};
   };
   if (seg.size() == 3) {
     auto m = serving::ResolveTextModel(*server_, seg[2]);
@@ -107,7 +116,8 @@ void OpenAiFrontend::Models(const std::vector<std::string>& seg, const std::shar
   reply->Send({200, "application/json", Dump(json{{"object", "list"}, {"data", data}}), {}});
 }
 
-void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::string& tenant, std::shared_ptr<HttpReply> reply) {
+void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::string& tenant,
+                              std::shared_ptr<HttpReply> reply) {
   std::string param;
   auto parsed = ParseOpenAiRequest(req.body, chat, &param);
   if (!parsed.ok()) return reply->Send(OpenAiError(parsed.status(), param));
@@ -116,8 +126,9 @@ void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::stri
   const OpenAiRequest& r = setup.request;
   const serving::RequestLimits& limits = access_.request_limits;
   auto too_many = [&](const char* field, int64_t limit) {
-    reply->Send(OpenAiError(InvalidArgumentError("'" + std::string(field) + "' is limited to " + std::to_string(limit) +
-                                                 " on this server"), field));
+    reply->Send(OpenAiError(InvalidArgumentError("'" + std::string(field) + "' is limited to " +
+                                                 std::to_string(limit) + " on this server"),
+                            field));
   };
   if (limits.max_n > 0 && r.n > limits.max_n) return too_many("n", limits.max_n);
   if (limits.max_logprobs > 0 && r.top_logprobs > limits.max_logprobs) {
@@ -129,32 +140,46 @@ void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::stri
   auto model = serving::ResolveTextModel(*server_, r.model);
   if (!model.ok()) {
     if (model.status().code() == StatusCode::kNotFound) {
-      return reply->Send(OpenAiError(NotFoundError("The model '" + r.model + "' does not exist"), "model"));
+      return reply->Send(
+          OpenAiError(NotFoundError("The model '" + r.model + "' does not exist"), "model"));
     }
     return reply->Send(OpenAiError(model.status(), "model"));
   }
   setup.model = std::move(model).value();
   const Tokenizer& tok = *setup.model.tokenizer;
   if (r.echo && r.logprobs) {
-    return reply->Send(OpenAiError(UnimplementedError("echo with logprobs (log-probabilities of the prompt) is not supported"), "echo"));
+    return reply->Send(OpenAiError(
+        UnimplementedError("echo with logprobs (log-probabilities of the prompt) is not supported"),
+        "echo"));
   }
   for (const auto& [id, bias] : r.logit_bias) {
     if (id >= tok.vocab_size()) {
-      return reply->Send(OpenAiError(InvalidArgumentError("logit_bias names token " + std::to_string(id) + ", past the vocabulary of " +
-                                                          std::to_string(tok.vocab_size())), "logit_bias"));
+      return reply->Send(OpenAiError(
+          InvalidArgumentError("logit_bias names token " + std::to_string(id) +
+                               ", past the vocabulary of " + std::to_string(tok.vocab_size())),
+          "logit_bias"));
     }
   }
   if (chat) {
-    const std::string& source = options_.chat_template.empty() ? tok.spec().chat_template : options_.chat_template;
+    const std::string& source =
+        options_.chat_template.empty() ? tok.spec().chat_template : options_.chat_template;
     if (source.empty()) {
-      return reply->Send(OpenAiError(InvalidArgumentError("model '" + r.model + "' has no chat template (give the server one with --chat-template)"), "messages"));
+      return reply->Send(OpenAiError(
+          InvalidArgumentError("model '" + r.model +
+                               "' has no chat template (give the server one with --chat-template)"),
+          "messages"));
     }
     auto tmpl = TemplateFor(source);
-    if (!tmpl.ok()) return reply->Send(OpenAiError(InvalidArgumentError("the model's chat template: " + tmpl.status().message()), "messages"));
+    if (!tmpl.ok())
+      return reply->Send(
+          OpenAiError(InvalidArgumentError("the model's chat template: " + tmpl.status().message()),
+                      "messages"));
     auto ctx = TemplateContext(r, tok);
     if (!ctx.ok()) return reply->Send(OpenAiError(ctx.status(), "messages"));
     auto prompt = (*tmpl)->Render(*ctx);
-    if (!prompt.ok()) return reply->Send(OpenAiError(InvalidArgumentError("chat template: " + prompt.status().message()), "messages"));
+    if (!prompt.ok())
+      return reply->Send(OpenAiError(
+          InvalidArgumentError("chat template: " + prompt.status().message()), "messages"));
     // The template writes the special tokens itself (as Hugging Face's apply_chat_template).
     setup.prompt_ids.push_back(tok.Encode(*prompt, /*add_special=*/false, /*parse_special=*/true));
     setup.prompt_texts.push_back(std::move(prompt).value());
@@ -164,7 +189,10 @@ void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::stri
         std::vector<int32_t> ids;
         for (int64_t id : p.ids) {
           if (id < 0 || id >= tok.vocab_size()) {
-            return reply->Send(OpenAiError(InvalidArgumentError("prompt token id " + std::to_string(id) + " is outside the vocabulary"), "prompt"));
+            return reply->Send(
+                OpenAiError(InvalidArgumentError("prompt token id " + std::to_string(id) +
+                                                 " is outside the vocabulary"),
+                            "prompt"));
           }
           ids.push_back(static_cast<int32_t>(id));
         }
@@ -178,23 +206,32 @@ void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::stri
   }
   int64_t longest = 0;
   for (const auto& ids : setup.prompt_ids) {
-    if (ids.empty()) return reply->Send(OpenAiError(InvalidArgumentError("the prompt is empty"), chat ? "messages" : "prompt"));
+    if (ids.empty())
+      return reply->Send(
+          OpenAiError(InvalidArgumentError("the prompt is empty"), chat ? "messages" : "prompt"));
     longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
   }
   if (limits.max_prompt_tokens > 0 && longest > limits.max_prompt_tokens) {
-    return reply->Send(OpenAiError(InvalidArgumentError("the prompt is " + std::to_string(longest) + " tokens; this server takes at most " +
-                                                        std::to_string(limits.max_prompt_tokens)), chat ? "messages" : "prompt"));
+    return reply->Send(OpenAiError(InvalidArgumentError("the prompt is " + std::to_string(longest) +
+                                                        " tokens; this server takes at most " +
+                                                        std::to_string(limits.max_prompt_tokens)),
+                                   chat ? "messages" : "prompt"));
   }
   const int64_t context = setup.model.context_length;
   if (context > 0 && longest >= context) {
-    return reply->Send(OpenAiError(InvalidArgumentError("the prompt is " + std::to_string(longest) + " tokens; this model's context is " +
-                                                        std::to_string(context) + " tokens"), chat ? "messages" : "prompt"));
+    return reply->Send(OpenAiError(InvalidArgumentError("the prompt is " + std::to_string(longest) +
+                                                        " tokens; this model's context is " +
+                                                        std::to_string(context) + " tokens"),
+                                   chat ? "messages" : "prompt"));
   }
   if (context > 0 && r.max_tokens && longest + *r.max_tokens > context) {
-    return reply->Send(OpenAiError(InvalidArgumentError("This model's maximum context length is " + std::to_string(context) +
-                                                        " tokens. However, you requested " + std::to_string(longest + *r.max_tokens) +
-                                                        " tokens (" + std::to_string(longest) + " in the prompt, " +
-                                                        std::to_string(*r.max_tokens) + " for the completion)."), "max_tokens"));
+    return reply->Send(OpenAiError(
+        InvalidArgumentError("This model's maximum context length is " + std::to_string(context) +
+                             " tokens. However, you requested " +
+                             std::to_string(longest + *r.max_tokens) + " tokens (" +
+                             std::to_string(longest) + " in the prompt, " +
+                             std::to_string(*r.max_tokens) + " for the completion)."),
+        "max_tokens"));
   }
   // Without max_tokens: 16 for completions (OpenAI's default), the rest of the context for chat.
   int64_t max_tokens = r.max_tokens.value_or(chat ? (context > 0 ? context - longest : 4096) : 16);
@@ -207,7 +244,8 @@ void OpenAiFrontend::Generate(const HttpRequest& req, bool chat, const std::stri
   serving::InferRequest probe;
   if (!r.cache_salt.empty()) probe.parameters["cache_salt"] = r.cache_salt;
   Admitted admitted = AdmitInference(access_, tenant, &probe);
-  if (!admitted.ticket) return reply->Send(OpenAiRateLimited(admitted.reason, admitted.retry_after_s));
+  if (!admitted.ticket)
+    return reply->Send(OpenAiRateLimited(admitted.reason, admitted.retry_after_s));
   setup.ticket = std::move(admitted.ticket);
   setup.tenant = probe.tenant;
   if (auto it = probe.parameters.find("cache_salt"); it != probe.parameters.end()) {

@@ -30,15 +30,16 @@ class OpenAiFrontend {
   Status Init();
   // Serves a request whose path starts with /v1 (`seg`: the path's segments) for `tenant`
   // (already authenticated).
-  void Handle(const HttpRequest& req, const std::vector<std::string>& seg, const std::string& tenant,
-              std::shared_ptr<HttpReply> reply);
+  void Handle(const HttpRequest& req, const std::vector<std::string>& seg,
+              const std::string& tenant, std::shared_ptr<HttpReply> reply);
 
   // The parsed template for `source` (parsed once; templates come from loaded models).
   StatusOr<std::shared_ptr<const jinja::Template>> TemplateFor(const std::string& source);
 
  private:
   void Models(const std::vector<std::string>& seg, const std::shared_ptr<HttpReply>& reply);
-  void Generate(const HttpRequest& req, bool chat, const std::string& tenant, std::shared_ptr<HttpReply> reply);
+  void Generate(const HttpRequest& req, bool chat, const std::string& tenant,
+                std::shared_ptr<HttpReply> reply);
 
   serving::Server* server_;
   OpenAiOptions options_;

@@ -30,7 +30,8 @@ class Fields {
     if (!v.is_number()) return Fail(key, std::string("'") + key + "' must be a number");
     const double x = v.get<double>();
     if (!(x >= lo && x <= hi)) {
-      return Fail(key, std::string("'") + key + "' must be in [" + Short(lo) + ", " + Short(hi) + "], got " + Short(x));
+      return Fail(key, std::string("'") + key + "' must be in [" + Short(lo) + ", " + Short(hi) +
+                           "], got " + Short(x));
     }
     *out = x;
     return OkStatus();
@@ -39,13 +40,14 @@ class Fields {
   Status Integer(const char* key, int64_t lo, int64_t hi, int64_t* out) const {
     if (!Has(key)) return OkStatus();
     const json& v = Get(key);
-    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
       return Fail(key, std::string("'") + key + "' must be an integer");
     }
     const double x = v.get<double>();
     if (!(x >= static_cast<double>(lo) && x <= static_cast<double>(hi))) {
-      return Fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                           "], got " + Short(x));
+      return Fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "], got " + Short(x));
     }
     *out = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(x);
     return OkStatus();
@@ -87,7 +89,8 @@ Status ParsePrompts(const Fields& f, OpenAiRequest* r) {
     r->prompts.push_back(std::move(one));
   } else if (p.is_array() && !p.empty()) {
     if (static_cast<int64_t>(p.size()) > kOpenAiMaxChoices) {
-      return f.Fail("prompt", "at most " + std::to_string(kOpenAiMaxChoices) + " prompts per request");
+      return f.Fail("prompt",
+                    "at most " + std::to_string(kOpenAiMaxChoices) + " prompts per request");
     }
     for (const json& item : p) {
       OpenAiPrompt one;
@@ -104,7 +107,8 @@ Status ParsePrompts(const Fields& f, OpenAiRequest* r) {
     return f.Fail("prompt", "'prompt' must be a non-empty string, a list of strings, or token ids");
   }
   for (const OpenAiPrompt& one : r->prompts) {
-    if (one.is_ids && one.ids.empty()) return f.Fail("prompt", "a token-id prompt must not be empty");
+    if (one.is_ids && one.ids.empty())
+      return f.Fail("prompt", "a token-id prompt must not be empty");
   }
   return OkStatus();
 }
@@ -112,34 +116,41 @@ Status ParsePrompts(const Fields& f, OpenAiRequest* r) {
 // Chat messages: each {"role", "content"} with content a string, null (assistant) or a list
 // of {"type": "text", "text"} parts. Other part types (images, audio) are refused by name.
 Status CheckMessages(const Fields& f, OpenAiRequest* r) {
-  if (!f.Has("messages") || !f.Get("messages").is_array()) return f.Fail("messages", "'messages' must be a list");
+  if (!f.Has("messages") || !f.Get("messages").is_array())
+    return f.Fail("messages", "'messages' must be a list");
   const json& messages = f.Get("messages");
   if (messages.empty()) return f.Fail("messages", "'messages' must not be empty");
   if (static_cast<int64_t>(messages.size()) > kOpenAiMaxMessages) {
-    return f.Fail("messages", "at most " + std::to_string(kOpenAiMaxMessages) + " messages per request");
+    return f.Fail("messages",
+                  "at most " + std::to_string(kOpenAiMaxMessages) + " messages per request");
   }
   static const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return f.Fail("messages", where + " must be an object");
-    if (!m.contains("role") || !m["role"].is_string()) return f.Fail("messages", where + ".role must be a string");
+    if (!m.contains("role") || !m["role"].is_string())
+      return f.Fail("messages", where + ".role must be a string");
     const std::string role = m["role"].get<std::string>();
     bool known = false;
     for (const char* k : kRoles) known = known || role == k;
     if (!known) {
-      return f.Fail("messages", where + ".role '" + role + "' is not one of system, developer, user, assistant, tool");
+      return f.Fail("messages", where + ".role '" + role +
+                                    "' is not one of system, developer, user, assistant, tool");
     }
     const json content = m.contains("content") ? m["content"] : json();
     if (content.is_null()) {
-      if (role != "assistant") return f.Fail("messages", where + ".content is required for role '" + role + "'");
+      if (role != "assistant")
+        return f.Fail("messages", where + ".content is required for role '" + role + "'");
     } else if (content.is_array()) {
       for (const json& part : content) {
         if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
           return f.Fail("messages", where + ".content parts must be objects with a 'type'");
         }
         const std::string type = part["type"].get<std::string>();
-        if (type != "text") return f.Fail("messages", where + ": content of type '" + type + "' is not supported (text only)");
+        if (type != "text")
+          return f.Fail("messages",
+                        where + ": content of type '" + type + "' is not supported (text only)");
         if (!part.contains("text") || !part["text"].is_string()) {
           return f.Fail("messages", where + ": a text part needs a string 'text'");
         }
@@ -171,7 +182,8 @@ Status ParseStop(const Fields& f, OpenAiRequest* r) {
   }
   for (std::string& x : stops) {
     if (x.size() > kOpenAiMaxStopBytes) {
-      return f.Fail("stop", "a stop sequence is longer than " + std::to_string(kOpenAiMaxStopBytes) + " bytes");
+      return f.Fail("stop", "a stop sequence is longer than " +
+                                std::to_string(kOpenAiMaxStopBytes) + " bytes");
     }
     if (!x.empty()) r->stop.push_back(std::move(x));
   }
@@ -181,18 +193,22 @@ Status ParseStop(const Fields& f, OpenAiRequest* r) {
 Status ParseLogitBias(const Fields& f, OpenAiRequest* r) {
   if (!f.Has("logit_bias")) return OkStatus();
   const json& b = f.Get("logit_bias");
-  if (!b.is_object()) return f.Fail("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  if (!b.is_object())
+    return f.Fail("logit_bias", "'logit_bias' must be an object of token id -> bias");
   if (static_cast<int64_t>(b.size()) > kOpenAiMaxLogitBias) {
-    return f.Fail("logit_bias", "at most " + std::to_string(kOpenAiMaxLogitBias) + " logit_bias entries");
+    return f.Fail("logit_bias",
+                  "at most " + std::to_string(kOpenAiMaxLogitBias) + " logit_bias entries");
   }
   for (const auto& [key, v] : b.items()) {
     int64_t id = -1;
-    if (key.empty() || key.size() > 10 || key.find_first_not_of("0123456789") != std::string::npos ||
+    if (key.empty() || key.size() > 10 ||
+        key.find_first_not_of("0123456789") != std::string::npos ||
         (id = std::stoll(key)) > std::numeric_limits<int32_t>::max()) {
       return f.Fail("logit_bias", "logit_bias key '" + key.substr(0, 32) + "' is not a token id");
     }
     if (!v.is_number() || !(v.get<double>() >= -100.0 && v.get<double>() <= 100.0)) {
-      return f.Fail("logit_bias", "logit_bias for token " + key + " must be a number in [-100, 100]");
+      return f.Fail("logit_bias",
+                    "logit_bias for token " + key + " must be a number in [-100, 100]");
     }
     r->logit_bias.emplace_back(id, v.get<double>());
   }
@@ -221,27 +237,34 @@ Status ParseResponseFormat(const Fields& f, std::string_view body, OpenAiRequest
     if (type == "json_object") {
       r->guide_type = "json";
     } else if (type == "json_schema") {
-      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema") ||
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() ||
+          !rf["json_schema"].contains("schema") ||
           !(rf["json_schema"]["schema"].is_object() || rf["json_schema"]["schema"].is_boolean())) {
-        return f.Fail("response_format", "'response_format.json_schema.schema' must be a JSON schema object");
+        return f.Fail("response_format",
+                      "'response_format.json_schema.schema' must be a JSON schema object");
       }
       r->guide_type = "json_schema";
       r->guide = OrderedDump(body, {"response_format", "json_schema", "schema"});
     } else if (type != "text") {
-      return f.Fail("response_format", "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
+      return f.Fail("response_format",
+                    "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
     }
   }
   // vLLM's extensions.
   if (f.Has("guided_json")) {
-    if (!r->guide_type.empty()) return f.Fail("guided_json", "give one of response_format, guided_json, guided_regex");
+    if (!r->guide_type.empty())
+      return f.Fail("guided_json", "give one of response_format, guided_json, guided_regex");
     const json& g = f.Get("guided_json");
-    if (!g.is_object() && !g.is_string()) return f.Fail("guided_json", "'guided_json' must be a JSON schema (object or string)");
+    if (!g.is_object() && !g.is_string())
+      return f.Fail("guided_json", "'guided_json' must be a JSON schema (object or string)");
     r->guide_type = "json_schema";
     r->guide = OrderedDump(body, {"guided_json"});
   }
   if (f.Has("guided_regex")) {
-    if (!r->guide_type.empty()) return f.Fail("guided_regex", "give one of response_format, guided_json, guided_regex");
-    if (!f.Get("guided_regex").is_string()) return f.Fail("guided_regex", "'guided_regex' must be a string");
+    if (!r->guide_type.empty())
+      return f.Fail("guided_regex", "give one of response_format, guided_json, guided_regex");
+    if (!f.Get("guided_regex").is_string())
+      return f.Fail("guided_regex", "'guided_regex' must be a string");
     r->guide_type = "regex";
     r->guide = f.Get("guided_regex").get<std::string>();
   }
@@ -252,7 +275,8 @@ Status ParseLogprobs(const Fields& f, OpenAiRequest* r) {
   if (r->chat) {
     RETURN_IF_ERROR(f.Bool("logprobs", &r->logprobs));
     RETURN_IF_ERROR(f.Integer("top_logprobs", 0, kOpenAiMaxTopLogprobs, &r->top_logprobs));
-    if (r->top_logprobs > 0 && !r->logprobs) return f.Fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (r->top_logprobs > 0 && !r->logprobs)
+      return f.Fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     return OkStatus();
   }
   // Completions: logprobs is the number of alternatives per token (0 = the chosen one only).
@@ -269,19 +293,22 @@ Status ParseLogprobs(const Fields& f, OpenAiRequest* r) {
 StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std::string* param) {
   param->clear();
   auto parsed = ParseJsonBounded(body);
-  if (!parsed.ok()) return InvalidArgumentError("the request body is not valid JSON: " + parsed.status().message());
+  if (!parsed.ok())
+    return InvalidArgumentError("the request body is not valid JSON: " + parsed.status().message());
   if (!parsed->is_object()) return InvalidArgumentError("the request body must be a JSON object");
   const json& b = *parsed;
   Fields f(b, param);
   OpenAiRequest r;
   r.chat = chat;
-  if (!f.Has("model") || !f.Get("model").is_string()) return f.Fail("model", "'model' must be a string");
+  if (!f.Has("model") || !f.Get("model").is_string())
+    return f.Fail("model", "'model' must be a string");
   r.model = f.Get("model").get<std::string>();
   if (chat) {
     RETURN_IF_ERROR(CheckMessages(f, &r));
     RETURN_IF_ERROR(f.Bool("add_generation_prompt", &r.add_generation_prompt));
     if (f.Has("chat_template_kwargs")) {
-      if (!f.Get("chat_template_kwargs").is_object()) return f.Fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+      if (!f.Get("chat_template_kwargs").is_object())
+        return f.Fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
       r.template_kwargs = f.Get("chat_template_kwargs");
     }
   } else {
@@ -296,7 +323,8 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std
     r.max_tokens = max_tokens;
   }
   RETURN_IF_ERROR(f.Integer("min_tokens", 0, std::numeric_limits<int32_t>::max(), &r.min_tokens));
-  if (r.max_tokens && r.min_tokens > *r.max_tokens) return f.Fail("min_tokens", "'min_tokens' must not exceed 'max_tokens'");
+  if (r.max_tokens && r.min_tokens > *r.max_tokens)
+    return f.Fail("min_tokens", "'min_tokens' must not exceed 'max_tokens'");
   RETURN_IF_ERROR(f.Bool("ignore_eos", &r.ignore_eos));
   RETURN_IF_ERROR(f.Number("temperature", 0.0, 2.0, &r.temperature));
   RETURN_IF_ERROR(f.Number("top_p", 0.0, 1.0, &r.top_p));
@@ -320,22 +348,26 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std
   if (f.Has("stream_options")) {
     const json& so = f.Get("stream_options");
     if (!so.is_object()) return f.Fail("stream_options", "'stream_options' must be an object");
-    if (!r.stream) return f.Fail("stream_options", "'stream_options' is only allowed with 'stream': true");
+    if (!r.stream)
+      return f.Fail("stream_options", "'stream_options' is only allowed with 'stream': true");
     if (so.contains("include_usage") && !so["include_usage"].is_null()) {
-      if (!so["include_usage"].is_boolean()) return f.Fail("stream_options", "'stream_options.include_usage' must be a boolean");
+      if (!so["include_usage"].is_boolean())
+        return f.Fail("stream_options", "'stream_options.include_usage' must be a boolean");
       r.include_usage = so["include_usage"].get<bool>();
     }
   }
   if (r.n * static_cast<int64_t>(std::max<size_t>(1, r.prompts.size())) > kOpenAiMaxChoices) {
     return f.Fail("n", "n x prompts must be at most " + std::to_string(kOpenAiMaxChoices));
   }
-  if (f.Has("best_of") && !(f.Get("best_of").is_number_integer() && f.Get("best_of").get<int64_t>() == r.n)) {
+  if (f.Has("best_of") &&
+      !(f.Get("best_of").is_number_integer() && f.Get("best_of").get<int64_t>() == r.n)) {
     return f.Fail("best_of", "'best_of' other than n is not supported");
   }
   if (f.Has("user") && f.Get("user").is_string()) r.user = f.Get("user").get<std::string>();
   if (f.Has("cache_salt")) {
     const json& salt = f.Get("cache_salt");
-    if (!salt.is_string() || salt.get_ref<const std::string&>().empty() || salt.get_ref<const std::string&>().size() > 1024) {
+    if (!salt.is_string() || salt.get_ref<const std::string&>().empty() ||
+        salt.get_ref<const std::string&>().size() > 1024) {
       return f.Fail("cache_salt", "'cache_salt' must be a non-empty string of at most 1024 bytes");
     }
     r.cache_salt = salt.get<std::string>();
@@ -349,7 +381,10 @@ json OpenAiErrorJson(int status, const std::string& message, const std::string& 
   if (status == 429 || status == 503) type = "server_overloaded";
   if (status >= 500 && status != 503) type = "server_error";
   return {{"error",
-           {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)}, {"code", json()}}}};
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json() : json(param)},
+            {"code", json()}}}};
 }
 
 double FiniteLogprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }

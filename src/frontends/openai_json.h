@@ -4,13 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 
@@ -38,7 +37,8 @@ struct OpenAiRequest {
   nlohmann::json messages;            // chat: checked (roles, content as string or text parts)
   nlohmann::json template_kwargs = nlohmann::json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
-  std::optional<int64_t> max_tokens;  // absent: 16 for completions, the rest of the context for chat
+  std::optional<int64_t>
+      max_tokens;  // absent: 16 for completions, the rest of the context for chat
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t top_k = 0;  // 0 or -1: off
@@ -52,7 +52,7 @@ struct OpenAiRequest {
   int64_t top_logprobs = 0;
   int64_t min_tokens = 0;   // vLLM's extension: EOS is not taken before this many tokens
   bool ignore_eos = false;  // vLLM's extension: run to max_tokens
-  bool echo = false;  // completions
+  bool echo = false;        // completions
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
@@ -68,7 +68,8 @@ struct OpenAiRequest {
 StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std::string* param);
 
 // OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
-nlohmann::json OpenAiErrorJson(int status, const std::string& message, const std::string& param = "");
+nlohmann::json OpenAiErrorJson(int status, const std::string& message,
+                               const std::string& param = "");
 
 // The log-probability a JSON number can carry (-inf, a masked token, becomes -9999.0 as OpenAI
 // reports it).

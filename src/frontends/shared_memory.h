@@ -36,7 +36,8 @@ class SharedMemoryRegistry {
   // key: a shared-memory object name ("/name": one leading slash, no other, at most 255
   // bytes; confined to the system's shared-memory folder). INVALID_ARGUMENT for a bad key,
   // a region outside the object, a name already registered or too many regions.
-  Status Register(const std::string& name, const std::string& key, uint64_t offset, uint64_t byte_size);
+  Status Register(const std::string& name, const std::string& key, uint64_t offset,
+                  uint64_t byte_size);
   // Every region when name is empty; an unknown name is not an error (as in Triton).
   Status Unregister(const std::string& name);
   // One region (NOT_FOUND if unknown) or all when name is empty.
@@ -46,7 +47,8 @@ class SharedMemoryRegistry {
   StatusOr<std::string> Read(const std::string& name, uint64_t offset, uint64_t byte_size) const;
   // Writes data at offset inside the region; INVALID_ARGUMENT if it does not fit in
   // `capacity` (what the client reserved) or the region.
-  Status Write(const std::string& name, uint64_t offset, uint64_t capacity, const std::string& data) const;
+  Status Write(const std::string& name, uint64_t offset, uint64_t capacity,
+               const std::string& data) const;
 
  private:
   struct Region {

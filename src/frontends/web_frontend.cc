@@ -39,7 +39,8 @@ WebFrontend::~WebFrontend() { Stop(); }
 
 std::string WebFrontend::SnapshotJson(const std::vector<serving::LlmLiveSnapshot>& models) {
   json out = {{"time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count()},
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count()},
               {"models", json::array()}};
   for (const serving::LlmLiveSnapshot& m : models) {
     json steps = json::array();
@@ -53,7 +54,11 @@ std::string WebFrontend::SnapshotJson(const std::vector<serving::LlmLiveSnapshot
                              {"running", std::max<int64_t>(0, m.num_unfinished - m.num_queued)},
                              {"queued", m.num_queued},
                              {"paused", m.steps.empty() ? 0 : m.steps.back().num_paused},
-                             {"kv_blocks", {{"total", m.blocks.total}, {"used", m.blocks.used}, {"free", m.blocks.free}, {"cached", m.blocks.cached}}},
+                             {"kv_blocks",
+                              {{"total", m.blocks.total},
+                               {"used", m.blocks.used},
+                               {"free", m.blocks.free},
+                               {"cached", m.blocks.cached}}},
                              {"generated_tokens_per_s", m.generated_tokens_per_s},
                              {"finished", m.num_finished},
                              {"ttft_bounds_ms", m.ttft_bounds_ms},
@@ -65,21 +70,33 @@ std::string WebFrontend::SnapshotJson(const std::vector<serving::LlmLiveSnapshot
 
 bool WebFrontend::Handle(const HttpRequest& req, const std::shared_ptr<HttpReply>& reply) {
   if (req.path == "/" || req.path == "/index.html") {
-    if (req.method != "GET") return reply->Send({405, "text/plain", "method not allowed\n", {}}), true;
-    reply->Send({200, "text/html; charset=utf-8", std::string(kIndexHtml),
-                 {{"Cache-Control", "no-cache"}, {"X-Content-Type-Options", "nosniff"},
-                  {"Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"}}});
+    if (req.method != "GET")
+      return reply->Send({405, "text/plain", "method not allowed\n", {}}), true;
+    reply->Send({200,
+                 "text/html; charset=utf-8",
+                 std::string(kIndexHtml),
+                 {{"Cache-Control", "no-cache"},
+                  {"X-Content-Type-Options", "nosniff"},
+                  {"Content-Security-Policy",
+                   "default-src 'self'; img-src 'self' data:; style-src 'unsafe-inline'; "
+                   "script-src 'unsafe-inline'"}}});
     return true;
   }
   if (req.path == "/inflight/snapshot") {
-    if (req.method != "GET") return reply->Send({405, "text/plain", "method not allowed\n", {}}), true;
-    reply->Send({200, "application/json", SnapshotJson(server_->LiveSnapshots()), {{"Cache-Control", "no-cache"}}});
+    if (req.method != "GET")
+      return reply->Send({405, "text/plain", "method not allowed\n", {}}), true;
+    reply->Send({200,
+                 "application/json",
+                 SnapshotJson(server_->LiveSnapshots()),
+                 {{"Cache-Control", "no-cache"}}});
     return true;
   }
   if (req.path != "/inflight/live") return false;
-  if (req.method != "GET") return reply->Send({405, "text/plain", "method not allowed\n", {}}), true;
+  if (req.method != "GET")
+    return reply->Send({405, "text/plain", "method not allowed\n", {}}), true;
   std::lock_guard<std::mutex> lock(mu_);
-  if (stop_) return reply->Send({503, "text/plain", "shutting down\n", {{"Retry-After", "1"}}}), true;
+  if (stop_)
+    return reply->Send({503, "text/plain", "shutting down\n", {{"Retry-After", "1"}}}), true;
   if (dashboards_.size() >= kMaxDashboards) {
     reply->Send({503, "text/plain", "too many live dashboards\n", {{"Retry-After", "5"}}});
     return true;
@@ -100,7 +117,8 @@ void WebFrontend::Broadcast() {
     const std::string event = "data: " + SnapshotJson(server_->LiveSnapshots()) + "\n\n";
     lock.lock();
     // A dashboard whose client left, or that reads too slowly, is dropped (Write says so).
-    std::erase_if(dashboards_, [&](const std::shared_ptr<HttpReply>& r) { return !r->Write(event); });
+    std::erase_if(dashboards_,
+                  [&](const std::shared_ptr<HttpReply>& r) { return !r->Write(event); });
   }
   for (const auto& r : dashboards_) r->EndStream();
   dashboards_.clear();

@@ -11,7 +11,10 @@ using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 constexpr int kMaxRepeat = 1000;
 constexpr int kMaxElements = 200000;
 
-bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'; }
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-' || c == '.';
+}
 
 class Parser {
  public:
@@ -36,7 +39,8 @@ class Parser {
     }
     for (size_t r = 0; r < rules_->size(); ++r) {
       if ((*rules_)[r].alternatives.empty() && !defined_.count(static_cast<int32_t>(r))) {
-        return InvalidArgumentError("ebnf grammar: rule '" + (*rules_)[r].name + "' is used but not defined");
+        return InvalidArgumentError("ebnf grammar: rule '" + (*rules_)[r].name +
+                                    "' is used but not defined");
       }
     }
     auto it = ids_.find("root");
@@ -115,7 +119,8 @@ class Parser {
   Status SequenceOf(int depth, Grammar::Sequence* seq) {
     while (true) {
       SkipSpace(true);
-      if (i_ >= t_.size() || t_[i_] == '|' || t_[i_] == ')' || (depth == 0 && AtRuleStart())) return OkStatus();
+      if (i_ >= t_.size() || t_[i_] == '|' || t_[i_] == ')' || (depth == 0 && AtRuleStart()))
+        return OkStatus();
       std::vector<Grammar::Element> item;
       RETURN_IF_ERROR(Item(depth, &item));
       // Quantifiers apply to the item as one element (a literal of several characters or
@@ -128,29 +133,39 @@ class Parser {
       }
       for (auto& e : item) seq->push_back(std::move(e));
       elements_ += static_cast<int64_t>(item.size());
-      if (elements_ > kMaxElements || static_cast<int>(rules_->size()) > Grammar::kMaxRules) return Error("the grammar is too large");
+      if (elements_ > kMaxElements || static_cast<int>(rules_->size()) > Grammar::kMaxRules)
+        return Error("the grammar is too large");
     }
   }
 
   Status Quantifier(int* mn, int* mx) {
     const char q = t_[i_++];
-    if (q == '*') *mn = 0, *mx = -1;
-    else if (q == '+') *mn = 1, *mx = -1;
-    else if (q == '?') *mn = 0, *mx = 1;
+    if (q == '*')
+      *mn = 0, *mx = -1;
+    else if (q == '+')
+      *mn = 1, *mx = -1;
+    else if (q == '?')
+      *mn = 0, *mx = 1;
     else {
       auto number = [&](int* out) {
         const size_t start = i_;
         long v = 0;
-        while (i_ < t_.size() && t_[i_] >= '0' && t_[i_] <= '9' && v <= kMaxRepeat) v = v * 10 + (t_[i_++] - '0');
+        while (i_ < t_.size() && t_[i_] >= '0' && t_[i_] <= '9' && v <= kMaxRepeat)
+          v = v * 10 + (t_[i_++] - '0');
         *out = static_cast<int>(v);
         return i_ > start && v <= kMaxRepeat;
       };
-      if (!number(mn)) return Error("bad or too large repetition bound (at most " + std::to_string(kMaxRepeat) + ")");
+      if (!number(mn))
+        return Error("bad or too large repetition bound (at most " + std::to_string(kMaxRepeat) +
+                     ")");
       *mx = *mn;
       if (i_ < t_.size() && t_[i_] == ',') {
         ++i_;
-        if (i_ < t_.size() && t_[i_] == '}') *mx = -1;
-        else if (!number(mx)) return Error("bad or too large repetition bound (at most " + std::to_string(kMaxRepeat) + ")");
+        if (i_ < t_.size() && t_[i_] == '}')
+          *mx = -1;
+        else if (!number(mx))
+          return Error("bad or too large repetition bound (at most " + std::to_string(kMaxRepeat) +
+                       ")");
       }
       if (i_ >= t_.size() || t_[i_] != '}') return Error("unterminated {");
       ++i_;
@@ -192,21 +207,32 @@ class Parser {
       for (int k = 0; k < n; ++k) {
         if (i_ >= t_.size()) return Error("short escape");
         const char h = t_[i_++];
-        const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        const int d = h >= '0' && h <= '9'   ? h - '0'
+                      : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                      : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                             : -1;
         if (d < 0) return Error("bad hex digit in escape");
         v = v * 16 + static_cast<uint32_t>(d);
       }
       return v;
     };
     switch (c) {
-      case 'n': return uint32_t{'\n'};
-      case 't': return uint32_t{'\t'};
-      case 'r': return uint32_t{'\r'};
-      case '0': return uint32_t{0};
-      case 'x': return hex(2);
-      case 'u': return hex(4);
-      case 'U': return hex(8);
-      default: return static_cast<uint32_t>(static_cast<unsigned char>(c));
+      case 'n':
+        return uint32_t{'\n'};
+      case 't':
+        return uint32_t{'\t'};
+      case 'r':
+        return uint32_t{'\r'};
+      case '0':
+        return uint32_t{0};
+      case 'x':
+        return hex(2);
+      case 'u':
+        return hex(4);
+      case 'U':
+        return hex(8);
+      default:
+        return static_cast<uint32_t>(static_cast<unsigned char>(c));
     }
   }
 
@@ -347,7 +373,9 @@ Status CheckLeftRecursion(const std::vector<Grammar::Rule>& rules) {
       auto& [r, k] = path.back();
       if (k < first[r].size()) {
         const int32_t next = first[r][k++];
-        if (color[next] == 1) return InvalidArgumentError("ebnf grammar: rule '" + rules[next].name + "' is left-recursive");
+        if (color[next] == 1)
+          return InvalidArgumentError("ebnf grammar: rule '" + rules[next].name +
+                                      "' is left-recursive");
         if (color[next] == 0) {
           color[next] = 1;
           path.push_back({next, 0});
@@ -376,7 +404,8 @@ StatusOr<std::shared_ptr<const Grammar>> Grammar::Parse(std::string_view text) {
   RETURN_IF_ERROR(p.Run(&g->rules_, &g->root_));
   RETURN_IF_ERROR(CheckLeftRecursion(g->rules_));
   GrammarState start(g.get());
-  if (!start.Accepting() && !start.CanContinue()) return InvalidArgumentError("ebnf grammar: 'root' matches nothing");
+  if (!start.Accepting() && !start.CanContinue())
+    return InvalidArgumentError("ebnf grammar: 'root' matches nothing");
   return std::shared_ptr<const Grammar>(g);
 }
 
@@ -411,7 +440,8 @@ void GrammarState::Expand(Stack stack, std::vector<Stack>* out, int depth, int64
     // so right recursion does not grow the stack).
     stack.back().pos++;
     if (stack.back().pos == static_cast<int32_t>(seq.size())) stack.pop_back();
-    if (static_cast<int>(stack.size()) >= Grammar::kMaxDepth || depth > 4 * Grammar::kMaxDepth) return;
+    if (static_cast<int>(stack.size()) >= Grammar::kMaxDepth || depth > 4 * Grammar::kMaxDepth)
+      return;
     const auto& alts = g_->rules()[e.rule].alternatives;
     for (size_t a = 0; a < alts.size(); ++a) {
       Stack next = stack;
@@ -445,7 +475,8 @@ bool GrammarState::PrefixPossible() const {
   // The code points this UTF-8 prefix can still become (no overlong forms, no surrogates).
   const uint32_t min = len_ == 2 ? 0x80 : len_ == 3 ? 0x800 : 0x10000;
   const uint32_t lo = std::max(partial_ << (6 * need_), min);
-  const uint32_t hi = std::min((partial_ << (6 * need_)) | ((1u << (6 * need_)) - 1), uint32_t{0x10FFFF});
+  const uint32_t hi =
+      std::min((partial_ << (6 * need_)) | ((1u << (6 * need_)) - 1), uint32_t{0x10FFFF});
   if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return false;
   for (const Stack& s : stacks_) {
     if (s.empty()) continue;
@@ -460,10 +491,14 @@ bool GrammarState::PrefixPossible() const {
 bool GrammarState::Step(uint8_t b) {
   if (need_ == 0) {
     if (b < 0x80) return Advance(b);
-    if (b >= 0xC2 && b <= 0xDF) need_ = 1, partial_ = b & 0x1F;
-    else if (b >= 0xE0 && b <= 0xEF) need_ = 2, partial_ = b & 0x0F;
-    else if (b >= 0xF0 && b <= 0xF4) need_ = 3, partial_ = b & 0x07;
-    else return false;
+    if (b >= 0xC2 && b <= 0xDF)
+      need_ = 1, partial_ = b & 0x1F;
+    else if (b >= 0xE0 && b <= 0xEF)
+      need_ = 2, partial_ = b & 0x0F;
+    else if (b >= 0xF0 && b <= 0xF4)
+      need_ = 3, partial_ = b & 0x07;
+    else
+      return false;
     len_ = need_ + 1;
     return PrefixPossible();
   }
@@ -474,7 +509,8 @@ bool GrammarState::Step(uint8_t b) {
   const uint32_t cp = partial_;
   const uint32_t min = len_ == 2 ? 0x80 : len_ == 3 ? 0x800 : 0x10000;
   partial_ = 0;
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;  // overlong, surrogate
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return false;  // overlong, surrogate
   return Advance(cp);
 }
 

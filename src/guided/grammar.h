@@ -43,8 +43,8 @@ class Grammar {
   int32_t root() const { return root_; }
 
   static constexpr int kMaxRules = 4096;
-  static constexpr int kMaxDepth = 128;    // nested rule frames on one stack
-  static constexpr int kMaxStacks = 512;   // live parse stacks
+  static constexpr int kMaxDepth = 128;   // nested rule frames on one stack
+  static constexpr int kMaxStacks = 512;  // live parse stacks
   // Rule entries one code point may cost (an ambiguous grammar's expansions multiply).
   static constexpr int64_t kMaxExpansions = 1 << 16;
 
@@ -61,7 +61,7 @@ class GrammarState {
   explicit GrammarState(const Grammar* g);
   // False when no parse can continue with this byte.
   bool Step(uint8_t byte);
-  bool Accepting() const;   // the text so far is in the language
+  bool Accepting() const;  // the text so far is in the language
   bool CanContinue() const;
   std::string Key() const;  // the whole state, for caching its token mask
 

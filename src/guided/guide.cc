@@ -29,8 +29,10 @@ StatusOr<GuideType> GuideTypeFromName(std::string_view name) {
   if (name == "regex") return GuideType::kRegex;
   if (name == "ebnf_grammar") return GuideType::kEbnf;
   if (name == "structural_tag") {
-    return UnimplementedError("guided_decoding_guide_type 'structural_tag' is not supported (json, json_schema, regex and "
-                              "ebnf_grammar are)");
+    return UnimplementedError(
+        "guided_decoding_guide_type 'structural_tag' is not supported (json, json_schema, regex "
+        "and "
+        "ebnf_grammar are)");
   }
   return InvalidArgumentError("guided_decoding_guide_type '" + std::string(name) +
                               "' is not one of json, json_schema, regex, ebnf_grammar");
@@ -89,7 +91,9 @@ class GuideConstraint : public TokenConstraint {
     return m->accepting && !m->can_continue;
   }
 
-  std::unique_ptr<TokenConstraint> Clone() const override { return std::make_unique<GuideConstraint>(*this); }
+  std::unique_ptr<TokenConstraint> Clone() const override {
+    return std::make_unique<GuideConstraint>(*this);
+  }
 
  private:
   std::shared_ptr<Guide> guide_;
@@ -109,7 +113,8 @@ StatusOr<std::shared_ptr<Guide>> Guide::Compile(GuideType type, std::string_view
     start.grammar = GrammarState(g->grammar_.get());
     auto first = g->MaskAt(start);
     if (first->allowed.count == 0 && !first->accepting) {
-      return InvalidArgumentError("the guide allows no token of this model's vocabulary to start the output");
+      return InvalidArgumentError(
+          "the guide allows no token of this model's vocabulary to start the output");
     }
     return g;
   }
@@ -126,12 +131,15 @@ StatusOr<std::shared_ptr<Guide>> Guide::Compile(GuideType type, std::string_view
   // discovered mid-request.
   auto first = g->MaskAt(Position{});
   if (first->allowed.count == 0 && !first->accepting) {
-    return InvalidArgumentError("the guide allows no token of this model's vocabulary to start the output");
+    return InvalidArgumentError(
+        "the guide allows no token of this model's vocabulary to start the output");
   }
   return g;
 }
 
-std::unique_ptr<TokenConstraint> Guide::NewConstraint() { return std::make_unique<GuideConstraint>(shared_from_this()); }
+std::unique_ptr<TokenConstraint> Guide::NewConstraint() {
+  return std::make_unique<GuideConstraint>(shared_from_this());
+}
 
 int32_t Guide::num_cached_masks() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -144,8 +152,9 @@ namespace {
 // by a byte) and the state's accepting / can-continue answers; the cache starts over past
 // kMaxCacheBytes.
 template <typename Key, typename Cache, typename State, typename StepFn>
-std::shared_ptr<const Guide::Mask> CachedMask(Cache& cache, const Key& key, const State& state, StepFn step, bool accepting,
-                                              bool can_continue, const GuideVocabulary& vocab) {
+std::shared_ptr<const Guide::Mask> CachedMask(Cache& cache, const Key& key, const State& state,
+                                              StepFn step, bool accepting, bool can_continue,
+                                              const GuideVocabulary& vocab) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   auto m = std::make_shared<Guide::Mask>();
@@ -164,18 +173,22 @@ std::shared_ptr<const Guide::Mask> Guide::MaskAt(const Position& p) {
   std::lock_guard<std::mutex> lock(mu_);
   switch (type_) {
     case GuideType::kEbnf:
-      return CachedMask(json_masks_, p.grammar.Key(), p.grammar, [](GrammarState& s, uint8_t b) { return s.Step(b); },
-                        p.grammar.Accepting(), p.grammar.CanContinue(), *vocab_);
+      return CachedMask(
+          json_masks_, p.grammar.Key(), p.grammar,
+          [](GrammarState& s, uint8_t b) { return s.Step(b); }, p.grammar.Accepting(),
+          p.grammar.CanContinue(), *vocab_);
     case GuideType::kJson:
-      return CachedMask(json_masks_, p.json.Key(), p.json, [](JsonState& s, uint8_t b) { return s.Step(b); }, p.json.Done(),
-                        !p.json.Done(), *vocab_);
+      return CachedMask(
+          json_masks_, p.json.Key(), p.json, [](JsonState& s, uint8_t b) { return s.Step(b); },
+          p.json.Done(), !p.json.Done(), *vocab_);
     default: {
       RegexDfa* dfa = dfa_.get();
       auto step = [dfa](int32_t& s, uint8_t b) {
         s = dfa->Next(s, b);
         return s != RegexDfa::kDead;
       };
-      return CachedMask(dfa_masks_, p.dfa, p.dfa, step, dfa->Accepting(p.dfa), dfa->CanContinue(p.dfa), *vocab_);
+      return CachedMask(dfa_masks_, p.dfa, p.dfa, step, dfa->Accepting(p.dfa),
+                        dfa->CanContinue(p.dfa), *vocab_);
     }
   }
 }

@@ -38,7 +38,8 @@ StatusOr<GuideType> GuideTypeFromName(std::string_view name);
 // The vocabulary a guide works over: each token's bytes (empty for special tokens).
 class GuideVocabulary {
  public:
-  explicit GuideVocabulary(std::vector<std::string> token_bytes) : trie_(token_bytes), bytes_(std::move(token_bytes)) {}
+  explicit GuideVocabulary(std::vector<std::string> token_bytes)
+      : trie_(token_bytes), bytes_(std::move(token_bytes)) {}
   // Each token's output bytes; control and unknown tokens get none (a guide never picks them).
   static std::shared_ptr<const GuideVocabulary> FromTokenizer(const Tokenizer& tokenizer);
   const TokenTrie& trie() const { return trie_; }
@@ -70,7 +71,8 @@ class Guide : public std::enable_shared_from_this<Guide> {
 
  private:
   friend class GuideConstraint;
-  Guide(GuideType type, std::shared_ptr<const GuideVocabulary> vocab) : type_(type), vocab_(std::move(vocab)) {}
+  Guide(GuideType type, std::shared_ptr<const GuideVocabulary> vocab)
+      : type_(type), vocab_(std::move(vocab)) {}
 
   // One automaton position: a DFA state (regex, json_schema) or a JSON recognizer state.
   struct Position {
@@ -87,7 +89,8 @@ class Guide : public std::enable_shared_from_this<Guide> {
   std::unique_ptr<RegexDfa> dfa_;
   std::shared_ptr<const Grammar> grammar_;
   std::unordered_map<int32_t, std::shared_ptr<const Mask>> dfa_masks_;
-  std::unordered_map<std::string, std::shared_ptr<const Mask>> json_masks_;  // json and ebnf_grammar states, by Key()
+  std::unordered_map<std::string, std::shared_ptr<const Mask>>
+      json_masks_;  // json and ebnf_grammar states, by Key()
 };
 
 }  // namespace inflight::guided

@@ -13,8 +13,8 @@ enum Mode : uint8_t {
   kAfterValue,   // ',' or the container's close
   kString,
   kEscape,
-  kHex,          // aux: hex digits left
-  kUtf8,         // aux: continuation bytes left; aux2: the first one's range
+  kHex,   // aux: hex digits left
+  kUtf8,  // aux: continuation bytes left; aux2: the first one's range
   kNumMinus,
   kNumZero,
   kNumInt,
@@ -23,7 +23,7 @@ enum Mode : uint8_t {
   kNumE,
   kNumESign,
   kNumExp,
-  kLiteral,      // aux2: which, aux: bytes matched
+  kLiteral,  // aux2: which, aux: bytes matched
   kDone,
 };
 
@@ -69,8 +69,10 @@ bool JsonState::Step(uint8_t b) {
   auto value_start = [&]() {
     aux = 0;
     switch (b) {
-      case '{': return open('o');
-      case '[': return open('a');
+      case '{':
+        return open('o');
+      case '[':
+        return open('a');
       case '"':
         mode = kString;
         key = false;
@@ -203,7 +205,8 @@ bool JsonState::Step(uint8_t b) {
         aux = 4;
         return true;
       }
-      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' || b == 't') {
+      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
+          b == 't') {
         mode = kString;
         return true;
       }

@@ -13,10 +13,11 @@ namespace inflight::guided {
 
 struct JsonState {
   uint8_t mode = 0;
-  uint8_t aux = 0;   // per mode: whitespace run, digits, hex digits or UTF-8 bytes left, literal index
-  uint8_t aux2 = 0;  // literal id, or the range the first UTF-8 continuation byte must be in
-  bool key = false;  // the string being read is an object key
-  std::string stack; // open containers, 'o' or 'a'
+  uint8_t aux =
+      0;  // per mode: whitespace run, digits, hex digits or UTF-8 bytes left, literal index
+  uint8_t aux2 = 0;   // literal id, or the range the first UTF-8 continuation byte must be in
+  bool key = false;   // the string being read is an object key
+  std::string stack;  // open containers, 'o' or 'a'
 
   // Steps one byte; false (state unspecified) when the byte cannot continue valid JSON.
   bool Step(uint8_t byte);

@@ -2,8 +2,8 @@
 
 #include <climits>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
@@ -48,7 +48,8 @@ std::string SameLength(const std::string& lo, const std::string& hi) {
     --last;
   }
   if (first <= last) {
-    std::string mid = first == last ? std::string(1, first) : std::string("[") + first + "-" + last + "]";
+    std::string mid =
+        first == last ? std::string(1, first) : std::string("[") + first + "-" + last + "]";
     if (rest > 0) mid += "[0-9]{" + std::to_string(rest) + "}";
     parts.push_back(mid);
   }
@@ -90,20 +91,54 @@ class Converter {
   explicit Converter(const json& root) : root_(root) {}
 
   Status Emit(const json& s, int depth, std::string* out) {
-    if (depth > kMaxDepth) return InvalidArgumentError("json schema: nested more than " + std::to_string(kMaxDepth) + " levels");
+    if (depth > kMaxDepth)
+      return InvalidArgumentError("json schema: nested more than " + std::to_string(kMaxDepth) +
+                                  " levels");
     if (s.is_boolean()) {
       if (!s.get<bool>()) return InvalidArgumentError("json schema: `false` matches nothing");
       *out += AnyValue(2);
       return OkStatus();
     }
-    if (!s.is_object()) return InvalidArgumentError("json schema: a schema must be an object or a boolean");
+    if (!s.is_object())
+      return InvalidArgumentError("json schema: a schema must be an object or a boolean");
     for (const auto& [k, v] : s.items()) {
-      static const std::set<std::string> kKnown = {
-          "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
-          "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "minLength", "maxLength",
-          "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "title", "description",
-          "default", "examples", "$schema", "$id", "$comment", "readOnly", "writeOnly", "deprecated", "nullable"};
-      if (!kKnown.count(k)) return InvalidArgumentError("json schema: keyword '" + k + "' is not supported");
+      static const std::set<std::string> kKnown = {"type",
+                                                   "properties",
+                                                   "required",
+                                                   "additionalProperties",
+                                                   "items",
+                                                   "prefixItems",
+                                                   "minItems",
+                                                   "maxItems",
+                                                   "enum",
+                                                   "const",
+                                                   "anyOf",
+                                                   "oneOf",
+                                                   "allOf",
+                                                   "$ref",
+                                                   "$defs",
+                                                   "definitions",
+                                                   "minLength",
+                                                   "maxLength",
+                                                   "pattern",
+                                                   "format",
+                                                   "minimum",
+                                                   "maximum",
+                                                   "exclusiveMinimum",
+                                                   "exclusiveMaximum",
+                                                   "title",
+                                                   "description",
+                                                   "default",
+                                                   "examples",
+                                                   "$schema",
+                                                   "$id",
+                                                   "$comment",
+                                                   "readOnly",
+                                                   "writeOnly",
+                                                   "deprecated",
+                                                   "nullable"};
+      if (!kKnown.count(k))
+        return InvalidArgumentError("json schema: keyword '" + k + "' is not supported");
     }
     if (s.contains("$ref")) return Ref(s["$ref"], depth, out);
     if (s.contains("const")) {
@@ -111,7 +146,8 @@ class Converter {
       return OkStatus();
     }
     if (s.contains("enum")) {
-      if (!s["enum"].is_array() || s["enum"].empty()) return InvalidArgumentError("json schema: enum must be a non-empty array");
+      if (!s["enum"].is_array() || s["enum"].empty())
+        return InvalidArgumentError("json schema: enum must be a non-empty array");
       *out += "(";
       bool first = true;
       for (const json& v : s["enum"]) {
@@ -123,7 +159,9 @@ class Converter {
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;
-      if (!s[key].is_array() || s[key].empty()) return InvalidArgumentError(std::string("json schema: ") + key + " must be a non-empty array");
+      if (!s[key].is_array() || s[key].empty())
+        return InvalidArgumentError(std::string("json schema: ") + key +
+                                    " must be a non-empty array");
       *out += "(";
       bool first = true;
       for (const json& sub : s[key]) {
@@ -135,7 +173,8 @@ class Converter {
       return OkStatus();
     }
     if (s.contains("allOf")) {
-      if (!s["allOf"].is_array() || s["allOf"].size() != 1) return InvalidArgumentError("json schema: allOf is supported with one schema only");
+      if (!s["allOf"].is_array() || s["allOf"].size() != 1)
+        return InvalidArgumentError("json schema: allOf is supported with one schema only");
       return Emit(s["allOf"][0], depth + 1, out);
     }
     if (!s.contains("type")) {
@@ -158,7 +197,8 @@ class Converter {
       *out += ")";
       return OkStatus();
     }
-    if (!type.is_string()) return InvalidArgumentError("json schema: type must be a string or a list");
+    if (!type.is_string())
+      return InvalidArgumentError("json schema: type must be a string or a list");
     // (OpenAPI's `nullable` is not JSON Schema: ignored, so outputs satisfy both readings.)
     return Typed(s, type.get<std::string>(), depth, out);
   }
@@ -178,9 +218,11 @@ class Converter {
     }
     if (r == "#") return InvalidArgumentError("json schema: recursive $ref '#' is not supported");
     if (defs == nullptr || !defs->is_object() || !defs->contains(name)) {
-      return InvalidArgumentError("json schema: $ref '" + r + "' does not name an entry of #/$defs or #/definitions");
+      return InvalidArgumentError("json schema: $ref '" + r +
+                                  "' does not name an entry of #/$defs or #/definitions");
     }
-    if (expanding_.count(r)) return InvalidArgumentError("json schema: recursive $ref '" + r + "' is not supported");
+    if (expanding_.count(r))
+      return InvalidArgumentError("json schema: recursive $ref '" + r + "' is not supported");
     expanding_.insert(r);
     Status st = Emit((*defs)[name], depth + 1, out);
     expanding_.erase(r);
@@ -221,21 +263,24 @@ class Converter {
     if (depth == 0) return primitive;
     const std::string inner = AnyValue(depth - 1);
     const std::string key = StringRegex(0, -1);
-    return "(" + primitive + "|\\[(" + inner + "(" + kComma + inner + ")*)?\\]|\\{(" + key + kColon + inner + "(" + kComma + key +
-           kColon + inner + ")*)?\\})";
+    return "(" + primitive + "|\\[(" + inner + "(" + kComma + inner + ")*)?\\]|\\{(" + key +
+           kColon + inner + "(" + kComma + key + kColon + inner + ")*)?\\})";
   }
 
   Status Object(const json& s, int depth, std::string* out) {
     const json empty = json::object();
     const json& props = s.contains("properties") ? s["properties"] : empty;
-    if (!props.is_object()) return InvalidArgumentError("json schema: properties must be an object");
+    if (!props.is_object())
+      return InvalidArgumentError("json schema: properties must be an object");
     std::vector<std::pair<std::string, const json*>> fields;
     for (const auto& [k, v] : props.items()) fields.emplace_back(k, &v);
     static const json kAny = true;
     if (s.contains("required")) {
-      if (!s["required"].is_array()) return InvalidArgumentError("json schema: required must be an array");
+      if (!s["required"].is_array())
+        return InvalidArgumentError("json schema: required must be an array");
       for (const json& r : s["required"]) {
-        if (!r.is_string()) return InvalidArgumentError("json schema: required names must be strings");
+        if (!r.is_string())
+          return InvalidArgumentError("json schema: required names must be strings");
         if (!props.contains(r.get<std::string>())) fields.emplace_back(r.get<std::string>(), &kAny);
       }
     }
@@ -267,12 +312,15 @@ class Converter {
 
   Status Array(const json& s, int depth, std::string* out) {
     const int64_t min = CountKeyword(s, "minItems", 0), max = CountKeyword(s, "maxItems", -1);
-    if (min < 0 || (max >= 0 && max < min) || min > 1000 || max > 1000 || min == kBadCount || max == kBadCount) {
-      return InvalidArgumentError("json schema: minItems / maxItems must satisfy 0 <= minItems <= maxItems <= 1000");
+    if (min < 0 || (max >= 0 && max < min) || min > 1000 || max > 1000 || min == kBadCount ||
+        max == kBadCount) {
+      return InvalidArgumentError(
+          "json schema: minItems / maxItems must satisfy 0 <= minItems <= maxItems <= 1000");
     }
     std::vector<std::string> prefix;
     if (s.contains("prefixItems")) {
-      if (!s["prefixItems"].is_array()) return InvalidArgumentError("json schema: prefixItems must be an array");
+      if (!s["prefixItems"].is_array())
+        return InvalidArgumentError("json schema: prefixItems must be an array");
       for (const json& p : s["prefixItems"]) {
         std::string r;
         RETURN_IF_ERROR(Emit(p, depth + 1, &r));
@@ -293,7 +341,8 @@ class Converter {
     // Emit the prefix items first (all of them, if the array may hold them), then the rest.
     const int64_t n_prefix = static_cast<int64_t>(prefix.size());
     const int64_t fixed = max >= 0 ? std::min(n_prefix, max) : n_prefix;
-    if (!items_allowed && fixed < min) return InvalidArgumentError("json schema: minItems exceeds prefixItems with items false");
+    if (!items_allowed && fixed < min)
+      return InvalidArgumentError("json schema: minItems exceeds prefixItems with items false");
     *out += "\\[";
     for (int64_t i = 0; i < fixed; ++i) *out += (i ? kComma : "") + prefix[i];
     if (items_allowed) {
@@ -303,12 +352,14 @@ class Converter {
         if (fixed > 0) {
           // Each further item follows a comma.
           const std::string rep = "(" + std::string(kComma) + item + ")";
-          *out += rep + "{" + std::to_string(more_min) + "," + (more_max >= 0 ? std::to_string(more_max) : "") + "}";
+          *out += rep + "{" + std::to_string(more_min) + "," +
+                  (more_max >= 0 ? std::to_string(more_max) : "") + "}";
         } else {
           const std::string rest = "(" + std::string(kComma) + item + ")";
           const std::string first = item;
-          const std::string bounds = "{" + std::to_string(std::max<int64_t>(0, more_min - 1)) + "," +
-                                     (more_max >= 0 ? std::to_string(more_max - 1) : "") + "}";
+          const std::string bounds = "{" + std::to_string(std::max<int64_t>(0, more_min - 1)) +
+                                     "," + (more_max >= 0 ? std::to_string(more_max - 1) : "") +
+                                     "}";
           if (more_min == 0) {
             *out += "(" + first + rest + bounds + ")?";
           } else {
@@ -323,7 +374,8 @@ class Converter {
 
   Status String(const json& s, std::string* out) {
     if (s.contains("pattern")) {
-      if (!s["pattern"].is_string()) return InvalidArgumentError("json schema: pattern must be a string");
+      if (!s["pattern"].is_string())
+        return InvalidArgumentError("json schema: pattern must be a string");
       std::string p = s["pattern"].get<std::string>();
       // Whole-string match of the pattern (a subset of the strings that contain a match),
       // its characters kept to those a JSON string holds unescaped.
@@ -335,22 +387,34 @@ class Converter {
     if (s.contains("format")) {
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
       static const std::string kDate = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
-      static const std::string kTime = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+\\-]([01][0-9]|2[0-3]):[0-5][0-9])";
+      static const std::string kTime =
+          "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+\\-]([01][0-9]|2[0-3]):[0-"
+          "5][0-9])";
       static const std::string kOctet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
       std::string r;
-      if (f == "date") r = kDate;
-      else if (f == "time") r = kTime;
-      else if (f == "date-time") r = kDate + "T" + kTime;
-      else if (f == "uuid") r = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
-      else if (f == "email") r = "[a-zA-Z0-9._%+\\-]{1,32}@[a-zA-Z0-9\\-]{1,32}(\\.[a-zA-Z0-9\\-]{1,32}){0,3}\\.[a-zA-Z]{2,8}";
-      else if (f == "ipv4") r = "(" + kOctet + "\\.){3}" + kOctet;
-      else return InvalidArgumentError("json schema: string format '" + f + "' is not supported");
+      if (f == "date")
+        r = kDate;
+      else if (f == "time")
+        r = kTime;
+      else if (f == "date-time")
+        r = kDate + "T" + kTime;
+      else if (f == "uuid")
+        r = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
+      else if (f == "email")
+        r = "[a-zA-Z0-9._%+\\-]{1,32}@[a-zA-Z0-9\\-]{1,32}(\\.[a-zA-Z0-9\\-]{1,32}){0,3}\\.[a-zA-Z]"
+            "{2,8}";
+      else if (f == "ipv4")
+        r = "(" + kOctet + "\\.){3}" + kOctet;
+      else
+        return InvalidArgumentError("json schema: string format '" + f + "' is not supported");
       *out += "\"" + r + "\"";
       return OkStatus();
     }
     const int64_t min = CountKeyword(s, "minLength", 0), max = CountKeyword(s, "maxLength", -1);
-    if (min < 0 || min > 1000 || max > 1000 || (max >= 0 && max < min) || min == kBadCount || max == kBadCount) {
-      return InvalidArgumentError("json schema: minLength / maxLength must satisfy 0 <= minLength <= maxLength <= 1000");
+    if (min < 0 || min > 1000 || max > 1000 || (max >= 0 && max < min) || min == kBadCount ||
+        max == kBadCount) {
+      return InvalidArgumentError(
+          "json schema: minLength / maxLength must satisfy 0 <= minLength <= maxLength <= 1000");
     }
     *out += StringRegex(static_cast<int>(min), static_cast<int>(max));
     return OkStatus();
@@ -362,7 +426,8 @@ class Converter {
     *hi = kIntLimit;
     auto num = [&](const char* k, double* v) -> Status {
       if (!s.contains(k)) return OkStatus();
-      if (!s[k].is_number()) return InvalidArgumentError(std::string("json schema: ") + k + " must be a number");
+      if (!s[k].is_number())
+        return InvalidArgumentError(std::string("json schema: ") + k + " must be a number");
       *v = s[k].get<double>();
       if (!std::isfinite(*v) || std::fabs(*v) > static_cast<double>(kIntLimit)) {
         return InvalidArgumentError(std::string("json schema: ") + k + " is beyond 16 digits");
@@ -391,7 +456,8 @@ class Converter {
   }
 
   static Status Integer(const json& s, std::string* out) {
-    if (!s.contains("minimum") && !s.contains("maximum") && !s.contains("exclusiveMinimum") && !s.contains("exclusiveMaximum")) {
+    if (!s.contains("minimum") && !s.contains("maximum") && !s.contains("exclusiveMinimum") &&
+        !s.contains("exclusiveMaximum")) {
       *out += kInteger;
       return OkStatus();
     }
@@ -402,15 +468,22 @@ class Converter {
   }
 
   static Status Number(const json& s, std::string* out) {
-    const bool bounded = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
+    const bool bounded = s.contains("minimum") || s.contains("maximum") ||
+                         s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
     if (!bounded) {
       *out += kNumber;
       return OkStatus();
     }
-    auto integral = [&](const char* k) { return !s.contains(k) || (s[k].is_number() && s[k].get<double>() == std::floor(s[k].get<double>())); };
-    if (!s.contains("minimum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum") || !integral("minimum") ||
-        !integral("maximum") || s["minimum"].get<double>() < 0) {
-      return InvalidArgumentError("json schema: number bounds are supported as an integer minimum >= 0 and an optional integer maximum");
+    auto integral = [&](const char* k) {
+      return !s.contains(k) ||
+             (s[k].is_number() && s[k].get<double>() == std::floor(s[k].get<double>()));
+    };
+    if (!s.contains("minimum") || s.contains("exclusiveMinimum") ||
+        s.contains("exclusiveMaximum") || !integral("minimum") || !integral("maximum") ||
+        s["minimum"].get<double>() < 0) {
+      return InvalidArgumentError(
+          "json schema: number bounds are supported as an integer minimum >= 0 and an optional "
+          "integer maximum");
     }
     int64_t lo, hi;
     RETURN_IF_ERROR(IntBounds(s, &lo, &hi));

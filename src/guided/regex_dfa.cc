@@ -8,8 +8,8 @@ namespace inflight::guided {
 namespace {
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-constexpr int kMaxDepth = 100;       // nesting of groups
-constexpr int kMaxRepeat = 1000;     // {n,m} bounds
+constexpr int kMaxDepth = 100;    // nesting of groups
+constexpr int kMaxRepeat = 1000;  // {n,m} bounds
 
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;  // code point ranges
 
@@ -129,14 +129,17 @@ class Parser {
       *out = static_cast<int>(v);
       return i_ > start;
     };
-    if (!number(mn)) return Error("bad or too large repetition bound (at most " + std::to_string(kMaxRepeat) + ")");
+    if (!number(mn))
+      return Error("bad or too large repetition bound (at most " + std::to_string(kMaxRepeat) +
+                   ")");
     *mx = *mn;
     if (i_ < p_.size() && p_[i_] == ',') {
       ++i_;
       if (i_ < p_.size() && p_[i_] == '}') {
         *mx = -1;
       } else if (!number(mx)) {
-        return Error("bad or too large repetition bound (at most " + std::to_string(kMaxRepeat) + ")");
+        return Error("bad or too large repetition bound (at most " + std::to_string(kMaxRepeat) +
+                     ")");
       }
     }
     if (i_ >= p_.size() || p_[i_] != '}') return Error("unterminated {");
@@ -165,7 +168,10 @@ class Parser {
     for (int k = 0; k < digits; ++k) {
       if (i_ >= p_.size()) return Error("short hex escape");
       const char c = p_[i_++];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (d < 0) return Error("bad hex digit");
       v = v * 16 + d;
     }
@@ -179,18 +185,30 @@ class Parser {
     const Ranges digit = {{'0', '9'}}, word = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}},
                  space = {{'\t', '\r'}, {' ', ' '}};
     switch (c) {
-      case 'd': return digit;
-      case 'w': return word;
-      case 's': return space;
-      case 'D': return Complement(digit);
-      case 'W': return Complement(word);
-      case 'S': return Complement(space);
-      case 'n': return Ranges{{'\n', '\n'}};
-      case 't': return Ranges{{'\t', '\t'}};
-      case 'r': return Ranges{{'\r', '\r'}};
-      case 'f': return Ranges{{'\f', '\f'}};
-      case 'v': return Ranges{{'\v', '\v'}};
-      case '0': return Ranges{{0, 0}};
+      case 'd':
+        return digit;
+      case 'w':
+        return word;
+      case 's':
+        return space;
+      case 'D':
+        return Complement(digit);
+      case 'W':
+        return Complement(word);
+      case 'S':
+        return Complement(space);
+      case 'n':
+        return Ranges{{'\n', '\n'}};
+      case 't':
+        return Ranges{{'\t', '\t'}};
+      case 'r':
+        return Ranges{{'\r', '\r'}};
+      case 'f':
+        return Ranges{{'\f', '\f'}};
+      case 'v':
+        return Ranges{{'\v', '\v'}};
+      case '0':
+        return Ranges{{0, 0}};
       case 'x': {
         auto v = Hex(2);
         if (!v.ok()) return v.status();
@@ -240,7 +258,8 @@ class Parser {
         if (!cp.ok()) return cp.status();
         item = {{*cp, *cp}};
       }
-      if (item.size() == 1 && item[0].first == item[0].second && i_ + 1 < p_.size() && p_[i_] == '-' && p_[i_ + 1] != ']') {
+      if (item.size() == 1 && item[0].first == item[0].second && i_ + 1 < p_.size() &&
+          p_[i_] == '-' && p_[i_ + 1] != ']') {
         ++i_;
         Ranges hi_item;
         if (p_[i_] == '\\') {
@@ -253,7 +272,8 @@ class Parser {
           if (!cp.ok()) return cp.status();
           hi_item = {{*cp, *cp}};
         }
-        if (hi_item.size() != 1 || hi_item[0].first != hi_item[0].second) return Error("bad class range");
+        if (hi_item.size() != 1 || hi_item[0].first != hi_item[0].second)
+          return Error("bad class range");
         if (hi_item[0].first < item[0].first) return Error("class range out of order");
         item = {{item[0].first, hi_item[0].first}};
       }
@@ -346,7 +366,8 @@ class Parser {
 };
 
 // UTF-8 byte-range sequences covering the code points [lo, hi] (no surrogates inside).
-void Utf8Sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<uint8_t, uint8_t>>>* out) {
+void Utf8Sequences(uint32_t lo, uint32_t hi,
+                   std::vector<std::vector<std::pair<uint8_t, uint8_t>>>* out) {
   static const uint32_t kLimits[] = {0x7F, 0x7FF, 0xFFFF};
   for (uint32_t limit : kLimits) {
     if (lo <= limit && hi > limit) {
@@ -495,7 +516,8 @@ class RegexCompiler {
   }
   bool Full() const { return static_cast<int32_t>(d_->nfa_.size()) > RegexDfa::kMaxNfaStates; }
   static Status TooLarge() {
-    return InvalidArgumentError("regex: the pattern is too large (over " + std::to_string(RegexDfa::kMaxNfaStates) +
+    return InvalidArgumentError("regex: the pattern is too large (over " +
+                                std::to_string(RegexDfa::kMaxNfaStates) +
                                 " automaton states; bound its repetitions)");
   }
 
@@ -511,7 +533,8 @@ StatusOr<std::unique_ptr<RegexDfa>> RegexDfa::Compile(std::string_view pattern) 
   auto frag = compiler.Build(**ast);
   if (!frag.ok()) return frag.status();
   if (static_cast<int32_t>(dfa->nfa_.size()) > kMaxNfaStates) {
-    return InvalidArgumentError("regex: the pattern is too large (over " + std::to_string(kMaxNfaStates) +
+    return InvalidArgumentError("regex: the pattern is too large (over " +
+                                std::to_string(kMaxNfaStates) +
                                 " automaton states; bound its repetitions)");
   }
   dfa->nfa_start_ = frag->in;

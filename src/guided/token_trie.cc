@@ -5,7 +5,8 @@
 
 namespace inflight::guided {
 
-TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes) : vocab_(static_cast<int32_t>(token_bytes.size())) {
+TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes)
+    : vocab_(static_cast<int32_t>(token_bytes.size())) {
   // Build with sorted child maps, then lay the nodes out breadth-first with each node's
   // children (and its tokens) contiguous.
   struct Build {

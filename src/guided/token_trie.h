@@ -59,7 +59,8 @@ class TokenTrie {
       State next = state;
       if (!step(next, edges_[e].byte)) continue;
       const Node& child = nodes_[edges_[e].node];
-      for (int32_t t = child.first_token; t < child.first_token + child.num_tokens; ++t) out->Set(tokens_[t]);
+      for (int32_t t = child.first_token; t < child.first_token + child.num_tokens; ++t)
+        out->Set(tokens_[t]);
       Walk(edges_[e].node, next, step, out);
     }
   }

@@ -47,17 +47,17 @@ using Body = std::vector<NodePtr>;
 
 struct Node {
   enum class Kind {
-    kText,      // text
-    kOutput,    // {{ expr }}
-    kIf,        // branches (cond, body); else_body
-    kFor,       // targets in expr [if filter]: body [else else_body]
-    kSet,       // targets = expr, or target.attr = expr (attr non-empty)
-    kSetBlock,  // {% set targets[0] %}body{% endset %}
-    kMacro,     // name(params) body
-    kCallBlock, // not supported: kept out by the parser
+    kText,       // text
+    kOutput,     // {{ expr }}
+    kIf,         // branches (cond, body); else_body
+    kFor,        // targets in expr [if filter]: body [else else_body]
+    kSet,        // targets = expr, or target.attr = expr (attr non-empty)
+    kSetBlock,   // {% set targets[0] %}body{% endset %}
+    kMacro,      // name(params) body
+    kCallBlock,  // not supported: kept out by the parser
     kBreak,
     kContinue,
-    kScope      // body rendered in place ({% generation %}, {% raw %} text)
+    kScope  // body rendered in place ({% generation %}, {% raw %} text)
   };
   Kind kind = Kind::kText;
   std::string text;

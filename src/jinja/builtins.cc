@@ -9,7 +9,8 @@
 namespace inflight::jinja {
 
 void StepCounter::CheckSize(size_t size) const {
-  if (size > MaxBytes()) throw LimitError{"a value of the template grew past " + std::to_string(MaxBytes()) + " bytes"};
+  if (size > MaxBytes())
+    throw LimitError{"a value of the template grew past " + std::to_string(MaxBytes()) + " bytes"};
 }
 
 namespace {
@@ -19,7 +20,9 @@ constexpr int64_t kMaxSequence = 200'000;  // elements a range may produce
 // renderer then applies its own, smaller, output bound).
 constexpr size_t kMaxMethodResultBytes = size_t{64} << 20;
 
-bool IsWhite(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsWhite(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 // The byte offsets where each code point of a UTF-8 string starts, plus the end.
 std::vector<size_t> CodePointStarts(const std::string& s) {
@@ -83,8 +86,8 @@ Value Split(const std::string& s, const Value& sep, int64_t max_split) {
   return Value::List(std::move(parts));
 }
 
-std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count,
-                    size_t max_bytes = SIZE_MAX) {
+std::string Replace(const std::string& s, const std::string& from, const std::string& to,
+                    int64_t count, size_t max_bytes = SIZE_MAX) {
   if (from.empty()) return s;
   std::string out;
   size_t start = 0;
@@ -94,7 +97,8 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
     out.append(s, start, at - start);
     out += to;
     start = at + from.size();
-    if (out.size() > max_bytes) throw LimitError{"replace: the result grew past " + std::to_string(max_bytes) + " bytes"};
+    if (out.size() > max_bytes)
+      throw LimitError{"replace: the result grew past " + std::to_string(max_bytes) + " bytes"};
   }
   out.append(s, start);
   return out;
@@ -103,10 +107,13 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
 // Case mapping of the scripts chat messages mostly use beyond ASCII (Latin-1, Latin
 // Extended-A, Greek, Cyrillic), as Python's str.upper()/lower() do; other code points stay.
 uint32_t MapCase(uint32_t c, bool upper) {
-  if (c < 0x80) return upper ? static_cast<uint32_t>(std::toupper(static_cast<int>(c))) : static_cast<uint32_t>(std::tolower(static_cast<int>(c)));
+  if (c < 0x80)
+    return upper ? static_cast<uint32_t>(std::toupper(static_cast<int>(c)))
+                 : static_cast<uint32_t>(std::tolower(static_cast<int>(c)));
   if (upper) {
     if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 0x20;
-    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 &&
+        c != 0x17F) {
       const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
       if (odd_lower ? (c % 2 == 0) : (c % 2 == 1)) return c - 1;
       return c;
@@ -117,7 +124,8 @@ uint32_t MapCase(uint32_t c, bool upper) {
     return c;
   }
   if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 0x20;
-  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 &&
+      c != 0x17F) {
     const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
     if (odd_lower ? (c % 2 == 1) : (c % 2 == 0)) return c + 1;
     return c;
@@ -136,8 +144,10 @@ std::string MapCaseUtf8(const std::string& s, bool upper) {
     const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
     if (n != 2 || i + 1 >= s.size()) {  // the mapped ranges are all 1- or 2-byte sequences
       const uint32_t c = n == 1 ? MapCase(b, upper) : b;
-      if (n == 1) out += static_cast<char>(c);
-      else out.append(s, i, std::min<size_t>(n, s.size() - i));
+      if (n == 1)
+        out += static_cast<char>(c);
+      else
+        out.append(s, i, std::min<size_t>(n, s.size() - i));
       i += n;
       continue;
     }
@@ -163,7 +173,9 @@ std::string PyTitle(const std::string& s) {
   bool prev_letter = false;
   for (char& c : out) {
     const bool letter = std::isalpha(static_cast<unsigned char>(c));
-    if (letter) c = static_cast<char>(prev_letter ? std::tolower(static_cast<unsigned char>(c)) : std::toupper(static_cast<unsigned char>(c)));
+    if (letter)
+      c = static_cast<char>(prev_letter ? std::tolower(static_cast<unsigned char>(c))
+                                        : std::toupper(static_cast<unsigned char>(c)));
     prev_letter = letter;
   }
   return out;
@@ -177,7 +189,8 @@ std::string JinjaTitle(const std::string& s) {
     if (sep) {
       start = true;
     } else {
-      c = static_cast<char>(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      c = static_cast<char>(start ? std::toupper(static_cast<unsigned char>(c))
+                                  : std::tolower(static_cast<unsigned char>(c)));
       start = false;
     }
   }
@@ -187,17 +200,22 @@ std::string JinjaTitle(const std::string& s) {
 bool StartsOrEnds(const std::string& s, const Value& what, bool starts) {
   auto one = [&](const Value& p) {
     const std::string& x = StringArg(p, starts ? "startswith" : "endswith");
-    return x.size() <= s.size() && (starts ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0);
+    return x.size() <= s.size() && (starts ? s.compare(0, x.size(), x) == 0
+                                           : s.compare(s.size() - x.size(), x.size(), x) == 0);
   };
   if (what.is_list()) return std::any_of(what.Items().begin(), what.Items().end(), one);
   return one(what);
 }
 
 Value StringMethod(const std::string& s, const std::string& name) {
-  auto bind = [&](auto fn) { return Value::Func(name, [s, fn](CallArgs& a) -> Value { return fn(s, a); }); };
+  auto bind = [&](auto fn) {
+    return Value::Func(name, [s, fn](CallArgs& a) -> Value { return fn(s, a); });
+  };
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const bool l = name != "rstrip", r = name != "lstrip";
-    return bind([l, r](const std::string& s, CallArgs& a) { return Value(Strip(s, a.Get(0, "chars"), l, r)); });
+    return bind([l, r](const std::string& s, CallArgs& a) {
+      return Value(Strip(s, a.Get(0, "chars"), l, r));
+    });
   }
   if (name == "split") {
     return bind([](const std::string& s, CallArgs& a) {
@@ -207,15 +225,20 @@ Value StringMethod(const std::string& s, const std::string& name) {
   }
   if (name == "startswith" || name == "endswith") {
     const bool st = name == "startswith";
-    return bind([st](const std::string& s, CallArgs& a) { return Value(StartsOrEnds(s, a.Get(0, "prefix"), st)); });
+    return bind([st](const std::string& s, CallArgs& a) {
+      return Value(StartsOrEnds(s, a.Get(0, "prefix"), st));
+    });
   }
   if (name == "upper") return bind([](const std::string& s, CallArgs&) { return Value(Upper(s)); });
   if (name == "lower") return bind([](const std::string& s, CallArgs&) { return Value(Lower(s)); });
-  if (name == "title") return bind([](const std::string& s, CallArgs&) { return Value(PyTitle(s)); });
-  if (name == "capitalize") return bind([](const std::string& s, CallArgs&) { return Value(Capitalize(s)); });
+  if (name == "title")
+    return bind([](const std::string& s, CallArgs&) { return Value(PyTitle(s)); });
+  if (name == "capitalize")
+    return bind([](const std::string& s, CallArgs&) { return Value(Capitalize(s)); });
   if (name == "replace") {
     return bind([](const std::string& s, CallArgs& a) {
-      return Value(Replace(s, StringArg(a.Get(0, "old"), "replace"), StringArg(a.Get(1, "new"), "replace"),
+      return Value(Replace(s, StringArg(a.Get(0, "old"), "replace"),
+                           StringArg(a.Get(1, "new"), "replace"),
                            a.Get(2, "count", Value(-1)).AsInt(), kMaxMethodResultBytes));
     });
   }
@@ -229,7 +252,9 @@ Value StringMethod(const std::string& s, const std::string& name) {
     return bind([](const std::string& s, CallArgs& a) {
       const std::string& sub = StringArg(a.Get(0, "sub"), "count");
       int64_t n = 0;
-      for (size_t at = s.find(sub); !sub.empty() && at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
+      for (size_t at = s.find(sub); !sub.empty() && at != std::string::npos;
+           at = s.find(sub, at + sub.size()))
+        ++n;
       return Value(n);
     });
   }
@@ -249,7 +274,9 @@ Value StringMethod(const std::string& s, const std::string& name) {
   if (name == "isdigit" || name == "isspace" || name == "isalpha") {
     return bind([name](const std::string& s, CallArgs&) {
       auto pred = [&](unsigned char c) {
-        return name == "isdigit" ? std::isdigit(c) != 0 : name == "isspace" ? IsWhite(static_cast<char>(c)) : std::isalpha(c) != 0;
+        return name == "isdigit"   ? std::isdigit(c) != 0
+               : name == "isspace" ? IsWhite(static_cast<char>(c))
+                                   : std::isalpha(c) != 0;
       };
       return Value(!s.empty() && std::all_of(s.begin(), s.end(), pred));
     });
@@ -293,12 +320,23 @@ std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -309,7 +347,8 @@ Value Attr(const Value& v, const std::string& path) {
   size_t start = 0;
   while (start <= path.size()) {
     const size_t dot = path.find('.', start);
-    cur = GetAttribute(cur, path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    cur = GetAttribute(
+        cur, path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -326,10 +365,13 @@ Value SelectItems(const Value& seq, CallArgs& args, bool by_attr, bool keep, Ste
   if (by_attr) attr = StringArg(args.Get(next++, "attribute"), "selectattr");
   const Value test = args.Get(next++, "test");
   CallArgs test_args;
-  for (size_t i = next; i < args.positional.size(); ++i) test_args.positional.push_back(args.positional[i]);
+  for (size_t i = next; i < args.positional.size(); ++i)
+    test_args.positional.push_back(args.positional[i]);
   for (const Value& item : items) {
     const Value subject = by_attr ? Attr(item, attr) : item;
-    const bool passed = test.is_undefined() ? subject.Truthy() : ApplyTest(StringArg(test, "select"), subject, test_args);
+    const bool passed = test.is_undefined()
+                            ? subject.Truthy()
+                            : ApplyTest(StringArg(test, "select"), subject, test_args);
     if (passed == keep) out.push_back(item);
   }
   return Value::List(std::move(out));
@@ -358,7 +400,8 @@ Value SortItems(const Value& seq, CallArgs& args, StepCounter& steps) {
 
 std::vector<Value> IterItems(const Value& value) {
   switch (value.kind()) {
-    case Value::Kind::kList: return value.Items();
+    case Value::Kind::kList:
+      return value.Items();
     case Value::Kind::kDict:
     case Value::Kind::kNamespace: {
       std::vector<Value> keys;
@@ -369,11 +412,14 @@ std::vector<Value> IterItems(const Value& value) {
       const std::string& s = value.AsString();
       const std::vector<size_t> cp = CodePointStarts(s);
       std::vector<Value> chars;
-      for (size_t i = 0; i + 1 < cp.size(); ++i) chars.emplace_back(s.substr(cp[i], cp[i + 1] - cp[i]));
+      for (size_t i = 0; i + 1 < cp.size(); ++i)
+        chars.emplace_back(s.substr(cp[i], cp[i + 1] - cp[i]));
       return chars;
     }
-    case Value::Kind::kUndefined: return {};
-    default: Fail(std::string("'") + value.TypeName() + "' object is not iterable");
+    case Value::Kind::kUndefined:
+      return {};
+    default:
+      Fail(std::string("'") + value.TypeName() + "' object is not iterable");
   }
 }
 
@@ -385,7 +431,8 @@ Value GetAttribute(const Value& value, const std::string& name) {
   }
   if (value.is_string()) return StringMethod(value.AsString(), name);
   if (value.is_undefined()) {
-    Fail("'" + (value.UndefinedName().empty() ? std::string("value") : value.UndefinedName()) + "' is undefined (reading ." + name + ")");
+    Fail("'" + (value.UndefinedName().empty() ? std::string("value") : value.UndefinedName()) +
+         "' is undefined (reading ." + name + ")");
   }
   return Value::Undefined(name);
 }
@@ -408,9 +455,12 @@ Value GetItem(const Value& value, const Value& key) {
     const std::vector<size_t> cp = CodePointStarts(s);
     const int64_t n = static_cast<int64_t>(cp.size()) - 1;
     if (i < 0) i += n;
-    return i >= 0 && i < n ? Value(s.substr(cp[i], cp[i + 1] - cp[i])) : Value::Undefined("[" + key.Str(256) + "]");
+    return i >= 0 && i < n ? Value(s.substr(cp[i], cp[i + 1] - cp[i]))
+                           : Value::Undefined("[" + key.Str(256) + "]");
   }
-  if (value.is_undefined()) Fail("'" + (value.UndefinedName().empty() ? std::string("value") : value.UndefinedName()) + "' is undefined (reading [" + key.Str(256) + "])");
+  if (value.is_undefined())
+    Fail("'" + (value.UndefinedName().empty() ? std::string("value") : value.UndefinedName()) +
+         "' is undefined (reading [" + key.Str(256) + "])");
   return Value::Undefined(key.Str(256));
 }
 
@@ -428,13 +478,16 @@ Value Slice(const Value& value, const Value& start, const Value& stop, const Val
   } else {
     Fail(std::string("'") + value.TypeName() + "' object is not subscriptable");
   }
-  const bool no_start = start.is_undefined() || start.is_none(), no_stop = stop.is_undefined() || stop.is_none();
+  const bool no_start = start.is_undefined() || start.is_none(),
+             no_stop = stop.is_undefined() || stop.is_none();
   int64_t b = no_start ? (step > 0 ? 0 : n - 1) : ClampIndex(start.AsInt(), n, true, step);
   int64_t e = no_stop ? (step > 0 ? n : -1) : ClampIndex(stop.AsInt(), n, false, step);
   std::string out;
   for (int64_t i = b; step > 0 ? i < e : i > e; i += step) {
-    if (value.is_list()) items.push_back(value.Items()[i]);
-    else out.append(value.AsString(), cp[i], cp[i + 1] - cp[i]);
+    if (value.is_list())
+      items.push_back(value.Items()[i]);
+    else
+      out.append(value.AsString(), cp[i], cp[i + 1] - cp[i]);
   }
   return value.is_list() ? Value::List(std::move(items)) : Value(std::move(out));
 }
@@ -461,7 +514,8 @@ bool ApplyTest(const std::string& name, const Value& v, const CallArgs& args) {
     return (v.AsInt() % 2 == 0) == (name == "even");
   }
   if (name == "divisibleby") {
-    if (!v.is_number() || !arg.is_number() || arg.AsInt() == 0) Fail("divisibleby expects non-zero numbers");
+    if (!v.is_number() || !arg.is_number() || arg.AsInt() == 0)
+      Fail("divisibleby expects non-zero numbers");
     return v.AsInt() % arg.AsInt() == 0;
   }
   if (name == "eq" || name == "equalto" || name == "==") return Equal(v, arg);
@@ -477,7 +531,8 @@ bool ApplyTest(const std::string& name, const Value& v, const CallArgs& args) {
   if (name == "le" || name == "<=") return !less(arg, v);
   if (name == "ge" || name == ">=") return !less(v, arg);
   if (name == "in") {
-    if (arg.is_string()) return v.is_string() && arg.AsString().find(v.AsString()) != std::string::npos;
+    if (arg.is_string())
+      return v.is_string() && arg.AsString().find(v.AsString()) != std::string::npos;
     for (const Value& x : IterItems(arg)) {
       if (Equal(x, v)) return true;
     }
@@ -508,8 +563,11 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
   if (name == "tojson") {
     const Value indent = a.Get(0, "indent", Value::None());
     steps.Charge(1000);
-    StatusOr<std::string> json = v.ToJson(indent.is_number() ? static_cast<int>(std::clamp<int64_t>(indent.AsInt(), 0, 64)) : -1, max);
-    if (!json.ok() && json.status().code() == StatusCode::kResourceExhausted) throw LimitError{json.status().message()};
+    StatusOr<std::string> json = v.ToJson(
+        indent.is_number() ? static_cast<int>(std::clamp<int64_t>(indent.AsInt(), 0, 64)) : -1,
+        max);
+    if (!json.ok() && json.status().code() == StatusCode::kResourceExhausted)
+      throw LimitError{json.status().message()};
     if (!json.ok()) Fail(json.status().message());
     return Value(std::move(*json));
   }
@@ -570,13 +628,17 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
   if (name == "round") {
     const int64_t precision = a.Get(0, "precision", Value(0)).AsInt();
     const std::string method = a.Get(1, "method", Value("common")).Str(64);
-    const double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -20, 20)));
+    const double scale =
+        std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -20, 20)));
     double x = v.AsFloat() * scale;
-    x = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x) : std::nearbyint(x);  // Python: half to even
+    x = method == "floor"  ? std::floor(x)
+        : method == "ceil" ? std::ceil(x)
+                           : std::nearbyint(x);  // Python: half to even
     return Value(x / scale);
   }
   if (name == "replace") {
-    return Value(Replace(v.Str(max), a.Get(0, "old").Str(max), a.Get(1, "new").Str(max), a.Get(2, "count", Value(-1)).AsInt(), max));
+    return Value(Replace(v.Str(max), a.Get(0, "old").Str(max), a.Get(1, "new").Str(max),
+                         a.Get(2, "count", Value(-1)).AsInt(), max));
   }
   if (name == "items") {
     if (!v.is_mapping()) Fail("items expects a mapping");
@@ -587,13 +649,16 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
   if (name == "dictsort") {
     if (!v.is_mapping()) Fail("dictsort expects a mapping");
     DictItems entries = v.Entries();
-    std::stable_sort(entries.begin(), entries.end(), [](const auto& x, const auto& y) { return Lower(x.first) < Lower(y.first); });
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const auto& x, const auto& y) { return Lower(x.first) < Lower(y.first); });
     std::vector<Value> items;
     for (auto& [k, x] : entries) items.push_back(Value::List({Value(k), x}, true));
     return Value::List(std::move(items));
   }
-  if (name == "select" || name == "reject") return SelectItems(v, a, false, name == "select", steps);
-  if (name == "selectattr" || name == "rejectattr") return SelectItems(v, a, true, name == "selectattr", steps);
+  if (name == "select" || name == "reject")
+    return SelectItems(v, a, false, name == "select", steps);
+  if (name == "selectattr" || name == "rejectattr")
+    return SelectItems(v, a, true, name == "selectattr", steps);
   if (name == "map") {
     std::vector<Value> out;
     const Value attr = a.Get(99, "attribute");
@@ -615,7 +680,8 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
     std::vector<Value> out;
     for (const Value& item : IterItems(v)) {
       steps.Charge(static_cast<int64_t>(out.size()) + 1);
-      if (std::none_of(out.begin(), out.end(), [&](const Value& x) { return Equal(x, item); })) out.push_back(item);
+      if (std::none_of(out.begin(), out.end(), [&](const Value& x) { return Equal(x, item); }))
+        out.push_back(item);
     }
     return Value::List(std::move(out));
   }
@@ -629,8 +695,9 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
       for (const Value& item : items) {
         const Value x = attr.is_string() ? Attr(item, attr.AsString()) : item;
         if (!x.is_number() || !total.is_number()) Fail("sum expects numbers");
-        total = x.kind() == Value::Kind::kFloat || total.kind() == Value::Kind::kFloat ? Value(total.AsFloat() + x.AsFloat())
-                                                                                       : Value(total.AsInt() + x.AsInt());
+        total = x.kind() == Value::Kind::kFloat || total.kind() == Value::Kind::kFloat
+                    ? Value(total.AsFloat() + x.AsFloat())
+                    : Value(total.AsInt() + x.AsInt());
       }
       return total;
     }
@@ -645,8 +712,11 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
   }
   if (name == "indent") {
     const Value width_v = a.Get(0, "width", Value(4));
-    const std::string pad = width_v.is_string() ? width_v.AsString() : std::string(std::clamp<int64_t>(width_v.AsInt(), 0, 256), ' ');
-    const bool first = a.Get(1, "first", Value(false)).Truthy(), blank = a.Get(2, "blank", Value(false)).Truthy();
+    const std::string pad = width_v.is_string()
+                                ? width_v.AsString()
+                                : std::string(std::clamp<int64_t>(width_v.AsInt(), 0, 256), ' ');
+    const bool first = a.Get(1, "first", Value(false)).Truthy(),
+               blank = a.Get(2, "blank", Value(false)).Truthy();
     const std::string s = v.Str(max);
     std::string out;
     size_t start = 0;
@@ -654,7 +724,8 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
     for (;;) {
       steps.CheckSize(out.size());
       const size_t nl = s.find('\n', start);
-      const std::string line = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+      const std::string line =
+          s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
       const bool indent = first_line ? first : (blank || !Strip(line, Value(), true, true).empty());
       if (indent) out += pad;
       out += line;
@@ -671,22 +742,23 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
 DictItems GlobalFunctions(StepCounter& steps) {
   DictItems g;
   g.emplace_back("range", Value::Func("range", [&steps](CallArgs& a) {
-    int64_t start = 0, stop = 0, step = 1;
-    if (a.positional.size() == 1) {
-      stop = a.positional[0].AsInt();
-    } else if (a.positional.size() >= 2) {
-      start = a.positional[0].AsInt(), stop = a.positional[1].AsInt();
-      if (a.positional.size() >= 3) step = a.positional[2].AsInt();
-    }
-    if (step == 0) Fail("range() step must not be zero");
-    std::vector<Value> items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (static_cast<int64_t>(items.size()) >= kMaxSequence) throw LimitError{"range() longer than " + std::to_string(kMaxSequence)};
-      items.emplace_back(i);
-    }
-    steps.Charge(static_cast<int64_t>(items.size()));
-    return Value::List(std::move(items));
-  }));
+                   int64_t start = 0, stop = 0, step = 1;
+                   if (a.positional.size() == 1) {
+                     stop = a.positional[0].AsInt();
+                   } else if (a.positional.size() >= 2) {
+                     start = a.positional[0].AsInt(), stop = a.positional[1].AsInt();
+                     if (a.positional.size() >= 3) step = a.positional[2].AsInt();
+                   }
+                   if (step == 0) Fail("range() step must not be zero");
+                   std::vector<Value> items;
+                   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+                     if (static_cast<int64_t>(items.size()) >= kMaxSequence)
+                       throw LimitError{"range() longer than " + std::to_string(kMaxSequence)};
+                     items.emplace_back(i);
+                   }
+                   steps.Charge(static_cast<int64_t>(items.size()));
+                   return Value::List(std::move(items));
+                 }));
   auto from_kwargs = [](CallArgs& a) {
     DictItems items;
     for (const Value& p : a.positional) {
@@ -695,20 +767,24 @@ DictItems GlobalFunctions(StepCounter& steps) {
     for (auto& [k, v] : a.keyword) items.emplace_back(k, v);
     return items;
   };
-  g.emplace_back("namespace", Value::Func("namespace", [from_kwargs](CallArgs& a) { return Value::Namespace(from_kwargs(a)); }));
-  g.emplace_back("dict", Value::Func("dict", [from_kwargs](CallArgs& a) { return Value::Dict(from_kwargs(a)); }));
+  g.emplace_back("namespace", Value::Func("namespace", [from_kwargs](CallArgs& a) {
+                   return Value::Namespace(from_kwargs(a));
+                 }));
+  g.emplace_back("dict", Value::Func("dict", [from_kwargs](CallArgs& a) {
+                   return Value::Dict(from_kwargs(a));
+                 }));
   g.emplace_back("raise_exception", Value::Func("raise_exception", [](CallArgs& a) -> Value {
-    Fail(a.Get(0, "message", Value("raise_exception called")).Str(4096));
-  }));
+                   Fail(a.Get(0, "message", Value("raise_exception called")).Str(4096));
+                 }));
   g.emplace_back("strftime_now", Value::Func("strftime_now", [](CallArgs& a) {
-    const std::string format = a.Get(0, "format", Value("%Y-%m-%d")).Str(256);
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    localtime_r(&now, &tm);
-    char buf[256];
-    const size_t n = std::strftime(buf, sizeof buf, format.c_str(), &tm);
-    return Value(std::string(buf, n));
-  }));
+                   const std::string format = a.Get(0, "format", Value("%Y-%m-%d")).Str(256);
+                   const std::time_t now = std::time(nullptr);
+                   std::tm tm{};
+                   localtime_r(&now, &tm);
+                   char buf[256];
+                   const size_t n = std::strftime(buf, sizeof buf, format.c_str(), &tm);
+                   return Value(std::string(buf, n));
+                 }));
   return g;
 }
 

@@ -9,7 +9,9 @@
 namespace inflight::jinja {
 namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 class Lexer {
  public:
@@ -39,7 +41,8 @@ class Lexer {
         Emit(Token::Kind::kBlockBegin, "");
         const size_t tokens_before = tokens_.size();
         TagTokens(/*block=*/true);
-        if (tokens_.size() == tokens_before + 2 && tokens_[tokens_before].kind == Token::Kind::kName &&
+        if (tokens_.size() == tokens_before + 2 &&
+            tokens_[tokens_before].kind == Token::Kind::kName &&
             tokens_[tokens_before].text == "raw") {
           RawBlock();
         }
@@ -54,7 +57,8 @@ class Lexer {
  private:
   size_t FindTagStart(size_t from) const {
     for (size_t i = src_.find('{', from); i != std::string::npos; i = src_.find('{', i + 1)) {
-      if (i + 1 < src_.size() && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#')) return i;
+      if (i + 1 < src_.size() && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#'))
+        return i;
     }
     return std::string::npos;
   }
@@ -68,7 +72,8 @@ class Lexer {
   // lstrip_blocks: spaces and tabs between the start of a line and a block or comment tag.
   void LstripBlock(std::string& text, size_t text_start) const {
     const size_t nl = text.rfind('\n');
-    const bool line_start = nl != std::string::npos || text_start == 0 || src_[text_start - 1] == '\n';
+    const bool line_start =
+        nl != std::string::npos || text_start == 0 || src_[text_start - 1] == '\n';
     if (!line_start) return;
     const size_t from = nl == std::string::npos ? 0 : nl + 1;
     for (size_t i = from; i < text.size(); ++i) {
@@ -81,7 +86,9 @@ class Lexer {
     if (text.empty()) return;
     tokens_.push_back({Token::Kind::kText, std::move(text), 0, 0, LineAt(at)});
   }
-  void Emit(Token::Kind kind, std::string text) { tokens_.push_back({kind, std::move(text), 0, 0, LineAt(pos_)}); }
+  void Emit(Token::Kind kind, std::string text) {
+    tokens_.push_back({kind, std::move(text), 0, 0, LineAt(pos_)});
+  }
 
   // After a block or comment end: "-" strips all following whitespace; otherwise trim_blocks
   // drops one newline ("+" keeps it).
@@ -95,8 +102,10 @@ class Lexer {
 
   void SkipComment() {
     const size_t end = src_.find("#}", pos_);
-    if (end == std::string::npos) Fail("line " + std::to_string(LineAt(pos_)) + ": unclosed comment");
-    const char sign = end > pos_ && (src_[end - 1] == '-' || src_[end - 1] == '+') ? src_[end - 1] : '\0';
+    if (end == std::string::npos)
+      Fail("line " + std::to_string(LineAt(pos_)) + ": unclosed comment");
+    const char sign =
+        end > pos_ && (src_[end - 1] == '-' || src_[end - 1] == '+') ? src_[end - 1] : '\0';
     pos_ = end + 2;
     AfterTagEnd(sign, /*block=*/true);
   }
@@ -106,7 +115,8 @@ class Lexer {
     size_t search = pos_;
     for (;;) {
       const size_t open = src_.find("{%", search);
-      if (open == std::string::npos) Fail("line " + std::to_string(LineAt(pos_)) + ": unclosed raw block");
+      if (open == std::string::npos)
+        Fail("line " + std::to_string(LineAt(pos_)) + ": unclosed raw block");
       size_t p = open + 2;
       const char sign = p < src_.size() && (src_[p] == '-' || src_[p] == '+') ? src_[p] : '\0';
       if (sign) ++p;
@@ -119,7 +129,8 @@ class Lexer {
       while (p < src_.size() && IsSpace(src_[p])) ++p;
       char end_sign = '\0';
       if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) end_sign = src_[p++];
-      if (src_.compare(p, 2, "%}") != 0) Fail("line " + std::to_string(LineAt(open)) + ": malformed endraw");
+      if (src_.compare(p, 2, "%}") != 0)
+        Fail("line " + std::to_string(LineAt(open)) + ": malformed endraw");
       std::string text = src_.substr(pos_, open - pos_);
       if (sign == '-') {
         while (!text.empty() && IsSpace(text.back())) text.pop_back();
@@ -146,15 +157,19 @@ class Lexer {
         if (src_.compare(p, 2, block ? "%}" : "}}") == 0) {
           pos_ = p + 2;
           Emit(block ? Token::Kind::kBlockEnd : Token::Kind::kVarEnd, "");
-          if (block) AfterTagEnd(sign, true);
-          else if (sign == '-') AfterTagEnd(sign, false);
+          if (block)
+            AfterTagEnd(sign, true);
+          else if (sign == '-')
+            AfterTagEnd(sign, false);
           return;
         }
       }
       const char c = src_[pos_];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t e = pos_;
-        while (e < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) ++e;
+        while (e < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_'))
+          ++e;
         Emit(Token::Kind::kName, src_.substr(pos_, e - pos_));
         pos_ = e;
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
@@ -162,8 +177,9 @@ class Lexer {
       } else if (c == '\'' || c == '"') {
         String(c);
       } else {
-        static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*", "/", "%", "~",
-                                     "|",  ".",  ",",  ":",  "(",  ")",  "[", "]", "{", "}", "="};
+        static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+",
+                                     "-",  "*",  "/",  "%",  "~",  "|",  ".", ",", ":",
+                                     "(",  ")",  "[",  "]",  "{",  "}",  "="};
         bool matched = false;
         for (const char* op : kOps) {
           const size_t n = std::char_traits<char>::length(op);
@@ -176,7 +192,9 @@ class Lexer {
             break;
           }
         }
-        if (!matched) Fail("line " + std::to_string(LineAt(pos_)) + ": unexpected character '" + std::string(1, c) + "'");
+        if (!matched)
+          Fail("line " + std::to_string(LineAt(pos_)) + ": unexpected character '" +
+               std::string(1, c) + "'");
       }
     }
   }
@@ -186,13 +204,15 @@ class Lexer {
     bool is_float = false;
     std::string digits;
     auto take_digits = [&] {
-      while (e < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) {
+      while (e < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) {
         if (src_[e] != '_') digits += src_[e];
         ++e;
       }
     };
     take_digits();
-    if (e + 1 < src_.size() && src_[e] == '.' && std::isdigit(static_cast<unsigned char>(src_[e + 1]))) {
+    if (e + 1 < src_.size() && src_[e] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[e + 1]))) {
       is_float = true;
       digits += src_[e++];
       take_digits();
@@ -214,7 +234,8 @@ class Lexer {
     } else {
       errno = 0;
       t.int_value = std::strtoll(digits.c_str(), nullptr, 10);
-      if (errno == ERANGE) Fail("line " + std::to_string(t.line) + ": integer literal out of range");
+      if (errno == ERANGE)
+        Fail("line " + std::to_string(t.line) + ": integer literal out of range");
     }
     tokens_.push_back(std::move(t));
     pos_ = e;
@@ -233,24 +254,41 @@ class Lexer {
       }
       const char e = src_[p++];
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case '0': out += '\0'; break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case '\n': break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\n':
+          break;
         case 'x':
         case 'u': {
           const int n = e == 'x' ? 2 : 4;
           if (p + n > src_.size()) Fail("line " + std::to_string(LineAt(pos_)) + ": bad escape");
-          const uint32_t cp = static_cast<uint32_t>(std::strtoul(src_.substr(p, n).c_str(), nullptr, 16));
+          const uint32_t cp =
+              static_cast<uint32_t>(std::strtoul(src_.substr(p, n).c_str(), nullptr, 16));
           p += n;
           AppendUtf8(cp, out);
           break;
         }
-        default: out += '\\', out += e;
+        default:
+          out += '\\', out += e;
       }
     }
     Emit(Token::Kind::kString, std::move(out));
@@ -263,7 +301,8 @@ class Lexer {
     } else if (cp < 0x800) {
       out += static_cast<char>(0xC0 | (cp >> 6)), out += static_cast<char>(0x80 | (cp & 0x3F));
     } else {
-      out += static_cast<char>(0xE0 | (cp >> 12)), out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0xE0 | (cp >> 12)),
+          out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
       out += static_cast<char>(0x80 | (cp & 0x3F));
     }
   }

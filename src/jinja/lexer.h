@@ -10,7 +10,19 @@
 namespace inflight::jinja {
 
 struct Token {
-  enum class Kind { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEnd };
+  enum class Kind {
+    kText,
+    kVarBegin,
+    kVarEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kString,
+    kInt,
+    kFloat,
+    kOp,
+    kEnd
+  };
   Kind kind;
   std::string text;  // text, name, string value, operator
   int64_t int_value = 0;

@@ -22,8 +22,12 @@ class Parser {
  private:
   const Token& Peek(size_t ahead = 0) const { return t_[std::min(i_ + ahead, t_.size() - 1)]; }
   const Token& Next() { return t_[std::min(i_++, t_.size() - 1)]; }
-  [[noreturn]] void Error(const std::string& what) const { Fail("line " + std::to_string(Peek().line) + ": " + what); }
-  bool IsOp(const char* op, size_t ahead = 0) const { return Peek(ahead).kind == Token::Kind::kOp && Peek(ahead).text == op; }
+  [[noreturn]] void Error(const std::string& what) const {
+    Fail("line " + std::to_string(Peek().line) + ": " + what);
+  }
+  bool IsOp(const char* op, size_t ahead = 0) const {
+    return Peek(ahead).kind == Token::Kind::kOp && Peek(ahead).text == op;
+  }
   bool IsName(const char* name, size_t ahead = 0) const {
     return Peek(ahead).kind == Token::Kind::kName && Peek(ahead).text == name;
   }
@@ -263,7 +267,8 @@ class Parser {
   template <typename Take>
   ExprPtr LeftAssociative(ExprPtr (Parser::*operand)(), Take take) {
     ExprPtr left = (this->*operand)();
-    for (std::string op = take(); !op.empty(); op = take()) left = Binary(std::move(left), op, (this->*operand)());
+    for (std::string op = take(); !op.empty(); op = take())
+      left = Binary(std::move(left), op, (this->*operand)());
     return left;
   }
   std::string TakeName(const char* name) {
@@ -281,8 +286,12 @@ class Parser {
     return "";
   }
 
-  ExprPtr Or() { return LeftAssociative(&Parser::And, [this] { return TakeName("or"); }); }
-  ExprPtr And() { return LeftAssociative(&Parser::Not, [this] { return TakeName("and"); }); }
+  ExprPtr Or() {
+    return LeftAssociative(&Parser::And, [this] { return TakeName("or"); });
+  }
+  ExprPtr And() {
+    return LeftAssociative(&Parser::Not, [this] { return TakeName("and"); });
+  }
   ExprPtr Not() {
     if (IsName("not")) {
       DepthGuard guard(*this);
@@ -321,12 +330,18 @@ class Parser {
     }
     return cmp ? std::move(cmp) : std::move(first);
   }
-  ExprPtr Concat() { return LeftAssociative(&Parser::Additive, [this] { return TakeOp({"~"}); }); }
-  ExprPtr Additive() { return LeftAssociative(&Parser::Multiplicative, [this] { return TakeOp({"+", "-"}); }); }
+  ExprPtr Concat() {
+    return LeftAssociative(&Parser::Additive, [this] { return TakeOp({"~"}); });
+  }
+  ExprPtr Additive() {
+    return LeftAssociative(&Parser::Multiplicative, [this] { return TakeOp({"+", "-"}); });
+  }
   ExprPtr Multiplicative() {
     return LeftAssociative(&Parser::Power, [this] { return TakeOp({"*", "/", "//", "%"}); });
   }
-  ExprPtr Power() { return LeftAssociative(&Parser::UnaryWithFilters, [this] { return TakeOp({"**"}); }); }
+  ExprPtr Power() {
+    return LeftAssociative(&Parser::UnaryWithFilters, [this] { return TakeOp({"**"}); });
+  }
   ExprPtr UnaryWithFilters() { return Unary(true); }
 
   // Filters and tests bind to the operand of a sign: -x|abs is abs(-x), as in jinja2.
@@ -382,8 +397,9 @@ class Parser {
           CallArguments(*t);
         } else if (Peek().kind == Token::Kind::kString || Peek().kind == Token::Kind::kInt ||
                    Peek().kind == Token::Kind::kFloat ||
-                   (Peek().kind == Token::Kind::kName && !IsName("and") && !IsName("or") && !IsName("else") &&
-                    !IsName("if") && !IsName("is") && !IsName("in") && !IsName("not"))) {
+                   (Peek().kind == Token::Kind::kName && !IsName("and") && !IsName("or") &&
+                    !IsName("else") && !IsName("if") && !IsName("is") && !IsName("in") &&
+                    !IsName("not"))) {
           t->args.push_back(Postfix(Primary()));  // divisibleby 3, equalto 'x'
         }
         value = std::move(t);
@@ -450,10 +466,14 @@ class Parser {
     switch (t.kind) {
       case Token::Kind::kName: {
         const std::string& n = Next().text;
-        if (n == "true" || n == "True") e->literal = Value(true);
-        else if (n == "false" || n == "False") e->literal = Value(false);
-        else if (n == "none" || n == "None") e->literal = Value::None();
-        else e->kind = Expr::Kind::kName, e->name = n;
+        if (n == "true" || n == "True")
+          e->literal = Value(true);
+        else if (n == "false" || n == "False")
+          e->literal = Value(false);
+        else if (n == "none" || n == "None")
+          e->literal = Value::None();
+        else
+          e->kind = Expr::Kind::kName, e->name = n;
         return e;
       }
       case Token::Kind::kString: {
@@ -462,9 +482,14 @@ class Parser {
         e->literal = Value(std::move(s));
         return e;
       }
-      case Token::Kind::kInt: e->literal = Value(Next().int_value); return e;
-      case Token::Kind::kFloat: e->literal = Value(Next().float_value); return e;
-      default: break;
+      case Token::Kind::kInt:
+        e->literal = Value(Next().int_value);
+        return e;
+      case Token::Kind::kFloat:
+        e->literal = Value(Next().float_value);
+        return e;
+      default:
+        break;
     }
     if (IsOp("(")) {
       ++i_;
@@ -512,7 +537,8 @@ class Parser {
       ExpectOp("}");
       return e;
     }
-    if (t.kind == Token::Kind::kVarEnd || t.kind == Token::Kind::kBlockEnd) Error("expected an expression");
+    if (t.kind == Token::Kind::kVarEnd || t.kind == Token::Kind::kBlockEnd)
+      Error("expected an expression");
     Error("unexpected '" + t.text + "'");
   }
 

@@ -37,7 +37,9 @@ class Renderer final : public StepCounter {
 
   void Charge(int64_t n) override {
     steps_ += n;
-    if (steps_ > limits_.max_steps) throw LimitError{"the template ran more than " + std::to_string(limits_.max_steps) + " steps"};
+    if (steps_ > limits_.max_steps)
+      throw LimitError{"the template ran more than " + std::to_string(limits_.max_steps) +
+                       " steps"};
   }
   size_t MaxBytes() const override { return limits_.max_output_bytes; }
 
@@ -46,7 +48,8 @@ class Renderer final : public StepCounter {
 
   void Write(const std::string& s) {
     if (out_->size() + s.size() > limits_.max_output_bytes) {
-      throw LimitError{"the rendered prompt exceeds " + std::to_string(limits_.max_output_bytes) + " bytes"};
+      throw LimitError{"the rendered prompt exceeds " + std::to_string(limits_.max_output_bytes) +
+                       " bytes"};
     }
     *out_ += s;
   }
@@ -75,7 +78,8 @@ class Renderer final : public StepCounter {
     if (targets.size() == 1) return Set(targets[0], v);
     const std::vector<Value> items = IterItems(v);
     if (items.size() != targets.size()) {
-      Fail("cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(targets.size()) + " names");
+      Fail("cannot unpack " + std::to_string(items.size()) + " values into " +
+           std::to_string(targets.size()) + " names");
     }
     for (size_t i = 0; i < targets.size(); ++i) Set(targets[i], items[i]);
   }
@@ -91,21 +95,27 @@ class Renderer final : public StepCounter {
   Flow RenderNode(const Node& n) {
     Charge(1);
     switch (n.kind) {
-      case Node::Kind::kText: Write(n.text); return Flow::kNormal;
-      case Node::Kind::kOutput: Write(Eval(*n.expr).Str(limits_.max_output_bytes)); return Flow::kNormal;
+      case Node::Kind::kText:
+        Write(n.text);
+        return Flow::kNormal;
+      case Node::Kind::kOutput:
+        Write(Eval(*n.expr).Str(limits_.max_output_bytes));
+        return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches) {
           if (Eval(*cond).Truthy()) return RenderBody(body);
         }
         return RenderBody(n.else_body);
-      case Node::Kind::kFor: return RenderFor(n);
+      case Node::Kind::kFor:
+        return RenderFor(n);
       case Node::Kind::kSet: {
         const Value v = Eval(*n.expr);
         if (n.attr.empty()) {
           Assign(n.targets, v);
         } else {
           const Value ns = Lookup(n.targets[0]);
-          if (ns.kind() != Value::Kind::kNamespace) Fail("cannot assign attribute '" + n.attr + "' on a non-namespace");
+          if (ns.kind() != Value::Kind::kNamespace)
+            Fail("cannot assign attribute '" + n.attr + "' on a non-namespace");
           DictData& d = ns.MutableNamespace();
           bool found = false;
           for (auto& [k, old] : d.items) {
@@ -124,11 +134,17 @@ class Renderer final : public StepCounter {
         Set(n.targets[0], Value(std::move(captured)));
         return f;
       }
-      case Node::Kind::kMacro: DefineMacro(n); return Flow::kNormal;
-      case Node::Kind::kBreak: return Flow::kBreak;
-      case Node::Kind::kContinue: return Flow::kContinue;
-      case Node::Kind::kScope: return RenderBody(n.body);
-      default: Fail("unsupported statement");
+      case Node::Kind::kMacro:
+        DefineMacro(n);
+        return Flow::kNormal;
+      case Node::Kind::kBreak:
+        return Flow::kBreak;
+      case Node::Kind::kContinue:
+        return Flow::kContinue;
+      case Node::Kind::kScope:
+        return RenderBody(n.body);
+      default:
+        Fail("unsupported statement");
     }
   }
 
@@ -168,10 +184,10 @@ class Renderer final : public StepCounter {
                         {"depth0", Value(0)},
                         {"previtem", i > 0 ? items[i - 1] : Value::Undefined("previtem")},
                         {"nextitem", i + 1 < len ? items[i + 1] : Value::Undefined("nextitem")}};
-        loop.emplace_back("cycle", Value::Func("cycle", [i](CallArgs& a) {
-          if (a.positional.empty()) Fail("loop.cycle needs arguments");
-          return a.positional[static_cast<size_t>(i) % a.positional.size()];
-        }));
+      loop.emplace_back("cycle", Value::Func("cycle", [i](CallArgs& a) {
+                          if (a.positional.empty()) Fail("loop.cycle needs arguments");
+                          return a.positional[static_cast<size_t>(i) % a.positional.size()];
+                        }));
       Set("loop", Value::Dict(std::move(loop)));
       if (RenderBody(n.body) == Flow::kBreak) break;
     }
@@ -185,7 +201,8 @@ class Renderer final : public StepCounter {
   }
 
   Value CallMacro(const Node& m, CallArgs& a) {
-    if (++call_depth_ > limits_.max_call_depth) throw LimitError{"macro calls nested deeper than " + std::to_string(limits_.max_call_depth)};
+    if (++call_depth_ > limits_.max_call_depth)
+      throw LimitError{"macro calls nested deeper than " + std::to_string(limits_.max_call_depth)};
     // A macro sees the template's globals and its parameters, not its caller's locals.
     std::vector<Frame> saved = std::move(frames_);
     frames_ = {saved.front(), Frame{}};
@@ -226,17 +243,23 @@ class Renderer final : public StepCounter {
     if (v.is_string()) {
       CheckSize(v.AsString().size());
     } else if (v.is_list() || v.kind() == Value::Kind::kDict) {
-      if (v.Depth() > kMaxValueDepth) throw LimitError{"a value of the template is nested deeper than " + std::to_string(kMaxValueDepth)};
+      if (v.Depth() > kMaxValueDepth)
+        throw LimitError{"a value of the template is nested deeper than " +
+                         std::to_string(kMaxValueDepth)};
       const size_t n = v.is_list() ? v.Items().size() : v.Entries().size();
-      if (n > kMaxListItems) throw LimitError{"a list of the template holds more than " + std::to_string(kMaxListItems) + " items"};
+      if (n > kMaxListItems)
+        throw LimitError{"a list of the template holds more than " + std::to_string(kMaxListItems) +
+                         " items"};
     }
     return v;
   }
 
   Value EvalUnchecked(const Expr& e) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return e.literal;
-      case Expr::Kind::kName: return Lookup(e.name);
+      case Expr::Kind::kLiteral:
+        return e.literal;
+      case Expr::Kind::kName:
+        return Lookup(e.name);
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
         std::vector<Value> items;
@@ -252,8 +275,10 @@ class Renderer final : public StepCounter {
         }
         return Value::Dict(std::move(items));
       }
-      case Expr::Kind::kAttr: return GetAttribute(Eval(*e.args[0]), e.name);
-      case Expr::Kind::kItem: return GetItem(Eval(*e.args[0]), Eval(*e.args[1]));
+      case Expr::Kind::kAttr:
+        return GetAttribute(Eval(*e.args[0]), e.name);
+      case Expr::Kind::kItem:
+        return GetItem(Eval(*e.args[0]), Eval(*e.args[1]));
       case Expr::Kind::kSlice: {
         auto part = [&](int i) { return e.args[i] ? Eval(*e.args[i]) : Value(); };
         return Slice(Eval(*e.args[0]), part(1), part(2), part(3));
@@ -261,7 +286,8 @@ class Renderer final : public StepCounter {
       case Expr::Kind::kCall: {
         const Value fn = Eval(*e.args[0]);
         if (fn.kind() != Value::Kind::kFunction) {
-          Fail("line " + std::to_string(e.line) + ": '" + (fn.is_undefined() ? fn.UndefinedName() : std::string(fn.TypeName())) +
+          Fail("line " + std::to_string(e.line) + ": '" +
+               (fn.is_undefined() ? fn.UndefinedName() : std::string(fn.TypeName())) +
                "' is not callable");
         }
         CallArgs a = Arguments(e, 1);
@@ -275,19 +301,23 @@ class Renderer final : public StepCounter {
       }
       case Expr::Kind::kTest: {
         // `x is defined` must not fail on a missing x's attributes: evaluate leniently.
-        const Value v = e.name == "defined" || e.name == "undefined" ? EvalLenient(*e.args[0]) : Eval(*e.args[0]);
+        const Value v = e.name == "defined" || e.name == "undefined" ? EvalLenient(*e.args[0])
+                                                                     : Eval(*e.args[0]);
         const CallArgs a = Arguments(e, 1);
         return Value(ApplyTest(e.name, v, a) != e.negated);
       }
       case Expr::Kind::kUnary: {
         const Value v = Eval(*e.args[0]);
         if (e.name == "not") return Value(!v.Truthy());
-        if (!v.is_number()) Fail("bad operand type for unary " + e.name + ": '" + v.TypeName() + "'");
+        if (!v.is_number())
+          Fail("bad operand type for unary " + e.name + ": '" + v.TypeName() + "'");
         if (e.name == "+") return v.kind() == Value::Kind::kBool ? Value(v.AsInt()) : v;
         return v.kind() == Value::Kind::kFloat ? Value(-v.AsFloat()) : Value(-v.AsInt());
       }
-      case Expr::Kind::kBinary: return Binary(e);
-      case Expr::Kind::kCompare: return Compare(e);
+      case Expr::Kind::kBinary:
+        return Binary(e);
+      case Expr::Kind::kCompare:
+        return Compare(e);
       case Expr::Kind::kCondition: {
         if (Eval(*e.args[1]).Truthy()) return Eval(*e.args[0]);
         return e.args[2] ? Eval(*e.args[2]) : Value::Undefined();
@@ -325,7 +355,8 @@ class Renderer final : public StepCounter {
     }
     if (l.is_undefined() || r.is_undefined()) {
       const Value& u = l.is_undefined() ? l : r;
-      Fail("line " + std::to_string(e.line) + ": '" + (u.UndefinedName().empty() ? std::string("value") : u.UndefinedName()) +
+      Fail("line " + std::to_string(e.line) + ": '" +
+           (u.UndefinedName().empty() ? std::string("value") : u.UndefinedName()) +
            "' is undefined");
     }
     if (op == "+") {
@@ -334,23 +365,27 @@ class Renderer final : public StepCounter {
         return Value(l.AsString() + r.AsString());
       }
       if (l.is_list() && r.is_list()) {
-        if (l.Items().size() + r.Items().size() > kMaxListItems) throw LimitError{"a list of the template grew too long"};
+        if (l.Items().size() + r.Items().size() > kMaxListItems)
+          throw LimitError{"a list of the template grew too long"};
         std::vector<Value> items = l.Items();
         items.insert(items.end(), r.Items().begin(), r.Items().end());
         Charge(static_cast<int64_t>(items.size()));
         return Value::List(std::move(items));
       }
     }
-    if (op == "*" && (l.is_string() || l.is_list()) && r.kind() == Value::Kind::kInt) return Repeat(l, r.AsInt());
+    if (op == "*" && (l.is_string() || l.is_list()) && r.kind() == Value::Kind::kInt)
+      return Repeat(l, r.AsInt());
     if (l.is_number() && r.is_number()) return Arithmetic(op, l, r, e.line);
-    Fail("line " + std::to_string(e.line) + ": unsupported operand types for " + op + ": '" + l.TypeName() + "' and '" +
-         r.TypeName() + "'");
+    Fail("line " + std::to_string(e.line) + ": unsupported operand types for " + op + ": '" +
+         l.TypeName() + "' and '" + r.TypeName() + "'");
   }
 
   Value Repeat(const Value& v, int64_t times) {
     times = std::max<int64_t>(times, 0);
-    const int64_t unit = v.is_string() ? static_cast<int64_t>(v.AsString().size()) : static_cast<int64_t>(v.Items().size());
-    const int64_t cap = v.is_string() ? static_cast<int64_t>(limits_.max_output_bytes) : static_cast<int64_t>(kMaxListItems);
+    const int64_t unit = v.is_string() ? static_cast<int64_t>(v.AsString().size())
+                                       : static_cast<int64_t>(v.Items().size());
+    const int64_t cap = v.is_string() ? static_cast<int64_t>(limits_.max_output_bytes)
+                                      : static_cast<int64_t>(kMaxListItems);
     if (unit > 0 && times > cap / unit) throw LimitError{"a repetition is too large"};
     Charge(unit * times / 64 + 1);
     if (v.is_string()) {
@@ -359,7 +394,8 @@ class Renderer final : public StepCounter {
       return Value(std::move(out));
     }
     std::vector<Value> items;
-    for (int64_t i = 0; i < times; ++i) items.insert(items.end(), v.Items().begin(), v.Items().end());
+    for (int64_t i = 0; i < times; ++i)
+      items.insert(items.end(), v.Items().begin(), v.Items().end());
     return Value::List(std::move(items));
   }
 
@@ -371,7 +407,7 @@ class Renderer final : public StepCounter {
     if (op == "+" || op == "-" || op == "*") {
       if (ints) {
         int64_t out;
-        const bool overflow = op == "+" ? __builtin_add_overflow(a, b, &out)
+        const bool overflow = op == "+"   ? __builtin_add_overflow(a, b, &out)
                               : op == "-" ? __builtin_sub_overflow(a, b, &out)
                                           : __builtin_mul_overflow(a, b, &out);
         if (overflow) Fail("line " + std::to_string(line) + ": integer overflow");
@@ -399,7 +435,8 @@ class Renderer final : public StepCounter {
       if (ints && b >= 0) {
         int64_t out = 1;
         for (int64_t i = 0; i < b; ++i) {
-          if (__builtin_mul_overflow(out, a, &out)) Fail("line " + std::to_string(line) + ": integer overflow");
+          if (__builtin_mul_overflow(out, a, &out))
+            Fail("line " + std::to_string(line) + ": integer overflow");
           if (out == 0 || out == 1) break;
         }
         return Value(out);
@@ -415,9 +452,12 @@ class Renderer final : public StepCounter {
       const Value right = Eval(*e.args[i + 1]);
       const std::string& op = e.ops[i];
       bool ok;
-      if (op == "==") ok = Equal(left, right);
-      else if (op == "!=") ok = !Equal(left, right);
-      else if (op == "in" || op == "not in") ok = Contains(right, left) == (op == "in");
+      if (op == "==")
+        ok = Equal(left, right);
+      else if (op == "!=")
+        ok = !Equal(left, right);
+      else if (op == "in" || op == "not in")
+        ok = Contains(right, left) == (op == "in");
       else {
         StatusOr<bool> r = op == "<" || op == ">=" ? Less(left, right) : Less(right, left);
         if (!r.ok()) Fail("line " + std::to_string(e.line) + ": " + r.status().message());
@@ -434,7 +474,8 @@ class Renderer final : public StepCounter {
       if (!item.is_string()) Fail("'in <string>' requires string as left operand");
       return container.AsString().find(item.AsString()) != std::string::npos;
     }
-    if (container.is_mapping()) return item.is_string() && !container.Get(item.AsString()).is_undefined();
+    if (container.is_mapping())
+      return item.is_string() && !container.Get(item.AsString()).is_undefined();
     if (container.is_list()) {
       for (const Value& x : container.Items()) {
         if (Equal(x, item)) return true;

@@ -4,7 +4,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 namespace inflight::jinja {
@@ -58,14 +57,21 @@ const std::string& Value::UndefinedName() const {
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
+    case Kind::kNone:
+      return false;
     case Kind::kBool:
-    case Kind::kInt: return int_ != 0;
-    case Kind::kFloat: return float_ != 0;
-    case Kind::kString: return !str_->empty();
-    case Kind::kList: return !list_->items.empty();
-    case Kind::kDict: return !dict_->items.empty();
-    default: return true;
+    case Kind::kInt:
+      return int_ != 0;
+    case Kind::kFloat:
+      return float_ != 0;
+    case Kind::kString:
+      return !str_->empty();
+    case Kind::kList:
+      return !list_->items.empty();
+    case Kind::kDict:
+      return !dict_->items.empty();
+    default:
+      return true;
   }
 }
 
@@ -82,11 +88,15 @@ int64_t Value::Length() const {
       for (unsigned char c : *str_) n += (c & 0xC0) != 0x80;
       return n;
     }
-    case Kind::kList: return static_cast<int64_t>(list_->items.size());
+    case Kind::kList:
+      return static_cast<int64_t>(list_->items.size());
     case Kind::kDict:
-    case Kind::kNamespace: return static_cast<int64_t>(dict_->items.size());
-    case Kind::kUndefined: return 0;
-    default: return -1;
+    case Kind::kNamespace:
+      return static_cast<int64_t>(dict_->items.size());
+    case Kind::kUndefined:
+      return 0;
+    default:
+      return -1;
   }
 }
 
@@ -129,15 +139,24 @@ std::string FloatRepr(double f) {
 namespace {
 
 std::string StringRepr(const std::string& s) {
-  const bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
+  const bool has_single = s.find('\'') != std::string::npos,
+             has_double = s.find('"') != std::string::npos;
   const char quote = has_single && !has_double ? '"' : '\'';
   std::string out(1, quote);
   for (unsigned char c : s) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c == static_cast<unsigned char>(quote)) {
           out += '\\';
@@ -158,13 +177,27 @@ void JsonString(const std::string& s, std::string& out) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char e[8];
@@ -182,7 +215,9 @@ constexpr int kMaxJsonDepth = 128;
 
 Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::string& out) {
   if (level > kMaxJsonDepth) return InvalidArgumentError("tojson: value nested too deeply");
-  if (out.size() > max_bytes) return ResourceExhaustedError("tojson: the JSON text is larger than " + std::to_string(max_bytes) + " bytes");
+  if (out.size() > max_bytes)
+    return ResourceExhaustedError("tojson: the JSON text is larger than " +
+                                  std::to_string(max_bytes) + " bytes");
   auto newline = [&](int l) {
     if (indent < 0) return;
     out += '\n';
@@ -190,15 +225,25 @@ Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::st
   };
   const char* item_sep = indent < 0 ? ", " : ",";
   switch (v.kind()) {
-    case Value::Kind::kNone: out += "null"; return OkStatus();
-    case Value::Kind::kBool: out += v.AsBool() ? "true" : "false"; return OkStatus();
-    case Value::Kind::kInt: out += std::to_string(v.AsInt()); return OkStatus();
+    case Value::Kind::kNone:
+      out += "null";
+      return OkStatus();
+    case Value::Kind::kBool:
+      out += v.AsBool() ? "true" : "false";
+      return OkStatus();
+    case Value::Kind::kInt:
+      out += std::to_string(v.AsInt());
+      return OkStatus();
     case Value::Kind::kFloat: {
       const double f = v.AsFloat();
-      out += std::isnan(f) ? "NaN" : std::isinf(f) ? (f > 0 ? "Infinity" : "-Infinity") : FloatRepr(f);
+      out += std::isnan(f)   ? "NaN"
+             : std::isinf(f) ? (f > 0 ? "Infinity" : "-Infinity")
+                             : FloatRepr(f);
       return OkStatus();
     }
-    case Value::Kind::kString: JsonString(v.AsString(), out); return OkStatus();
+    case Value::Kind::kString:
+      JsonString(v.AsString(), out);
+      return OkStatus();
     case Value::Kind::kList: {
       if (v.Items().empty()) {
         out += "[]";
@@ -236,7 +281,9 @@ Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::st
       out += '}';
       return OkStatus();
     }
-    default: return InvalidArgumentError(std::string("tojson: object of type ") + v.TypeName() + " is not JSON serializable");
+    default:
+      return InvalidArgumentError(std::string("tojson: object of type ") + v.TypeName() +
+                                  " is not JSON serializable");
   }
 }
 
@@ -244,20 +291,29 @@ Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::st
 
 std::string Value::Str(size_t max_bytes) const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kString: return *str_;
-    default: return Repr(max_bytes);
+    case Kind::kUndefined:
+      return "";
+    case Kind::kString:
+      return *str_;
+    default:
+      return Repr(max_bytes);
   }
 }
 
 std::string Value::Repr(size_t max_bytes) const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return int_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(int_);
-    case Kind::kFloat: return FloatRepr(float_);
-    case Kind::kString: return StringRepr(*str_);
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return int_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(int_);
+    case Kind::kFloat:
+      return FloatRepr(float_);
+    case Kind::kString:
+      return StringRepr(*str_);
     case Kind::kList: {
       std::string out = list_->tuple ? "(" : "[";
       for (size_t i = 0; i < list_->items.size() && out.size() <= max_bytes; ++i) {
@@ -276,8 +332,10 @@ std::string Value::Repr(size_t max_bytes) const {
       }
       return out + "}";
     }
-    case Kind::kNamespace: return "<Namespace>";
-    case Kind::kFunction: return "<function " + fn_->name + ">";
+    case Kind::kNamespace:
+      return "<Namespace>";
+    case Kind::kFunction:
+      return "<function " + fn_->name + ">";
   }
   return "";
 }
@@ -285,36 +343,51 @@ std::string Value::Repr(size_t max_bytes) const {
 StatusOr<std::string> Value::ToJson(int indent, size_t max_bytes) const {
   std::string out;
   RETURN_IF_ERROR(JsonDump(*this, indent, 0, max_bytes, out));
-  if (out.size() > max_bytes) return ResourceExhaustedError("tojson: the JSON text is larger than " + std::to_string(max_bytes) + " bytes");
+  if (out.size() > max_bytes)
+    return ResourceExhaustedError("tojson: the JSON text is larger than " +
+                                  std::to_string(max_bytes) + " bytes");
   return out;
 }
 
 const char* Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return list_->tuple ? "tuple" : "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return list_->tuple ? "tuple" : "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }
 
 bool Equal(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
-    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) return a.AsFloat() == b.AsFloat();
+    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat)
+      return a.AsFloat() == b.AsFloat();
     return a.AsInt() == b.AsInt();
   }
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.AsString() == b.AsString();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.AsString() == b.AsString();
     case Value::Kind::kList: {
       if (a.Items().size() != b.Items().size()) return false;
       for (size_t i = 0; i < a.Items().size(); ++i) {
@@ -330,13 +403,15 @@ bool Equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return false;  // namespaces and functions: identity, which copies do not keep
+    default:
+      return false;  // namespaces and functions: identity, which copies do not keep
   }
 }
 
 StatusOr<bool> Less(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
-    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) return a.AsFloat() < b.AsFloat();
+    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat)
+      return a.AsFloat() < b.AsFloat();
     return a.AsInt() < b.AsInt();
   }
   if (a.is_string() && b.is_string()) return a.AsString() < b.AsString();
@@ -348,23 +423,29 @@ StatusOr<bool> Less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  return InvalidArgumentError(std::string("'<' not supported between instances of '") + a.TypeName() + "' and '" +
-                              b.TypeName() + "'");
+  return InvalidArgumentError(std::string("'<' not supported between instances of '") +
+                              a.TypeName() + "' and '" + b.TypeName() + "'");
 }
 
 namespace {
 
 Value FromJson(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::detail::value_t::null: return Value::None();
-    case nlohmann::detail::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::detail::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::detail::value_t::null:
+      return Value::None();
+    case nlohmann::detail::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::detail::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::detail::value_t::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
-      return u <= static_cast<uint64_t>(INT64_MAX) ? Value(static_cast<int64_t>(u)) : Value(static_cast<double>(u));
+      return u <= static_cast<uint64_t>(INT64_MAX) ? Value(static_cast<int64_t>(u))
+                                                   : Value(static_cast<double>(u));
     }
-    case nlohmann::detail::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::detail::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::detail::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::detail::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::detail::value_t::array: {
       std::vector<Value> items;
       for (const auto& e : j) items.push_back(FromJson(e));
@@ -372,10 +453,12 @@ Value FromJson(const nlohmann::ordered_json& j) {
     }
     case nlohmann::detail::value_t::object: {
       DictItems items;
-      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), FromJson(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        items.emplace_back(it.key(), FromJson(it.value()));
       return Value::Dict(std::move(items));
     }
-    default: return Value::None();
+    default:
+      return Value::None();
   }
 }
 
@@ -384,12 +467,14 @@ Value FromJson(const nlohmann::ordered_json& j) {
 StatusOr<Value> ValueFromJson(std::string_view json) {
   // ordered_json keeps the document's key order; depth is bounded by the parser callback.
   bool too_deep = false;
-  nlohmann::ordered_json::parser_callback_t bound = [&](int d, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
-    if (d > kMaxJsonDepth) too_deep = true;
-    return !too_deep;
-  };
+  nlohmann::ordered_json::parser_callback_t bound =
+      [&](int d, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+        if (d > kMaxJsonDepth) too_deep = true;
+        return !too_deep;
+      };
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(json, bound, /*allow_exceptions=*/false);
-  if (too_deep) return InvalidArgumentError("JSON nested deeper than " + std::to_string(kMaxJsonDepth));
+  if (too_deep)
+    return InvalidArgumentError("JSON nested deeper than " + std::to_string(kMaxJsonDepth));
   if (j.is_discarded()) return InvalidArgumentError("invalid JSON");
   return FromJson(j);
 }

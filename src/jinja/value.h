@@ -39,7 +39,18 @@ using Function = std::function<Value(CallArgs&)>;
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kFunction };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kFunction
+  };
 
   Value() = default;  // undefined
   static Value Undefined(std::string name = "") {
@@ -48,12 +59,13 @@ class Value {
     return v;
   }
   static Value None() { return Value(Kind::kNone); }
-  Value(bool b) : kind_(Kind::kBool), int_(b) {}                     // NOLINT
-  Value(int64_t i) : kind_(Kind::kInt), int_(i) {}                   // NOLINT
-  Value(int i) : kind_(Kind::kInt), int_(i) {}                       // NOLINT
-  Value(double f) : kind_(Kind::kFloat), float_(f) {}                // NOLINT
-  Value(std::string s) : kind_(Kind::kString), str_(std::make_shared<std::string>(std::move(s))) {}  // NOLINT
-  Value(const char* s) : Value(std::string(s)) {}                    // NOLINT
+  Value(bool b) : kind_(Kind::kBool), int_(b) {}       // NOLINT
+  Value(int64_t i) : kind_(Kind::kInt), int_(i) {}     // NOLINT
+  Value(int i) : kind_(Kind::kInt), int_(i) {}         // NOLINT
+  Value(double f) : kind_(Kind::kFloat), float_(f) {}  // NOLINT
+  Value(std::string s)
+      : kind_(Kind::kString), str_(std::make_shared<std::string>(std::move(s))) {}  // NOLINT
+  Value(const char* s) : Value(std::string(s)) {}                                   // NOLINT
   static Value List(std::vector<Value> items, bool tuple = false);
   static Value Dict(DictItems items);
   static Value Namespace(DictItems items);
@@ -63,7 +75,9 @@ class Value {
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
-  bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
+  bool is_number() const {
+    return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;
+  }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_mapping() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace; }
 

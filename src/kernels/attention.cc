@@ -17,19 +17,25 @@ namespace {
 // Converts n floats to the cache type at dst (contiguous).
 void StoreElements(DType dtype, void* base, int64_t offset, const float* src, int32_t n) {
   switch (dtype) {
-    case DType::kF32: std::memcpy(static_cast<float*>(base) + offset, src, n * sizeof(float)); break;
-    case DType::kF16: ActiveKernels().f32_to_f16(src, static_cast<uint16_t*>(base) + offset, n); break;
+    case DType::kF32:
+      std::memcpy(static_cast<float*>(base) + offset, src, n * sizeof(float));
+      break;
+    case DType::kF16:
+      ActiveKernels().f32_to_f16(src, static_cast<uint16_t*>(base) + offset, n);
+      break;
     case DType::kBF16: {
       uint16_t* dst = static_cast<uint16_t*>(base) + offset;
       for (int32_t i = 0; i < n; ++i) dst[i] = Fp32ToBf16(src[i]);
       break;
     }
-    default: INFLIGHT_CHECK(false);
+    default:
+      INFLIGHT_CHECK(false);
   }
 }
 
 // Converts n floats to the cache type and stores them `stride` elements apart (a K column).
-void StoreStrided(DType dtype, void* base, int64_t offset, int64_t stride, const float* src, int32_t n) {
+void StoreStrided(DType dtype, void* base, int64_t offset, int64_t stride, const float* src,
+                  int32_t n) {
   if (dtype == DType::kF32) {
     float* dst = static_cast<float*>(base) + offset;
     for (int32_t i = 0; i < n; ++i) dst[i * stride] = src[i];
@@ -39,8 +45,10 @@ void StoreStrided(DType dtype, void* base, int64_t offset, int64_t stride, const
   uint16_t* dst = static_cast<uint16_t*>(base) + offset;
   for (int32_t i0 = 0; i0 < n; i0 += 512) {
     const int32_t m = std::min<int32_t>(512, n - i0);
-    if (dtype == DType::kF16) ActiveKernels().f32_to_f16(src + i0, converted, m);
-    else for (int32_t i = 0; i < m; ++i) converted[i] = Fp32ToBf16(src[i0 + i]);
+    if (dtype == DType::kF16)
+      ActiveKernels().f32_to_f16(src + i0, converted, m);
+    else
+      for (int32_t i = 0; i < m; ++i) converted[i] = Fp32ToBf16(src[i0 + i]);
     for (int32_t i = 0; i < m; ++i) dst[(i0 + i) * stride] = converted[i];
   }
 }
@@ -57,7 +65,8 @@ void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, con
     const float* v_row = v + static_cast<int64_t>(t) * kv.kv_dim;
     for (int32_t h = 0; h < heads; ++h) {
       const int64_t tile = kv.TileOffset(block, h);
-      StoreStrided(kv.dtype, kv.k, tile + index, tpb, k_row + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim);
+      StoreStrided(kv.dtype, kv.k, tile + index, tpb, k_row + static_cast<int64_t>(h) * kv.head_dim,
+                   kv.head_dim);
       StoreElements(kv.dtype, kv.v, tile + static_cast<int64_t>(index) * kv.head_dim,
                     v_row + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim);
     }
@@ -83,10 +92,13 @@ int32_t AttentionRowsPerItem(const AttentionShape& shape) {
 int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t tokens_per_block) {
   // Per row: a span's scores, the running output, max, sum, rescale factor and a block's
   // valid positions; 64 floats of slack.
-  return static_cast<int64_t>(num_rows) * (AttentionSpanPositions(tokens_per_block) + head_dim + 4) + 64;
+  return static_cast<int64_t>(num_rows) *
+             (AttentionSpanPositions(tokens_per_block) + head_dim + 4) +
+         64;
 }
 
-int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads, int32_t tokens_per_block) {
+int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads,
+                               int32_t tokens_per_block) {
   return static_cast<int64_t>(num_threads) *
          AttendRowsScratchFloats(AttentionRowsPerItem(shape), shape.head_dim, tokens_per_block);
 }
@@ -107,7 +119,8 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
   const int64_t total = first_item[num_seqs];
   const int64_t q_stride = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
   const int64_t chunk = std::max<int64_t>(1, total / (8 * pool.num_threads()));
-  const int64_t per_thread = AttendRowsScratchFloats(AttentionRowsPerItem(shape), shape.head_dim, kv.tokens_per_block);
+  const int64_t per_thread =
+      AttendRowsScratchFloats(AttentionRowsPerItem(shape), shape.head_dim, kv.tokens_per_block);
   std::atomic<int64_t> next{0};
   pool.Run([&](int thread_index, int) {
     float* thread_scratch = scratch + thread_index * per_thread;
@@ -118,7 +131,9 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
       const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
       if (begin >= total) return;
       const int64_t end = std::min(total, begin + chunk);
-      int s = static_cast<int>(std::upper_bound(first_item.begin(), first_item.end(), begin) - first_item.begin()) - 1;
+      int s = static_cast<int>(std::upper_bound(first_item.begin(), first_item.end(), begin) -
+                               first_item.begin()) -
+              1;
       for (int64_t item = begin; item < end; ++item) {
         while (item >= first_item[s + 1]) ++s;
         const AttentionSeq& seq = seqs[s];
@@ -128,15 +143,16 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
         const int32_t tokens = std::min(tile, seq.num_tokens - t0);
         int32_t rows = 0;
         for (int32_t t = t0; t < t0 + tokens; ++t) {
-          const int64_t base = (seq.row_offset + t) * q_stride + static_cast<int64_t>(kvh) * group * shape.head_dim;
+          const int64_t base =
+              (seq.row_offset + t) * q_stride + static_cast<int64_t>(kvh) * group * shape.head_dim;
           for (int32_t g = 0; g < group; ++g, ++rows) {
             len[rows] = seq.start_pos + t + 1;
             q_rows[rows] = q + base + static_cast<int64_t>(g) * shape.head_dim;
             out_rows[rows] = out + base + static_cast<int64_t>(g) * shape.head_dim;
           }
         }
-        k.attend_rows(kv, seq.block_table, kvh, shape.scale, rows, len.data(), q_rows.data(), out_rows.data(),
-                      thread_scratch);
+        k.attend_rows(kv, seq.block_table, kvh, shape.scale, rows, len.data(), q_rows.data(),
+                      out_rows.data(), thread_scratch);
       }
     }
   });

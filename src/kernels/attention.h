@@ -24,8 +24,8 @@ namespace inflight::kernels {
 
 // One layer of the cache.
 struct KvLayerView {
-  void* k = nullptr;  // [num_blocks][num_kv_heads][head_dim][tokens_per_block]
-  void* v = nullptr;  // [num_blocks][num_kv_heads][tokens_per_block][head_dim]
+  void* k = nullptr;          // [num_blocks][num_kv_heads][head_dim][tokens_per_block]
+  void* v = nullptr;          // [num_blocks][num_kv_heads][tokens_per_block][head_dim]
   DType dtype = DType::kF16;  // kF32, kF16 or kBF16
   int32_t tokens_per_block = 32;
   int32_t kv_dim = 0;  // num_kv_heads * head_dim
@@ -60,7 +60,8 @@ void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, con
 // out[row, h * head_dim ..] = softmax(q . K^T * scale) V for every sequence's new tokens.
 // scratch: AttentionScratchFloats(shape, pool threads, tokens_per_block) floats (independent
 // of the context length).
-int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads, int32_t tokens_per_block);
+int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads,
+                               int32_t tokens_per_block);
 void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const AttentionSeq* seqs,
                     int num_seqs, const float* q, float* out, ThreadPool& pool, float* scratch);
 

@@ -46,7 +46,8 @@ TensorView InterleaveQ8Q4(const TensorView& w, uint8_t* dst) {
           std::memset(bytes, q8 ? 128 : 0x88, sizeof bytes);
         }
         scales[j] = d;
-        for (int q = 0; q < quads; ++q) std::memcpy(data + (q * kInterleaveRows + j) * 4, bytes + 4 * q, 4);
+        for (int q = 0; q < quads; ++q)
+          std::memcpy(data + (q * kInterleaveRows + j) * 4, bytes + 4 * q, 4);
       }
     }
   }
@@ -77,8 +78,11 @@ void WriteHeader(const PackedLayout& l, const UnpackedBlock& b, int lane, uint8_
   auto put16 = [&](int at, uint16_t v) { std::memcpy(h + at + 2 * lane, &v, 2); };
   put16(0, b.d);
   switch (l.header) {
-    case PackedHeader::kD: break;
-    case PackedHeader::kDM: put16(32, b.dmin); break;
+    case PackedHeader::kD:
+      break;
+    case PackedHeader::kDM:
+      put16(32, b.dmin);
+      break;
     case PackedHeader::kK4:
       put16(32, b.dmin);
       for (int j = 0; j < 8; ++j) {
@@ -91,7 +95,8 @@ void WriteHeader(const PackedLayout& l, const UnpackedBlock& b, int lane, uint8_
       break;
     case PackedHeader::kK2:
       put16(32, b.dmin);
-      for (int j = 0; j < 16; ++j) h[64 + 16 * j + lane] = static_cast<uint8_t>((b.sc[j] & 15) | (b.m[j] << 4));
+      for (int j = 0; j < 16; ++j)
+        h[64 + 16 * j + lane] = static_cast<uint8_t>((b.sc[j] & 15) | (b.m[j] << 4));
       break;
     case PackedHeader::kXS:
       for (int j = 0; j < 8; ++j) h[32 + 16 * j + lane] = static_cast<uint8_t>(b.sc[j]);
@@ -104,11 +109,15 @@ void WritePayload(const PackedLayout& l, const uint8_t* q, int lane, uint8_t* pa
   for (int c = 0; c < kQBlock; ++c) {
     const int p = c / 4, k = 4 * lane + c % 4;
     const int u = q[c];
-    if (l.nib_at >= 0) payload[l.nib_at + 64 * (p % 4) + k] |= static_cast<uint8_t>((u & 15) << (4 * (p / 4)));
+    if (l.nib_at >= 0)
+      payload[l.nib_at + 64 * (p % 4) + k] |= static_cast<uint8_t>((u & 15) << (4 * (p / 4)));
     if (l.crumb_at >= 0) {
-      payload[l.crumb_at + 64 * (p / 4) + k] |= static_cast<uint8_t>(((u >> l.crumb_shift) & 3) << (2 * (p % 4)));
+      payload[l.crumb_at + 64 * (p / 4) + k] |=
+          static_cast<uint8_t>(((u >> l.crumb_shift) & 3) << (2 * (p % 4)));
     }
-    if (l.bit_at >= 0) payload[l.bit_at + 8 * p + k / 8] |= static_cast<uint8_t>(((u >> l.bit_shift) & 1) << (k % 8));
+    if (l.bit_at >= 0)
+      payload[l.bit_at + 8 * p + k / 8] |=
+          static_cast<uint8_t>(((u >> l.bit_shift) & 1) << (k % 8));
   }
 }
 
@@ -145,12 +154,14 @@ int PackedQuant(const PackedLayout& l, const uint8_t* payload, int lane, int col
   const int p = col / 4, k = 4 * lane + col % 4;
   int u = 0;
   if (l.nib_at >= 0) u |= (payload[l.nib_at + 64 * (p % 4) + k] >> (4 * (p / 4))) & 15;
-  if (l.crumb_at >= 0) u |= ((payload[l.crumb_at + 64 * (p / 4) + k] >> (2 * (p % 4))) & 3) << l.crumb_shift;
+  if (l.crumb_at >= 0)
+    u |= ((payload[l.crumb_at + 64 * (p / 4) + k] >> (2 * (p % 4))) & 3) << l.crumb_shift;
   if (l.bit_at >= 0) u |= ((payload[l.bit_at + 8 * p + k / 8] >> (k % 8)) & 1) << l.bit_shift;
   return l.lut ? kIq4Unsigned[u] : u;
 }
 
-void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, int lane, float* s, float* o) {
+void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, int lane, float* s,
+                  float* o) {
   auto half = [&](int at) {
     uint16_t v;
     std::memcpy(&v, h + at + 2 * lane, 2);
@@ -160,20 +171,28 @@ void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, i
   const int sub16 = 2 * block + sub;
   *o = 0.0f;
   switch (l.header) {
-    case PackedHeader::kD: *s = d; break;
-    case PackedHeader::kDM: *s = d, *o = -half(32); break;
+    case PackedHeader::kD:
+      *s = d;
+      break;
+    case PackedHeader::kDM:
+      *s = d, *o = -half(32);
+      break;
     case PackedHeader::kK4:
       *s = d * static_cast<float>(h[64 + 16 * block + lane]);
       *o = half(32) * static_cast<float>(h[192 + 16 * block + lane]);
       break;
-    case PackedHeader::kK6: *s = d * static_cast<float>(static_cast<int8_t>(h[32 + 16 * sub16 + lane])); break;
+    case PackedHeader::kK6:
+      *s = d * static_cast<float>(static_cast<int8_t>(h[32 + 16 * sub16 + lane]));
+      break;
     case PackedHeader::kK2: {
       const uint8_t v = h[64 + 16 * sub16 + lane];
       *s = d * static_cast<float>(v & 15);
       *o = half(32) * static_cast<float>(v >> 4);
       break;
     }
-    case PackedHeader::kXS: *s = d * static_cast<float>(static_cast<int8_t>(h[32 + 16 * block + lane])); break;
+    case PackedHeader::kXS:
+      *s = d * static_cast<float>(static_cast<int8_t>(h[32 + 16 * block + lane]));
+      break;
   }
 }
 

@@ -107,15 +107,18 @@ QuantizedRows* MatMulScratch::Quantize(const KernelTable& k, const float* x, int
   rows_ = QuantizedRows{qs_, qu_, d_, sum_, sum16_, fsum_, fsum16_, cols};
   auto rows = [&](int64_t t0, int64_t t1) {
     const int64_t nb = cols / kQBlock;
-    QuantizedRows part{qs_ + t0 * cols, qu_ + t0 * cols, d_ + t0 * nb, sum_ + t0 * nb, sum16_ + 2 * t0 * nb,
-                       fsum_ + t0 * nb, fsum16_ + 2 * t0 * nb, cols};
+    QuantizedRows part{qs_ + t0 * cols,      qu_ + t0 * cols, d_ + t0 * nb,          sum_ + t0 * nb,
+                       sum16_ + 2 * t0 * nb, fsum_ + t0 * nb, fsum16_ + 2 * t0 * nb, cols};
     k.quantize_rows_q8(x + t0 * cols, t1 - t0, cols, &part);
     for (int64_t i = 0; i < (t1 - t0) * nb; ++i) part.fsum[i] = static_cast<float>(part.sum[i]);
-    for (int64_t i = 0; i < 2 * (t1 - t0) * nb; ++i) part.fsum16[i] = static_cast<float>(part.sum16[i]);
+    for (int64_t i = 0; i < 2 * (t1 - t0) * nb; ++i)
+      part.fsum16[i] = static_cast<float>(part.sum16[i]);
   };
   // Rows are independent: split them over the pool when there are enough.
-  if (pool != nullptr && num_tokens >= 8) pool->ParallelFor(num_tokens, 1, rows);
-  else rows(0, num_tokens);
+  if (pool != nullptr && num_tokens >= 8)
+    pool->ParallelFor(num_tokens, 1, rows);
+  else
+    rows(0, num_tokens);
   return &rows_;
 }
 
@@ -132,17 +135,21 @@ int64_t TokenChunk(int64_t cols) {
 }
 
 // matmul_rows over tokens [0, num_tokens) in chunks of `chunk` (all at once when chunk is 0).
-void MatMulRowsChunked(const KernelTable& k, const TensorView& w, int64_t begin, int64_t end, const float* x,
-                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t chunk) {
+void MatMulRowsChunked(const KernelTable& k, const TensorView& w, int64_t begin, int64_t end,
+                       const float* x, const QuantizedRows* xq, int64_t num_tokens, float* y,
+                       int64_t chunk) {
   if (xq == nullptr || chunk == 0 || num_tokens <= chunk) {
     k.matmul_rows(w, begin, end, x, xq, num_tokens, y, w.rows);
     return;
   }
   const int64_t nb = xq->cols / kQBlock;
   for (int64_t t0 = 0; t0 < num_tokens; t0 += chunk) {
-    const QuantizedRows part{xq->qs + t0 * xq->cols, xq->qu + t0 * xq->cols, xq->d + t0 * nb, xq->sum + t0 * nb,
-                             xq->sum16 + 2 * t0 * nb, xq->fsum + t0 * nb, xq->fsum16 + 2 * t0 * nb, xq->cols};
-    k.matmul_rows(w, begin, end, x + t0 * w.cols, &part, std::min(chunk, num_tokens - t0), y + t0 * w.rows, w.rows);
+    const QuantizedRows part{xq->qs + t0 * xq->cols,   xq->qu + t0 * xq->cols,
+                             xq->d + t0 * nb,          xq->sum + t0 * nb,
+                             xq->sum16 + 2 * t0 * nb,  xq->fsum + t0 * nb,
+                             xq->fsum16 + 2 * t0 * nb, xq->cols};
+    k.matmul_rows(w, begin, end, x + t0 * w.cols, &part, std::min(chunk, num_tokens - t0),
+                  y + t0 * w.rows, w.rows);
   }
 }
 
@@ -175,19 +182,22 @@ void MatMulGroup(const MatMulTarget* targets, int num_targets, const float* x, i
     INFLIGHT_CHECK(w.cols == targets[0].w->cols);
     if (UsesQuantizedActivations(w.dtype) != quantized) {
       // Mixed activation formats (e.g. a GGUF with F16 V and Q8_0 Q/K): one pass per matrix.
-      for (int j = 0; j < num_targets; ++j) MatMul(*targets[j].w, x, num_tokens, targets[j].y, pool, scratch);
+      for (int j = 0; j < num_targets; ++j)
+        MatMul(*targets[j].w, x, num_tokens, targets[j].y, pool, scratch);
       return;
     }
     first[i + 1] = first[i] + (w.rows + kGrain - 1) / kGrain * kGrain;
   }
-  const QuantizedRows* xq = quantized ? scratch.Quantize(k, x, num_tokens, targets[0].w->cols, &pool) : nullptr;
+  const QuantizedRows* xq =
+      quantized ? scratch.Quantize(k, x, num_tokens, targets[0].w->cols, &pool) : nullptr;
   pool.ParallelFor(first[num_targets], kGrain, [&](int64_t begin, int64_t end) {
     for (int i = 0; i < num_targets; ++i) {
       const int64_t b = std::max(begin, first[i]), e = std::min(end, first[i + 1]);
       if (b >= e) continue;
       const TensorView& w = *targets[i].w;
       const int64_t rb = b - first[i], re = std::min(e - first[i], w.rows);
-      if (rb < re) MatMulRowsChunked(k, w, rb, re, x, xq, num_tokens, targets[i].y, TokenChunk(w.cols));
+      if (rb < re)
+        MatMulRowsChunked(k, w, rb, re, x, xq, num_tokens, targets[i].y, TokenChunk(w.cols));
     }
   });
 }
@@ -196,7 +206,8 @@ void DequantizeRow(const TensorView& w, int64_t row, float* out) {
   if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
     const int64_t sb_cols = int64_t{kQBlock} * l->blocks_per_record, nsb = w.cols / sb_cols;
     const int lane = static_cast<int>(row % kInterleaveRows);
-    const uint8_t* group = static_cast<const uint8_t*>(w.data) + row / kInterleaveRows * nsb * l->record_bytes();
+    const uint8_t* group =
+        static_cast<const uint8_t*>(w.data) + row / kInterleaveRows * nsb * l->record_bytes();
     for (int64_t sb = 0; sb < nsb; ++sb) {
       const uint8_t* rec = group + sb * l->record_bytes();
       for (int blk = 0; blk < l->blocks_per_record; ++blk) {
@@ -212,7 +223,8 @@ void DequantizeRow(const TensorView& w, int64_t row, float* out) {
     return;
   }
   if (w.dtype == DType::kF16x16 || w.dtype == DType::kBF16x16) {
-    const auto* panel = static_cast<const uint16_t*>(w.data) + row / kInterleaveRows * w.cols * kInterleaveRows + row % kInterleaveRows;
+    const auto* panel = static_cast<const uint16_t*>(w.data) +
+                        row / kInterleaveRows * w.cols * kInterleaveRows + row % kInterleaveRows;
     for (int64_t c = 0; c < w.cols; ++c) {
       const uint16_t h = panel[c * kInterleaveRows];
       out[c] = w.dtype == DType::kF16x16 ? Fp16ToFp32(h) : Bf16ToFp32(h);
@@ -221,7 +233,8 @@ void DequantizeRow(const TensorView& w, int64_t row, float* out) {
   }
   if (IsBlockFormat(w.dtype)) {
     const int64_t bs = DTypeBlockSize(w.dtype), bb = DTypeBlockBytes(w.dtype);
-    for (int64_t b = 0; b < w.cols / bs; ++b) DequantizeBlock(w.dtype, w.row(row) + b * bb, out + b * bs);
+    for (int64_t b = 0; b < w.cols / bs; ++b)
+      DequantizeBlock(w.dtype, w.row(row) + b * bb, out + b * bs);
     return;
   }
   if (w.interleaved()) {
@@ -250,7 +263,9 @@ void DequantizeRow(const TensorView& w, int64_t row, float* out) {
   }
   const uint8_t* p = w.row(row);
   switch (w.dtype) {
-    case DType::kF32: std::memcpy(out, p, w.cols * 4); break;
+    case DType::kF32:
+      std::memcpy(out, p, w.cols * 4);
+      break;
     case DType::kF16: {
       const auto* h = reinterpret_cast<const uint16_t*>(p);
       for (int64_t i = 0; i < w.cols; ++i) out[i] = Fp16ToFp32(h[i]);
@@ -280,7 +295,8 @@ void DequantizeRow(const TensorView& w, int64_t row, float* out) {
       }
       break;
     }
-    default: INFLIGHT_CHECK(false);
+    default:
+      INFLIGHT_CHECK(false);
   }
 }
 

@@ -64,8 +64,9 @@ struct KernelTable {
   // consecutive tokens of a sequence (causal lengths); K/V is read once for all of them.
   // Each row's result is the same whatever rows share the call.
   // scratch: AttendRowsScratchFloats(num_rows, head_dim, tokens_per_block) floats.
-  void (*attend_rows)(const KvLayerView& kv, const int32_t* block_table, int32_t kv_head, float scale,
-                      int32_t num_rows, const int32_t* len, const float* const* q, float* const* out, float* scratch);
+  void (*attend_rows)(const KvLayerView& kv, const int32_t* block_table, int32_t kv_head,
+                      float scale, int32_t num_rows, const int32_t* len, const float* const* q,
+                      float* const* out, float* scratch);
   // gate[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   // out[i] = x[i] as IEEE half, rounded to nearest even (the K/V store).
@@ -84,7 +85,8 @@ bool SetActiveSimdLevel(SimdLevel level);
 // formats beyond Q8_0/Q4_0 are multiplied only in their interleaved layouts).
 inline bool UsesQuantizedActivations(DType t) {
   if (t == DType::kF16x16 || t == DType::kBF16x16) return false;
-  return IsQuantizedFileType(t) || static_cast<uint32_t>(t) >= static_cast<uint32_t>(DType::kQ8_0x16);
+  return IsQuantizedFileType(t) ||
+         static_cast<uint32_t>(t) >= static_cast<uint32_t>(DType::kQ8_0x16);
 }
 
 // Scratch for MatMul: the quantized copy of the activations. Sized on first use and reused.

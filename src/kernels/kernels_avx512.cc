@@ -11,9 +11,9 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/packed_layout.h"
 #include "kernels/row_groups_avx512.h"
 #include "kernels/token_passes.h"
-#include "kernels/packed_layout.h"
 
 namespace inflight::kernels {
 namespace {
@@ -40,8 +40,10 @@ void QuantizeRowsQ8Avx512(const float* x, int64_t num_tokens, int64_t cols, Quan
       const float d = amax / 127.0f;
       const float id = d != 0 ? 1.0f / d : 0.0f;
       const __m512 vid = _mm512_set1_ps(id);
-      const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-      const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(
+          _mm512_mul_ps(v0, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(
+          _mm512_mul_ps(v1, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       const __m128i b0 = _mm512_cvtsepi32_epi8(q0);
       const __m128i b1 = _mm512_cvtsepi32_epi8(q1);
       int8_t* qs = out->qs + t * cols + b * kQBlock;
@@ -110,7 +112,8 @@ inline int32_t HorizontalSum256(__m256i s) {
 // Two blocks per 512-bit step; lanes 0-7 hold block b's partial sums, 8-15 block b+1's.
 
 template <int N>
-inline void DotQ8_0RowN(const BlockQ8_0* w, const QuantizedRows& x, int64_t t0, int64_t nb, float* out) {
+inline void DotQ8_0RowN(const BlockQ8_0* w, const QuantizedRows& x, int64_t t0, int64_t nb,
+                        float* out) {
   const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[N];
   for (int k = 0; k < N; ++k) acc[k] = _mm512_setzero_ps();
@@ -133,11 +136,13 @@ inline void DotQ8_0RowN(const BlockQ8_0* w, const QuantizedRows& x, int64_t t0, 
   for (int k = 0; k < N; ++k) out[k] = ReduceAdd(acc[k]);
   if (b < nb) {  // odd block count: one 256-bit step
     const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    const __m256i bias = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), wq);
+    const __m256i bias =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), wq);
     const float dw = HalfToFloat(w[b].d);
     for (int k = 0; k < N; ++k) {
       const int64_t t = t0 + k;
-      const __m256i xu = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qu + t * x.cols + b * kQBlock));
+      const __m256i xu =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qu + t * x.cols + b * kQBlock));
       const __m256i s = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), xu, wq), bias);
       out[k] += static_cast<float>(HorizontalSum256(s)) * (dw * x.d[t * nb + b]);
     }
@@ -152,15 +157,16 @@ inline __m256i UnpackQ4(const uint8_t* qs) {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
 }
 
-
 template <int N>
-inline void DotQ4_0RowN(const BlockQ4_0* w, const QuantizedRows& x, int64_t t0, int64_t nb, float* out) {
+inline void DotQ4_0RowN(const BlockQ4_0* w, const QuantizedRows& x, int64_t t0, int64_t nb,
+                        float* out) {
   const __m512i c8 = _mm512_set1_epi8(8);
   __m512 acc[N];
   for (int k = 0; k < N; ++k) acc[k] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(UnpackQ4(w[b].qs)), UnpackQ4(w[b + 1].qs), 1);
+    const __m512i wq =
+        _mm512_inserti64x4(_mm512_castsi256_si512(UnpackQ4(w[b].qs)), UnpackQ4(w[b + 1].qs), 1);
     const __m512 dw = SplitBroadcast(HalfToFloat(w[b].d), HalfToFloat(w[b + 1].d));
     for (int k = 0; k < N; ++k) {
       const int64_t t = t0 + k;
@@ -178,7 +184,8 @@ inline void DotQ4_0RowN(const BlockQ4_0* w, const QuantizedRows& x, int64_t t0, 
     const float dw = HalfToFloat(w[b].d);
     for (int k = 0; k < N; ++k) {
       const int64_t t = t0 + k;
-      const __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + t * x.cols + b * kQBlock));
+      const __m256i xs =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + t * x.cols + b * kQBlock));
       const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xs);
       const int32_t sumi = HorizontalSum256(s) - 8 * x.sum[t * nb + b];
       out[k] += static_cast<float>(sumi) * (dw * x.d[t * nb + b]);
@@ -196,10 +203,17 @@ inline void ForTokenGroups(int64_t num_tokens, float* y, int64_t y_stride, int64
     for (int k = 0; k < 4; ++k) y[(t + k) * y_stride + r] = out[k];
   }
   switch (num_tokens - t) {
-    case 3: fn.template operator()<3>(t, out); break;
-    case 2: fn.template operator()<2>(t, out); break;
-    case 1: fn.template operator()<1>(t, out); break;
-    default: return;
+    case 3:
+      fn.template operator()<3>(t, out);
+      break;
+    case 2:
+      fn.template operator()<2>(t, out);
+      break;
+    case 1:
+      fn.template operator()<1>(t, out);
+      break;
+    default:
+      return;
   }
   for (int64_t k = 0; t + k < num_tokens; ++k) y[(t + k) * y_stride + r] = out[k];
 }
@@ -215,14 +229,16 @@ inline void ForTokenGroups(int64_t num_tokens, float* y, int64_t y_stride, int64
 // ([token][G * 16] floats; zero at b0 == 0) and is left there. `pf_phase`/`pf_period`: pull
 // block b + 32 (the next tile) into L2 when b % pf_period == pf_phase.
 template <bool kQ8, int G, int NT>
-inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb, const QuantizedRows& x,
-                             int64_t t0, float* partial, int pf_phase, int pf_period) {
+inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64_t nb,
+                             const QuantizedRows& x, int64_t t0, float* partial, int pf_phase,
+                             int pf_period) {
   constexpr int64_t kBlockBytes = kInterleaveRows * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
   constexpr int64_t kAhead = 32;  // blocks: the next column tile (or group), one tile ahead
   const int64_t cols = x.cols, group_bytes = nb * kBlockBytes;
   __m512 acc[G][NT];
   for (int g = 0; g < G; ++g) {
-    for (int k = 0; k < NT; ++k) acc[g][k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * (G * k + g));
+    for (int k = 0; k < NT; ++k)
+      acc[g][k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * (G * k + g));
   }
   const __m512i low4 = _mm512_set1_epi8(15);
   for (int64_t b = b0; b < b1; ++b) {
@@ -231,7 +247,9 @@ inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64
     for (int g = 0; g < G; ++g) {
       blk[g] = group + g * group_bytes + b * kBlockBytes;
       if (b % pf_period == pf_phase) {
-        for (int64_t off = 0; off < kBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk[g] + kAhead * kBlockBytes + off), _MM_HINT_T1);
+        for (int64_t off = 0; off < kBlockBytes; off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(blk[g] + kAhead * kBlockBytes + off),
+                       _MM_HINT_T1);
       }
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[g])));
     }
@@ -245,7 +263,8 @@ inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64
     if constexpr (kQ8) {
       for (int q = 0; q < 8; ++q) {
         __m512i w[G];
-        for (int g = 0; g < G; ++g) w[g] = _mm512_loadu_si512(blk[g] + 2 * kInterleaveRows + q * 64);
+        for (int g = 0; g < G; ++g)
+          w[g] = _mm512_loadu_si512(blk[g] + 2 * kInterleaveRows + q * 64);
         for (int k = 0; k < NT; ++k) {
           int32_t xq;
           std::memcpy(&xq, x.qs + (t0 + k) * cols + b * kQBlock + 4 * q, 4);
@@ -277,7 +296,8 @@ inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64
     for (int k = 0; k < NT; ++k) {
       const __m512 dx = _mm512_set1_ps(x.d[(t0 + k) * nb + b]);
       for (int g = 0; g < G; ++g) {
-        acc[g][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[g][k]), _mm512_mul_ps(dw[g], dx), acc[g][k]);
+        acc[g][k] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[g][k]), _mm512_mul_ps(dw[g], dx), acc[g][k]);
       }
     }
   }
@@ -287,8 +307,8 @@ inline void InterleavedGroup(const uint8_t* group, int64_t b0, int64_t b1, int64
 }
 
 template <bool kQ8>
-void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x,
-                       int64_t num_tokens, float* y, int64_t y_stride) {
+void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end,
+                       const QuantizedRows& x, int64_t num_tokens, float* y, int64_t y_stride) {
   constexpr int64_t kBlockBytes = kInterleaveRows * (kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
   // Column tiles of 32 blocks (1024 columns, ~17 KB of a Q8_0 group) keep a group's tile and
   // the tokens' activations in L1 across the token passes, however wide the matrix.
@@ -299,7 +319,8 @@ void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, 
                [&]<int G>(int64_t first_group, int64_t b0, int64_t b1, float* partial) {
                  const uint8_t* group = base + first_group * nb * kBlockBytes;
                  ForTokenPasses<6>(num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
-                   InterleavedGroup<kQ8, G, N>(group, b0, b1, nb, x, t, partial + 16 * G * t, pf_phase, pf_period);
+                   InterleavedGroup<kQ8, G, N>(group, b0, b1, nb, x, t, partial + 16 * G * t,
+                                               pf_phase, pf_period);
                  });
                });
 }
@@ -311,24 +332,30 @@ void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end, 
 template <bool kBf16>
 inline __m512 PanelColumn(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if constexpr (kBf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  else return _mm512_cvtph_ps(h);
+  if constexpr (kBf16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  else
+    return _mm512_cvtph_ps(h);
 }
 
 // G panels (16 rows each, G * 16 rows in all) x NT tokens over columns [c0, c1): G * NT
 // independent FMA chains, enough to hide the FMA latency even for one token.
 template <bool kBf16, int NT, int G>
-inline void PanelTile(const uint16_t* panel, int64_t panel_stride, int64_t c0, int64_t c1, const float* x, int64_t cols,
-                      int64_t t0, float* partial, int64_t partial_stride) {
+inline void PanelTile(const uint16_t* panel, int64_t panel_stride, int64_t c0, int64_t c1,
+                      const float* x, int64_t cols, int64_t t0, float* partial,
+                      int64_t partial_stride) {
   __m512 acc[G][NT];
   for (int g = 0; g < G; ++g) {
-    for (int k = 0; k < NT; ++k) acc[g][k] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + g * partial_stride + 16 * k);
+    for (int k = 0; k < NT; ++k)
+      acc[g][k] =
+          c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + g * partial_stride + 16 * k);
   }
   const float* xt = x + t0 * cols;
   for (int64_t c = c0; c < c1; ++c) {
     for (int g = 0; g < G; ++g) {
       const __m512 w = PanelColumn<kBf16>(panel + g * panel_stride + c * kInterleaveRows);
-      for (int k = 0; k < NT; ++k) acc[g][k] = _mm512_fmadd_ps(w, _mm512_set1_ps(xt[k * cols + c]), acc[g][k]);
+      for (int k = 0; k < NT; ++k)
+        acc[g][k] = _mm512_fmadd_ps(w, _mm512_set1_ps(xt[k * cols + c]), acc[g][k]);
     }
   }
   for (int g = 0; g < G; ++g) {
@@ -337,8 +364,8 @@ inline void PanelTile(const uint16_t* panel, int64_t panel_stride, int64_t c0, i
 }
 
 template <bool kBf16>
-void MatMulPanels(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x, int64_t num_tokens,
-                  float* y, int64_t y_stride) {
+void MatMulPanels(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
+                  int64_t num_tokens, float* y, int64_t y_stride) {
   // Column tiles of 256 (8 KB of a panel) stay in L1 across the token passes; 8 tokens per
   // pass keep 8 independent FMA chains in flight (a single token runs 4 panels at once).
   constexpr int64_t kTile = 256;
@@ -347,7 +374,8 @@ void MatMulPanels(const TensorView& w, int64_t row_begin, int64_t row_end, const
   const auto* base = static_cast<const uint16_t*>(w.data);
   const int64_t partial_stride = std::max<int64_t>(num_tokens, 1) * 16;
   thread_local std::vector<float> partial;  // [4 panels][num_tokens][16]
-  if (partial.size() < static_cast<size_t>(4 * partial_stride)) partial.resize(static_cast<size_t>(4 * partial_stride));
+  if (partial.size() < static_cast<size_t>(4 * partial_stride))
+    partial.resize(static_cast<size_t>(4 * partial_stride));
   for (int64_t r0 = row_begin; r0 < row_end;) {
     const uint16_t* panel = base + r0 / kInterleaveRows * panel_stride;
     // One token: 4 panels at a time while 4 whole panels remain (the tail goes one by one).
@@ -355,23 +383,40 @@ void MatMulPanels(const TensorView& w, int64_t row_begin, int64_t row_end, const
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
       const int64_t c1 = std::min(cols, c0 + kTile);
       if (groups == 4) {
-        PanelTile<kBf16, 1, 4>(panel, panel_stride, c0, c1, x, cols, 0, partial.data(), partial_stride);
+        PanelTile<kBf16, 1, 4>(panel, panel_stride, c0, c1, x, cols, 0, partial.data(),
+                               partial_stride);
         continue;
       }
       int64_t t = 0;
       for (; t + kNT <= num_tokens; t += kNT) {
-        PanelTile<kBf16, kNT, 1>(panel, panel_stride, c0, c1, x, cols, t, partial.data() + 16 * t, partial_stride);
+        PanelTile<kBf16, kNT, 1>(panel, panel_stride, c0, c1, x, cols, t, partial.data() + 16 * t,
+                                 partial_stride);
       }
       float* p = partial.data() + 16 * t;
       switch (num_tokens - t) {
-        case 7: PanelTile<kBf16, 7, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
-        case 6: PanelTile<kBf16, 6, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
-        case 5: PanelTile<kBf16, 5, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
-        case 4: PanelTile<kBf16, 4, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
-        case 3: PanelTile<kBf16, 3, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
-        case 2: PanelTile<kBf16, 2, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
-        case 1: PanelTile<kBf16, 1, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride); break;
-        default: break;
+        case 7:
+          PanelTile<kBf16, 7, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride);
+          break;
+        case 6:
+          PanelTile<kBf16, 6, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride);
+          break;
+        case 5:
+          PanelTile<kBf16, 5, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride);
+          break;
+        case 4:
+          PanelTile<kBf16, 4, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride);
+          break;
+        case 3:
+          PanelTile<kBf16, 3, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride);
+          break;
+        case 2:
+          PanelTile<kBf16, 2, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride);
+          break;
+        case 1:
+          PanelTile<kBf16, 1, 1>(panel, panel_stride, c0, c1, x, cols, t, p, partial_stride);
+          break;
+        default:
+          break;
       }
     }
     for (int g = 0; g < groups; ++g) {
@@ -379,7 +424,8 @@ void MatMulPanels(const TensorView& w, int64_t row_begin, int64_t row_end, const
       const int64_t valid = std::min<int64_t>(kInterleaveRows, row_end - rg);
       const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
       for (int64_t t = 0; t < num_tokens; ++t) {
-        _mm512_mask_storeu_ps(y + t * y_stride + rg, mask, _mm512_loadu_ps(partial.data() + g * partial_stride + 16 * t));
+        _mm512_mask_storeu_ps(y + t * y_stride + rg, mask,
+                              _mm512_loadu_ps(partial.data() + g * partial_stride + 16 * t));
       }
     }
     r0 += groups * kInterleaveRows;
@@ -388,10 +434,14 @@ void MatMulPanels(const TensorView& w, int64_t row_begin, int64_t row_end, const
 
 void MatMulRowsAvx512(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
-  if (w.dtype == DType::kF16x16) return MatMulPanels<false>(w, row_begin, row_end, x, num_tokens, y, y_stride);
-  if (w.dtype == DType::kBF16x16) return MatMulPanels<true>(w, row_begin, row_end, x, num_tokens, y, y_stride);
-  if (w.dtype == DType::kQ8_0x16) return MatMulInterleaved<true>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
-  if (w.dtype == DType::kQ4_0x16) return MatMulInterleaved<false>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
+  if (w.dtype == DType::kF16x16)
+    return MatMulPanels<false>(w, row_begin, row_end, x, num_tokens, y, y_stride);
+  if (w.dtype == DType::kBF16x16)
+    return MatMulPanels<true>(w, row_begin, row_end, x, num_tokens, y, y_stride);
+  if (w.dtype == DType::kQ8_0x16)
+    return MatMulInterleaved<true>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
+  if (w.dtype == DType::kQ4_0x16)
+    return MatMulInterleaved<false>(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
     return MatMulPackedAvx512(*l, w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   }
@@ -429,7 +479,8 @@ void MatMulRowsAvx512(const TensorView& w, int64_t row_begin, int64_t row_end, c
             DotQ4_0RowN<N>(reinterpret_cast<const BlockQ4_0*>(row), *xq, t, nb, out);
           });
           break;
-        default: std::abort();
+        default:
+          std::abort();
       }
     }
   }
@@ -452,7 +503,8 @@ void AxpyF32Avx512(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t rem = n - i;
     const __mmask16 m = rem >= 16 ? 0xffff : static_cast<__mmask16>((1u << rem) - 1);
-    const __m512 v = _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+    const __m512 v =
+        _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
     _mm512_mask_storeu_ps(y + i, m, v);
   }
 }
@@ -508,9 +560,12 @@ inline __m512 LoadKv(const void* base, int64_t i, __mmask16 lanes = 0xffff) {
     return kMasked ? _mm512_maskz_loadu_ps(lanes, p) : _mm512_loadu_ps(p);
   } else {
     const uint16_t* p = static_cast<const uint16_t*>(base) + i;
-    const __m256i h = kMasked ? _mm256_maskz_loadu_epi16(lanes, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    if constexpr (kKv == DType::kF16) return _mm512_cvtph_ps(h);
-    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    const __m256i h = kMasked ? _mm256_maskz_loadu_epi16(lanes, p)
+                              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (kKv == DType::kF16)
+      return _mm512_cvtph_ps(h);
+    else
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 }
 
@@ -519,20 +574,23 @@ inline __m512 LoadKv(const void* base, int64_t i, __mmask16 lanes = 0xffff) {
 // FMA, the sum over d in order (the same sequence for a row whatever rows share the call).
 // kMasked: tiles narrower than 16 positions (lanes marks them).
 template <DType kKv, bool kMasked, int kRows, int kVecs>
-inline void ScoreRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask16 lanes, const float* const* q,
-                      float scale, float* probs, int32_t probs_stride) {
+inline void ScoreRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask16 lanes,
+                      const float* const* q, float scale, float* probs, int32_t probs_stride) {
   const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim;
   const float* qr[kRows];
   for (int g = 0; g < kRows; ++g) qr[g] = q[g];
   __m512 s[kRows * kVecs];
   for (int i = 0; i < kRows * kVecs; ++i) s[i] = _mm512_setzero_ps();
-  const void* k_tile = static_cast<const char*>(kv.k) + (tile + pos0) * (kKv == DType::kF32 ? 4 : 2);
+  const void* k_tile =
+      static_cast<const char*>(kv.k) + (tile + pos0) * (kKv == DType::kF32 ? 4 : 2);
   for (int32_t d = 0; d < hd; ++d) {
     __m512 k[kVecs];
-    for (int c = 0; c < kVecs; ++c) k[c] = LoadKv<kKv, kMasked>(k_tile, static_cast<int64_t>(d) * tpb + 16 * c, lanes);
+    for (int c = 0; c < kVecs; ++c)
+      k[c] = LoadKv<kKv, kMasked>(k_tile, static_cast<int64_t>(d) * tpb + 16 * c, lanes);
     for (int g = 0; g < kRows; ++g) {
       const __m512 qd = _mm512_set1_ps(qr[g][d]);
-      for (int c = 0; c < kVecs; ++c) s[g * kVecs + c] = _mm512_fmadd_ps(qd, k[c], s[g * kVecs + c]);
+      for (int c = 0; c < kVecs; ++c)
+        s[g * kVecs + c] = _mm512_fmadd_ps(qd, k[c], s[g * kVecs + c]);
     }
   }
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -545,15 +603,20 @@ inline void ScoreRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask
 }
 
 template <DType kKv, bool kMasked, int kVecs>
-inline void ScoreAllRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask16 lanes, int32_t num_rows,
-                         const float* const* q, float scale, float* probs, int32_t stride) {
+inline void ScoreAllRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mmask16 lanes,
+                         int32_t num_rows, const float* const* q, float scale, float* probs,
+                         int32_t stride) {
   for (int32_t r = 0; r < num_rows;) {
     float* p = probs + static_cast<int64_t>(r) * stride;
     const int32_t left = num_rows - r;
-    if (left >= 8) ScoreRows<kKv, kMasked, 8, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 8;
-    else if (left >= 4) ScoreRows<kKv, kMasked, 4, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 4;
-    else if (left >= 2) ScoreRows<kKv, kMasked, 2, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 2;
-    else ScoreRows<kKv, kMasked, 1, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 1;
+    if (left >= 8)
+      ScoreRows<kKv, kMasked, 8, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 8;
+    else if (left >= 4)
+      ScoreRows<kKv, kMasked, 4, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 4;
+    else if (left >= 2)
+      ScoreRows<kKv, kMasked, 2, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 2;
+    else
+      ScoreRows<kKv, kMasked, 1, kVecs>(kv, tile, pos0, lanes, q + r, scale, p, stride), r += 1;
   }
 }
 
@@ -561,8 +624,8 @@ inline void ScoreAllRows(const KvLayerView& kv, int64_t tile, int32_t pos0, __mm
 // p[g][j] * V[j] for kRows rows: kRows x kPass accumulators, each V chunk converted once for
 // the kRows rows. Each (row, chunk) sees the same FMA sequence over j whatever the grouping.
 template <DType kKv, int kRows, int kPass>
-inline void AccumulateVPass(const KvLayerView& kv, int64_t tile, int32_t c0, const int32_t* valid, const float* alpha,
-                            const float* probs, int32_t stride, float* acc) {
+inline void AccumulateVPass(const KvLayerView& kv, int64_t tile, int32_t c0, const int32_t* valid,
+                            const float* alpha, const float* probs, int32_t stride, float* acc) {
   const int32_t hd = kv.head_dim;
   __m512 a[kRows * kPass];
   int32_t common = kv.tokens_per_block, most = 0;
@@ -570,15 +633,18 @@ inline void AccumulateVPass(const KvLayerView& kv, int64_t tile, int32_t c0, con
     const float* src = acc + static_cast<int64_t>(g) * hd + 16 * c0;
     const __m512 scale = _mm512_set1_ps(alpha != nullptr ? alpha[g] : 1.0f);
     for (int c = 0; c < kPass; ++c) {
-      a[g * kPass + c] = alpha != nullptr ? _mm512_mul_ps(_mm512_loadu_ps(src + 16 * c), scale) : _mm512_loadu_ps(src + 16 * c);
+      a[g * kPass + c] = alpha != nullptr ? _mm512_mul_ps(_mm512_loadu_ps(src + 16 * c), scale)
+                                          : _mm512_loadu_ps(src + 16 * c);
     }
     common = std::min(common, valid[g]), most = std::max(most, valid[g]);
   }
-  const void* v_base = static_cast<const char*>(kv.v) + (tile + 16 * c0) * (kKv == DType::kF32 ? 4 : 2);
+  const void* v_base =
+      static_cast<const char*>(kv.v) + (tile + 16 * c0) * (kKv == DType::kF32 ? 4 : 2);
   int32_t j = 0;
   for (; j < common; ++j) {
     __m512 v[kPass];
-    for (int c = 0; c < kPass; ++c) v[c] = LoadKv<kKv>(v_base, static_cast<int64_t>(j) * hd + 16 * c);
+    for (int c = 0; c < kPass; ++c)
+      v[c] = LoadKv<kKv>(v_base, static_cast<int64_t>(j) * hd + 16 * c);
     for (int g = 0; g < kRows; ++g) {
       const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * stride + j]);
       for (int c = 0; c < kPass; ++c) a[g * kPass + c] = _mm512_fmadd_ps(p, v[c], a[g * kPass + c]);
@@ -586,7 +652,8 @@ inline void AccumulateVPass(const KvLayerView& kv, int64_t tile, int32_t c0, con
   }
   for (; j < most; ++j) {  // the last positions of a prompt tile: rows end at different places
     __m512 v[kPass];
-    for (int c = 0; c < kPass; ++c) v[c] = LoadKv<kKv>(v_base, static_cast<int64_t>(j) * hd + 16 * c);
+    for (int c = 0; c < kPass; ++c)
+      v[c] = LoadKv<kKv>(v_base, static_cast<int64_t>(j) * hd + 16 * c);
     for (int g = 0; g < kRows; ++g) {
       if (j >= valid[g]) continue;
       const __m512 p = _mm512_set1_ps(probs[static_cast<int64_t>(g) * stride + j]);
@@ -594,35 +661,40 @@ inline void AccumulateVPass(const KvLayerView& kv, int64_t tile, int32_t c0, con
     }
   }
   for (int g = 0; g < kRows; ++g) {
-    for (int c = 0; c < kPass; ++c) _mm512_storeu_ps(acc + static_cast<int64_t>(g) * hd + 16 * (c0 + c), a[g * kPass + c]);
+    for (int c = 0; c < kPass; ++c)
+      _mm512_storeu_ps(acc + static_cast<int64_t>(g) * hd + 16 * (c0 + c), a[g * kPass + c]);
   }
 }
 
 // One block's p . V for every row: rows in groups of 8 / 4 / 2 / 1, head_dim in passes of 16
 // accumulators (8 rows x 2 chunks, 4 x 4, ...).
 template <DType kKv, int kChunks, int kRows>
-inline void AccumulateVGroup(const KvLayerView& kv, int64_t tile, const int32_t* valid, const float* alpha,
-                             const float* probs, int32_t stride, float* acc) {
+inline void AccumulateVGroup(const KvLayerView& kv, int64_t tile, const int32_t* valid,
+                             const float* alpha, const float* probs, int32_t stride, float* acc) {
   constexpr int kPass = std::min(kChunks, 16 / kRows);
   int32_t c0 = 0;
   for (; c0 + kPass <= kChunks; c0 += kPass) {
     AccumulateVPass<kKv, kRows, kPass>(kv, tile, c0, valid, alpha, probs, stride, acc);
   }
-  for (; c0 < kChunks; ++c0) AccumulateVPass<kKv, kRows, 1>(kv, tile, c0, valid, alpha, probs, stride, acc);
+  for (; c0 < kChunks; ++c0)
+    AccumulateVPass<kKv, kRows, 1>(kv, tile, c0, valid, alpha, probs, stride, acc);
 }
 
 template <DType kKv, int kChunks>
-inline void AccumulateV(const KvLayerView& kv, int64_t tile, int32_t num_rows, const int32_t* valid, const float* alpha,
-                        const float* probs, int32_t stride, float* acc) {
+inline void AccumulateV(const KvLayerView& kv, int64_t tile, int32_t num_rows, const int32_t* valid,
+                        const float* alpha, const float* probs, int32_t stride, float* acc) {
   constexpr int64_t kHd = 16 * kChunks;
   for (int32_t r = 0; r < num_rows;) {
     const int32_t left = num_rows - r;
     const float* a = alpha != nullptr ? alpha + r : nullptr;
     const float* p = probs + static_cast<int64_t>(r) * stride;
     float* out = acc + r * kHd;
-    if (left >= 4) AccumulateVGroup<kKv, kChunks, 4>(kv, tile, valid + r, a, p, stride, out), r += 4;
-    else if (left >= 2) AccumulateVGroup<kKv, kChunks, 2>(kv, tile, valid + r, a, p, stride, out), r += 2;
-    else AccumulateVGroup<kKv, kChunks, 1>(kv, tile, valid + r, a, p, stride, out), r += 1;
+    if (left >= 4)
+      AccumulateVGroup<kKv, kChunks, 4>(kv, tile, valid + r, a, p, stride, out), r += 4;
+    else if (left >= 2)
+      AccumulateVGroup<kKv, kChunks, 2>(kv, tile, valid + r, a, p, stride, out), r += 2;
+    else
+      AccumulateVGroup<kKv, kChunks, 1>(kv, tile, valid + r, a, p, stride, out), r += 1;
   }
 }
 
@@ -634,11 +706,12 @@ inline void AccumulateV(const KvLayerView& kv, int64_t tile, int32_t num_rows, c
 // rare. Span boundaries are absolute positions, so a row's arithmetic does not depend on the
 // rows it shares the call with. The next block's tiles are prefetched while one is scored.
 template <DType kKv, int kChunks>
-void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
-                   const int32_t* len, const float* const* q, float* const* out, float* scratch) {
+void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale,
+                   int32_t num_rows, const int32_t* len, const float* const* q, float* const* out,
+                   float* scratch) {
   constexpr int kHd = 16 * kChunks;
   const int32_t tpb = kv.tokens_per_block, span = AttentionSpanPositions(tpb);
-  float* probs = scratch;                                       // [rows][span]
+  float* probs = scratch;                                      // [rows][span]
   float* acc = probs + static_cast<int64_t>(num_rows) * span;  // [rows][head_dim]
   float* row_max = acc + static_cast<int64_t>(num_rows) * kHd;
   float* row_sum = row_max + num_rows;
@@ -650,9 +723,11 @@ void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head,
     row_max[r] = -INFINITY, row_sum[r] = 0;
   }
   std::fill(acc, acc + static_cast<int64_t>(num_rows) * kHd, 0.0f);
-  const __mmask16 lanes = tpb >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << tpb) - 1);
+  const __mmask16 lanes =
+      tpb >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << tpb) - 1);
   const int32_t vecs = std::max(1, tpb / 16);
-  const int64_t elem_bytes = kKv == DType::kF32 ? 4 : 2, tile_bytes = kv.TileElements() * elem_bytes;
+  const int64_t elem_bytes = kKv == DType::kF32 ? 4 : 2,
+                tile_bytes = kv.TileElements() * elem_bytes;
   int64_t tiles[kMaxSpanBlocks];
   for (int32_t p0 = 0; p0 < n; p0 += span) {
     const int32_t b0 = p0 / tpb, blocks = (std::min(span, n - p0) + tpb - 1) / tpb;
@@ -671,8 +746,12 @@ void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head,
         ScoreAllRows<kKv, true, 1>(kv, tiles[i], 0, lanes, num_rows, q, scale, block_probs, span);
       } else {
         for (int32_t v0 = 0; v0 < vecs; v0 += 2) {
-          if (vecs - v0 >= 2) ScoreAllRows<kKv, false, 2>(kv, tiles[i], 16 * v0, lanes, num_rows, q, scale, block_probs, span);
-          else ScoreAllRows<kKv, false, 1>(kv, tiles[i], 16 * v0, lanes, num_rows, q, scale, block_probs, span);
+          if (vecs - v0 >= 2)
+            ScoreAllRows<kKv, false, 2>(kv, tiles[i], 16 * v0, lanes, num_rows, q, scale,
+                                        block_probs, span);
+          else
+            ScoreAllRows<kKv, false, 1>(kv, tiles[i], 16 * v0, lanes, num_rows, q, scale,
+                                        block_probs, span);
         }
       }
     }
@@ -683,15 +762,18 @@ void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head,
       float* p = probs + static_cast<int64_t>(r) * span;
       __m512 vmax = _mm512_set1_ps(-INFINITY);
       for (int32_t j = 0; j < seen; j += 16) {
-        const __mmask16 m = seen - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (seen - j)) - 1);
+        const __mmask16 m = seen - j >= 16 ? static_cast<__mmask16>(0xffff)
+                                           : static_cast<__mmask16>((1u << (seen - j)) - 1);
         vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, p + j));
       }
       const float new_max = std::fmax(row_max[r], _mm512_reduce_max_ps(vmax));
       const __m512 vnew = _mm512_set1_ps(new_max);
       __m512 vsum = _mm512_setzero_ps();
       for (int32_t j = 0; j < seen; j += 16) {
-        const __mmask16 m = seen - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (seen - j)) - 1);
-        const __m512 e = _mm512_maskz_mov_ps(m, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), vnew)));
+        const __mmask16 m = seen - j >= 16 ? static_cast<__mmask16>(0xffff)
+                                           : static_cast<__mmask16>((1u << (seen - j)) - 1);
+        const __m512 e = _mm512_maskz_mov_ps(
+            m, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), vnew)));
         _mm512_mask_storeu_ps(p + j, m, e);
         vsum = _mm512_add_ps(vsum, e);
       }
@@ -701,43 +783,74 @@ void AttendRowsVec(const KvLayerView& kv, const int32_t* table, int32_t kv_head,
     }
     for (int32_t i = 0; i < blocks; ++i) {
       for (int32_t r = 0; r < num_rows; ++r) valid[r] = std::clamp(len[r] - p0 - i * tpb, 0, tpb);
-      AccumulateV<kKv, kChunks>(kv, tiles[i], num_rows, valid, i == 0 ? alpha : nullptr, probs + static_cast<int64_t>(i) * tpb,
-                                span, acc);
+      AccumulateV<kKv, kChunks>(kv, tiles[i], num_rows, valid, i == 0 ? alpha : nullptr,
+                                probs + static_cast<int64_t>(i) * tpb, span, acc);
     }
   }
   for (int32_t r = 0; r < num_rows; ++r) {
     const __m512 inv = _mm512_set1_ps(1.0f / row_sum[r]);
     for (int c = 0; c < kChunks; ++c) {
-      _mm512_storeu_ps(out[r] + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + static_cast<int64_t>(r) * kHd + 16 * c), inv));
+      _mm512_storeu_ps(
+          out[r] + 16 * c,
+          _mm512_mul_ps(_mm512_loadu_ps(acc + static_cast<int64_t>(r) * kHd + 16 * c), inv));
     }
   }
 }
 
 template <DType kKv>
-bool AttendRowsOfType(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
-                      const int32_t* len, const float* const* q, float* const* out, float* scratch) {
+bool AttendRowsOfType(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale,
+                      int32_t num_rows, const int32_t* len, const float* const* q,
+                      float* const* out, float* scratch) {
   switch (kv.head_dim) {
-    case 16: AttendRowsVec<kKv, 1>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
-    case 32: AttendRowsVec<kKv, 2>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
-    case 64: AttendRowsVec<kKv, 4>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
-    case 80: AttendRowsVec<kKv, 5>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
-    case 96: AttendRowsVec<kKv, 6>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
-    case 128: AttendRowsVec<kKv, 8>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
-    case 256: AttendRowsVec<kKv, 16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); return true;
-    default: return false;
+    case 16:
+      AttendRowsVec<kKv, 1>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      return true;
+    case 32:
+      AttendRowsVec<kKv, 2>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      return true;
+    case 64:
+      AttendRowsVec<kKv, 4>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      return true;
+    case 80:
+      AttendRowsVec<kKv, 5>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      return true;
+    case 96:
+      AttendRowsVec<kKv, 6>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      return true;
+    case 128:
+      AttendRowsVec<kKv, 8>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      return true;
+    case 256:
+      AttendRowsVec<kKv, 16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      return true;
+    default:
+      return false;
   }
 }
 
-void AttendRowsAvx512(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
-                      const int32_t* len, const float* const* q, float* const* out, float* scratch) {
+void AttendRowsAvx512(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale,
+                      int32_t num_rows, const int32_t* len, const float* const* q,
+                      float* const* out, float* scratch) {
   bool done = false;
   switch (kv.dtype) {
-    case DType::kF32: done = AttendRowsOfType<DType::kF32>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); break;
-    case DType::kF16: done = AttendRowsOfType<DType::kF16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); break;
-    case DType::kBF16: done = AttendRowsOfType<DType::kBF16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch); break;
-    default: break;
+    case DType::kF32:
+      done =
+          AttendRowsOfType<DType::kF32>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      break;
+    case DType::kF16:
+      done =
+          AttendRowsOfType<DType::kF16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      break;
+    case DType::kBF16:
+      done =
+          AttendRowsOfType<DType::kBF16>(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+      break;
+    default:
+      break;
   }
-  if (!done) GetKernels(SimdLevel::kScalar).attend_rows(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
+  if (!done)
+    GetKernels(SimdLevel::kScalar)
+        .attend_rows(kv, table, kv_head, scale, num_rows, len, q, out, scratch);
 }
 
 // silu(g) * up with sigmoid from exp(-|g|) (never overflows): 1 / (1 + e) for g >= 0,
@@ -751,14 +864,16 @@ void SiluMulAvx512(float* gate, const float* up, int64_t n) {
     const __mmask16 negative = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
     const __m512 numerator = _mm512_mask_blend_ps(negative, one, e);
     const __m512 sigmoid = _mm512_div_ps(numerator, _mm512_add_ps(one, e));
-    _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(_mm512_mul_ps(g, sigmoid), _mm512_maskz_loadu_ps(m, up + i)));
+    _mm512_mask_storeu_ps(
+        gate + i, m, _mm512_mul_ps(_mm512_mul_ps(g, sigmoid), _mm512_maskz_loadu_ps(m, up + i)));
   }
 }
 
 void F32ToF16Avx512(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_mask_storeu_epi16(out + i, m, h);
   }
 }
@@ -776,7 +891,8 @@ int64_t ArgMaxAvx512(const float* x, int64_t n) {
   const __m512 vb = _mm512_set1_ps(best);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __mmask16 eq = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), vb, _CMP_EQ_OQ);
+    const __mmask16 eq =
+        _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), vb, _CMP_EQ_OQ);
     if (eq != 0) return i + __builtin_ctz(eq);
   }
   return 0;

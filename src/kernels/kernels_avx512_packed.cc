@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels_internal.h"
@@ -24,10 +24,12 @@ inline __m512 HalfVector(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 inline __m512 U8Vector(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 inline __m512 I8Vector(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 // Passes are 6 tokens, with one group or two: two groups keep 16 unpacked weight vectors live,
 // so some spill, yet passes of 6 measured faster than 2-5 (Q4_K 128 tokens: 1.06 / 1.10 /
@@ -60,11 +62,14 @@ inline void Scales(const uint8_t* rec, int blk, __m512* sa, __m512* sb, __m512* 
     const __m512 dmin = HalfVector(rec + 32);
     const __m512i low4 = _mm512_set1_epi32(15);
     for (int h = 0; h < 2; ++h) {
-      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 64 + 32 * blk + 16 * h)));
+      const __m512i v = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 64 + 32 * blk + 16 * h)));
       const __m512 s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(v, low4)));
       const __m512 o = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)));
-      if (h == 0) *sa = s, *oa = o;
-      else *sb = s, *ob = o;
+      if (h == 0)
+        *sa = s, *oa = o;
+      else
+        *sb = s, *ob = o;
     }
   } else {  // kXS
     *sa = *sb = _mm512_mul_ps(d, I8Vector(rec + 32 + 16 * blk));
@@ -92,8 +97,10 @@ inline void Unpack(const uint8_t* payload, __m512i* u) {
         // bytes into positions the mask clears.
         const int shift = L.crumb_shift - 2 * q;
         __m512i f = v;
-        if (shift > 0) f = _mm512_slli_epi16(v, shift);
-        else if (shift < 0) f = _mm512_srli_epi16(v, -shift);
+        if (shift > 0)
+          f = _mm512_slli_epi16(v, shift);
+        else if (shift < 0)
+          f = _mm512_srli_epi16(v, -shift);
         f = _mm512_and_si512(f, mask);
         u[4 * c + q] = L.nib_at >= 0 ? _mm512_or_si512(u[4 * c + q], f) : f;
       }
@@ -108,7 +115,8 @@ inline void Unpack(const uint8_t* payload, __m512i* u) {
     }
   }
   if constexpr (L.lut) {
-    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Unsigned)));
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Unsigned)));
     for (int p = 0; p < 8; ++p) u[p] = _mm512_shuffle_epi8(table, u[p]);
   }
 }
@@ -124,8 +132,9 @@ inline __m512i Broadcast4(const int8_t* p) {
 // `partial` ([token][G * 16] floats; zero at b0 == 0) and is left there. `pf_phase`/`pf_period`:
 // pull block b + 32 (the next tile) into L2 when b % pf_period == pf_phase.
 template <int kIdx, int G, int NT>
-inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, int64_t b1, const QuantizedRows& x,
-                       int64_t t0, float* partial, int pf_phase, int pf_period) {
+inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, int64_t b1,
+                       const QuantizedRows& x, int64_t t0, float* partial, int pf_phase,
+                       int pf_period) {
   constexpr const PackedLayout& L = kPackedLayouts[kIdx];
   constexpr int64_t kRecord = L.record_bytes();
   constexpr int kPer = L.blocks_per_record;
@@ -134,7 +143,8 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
   const int64_t cols = x.cols, nb = cols / kQBlock;
   __m512 acc[G][NT];
   for (int g = 0; g < G; ++g) {
-    for (int k = 0; k < NT; ++k) acc[g][k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * (G * k + g));
+    for (int k = 0; k < NT; ++k)
+      acc[g][k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * (G * k + g));
   }
   for (int64_t b = b0; b < b1; ++b) {
     const int blk = static_cast<int>(b % kPer);
@@ -144,7 +154,8 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
       const uint8_t* rec = group + g * group_bytes + b / kPer * kRecord;
       if (b % pf_period == pf_phase) {
         const uint8_t* ahead = group + g * group_bytes + (b + kAhead) * kBytesPerBlock;
-        for (int64_t off = 0; off < kBytesPerBlock; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T1);
+        for (int64_t off = 0; off < kBytesPerBlock; off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T1);
       }
       Scales<kIdx>(rec, blk, &sa[g], &sb[g], &oa[g], &ob[g]);
       Unpack<kIdx>(rec + L.header_bytes + blk * L.block_bytes, u[g]);
@@ -193,24 +204,28 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
 }
 
 template <int kIdx>
-void MatMulPacked(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x, int64_t num_tokens,
-                  float* y, int64_t y_stride) {
+void MatMulPacked(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x,
+                  int64_t num_tokens, float* y, int64_t y_stride) {
   constexpr const PackedLayout& L = kPackedLayouts[kIdx];
   // Column tiles of 32 blocks keep a group's tile and the tokens' activations in L1 across the
   // token passes (a multiple of every format's super-block).
   constexpr int64_t kTileBlocks = 32;
-  const int64_t nb = w.cols / kQBlock, nsb = nb / L.blocks_per_record, group_bytes = nsb * L.record_bytes();
+  const int64_t nb = w.cols / kQBlock, nsb = nb / L.blocks_per_record,
+                group_bytes = nsb * L.record_bytes();
   const auto* base = static_cast<const uint8_t*>(w.data);
   ForRowGroups(row_begin, row_end, nb, kTileBlocks, num_tokens, kPackedPairTokens, y, y_stride,
                [&]<int G>(int64_t first_group, int64_t b0, int64_t b1, float* partial) {
                  const uint8_t* group = base + first_group * group_bytes;
-                 ForTokenPasses<kPassTokens>(num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
-                   PackedTile<kIdx, G, N>(group, group_bytes, b0, b1, x, t, partial + 16 * G * t, pf_phase, pf_period);
-                 });
+                 ForTokenPasses<kPassTokens>(
+                     num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
+                       PackedTile<kIdx, G, N>(group, group_bytes, b0, b1, x, t,
+                                              partial + 16 * G * t, pf_phase, pf_period);
+                     });
                });
 }
 
-using PackedFn = void (*)(const TensorView&, int64_t, int64_t, const QuantizedRows&, int64_t, float*, int64_t);
+using PackedFn = void (*)(const TensorView&, int64_t, int64_t, const QuantizedRows&, int64_t,
+                          float*, int64_t);
 
 template <size_t... I>
 constexpr auto MakePackedTable(std::index_sequence<I...>) {
@@ -222,8 +237,9 @@ constexpr auto kPackedFns = MakePackedTable(std::make_index_sequence<kNumLayouts
 
 }  // namespace
 
-void MatMulPackedAvx512(const PackedLayout& l, const TensorView& w, int64_t row_begin, int64_t row_end,
-                        const QuantizedRows& x, int64_t num_tokens, float* y, int64_t y_stride) {
+void MatMulPackedAvx512(const PackedLayout& l, const TensorView& w, int64_t row_begin,
+                        int64_t row_end, const QuantizedRows& x, int64_t num_tokens, float* y,
+                        int64_t y_stride) {
   kPackedFns[&l - kPackedLayouts](w, row_begin, row_end, x, num_tokens, y, y_stride);
 }
 

@@ -1,8 +1,8 @@
 // The scalar reference twin of every kernel: plain loops, no intrinsics.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 
 #include "base/fp16.h"
 #include "kernels/attention.h"
@@ -91,8 +91,9 @@ float DotQ4_0Scalar(const BlockQ4_0* w, const QuantizedRows& x, int64_t t, int64
 // Interleaved Q8_0 / Q4_0 (kernels/interleave.h): per row and token, in block order,
 // acc = fma(float(int dot - correction), dw * dx, acc). The AVX-512 kernel does exactly these
 // float operations, so the two agree bit for bit.
-void MatMulInterleavedScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x,
-                             int64_t num_tokens, float* y, int64_t y_stride) {
+void MatMulInterleavedScalar(const TensorView& w, int64_t row_begin, int64_t row_end,
+                             const QuantizedRows& x, int64_t num_tokens, float* y,
+                             int64_t y_stride) {
   const bool q8 = w.dtype == DType::kQ8_0x16;
   const int64_t cols = w.cols, nb = cols / kQBlock;
   const int64_t block_bytes = kInterleaveRows * (q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
@@ -130,8 +131,9 @@ void MatMulInterleavedScalar(const TensorView& w, int64_t row_begin, int64_t row
 // block order, the integer dot of each sub-block (minus the zero point times the activations'
 // sum) scaled in float, the mins subtracted, then acc = fma(v, dx, acc). The AVX-512 kernel
 // does exactly these float operations in this order, so the two agree bit for bit.
-void MatMulPackedScalar(const PackedLayout& l, const TensorView& w, int64_t row_begin, int64_t row_end,
-                        const QuantizedRows& x, int64_t num_tokens, float* y, int64_t y_stride) {
+void MatMulPackedScalar(const PackedLayout& l, const TensorView& w, int64_t row_begin,
+                        int64_t row_end, const QuantizedRows& x, int64_t num_tokens, float* y,
+                        int64_t y_stride) {
   const int64_t cols = w.cols, nb = cols / kQBlock, nsb = nb / l.blocks_per_record;
   const auto* base = static_cast<const uint8_t*>(w.data);
   for (int64_t r = row_begin; r < row_end; ++r) {
@@ -174,11 +176,12 @@ void MatMulPackedScalar(const PackedLayout& l, const TensorView& w, int64_t row_
 
 // F16 / BF16 panels: per row and token, acc = fma(w[c], x[c], acc) over the columns in order
 // (the AVX-512 kernel's sequence for each lane), so the two agree bit for bit.
-void MatMulPanelScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x, int64_t num_tokens,
-                       float* y, int64_t y_stride) {
+void MatMulPanelScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
+                       int64_t num_tokens, float* y, int64_t y_stride) {
   const bool f16 = w.dtype == DType::kF16x16;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* panel = static_cast<const uint16_t*>(w.data) + r / kInterleaveRows * w.cols * kInterleaveRows + r % kInterleaveRows;
+    const auto* panel = static_cast<const uint16_t*>(w.data) +
+                        r / kInterleaveRows * w.cols * kInterleaveRows + r % kInterleaveRows;
     for (int64_t t = 0; t < num_tokens; ++t) {
       float acc = 0.0f;
       for (int64_t c = 0; c < w.cols; ++c) {
@@ -198,7 +201,8 @@ void MatMulRowsScalar(const TensorView& w, int64_t row_begin, int64_t row_end, c
   if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
     return MatMulPackedScalar(*l, w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   }
-  if (w.interleaved()) return MatMulInterleavedScalar(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
+  if (w.interleaved())
+    return MatMulInterleavedScalar(w, row_begin, row_end, *xq, num_tokens, y, y_stride);
   const int64_t cols = w.cols;
   const int64_t nb = cols / kQBlock;
   for (int64_t r = row_begin; r < row_end; ++r) {
@@ -206,12 +210,23 @@ void MatMulRowsScalar(const TensorView& w, int64_t row_begin, int64_t row_end, c
     for (int64_t t = 0; t < num_tokens; ++t) {
       float v = 0;
       switch (w.dtype) {
-        case DType::kF32: v = DotF32Scalar(x + t * cols, reinterpret_cast<const float*>(row), cols); break;
-        case DType::kF16: v = DotF32F16Scalar(x + t * cols, reinterpret_cast<const uint16_t*>(row), cols); break;
-        case DType::kBF16: v = DotF32Bf16Scalar(x + t * cols, reinterpret_cast<const uint16_t*>(row), cols); break;
-        case DType::kQ8_0: v = DotQ8_0Scalar(reinterpret_cast<const BlockQ8_0*>(row), *xq, t, nb); break;
-        case DType::kQ4_0: v = DotQ4_0Scalar(reinterpret_cast<const BlockQ4_0*>(row), *xq, t, nb); break;
-        default: std::abort();
+        case DType::kF32:
+          v = DotF32Scalar(x + t * cols, reinterpret_cast<const float*>(row), cols);
+          break;
+        case DType::kF16:
+          v = DotF32F16Scalar(x + t * cols, reinterpret_cast<const uint16_t*>(row), cols);
+          break;
+        case DType::kBF16:
+          v = DotF32Bf16Scalar(x + t * cols, reinterpret_cast<const uint16_t*>(row), cols);
+          break;
+        case DType::kQ8_0:
+          v = DotQ8_0Scalar(reinterpret_cast<const BlockQ8_0*>(row), *xq, t, nb);
+          break;
+        case DType::kQ4_0:
+          v = DotQ4_0Scalar(reinterpret_cast<const BlockQ4_0*>(row), *xq, t, nb);
+          break;
+        default:
+          std::abort();
       }
       y[t * y_stride + r] = v;
     }
@@ -226,17 +241,21 @@ float SumExpScalar(const float* x, int64_t n, float mx) {
 
 // Block by block with an online softmax, as the SIMD kernels do: per block the rows' scores,
 // then each row's running max / sum update and its rescaled output plus the block's p . V.
-void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale, int32_t num_rows,
-                      const int32_t* len, const float* const* q, float* const* out, float* scratch) {
+void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale,
+                      int32_t num_rows, const int32_t* len, const float* const* q,
+                      float* const* out, float* scratch) {
   const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim;
   auto load = [&](const void* base, int64_t i) {
     switch (kv.dtype) {
-      case DType::kF32: return static_cast<const float*>(base)[i];
-      case DType::kF16: return Fp16ToFp32(static_cast<const uint16_t*>(base)[i]);
-      default: return Bf16ToFp32(static_cast<const uint16_t*>(base)[i]);
+      case DType::kF32:
+        return static_cast<const float*>(base)[i];
+      case DType::kF16:
+        return Fp16ToFp32(static_cast<const uint16_t*>(base)[i]);
+      default:
+        return Bf16ToFp32(static_cast<const uint16_t*>(base)[i]);
     }
   };
-  float* probs = scratch;                                      // [rows][tpb]
+  float* probs = scratch;                                     // [rows][tpb]
   float* acc = probs + static_cast<int64_t>(num_rows) * tpb;  // [rows][hd]
   int32_t n = 0;
   for (int32_t r = 0; r < num_rows; ++r) n = std::max(n, len[r]);
@@ -254,7 +273,8 @@ void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_he
       float block_max = -INFINITY;
       for (int32_t j = 0; j < valid; ++j) {
         float s = 0;
-        for (int32_t i = 0; i < hd; ++i) s += q[r][i] * load(kv.k, tile + static_cast<int64_t>(i) * tpb + j);
+        for (int32_t i = 0; i < hd; ++i)
+          s += q[r][i] * load(kv.k, tile + static_cast<int64_t>(i) * tpb + j);
         p[j] = s * scale;
         block_max = std::fmax(block_max, p[j]);
       }
@@ -270,7 +290,8 @@ void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_he
       float* a = acc + static_cast<int64_t>(r) * hd;
       for (int32_t i = 0; i < hd; ++i) a[i] *= alpha;
       for (int32_t j = 0; j < valid; ++j) {
-        for (int32_t i = 0; i < hd; ++i) a[i] += p[j] * load(kv.v, tile + static_cast<int64_t>(j) * hd + i);
+        for (int32_t i = 0; i < hd; ++i)
+          a[i] += p[j] * load(kv.v, tile + static_cast<int64_t>(j) * hd + i);
       }
     }
   }
@@ -304,7 +325,7 @@ int64_t ArgMaxScalar(const float* x, int64_t n) {
 const KernelTable& ScalarKernelTable() {
   static const KernelTable table = {SimdLevel::kScalar, QuantizeRowsQ8Scalar, MatMulRowsScalar,
                                     DotF32Scalar,       DotF32F16Scalar,      AxpyF32Scalar,
-                                    AxpyF16Scalar,      SumExpScalar,         AttendRowsScalar, 
+                                    AxpyF16Scalar,      SumExpScalar,         AttendRowsScalar,
                                     SiluMulScalar,      F32ToF16Scalar,       ArgMaxScalar};
   return table;
 }

@@ -6,7 +6,8 @@
 
 namespace inflight::kernels {
 
-void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t n, float eps, float* out) {
+void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t n, float eps,
+             float* out) {
   for (int64_t r = 0; r < num_rows; ++r) {
     const float* xr = x + r * n;
     float* o = out + r * n;
@@ -85,8 +86,8 @@ void RopeAngles(const float* inv_freq, int rope_dim, int32_t pos, float* cos_out
   }
 }
 
-void ApplyRopeAngles(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style, const float* cos,
-                     const float* sin) {
+void ApplyRopeAngles(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style,
+                     const float* cos, const float* sin) {
   const int half = rope_dim / 2;
   for (int h = 0; h < num_heads; ++h) {
     float* hx = x + h * head_dim;

@@ -7,7 +7,8 @@
 namespace inflight::kernels {
 
 // out[t] = x[t] / rms(x[t]) * weight, rows of n. out may alias x.
-void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t n, float eps, float* out);
+void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t n, float eps,
+             float* out);
 // out[t] = (x[t] - mean) / sqrt(var + eps) * weight + bias. out may alias x.
 void LayerNorm(const float* x, const float* weight, const float* bias, int64_t num_rows, int64_t n,
                float eps, float* out);
@@ -35,7 +36,7 @@ void RopeInvFreq(float base, int rope_dim, const float* freq_factors, float line
 // cos/sin of pos * inv_freq[i] for i < rope_dim / 2 (in double), then the in-place rotation
 // of the first rope_dim dims of each of num_heads heads of one token.
 void RopeAngles(const float* inv_freq, int rope_dim, int32_t pos, float* cos_out, float* sin_out);
-void ApplyRopeAngles(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style, const float* cos,
-                     const float* sin);
+void ApplyRopeAngles(float* x, int num_heads, int head_dim, int rope_dim, RopeStyle style,
+                     const float* cos, const float* sin);
 
 }  // namespace inflight::kernels

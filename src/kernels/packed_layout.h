@@ -31,9 +31,9 @@ enum class PackedHeader {
 struct PackedLayout {
   DType source;
   DType packed;
-  int blocks_per_record;  // 32-column blocks per super-block: 8 or 1
-  int header_bytes;       // per 16-row group and super-block
-  int block_bytes;        // payload per 16-row group and 32-column block
+  int blocks_per_record;         // 32-column blocks per super-block: 8 or 1
+  int header_bytes;              // per 16-row group and super-block
+  int block_bytes;               // payload per 16-row group and 32-column block
   int nib_at, crumb_at, bit_at;  // payload offsets of the planes, -1 when absent
   int crumb_shift, bit_shift;    // bit position of the crumbs / the bit in the quant
   bool lut;                      // IQ4: u = kIq4Values[quant] + 128
@@ -46,16 +46,26 @@ struct PackedLayout {
 
 inline constexpr PackedLayout kPackedLayouts[] = {
     // source        packed               blk hdr  pay  nib  crm  bit cs bs  lut   off  s16    min
-    {DType::kQ4_1, DType::kQ4_1x16, 1, 64, 256, 0, -1, -1, 0, 0, false, 0, false, true, PackedHeader::kDM},
-    {DType::kQ5_0, DType::kQ5_0x16, 1, 32, 320, 64, -1, 0, 0, 4, false, 16, false, false, PackedHeader::kD},
-    {DType::kQ5_1, DType::kQ5_1x16, 1, 64, 320, 64, -1, 0, 0, 4, false, 0, false, true, PackedHeader::kDM},
-    {DType::kIQ4_NL, DType::kIQ4_NLx16, 1, 32, 256, 0, -1, -1, 0, 0, true, 128, false, false, PackedHeader::kD},
-    {DType::kQ2_K, DType::kQ2_Kx16, 8, 320, 128, -1, 0, -1, 0, 0, false, 0, true, true, PackedHeader::kK2},
-    {DType::kQ3_K, DType::kQ3_Kx16, 8, 288, 192, -1, 0, 128, 0, 2, false, 4, true, false, PackedHeader::kK6},
-    {DType::kQ4_K, DType::kQ4_Kx16, 8, 320, 256, 0, -1, -1, 0, 0, false, 0, false, true, PackedHeader::kK4},
-    {DType::kQ5_K, DType::kQ5_Kx16, 8, 320, 320, 64, -1, 0, 0, 4, false, 0, false, true, PackedHeader::kK4},
-    {DType::kQ6_K, DType::kQ6_Kx16, 8, 288, 384, 0, 256, -1, 4, 0, false, 32, true, false, PackedHeader::kK6},
-    {DType::kIQ4_XS, DType::kIQ4_XSx16, 8, 160, 256, 0, -1, -1, 0, 0, true, 128, false, false, PackedHeader::kXS},
+    {DType::kQ4_1, DType::kQ4_1x16, 1, 64, 256, 0, -1, -1, 0, 0, false, 0, false, true,
+     PackedHeader::kDM},
+    {DType::kQ5_0, DType::kQ5_0x16, 1, 32, 320, 64, -1, 0, 0, 4, false, 16, false, false,
+     PackedHeader::kD},
+    {DType::kQ5_1, DType::kQ5_1x16, 1, 64, 320, 64, -1, 0, 0, 4, false, 0, false, true,
+     PackedHeader::kDM},
+    {DType::kIQ4_NL, DType::kIQ4_NLx16, 1, 32, 256, 0, -1, -1, 0, 0, true, 128, false, false,
+     PackedHeader::kD},
+    {DType::kQ2_K, DType::kQ2_Kx16, 8, 320, 128, -1, 0, -1, 0, 0, false, 0, true, true,
+     PackedHeader::kK2},
+    {DType::kQ3_K, DType::kQ3_Kx16, 8, 288, 192, -1, 0, 128, 0, 2, false, 4, true, false,
+     PackedHeader::kK6},
+    {DType::kQ4_K, DType::kQ4_Kx16, 8, 320, 256, 0, -1, -1, 0, 0, false, 0, false, true,
+     PackedHeader::kK4},
+    {DType::kQ5_K, DType::kQ5_Kx16, 8, 320, 320, 64, -1, 0, 0, 4, false, 0, false, true,
+     PackedHeader::kK4},
+    {DType::kQ6_K, DType::kQ6_Kx16, 8, 288, 384, 0, 256, -1, 4, 0, false, 32, true, false,
+     PackedHeader::kK6},
+    {DType::kIQ4_XS, DType::kIQ4_XSx16, 8, 160, 256, 0, -1, -1, 0, 0, true, 128, false, false,
+     PackedHeader::kXS},
 };
 
 // The layout whose source or packed type is t; null when none.
@@ -75,6 +85,7 @@ inline constexpr uint8_t kIq4Unsigned[16] = {1,   24,  45,  63,  79,  93,  106, 
 int PackedQuant(const PackedLayout& l, const uint8_t* payload, int lane, int col);
 // Scale and min of row `lane`'s sub-block `sub` (16 columns when l.sub16, else 32) of block
 // `block` (0..blocks_per_record-1) of a record's header.
-void PackedScales(const PackedLayout& l, const uint8_t* header, int block, int sub, int lane, float* s, float* o);
+void PackedScales(const PackedLayout& l, const uint8_t* header, int block, int sub, int lane,
+                  float* s, float* o);
 
 }  // namespace inflight::kernels

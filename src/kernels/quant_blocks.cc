@@ -74,8 +74,10 @@ void PackScalesQ3(const int8_t* sc, uint8_t* raw) {
   std::memset(raw, 0, 12);
   for (int s = 0; s < 16; ++s) {
     const int v = (sc[s] + 32) & 63;
-    if (s < 8) raw[s] |= static_cast<uint8_t>(v & 15);
-    else raw[s - 8] |= static_cast<uint8_t>((v & 15) << 4);
+    if (s < 8)
+      raw[s] |= static_cast<uint8_t>(v & 15);
+    else
+      raw[s - 8] |= static_cast<uint8_t>((v & 15) << 4);
     raw[8 + s % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (s / 4)));
   }
 }
@@ -98,9 +100,16 @@ float Half(uint16_t h) { return Fp16ToFp32(h); }
 
 bool IsBlockFormat(DType t) {
   switch (t) {
-    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kIQ4_NL:
-    case DType::kQ2_K: case DType::kQ3_K: case DType::kQ4_K: case DType::kQ5_K:
-    case DType::kQ6_K: case DType::kIQ4_XS:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_XS:
       return true;
     default:
       return false;
@@ -178,13 +187,15 @@ void UnpackBlock(DType t, const uint8_t* s, UnpackedBlock* out) {
       out->d = Load16(s);
       const uint16_t scales_h = Load16(s + 2);
       for (int ib = 0; ib < 8; ++ib) {
-        const int ls = ((s[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4);
+        const int ls =
+            ((s[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4);
         out->sc[ib] = static_cast<int8_t>(ls - 32);
         UnpackNibbles32(s + 8 + 16 * ib, out->q + 32 * ib);
       }
       return;
     }
-    default: INFLIGHT_CHECK(false);
+    default:
+      INFLIGHT_CHECK(false);
   }
 }
 
@@ -212,8 +223,10 @@ void PackBlock(DType t, const UnpackedBlock& in, uint8_t* s) {
       PackNibbles32(in.q, s + 2);
       return;
     case DType::kQ2_K:
-      for (int j = 0; j < 16; ++j) s[j] = static_cast<uint8_t>((in.sc[j] & 15) | ((in.m[j] & 15) << 4));
-      for (int i = 0; i < 256; ++i) s[16 + CrumbByte(i)] |= static_cast<uint8_t>((in.q[i] & 3) << CrumbShift(i));
+      for (int j = 0; j < 16; ++j)
+        s[j] = static_cast<uint8_t>((in.sc[j] & 15) | ((in.m[j] & 15) << 4));
+      for (int i = 0; i < 256; ++i)
+        s[16 + CrumbByte(i)] |= static_cast<uint8_t>((in.q[i] & 3) << CrumbShift(i));
       Store16(s + 80, in.d);
       Store16(s + 82, in.dmin);
       return;
@@ -260,7 +273,8 @@ void PackBlock(DType t, const UnpackedBlock& in, uint8_t* s) {
       Store16(s + 2, scales_h);
       return;
     }
-    default: INFLIGHT_CHECK(false);
+    default:
+      INFLIGHT_CHECK(false);
   }
 }
 
@@ -287,25 +301,29 @@ void DequantizeBlock(DType t, const uint8_t* s, float* y) {
     case DType::kQ2_K: {
       const float dmin = Half(b.dmin);
       for (int i = 0; i < 256; ++i) {
-        const float dl = d * static_cast<float>(b.sc[i / 16]), ml = dmin * static_cast<float>(b.m[i / 16]);
+        const float dl = d * static_cast<float>(b.sc[i / 16]),
+                    ml = dmin * static_cast<float>(b.m[i / 16]);
         y[i] = dl * static_cast<float>(b.q[i]) - ml;
       }
       return;
     }
     case DType::kQ3_K:
-      for (int i = 0; i < 256; ++i) y[i] = d * static_cast<float>(b.sc[i / 16]) * static_cast<float>(b.q[i] - 4);
+      for (int i = 0; i < 256; ++i)
+        y[i] = d * static_cast<float>(b.sc[i / 16]) * static_cast<float>(b.q[i] - 4);
       return;
     case DType::kQ4_K:
     case DType::kQ5_K: {
       const float dmin = Half(b.dmin);
       for (int i = 0; i < 256; ++i) {
-        const float d1 = d * static_cast<float>(b.sc[i / 32]), m1 = dmin * static_cast<float>(b.m[i / 32]);
+        const float d1 = d * static_cast<float>(b.sc[i / 32]),
+                    m1 = dmin * static_cast<float>(b.m[i / 32]);
         y[i] = d1 * static_cast<float>(b.q[i]) - m1;
       }
       return;
     }
     case DType::kQ6_K:
-      for (int i = 0; i < 256; ++i) y[i] = d * static_cast<float>(b.sc[i / 16]) * static_cast<float>(b.q[i] - 32);
+      for (int i = 0; i < 256; ++i)
+        y[i] = d * static_cast<float>(b.sc[i / 16]) * static_cast<float>(b.q[i] - 32);
       return;
     case DType::kIQ4_XS:
       for (int i = 0; i < 256; ++i) {
@@ -313,7 +331,8 @@ void DequantizeBlock(DType t, const uint8_t* s, float* y) {
         y[i] = dl * static_cast<float>(kIq4Values[b.q[i]]);
       }
       return;
-    default: INFLIGHT_CHECK(false);
+    default:
+      INFLIGHT_CHECK(false);
   }
 }
 
@@ -321,12 +340,29 @@ int64_t FirstNonFiniteBlock(DType t, const uint8_t* data, int64_t num_blocks) {
   // Byte offsets of the F16 fields in each block (ggml-common.h).
   int at[2] = {0, -1};
   switch (t) {
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: case DType::kIQ4_NL: case DType::kIQ4_XS: break;
-    case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K: at[1] = 2; break;
-    case DType::kQ2_K: at[0] = 80, at[1] = 82; break;
-    case DType::kQ3_K: at[0] = 108; break;
-    case DType::kQ6_K: at[0] = 208; break;
-    default: return -1;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
+      break;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      at[1] = 2;
+      break;
+    case DType::kQ2_K:
+      at[0] = 80, at[1] = 82;
+      break;
+    case DType::kQ3_K:
+      at[0] = 108;
+      break;
+    case DType::kQ6_K:
+      at[0] = 208;
+      break;
+    default:
+      return -1;
   }
   const int64_t bytes = DTypeBlockBytes(t);
   for (int64_t b = 0; b < num_blocks; ++b) {
@@ -418,7 +454,8 @@ void QuantizeAffineK(const float* x, int sub, int nmax, int scale_max, UnpackedB
     b->sc[j] = static_cast<int8_t>(d > 0 ? ClampRound(scales[j] / d, 0, scale_max) : 0);
     b->m[j] = static_cast<uint8_t>(dmin > 0 ? ClampRound(mins[j] / dmin, 0, scale_max) : 0);
     const float s = d * static_cast<float>(b->sc[j]), o = dmin * static_cast<float>(b->m[j]);
-    for (int i = j * sub; i < (j + 1) * sub; ++i) b->q[i] = static_cast<uint8_t>(s > 0 ? ClampRound((x[i] + o) / s, 0, nmax) : 0);
+    for (int i = j * sub; i < (j + 1) * sub; ++i)
+      b->q[i] = static_cast<uint8_t>(s > 0 ? ClampRound((x[i] + o) / s, 0, nmax) : 0);
   }
 }
 
@@ -436,7 +473,8 @@ void QuantizeSymmetricK(const float* x, int offset, int scale_max, UnpackedBlock
     b->sc[j] = static_cast<int8_t>(d > 0 ? ClampRound(scales[j] / d, -scale_max, scale_max) : 0);
     const float s = d * static_cast<float>(b->sc[j]);
     for (int i = 16 * j; i < 16 * (j + 1); ++i) {
-      b->q[i] = static_cast<uint8_t>(s != 0 ? ClampRound(x[i] / s, -offset, offset - 1) + offset : offset);
+      b->q[i] = static_cast<uint8_t>(s != 0 ? ClampRound(x[i] / s, -offset, offset - 1) + offset
+                                            : offset);
     }
   }
 }
@@ -454,13 +492,15 @@ void QuantizeBlock(DType t, const float* x, uint8_t* dst) {
       b.d = Fp32ToFp16((hi - lo) / static_cast<float>(nmax));
       b.dmin = Fp32ToFp16(lo);
       const float d = Half(b.d), m = Half(b.dmin);
-      for (int i = 0; i < 32; ++i) b.q[i] = static_cast<uint8_t>(d > 0 ? ClampRound((x[i] - m) / d, 0, nmax) : 0);
+      for (int i = 0; i < 32; ++i)
+        b.q[i] = static_cast<uint8_t>(d > 0 ? ClampRound((x[i] - m) / d, 0, nmax) : 0);
       break;
     }
     case DType::kQ5_0: {
       b.d = Fp32ToFp16(SignedMax(x, 32) / -16.0f);
       const float d = Half(b.d);
-      for (int i = 0; i < 32; ++i) b.q[i] = static_cast<uint8_t>(d != 0 ? ClampRound(x[i] / d, -16, 15) + 16 : 16);
+      for (int i = 0; i < 32; ++i)
+        b.q[i] = static_cast<uint8_t>(d != 0 ? ClampRound(x[i] / d, -16, 15) + 16 : 16);
       break;
     }
     case DType::kIQ4_NL: {
@@ -482,12 +522,23 @@ void QuantizeBlock(DType t, const float* x, uint8_t* dst) {
       }
       break;
     }
-    case DType::kQ2_K: QuantizeAffineK(x, 16, 3, 15, &b); break;
-    case DType::kQ4_K: QuantizeAffineK(x, 32, 15, 63, &b); break;
-    case DType::kQ5_K: QuantizeAffineK(x, 32, 31, 63, &b); break;
-    case DType::kQ3_K: QuantizeSymmetricK(x, 4, 31, &b); break;
-    case DType::kQ6_K: QuantizeSymmetricK(x, 32, 127, &b); break;
-    default: INFLIGHT_CHECK(false);
+    case DType::kQ2_K:
+      QuantizeAffineK(x, 16, 3, 15, &b);
+      break;
+    case DType::kQ4_K:
+      QuantizeAffineK(x, 32, 15, 63, &b);
+      break;
+    case DType::kQ5_K:
+      QuantizeAffineK(x, 32, 31, 63, &b);
+      break;
+    case DType::kQ3_K:
+      QuantizeSymmetricK(x, 4, 31, &b);
+      break;
+    case DType::kQ6_K:
+      QuantizeSymmetricK(x, 32, 127, &b);
+      break;
+    default:
+      INFLIGHT_CHECK(false);
   }
   PackBlock(t, b, dst);
 }

@@ -1,7 +1,7 @@
 #include "kernels/quantize.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/check.h"
@@ -12,7 +12,9 @@ namespace inflight::kernels {
 
 void QuantizeRow(DType dtype, const float* x, int64_t n, uint8_t* out) {
   switch (dtype) {
-    case DType::kF32: std::memcpy(out, x, n * 4); return;
+    case DType::kF32:
+      std::memcpy(out, x, n * 4);
+      return;
     case DType::kF16: {
       auto* h = reinterpret_cast<uint16_t*>(out);
       for (int64_t i = 0; i < n; ++i) h[i] = Fp32ToFp16(x[i]);

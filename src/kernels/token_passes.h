@@ -18,15 +18,27 @@ inline void ForTokenPasses(int64_t num_tokens, Pass&& pass) {
   static_assert(NT >= 1 && NT <= 6);
   const int passes = static_cast<int>((num_tokens + NT - 1) / NT);
   int64_t t = 0;
-  for (; t + NT <= num_tokens; t += NT) pass.template operator()<NT>(t, static_cast<int>(t / NT), passes);
+  for (; t + NT <= num_tokens; t += NT)
+    pass.template operator()<NT>(t, static_cast<int>(t / NT), passes);
   const int last = static_cast<int>(t / NT);
   switch (num_tokens - t) {
-    case 5: if constexpr (NT > 5) pass.template operator()<5>(t, last, passes); break;
-    case 4: if constexpr (NT > 4) pass.template operator()<4>(t, last, passes); break;
-    case 3: if constexpr (NT > 3) pass.template operator()<3>(t, last, passes); break;
-    case 2: if constexpr (NT > 2) pass.template operator()<2>(t, last, passes); break;
-    case 1: if constexpr (NT > 1) pass.template operator()<1>(t, last, passes); break;
-    default: break;
+    case 5:
+      if constexpr (NT > 5) pass.template operator()<5>(t, last, passes);
+      break;
+    case 4:
+      if constexpr (NT > 4) pass.template operator()<4>(t, last, passes);
+      break;
+    case 3:
+      if constexpr (NT > 3) pass.template operator()<3>(t, last, passes);
+      break;
+    case 2:
+      if constexpr (NT > 2) pass.template operator()<2>(t, last, passes);
+      break;
+    case 1:
+      if constexpr (NT > 1) pass.template operator()<1>(t, last, passes);
+      break;
+    default:
+      break;
   }
 }
 

@@ -65,18 +65,21 @@ uint64_t KvBlockManager::ChainKey(uint64_t parent_key, const int32_t* tokens) co
   return h;
 }
 
-std::vector<int32_t> KvBlockManager::AcquirePrefix(const int32_t* tokens, int64_t num_tokens, int32_t max_blocks,
-                                                   uint64_t root_key) {
+std::vector<int32_t> KvBlockManager::AcquirePrefix(const int32_t* tokens, int64_t num_tokens,
+                                                   int32_t max_blocks, uint64_t root_key) {
   std::vector<int32_t> out;
   if (!config_.enable_reuse) return out;
   const int32_t tpb = config_.tokens_per_block;
   uint64_t parent = root_key;
-  for (int64_t start = 0; start + tpb <= num_tokens && static_cast<int32_t>(out.size()) < max_blocks; start += tpb) {
+  for (int64_t start = 0;
+       start + tpb <= num_tokens && static_cast<int32_t>(out.size()) < max_blocks; start += tpb) {
     const uint64_t key = ChainKey(parent, tokens + start);
     auto it = table_.find(key);
     if (it == table_.end()) break;
     Block& blk = blocks_[it->second];
-    if (blk.parent_key != parent || !std::equal(blk.tokens.begin(), blk.tokens.end(), tokens + start)) break;
+    if (blk.parent_key != parent ||
+        !std::equal(blk.tokens.begin(), blk.tokens.end(), tokens + start))
+      break;
     if (blk.ref_count == 0) {
       evictable_.erase({blk.priority, blk.last_used, it->second});
       --num_cached_;
@@ -90,7 +93,8 @@ std::vector<int32_t> KvBlockManager::AcquirePrefix(const int32_t* tokens, int64_
   return out;
 }
 
-uint64_t KvBlockManager::Commit(int32_t b, uint64_t parent_key, const int32_t* tokens, int32_t priority) {
+uint64_t KvBlockManager::Commit(int32_t b, uint64_t parent_key, const int32_t* tokens,
+                                int32_t priority) {
   const uint64_t key = ChainKey(parent_key, tokens);
   Block& blk = blocks_[b];
   INFLIGHT_CHECK(blk.ref_count > 0);
@@ -105,7 +109,9 @@ uint64_t KvBlockManager::Commit(int32_t b, uint64_t parent_key, const int32_t* t
   return key;
 }
 
-std::pair<int32_t, int32_t> KvBlockManager::AcquirePartial(uint64_t parent_key, const int32_t* tokens, int32_t max_tokens) {
+std::pair<int32_t, int32_t> KvBlockManager::AcquirePartial(uint64_t parent_key,
+                                                           const int32_t* tokens,
+                                                           int32_t max_tokens) {
   if (!config_.enable_reuse || max_tokens <= 0) return {-1, 0};
   max_tokens = std::min(max_tokens, config_.tokens_per_block - 1);
   int32_t best = -1, best_len = 0;
@@ -154,7 +160,8 @@ std::string KvBlockManager::CheckInvariants() const {
   for (int32_t b : free_list_) {
     if (in_free[b]) return "block " + std::to_string(b) + " twice in the free list";
     in_free[b] = true;
-    if (blocks_[b].ref_count != 0 || blocks_[b].committed) return "free block " + std::to_string(b) + " is in use or cached";
+    if (blocks_[b].ref_count != 0 || blocks_[b].committed)
+      return "free block " + std::to_string(b) + " is in use or cached";
   }
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const Block& blk = blocks_[b];
@@ -162,19 +169,24 @@ std::string KvBlockManager::CheckInvariants() const {
     if (blk.ref_count == 0 && !blk.committed) ++free;
     if (blk.ref_count == 0 && blk.committed) {
       ++cached;
-      if (!evictable_.count({blk.priority, blk.last_used, static_cast<int32_t>(b)})) return "cached block " + std::to_string(b) + " not evictable";
+      if (!evictable_.count({blk.priority, blk.last_used, static_cast<int32_t>(b)}))
+        return "cached block " + std::to_string(b) + " not evictable";
     }
     if (blk.committed) {
       auto it = table_.find(blk.key);
-      if (it == table_.end() || it->second != static_cast<int32_t>(b)) return "committed block " + std::to_string(b) + " not in the table";
+      if (it == table_.end() || it->second != static_cast<int32_t>(b))
+        return "committed block " + std::to_string(b) + " not in the table";
     }
   }
-  if (free != num_free_ || free != static_cast<int32_t>(free_list_.size())) return "free count mismatch";
-  if (cached != num_cached_ || cached != static_cast<int32_t>(evictable_.size())) return "cached count mismatch";
+  if (free != num_free_ || free != static_cast<int32_t>(free_list_.size()))
+    return "free count mismatch";
+  if (cached != num_cached_ || cached != static_cast<int32_t>(evictable_.size()))
+    return "cached count mismatch";
   if (table_.size() > blocks_.size()) return "table larger than the pool";
   if (children_.size() != table_.size()) return "children index out of step with the table";
   for (const auto& [key, b] : table_) {
-    if (!blocks_[b].committed || blocks_[b].key != key) return "table entry points at a block with another key";
+    if (!blocks_[b].committed || blocks_[b].key != key)
+      return "table entry points at a block with another key";
   }
   return "";
 }

@@ -63,7 +63,8 @@ class KvBlockManager {
   // one whose leading tokens match `tokens` longest (at most max_tokens, fewer than a block).
   // Returns {block, matched tokens} with the block acquired (the caller copies those token
   // slots into a block of its own, then releases it), or {-1, 0}. Off when reuse is off.
-  std::pair<int32_t, int32_t> AcquirePartial(uint64_t parent_key, const int32_t* tokens, int32_t max_tokens);
+  std::pair<int32_t, int32_t> AcquirePartial(uint64_t parent_key, const int32_t* tokens,
+                                             int32_t max_tokens);
 
   // Key of the prefix ending with the block holding `tokens` (tokens_per_block of them) after
   // the prefix `parent_key` (kRootKey for the first block).
@@ -96,7 +97,7 @@ class KvBlockManager {
  private:
   struct Block {
     int32_t ref_count = 0;
-    bool committed = false;      // in the table under `key`
+    bool committed = false;  // in the table under `key`
     uint64_t key = 0;
     uint64_t parent_key = 0;
     std::vector<int32_t> tokens;  // the block's token ids, for collision checks
@@ -109,9 +110,9 @@ class KvBlockManager {
 
   BlockManagerConfig config_;
   std::vector<Block> blocks_;
-  std::vector<int32_t> free_list_;      // uncached free blocks (a stack: the lowest id on top)
-  std::set<EvictionKey> evictable_;     // cached, unreferenced
-  std::unordered_map<uint64_t, int32_t> table_;  // prefix key -> block
+  std::vector<int32_t> free_list_;   // uncached free blocks (a stack: the lowest id on top)
+  std::set<EvictionKey> evictable_;  // cached, unreferenced
+  std::unordered_map<uint64_t, int32_t> table_;          // prefix key -> block
   std::unordered_multimap<uint64_t, int32_t> children_;  // parent key -> committed blocks
   int32_t num_free_ = 0;
   int32_t num_cached_ = 0;

@@ -18,7 +18,8 @@ KvStorage::KvStorage(const KvStorageConfig& config) : config_(config) {
 }
 
 void KvStorage::CopyBlock(int32_t src, int32_t dst) {
-  const size_t block = static_cast<size_t>(config_.kv_dim) * DTypeBlockBytes(config_.dtype) * config_.tokens_per_block;
+  const size_t block = static_cast<size_t>(config_.kv_dim) * DTypeBlockBytes(config_.dtype) *
+                       config_.tokens_per_block;
   for (int32_t l = 0; l < config_.num_layers; ++l) {
     for (AlignedBuffer* pool : {&k_[l], &v_[l]}) {
       auto* p = static_cast<uint8_t*>(pool->data());
@@ -30,8 +31,8 @@ void KvStorage::CopyBlock(int32_t src, int32_t dst) {
 std::vector<kernels::KvLayerView> KvStorage::LayerViews() {
   std::vector<kernels::KvLayerView> views;
   for (int32_t l = 0; l < config_.num_layers; ++l) {
-    views.push_back({k_[l].data(), v_[l].data(), config_.dtype, config_.tokens_per_block, config_.kv_dim,
-                     config_.head_dim});
+    views.push_back({k_[l].data(), v_[l].data(), config_.dtype, config_.tokens_per_block,
+                     config_.kv_dim, config_.head_dim});
   }
   return views;
 }

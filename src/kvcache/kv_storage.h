@@ -1,6 +1,7 @@
 // The memory of the paged KV cache: for each layer, K and V pools of num_blocks blocks of
-// tokens_per_block * kv_dim elements (laid out per head, see kernels/attention.h). Block bookkeeping (free lists, reference
-// counts, prefix reuse) lives in the block manager on top of this.
+// tokens_per_block * kv_dim elements (laid out per head, see kernels/attention.h). Block
+// bookkeeping (free lists, reference counts, prefix reuse) lives in the block manager on top of
+// this.
 #pragma once
 
 #include <cstdint>

@@ -50,8 +50,10 @@ void WriteTokenizerMetadata(const TokenizerSpec& t, GgufWriter& w) {
   if (!spm || t.scores.empty()) {
     // The pre-tokenizer by its regex (the three this engine knows).
     std::string pre = "gpt-2";
-    if (!t.pre_regexes.empty() && t.pre_regexes[0].find("\\p{N}{1,3}") != std::string::npos) pre = "llama-bpe";
-    else if (!t.pre_regexes.empty() && t.pre_regexes[0].find("(?i:'s") != std::string::npos) pre = "qwen2";
+    if (!t.pre_regexes.empty() && t.pre_regexes[0].find("\\p{N}{1,3}") != std::string::npos)
+      pre = "llama-bpe";
+    else if (!t.pre_regexes.empty() && t.pre_regexes[0].find("(?i:'s") != std::string::npos)
+      pre = "qwen2";
     w.SetString("tokenizer.ggml.pre", pre);
   }
   if (t.bos_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", t.bos_id);
@@ -67,7 +69,8 @@ void WriteTokenizerMetadata(const TokenizerSpec& t, GgufWriter& w) {
 namespace {
 
 // Rotate-half order (pairs i, i + d/2) -> interleaved order (pairs 2i, 2i + 1), per head.
-std::vector<float> InterleaveRopeRows(const std::vector<float>& m, int64_t num_heads, int64_t head_dim, int64_t cols) {
+std::vector<float> InterleaveRopeRows(const std::vector<float>& m, int64_t num_heads,
+                                      int64_t head_dim, int64_t cols) {
   std::vector<float> out(m.size());
   for (int64_t h = 0; h < num_heads; ++h)
     for (int64_t i = 0; i < head_dim / 2; ++i)
@@ -84,11 +87,12 @@ std::vector<float> ToF32(const TensorView& t) {
   return out;
 }
 
-Status AddMatrix(GgufWriter& w, const std::string& name, const std::vector<float>& m, int64_t rows, int64_t cols,
-                 DType dtype) {
+Status AddMatrix(GgufWriter& w, const std::string& name, const std::vector<float>& m, int64_t rows,
+                 int64_t cols, DType dtype) {
   const int64_t row_bytes = DTypeRowBytes(dtype, cols);
   std::vector<uint8_t> bytes(row_bytes * rows);
-  for (int64_t r = 0; r < rows; ++r) kernels::QuantizeRow(dtype, m.data() + r * cols, cols, bytes.data() + r * row_bytes);
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::QuantizeRow(dtype, m.data() + r * cols, cols, bytes.data() + r * row_bytes);
   return w.AddTensor(name, dtype, {cols, rows}, std::move(bytes));
 }
 
@@ -101,12 +105,16 @@ Status AddVector(GgufWriter& w, const std::string& name, const std::vector<float
 
 }  // namespace
 
-Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& path, const std::string& chat_template) {
-  if (model.tokenizer() == nullptr) return FailedPreconditionError("the model has no tokenizer to write");
+Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& path,
+                  const std::string& chat_template) {
+  if (model.tokenizer() == nullptr)
+    return FailedPreconditionError("the model has no tokenizer to write");
   ModelConfig c = model.config();
   // GGUF's llama expects interleaved RoPE pairs; Qwen and GPT-2 keep their own conventions.
-  const bool interleave = c.arch == Architecture::kLlama && c.rope_style == kernels::RopeStyle::kHalves;
-  if (interleave && c.rope_dim != c.head_dim) return UnimplementedError("partial RoPE in a rotate-half llama checkpoint");
+  const bool interleave =
+      c.arch == Architecture::kLlama && c.rope_style == kernels::RopeStyle::kHalves;
+  if (interleave && c.rope_dim != c.head_dim)
+    return UnimplementedError("partial RoPE in a rotate-half llama checkpoint");
   if (interleave) c.rope_style = kernels::RopeStyle::kAdjacentPairs;
 
   GgufWriter w;
@@ -121,15 +129,21 @@ Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& pa
     if (t.empty()) return OkStatus();
     std::vector<float> m = ToF32(t);
     if (heads > 0 && interleave) m = InterleaveRopeRows(m, heads, c.head_dim, t.cols);
-    return AddMatrix(w, name, m, t.rows, t.cols, mix.TypeFor(name, t.cols, c.num_layers, c.tied_embeddings));
+    return AddMatrix(w, name, m, t.rows, t.cols,
+                     mix.TypeFor(name, t.cols, c.num_layers, c.tied_embeddings));
   };
-  auto bias = [&](const std::string& name, const std::vector<float>& b, int64_t heads = 0) -> Status {
-    if (heads > 0 && interleave && !b.empty()) return AddVector(w, name, InterleaveRopeRows(b, heads, c.head_dim, 1));
+  auto bias = [&](const std::string& name, const std::vector<float>& b,
+                  int64_t heads = 0) -> Status {
+    if (heads > 0 && interleave && !b.empty())
+      return AddVector(w, name, InterleaveRopeRows(b, heads, c.head_dim, 1));
     return AddVector(w, name, b);
   };
   RETURN_IF_ERROR(matrix("token_embd.weight", mw.token_embedding));
-  if (!mw.position_embedding.empty()) RETURN_IF_ERROR(AddMatrix(w, "position_embd.weight", ToF32(mw.position_embedding), mw.position_embedding.rows, mw.position_embedding.cols, DType::kF32));
-  if (!c.rope_freq_factors.empty()) RETURN_IF_ERROR(AddVector(w, "rope_freqs.weight", c.rope_freq_factors));
+  if (!mw.position_embedding.empty())
+    RETURN_IF_ERROR(AddMatrix(w, "position_embd.weight", ToF32(mw.position_embedding),
+                              mw.position_embedding.rows, mw.position_embedding.cols, DType::kF32));
+  if (!c.rope_freq_factors.empty())
+    RETURN_IF_ERROR(AddVector(w, "rope_freqs.weight", c.rope_freq_factors));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = mw.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -157,7 +171,8 @@ Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& pa
   }
   RETURN_IF_ERROR(bias("output_norm.weight", mw.output_norm));
   RETURN_IF_ERROR(bias("output_norm.bias", mw.output_norm_bias));
-  if (!c.tied_embeddings && mw.output.data != mw.token_embedding.data) RETURN_IF_ERROR(matrix("output.weight", mw.output));
+  if (!c.tied_embeddings && mw.output.data != mw.token_embedding.data)
+    RETURN_IF_ERROR(matrix("output.weight", mw.output));
   return w.WriteFile(path);
 }
 

@@ -22,6 +22,7 @@ void WriteTokenizerMetadata(const TokenizerSpec& spec, GgufWriter& w);
 // norms, biases and position embeddings stay F32. Llama checkpoints whose Q/K rows are in
 // Hugging Face's rotate-half order are permuted to GGUF's interleaved order. A non-empty
 // chat_template replaces the tokenizer's (tokenizer.chat_template).
-Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& path, const std::string& chat_template = "");
+Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& path,
+                  const std::string& chat_template = "");
 
 }  // namespace inflight

@@ -43,12 +43,13 @@ class LoraAdapter {
   // TensorRT-LLM's tensors: `weights` [rows, cols] and `config` [rows, 3] of (module id,
   // layer, adapter size); a row holds A [size, in] then B [out, size], zero padded. The
   // scale (alpha / r) is already in B, as TensorRT-LLM's converter writes it.
-  static StatusOr<std::shared_ptr<const LoraAdapter>> FromTensors(const ModelConfig& c, const std::vector<float>& weights,
-                                                                  int64_t rows, int64_t cols,
-                                                                  const std::vector<int32_t>& config);
+  static StatusOr<std::shared_ptr<const LoraAdapter>> FromTensors(
+      const ModelConfig& c, const std::vector<float>& weights, int64_t rows, int64_t cols,
+      const std::vector<int32_t>& config);
   // A Hugging Face PEFT folder: adapter_config.json (r, lora_alpha, use_rslora) and
   // adapter_model.safetensors (F32/F16/BF16 lora_A / lora_B of q/k/v/o/gate/up/down_proj).
-  static StatusOr<std::shared_ptr<const LoraAdapter>> FromPeftFolder(const ModelConfig& c, const std::string& dir);
+  static StatusOr<std::shared_ptr<const LoraAdapter>> FromPeftFolder(const ModelConfig& c,
+                                                                     const std::string& dir);
 
   // The matrix of (layer, module), or null.
   const LoraMatrix* Get(int32_t layer, int32_t module) const {
@@ -64,8 +65,8 @@ class LoraAdapter {
   const std::vector<std::array<LoraMatrix, kLoraNumModules>>& matrices() const { return layers_; }
   // The adapter matrices() returned, rebuilt (no row permutation: they are already in this
   // model's order). INVALID_ARGUMENT for a shape the model does not have.
-  static StatusOr<std::shared_ptr<const LoraAdapter>> FromMatrices(const ModelConfig& c,
-                                                                   std::vector<std::array<LoraMatrix, kLoraNumModules>> layers);
+  static StatusOr<std::shared_ptr<const LoraAdapter>> FromMatrices(
+      const ModelConfig& c, std::vector<std::array<LoraMatrix, kLoraNumModules>> layers);
 
  private:
   LoraAdapter();

@@ -1,15 +1,14 @@
 #include "model/model.h"
 
-#include <map>
-
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <thread>
 #include <cstring>
+#include <map>
 #include <sstream>
+#include <thread>
 
 #include "base/thread_pool.h"
 #include "kernels/interleave.h"
@@ -34,9 +33,10 @@ void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int32_t t
   if (tokens_per_block > capacity_block_ || num_threads > capacity_threads_) {
     tokens_per_block = std::max(tokens_per_block, capacity_block_);
     num_threads = std::max(num_threads, capacity_threads_);
-    attention_.Resize(kernels::AttentionScratchFloats({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f}, num_threads,
-                                                      tokens_per_block) *
-                      sizeof(float));
+    attention_.Resize(
+        kernels::AttentionScratchFloats({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f},
+                                        num_threads, tokens_per_block) *
+        sizeof(float));
     attention = attention_.as<float>();
     capacity_block_ = tokens_per_block;
     capacity_threads_ = num_threads;
@@ -71,16 +71,18 @@ void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int32_t t
 Status ApplyLoadOptions(const ModelLoadOptions& options, ModelConfig* config) {
   if (options.num_layers == 0) return OkStatus();
   if (options.num_layers < 0 || options.num_layers > config->num_layers) {
-    return InvalidArgumentError("cannot keep the first " + std::to_string(options.num_layers) + " layers of a model with " +
-                                std::to_string(config->num_layers));
+    return InvalidArgumentError("cannot keep the first " + std::to_string(options.num_layers) +
+                                " layers of a model with " + std::to_string(config->num_layers));
   }
   config->num_layers = options.num_layers;
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelLoadOptions& options) {
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
+                                             const ModelLoadOptions& options) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return NotFoundError("model path '" + path + "' does not exist");
+  if (::stat(path.c_str(), &st) != 0)
+    return NotFoundError("model path '" + path + "' does not exist");
   if (S_ISDIR(st.st_mode)) return LoadHuggingFaceModel(path, options);
   auto ends_with = [&](const char* suffix) {
     const size_t n = std::strlen(suffix);
@@ -117,7 +119,8 @@ void InterleaveWeights(Model* model) {
   plan(w.token_embedding);
   plan(w.output);
   for (LayerWeights& l : w.layers) {
-    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) plan(*v);
+    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down})
+      plan(*v);
   }
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -137,7 +140,8 @@ void InterleaveWeights(Model* model) {
     model->owned_.push_back(std::move(job.copy));
     // The source is not read again: its file pages need not stay resident (a model would
     // otherwise count twice in RSS, e.g. 4.3 GB for a 2.2 GB F16 file).
-    for (const auto& file : model->files_) file->ReleasePages(job.source.data, static_cast<size_t>(job.source.num_bytes()));
+    for (const auto& file : model->files_)
+      file->ReleasePages(job.source.data, static_cast<size_t>(job.source.num_bytes()));
   }
 }
 
@@ -162,12 +166,12 @@ std::string Model::Describe() const {
   const ModelConfig& c = config_;
   os << ArchitectureName(c.arch) << ": " << c.num_layers << " layers, hidden " << c.hidden_size
      << ", heads " << c.num_heads << "/" << c.num_kv_heads << " x " << c.head_dim << ", ffn "
-     << c.ffn_size << ", vocab " << c.vocab_size << ", context " << c.context_length
-     << ", weights";
+     << c.ffn_size << ", vocab " << c.vocab_size << ", context " << c.context_length << ", weights";
   // Every stored type of the matrices with its count (a llama-quantize mix has several).
   std::map<std::string, int> types;
   for (const LayerWeights& l : weights_.layers) {
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const TensorView* t :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
       if (!t->empty()) ++types[DTypeName(t->dtype)];
     }
   }
@@ -179,24 +183,29 @@ std::string Model::Describe() const {
 int64_t Model::DecodeWeightBytes() const {
   int64_t bytes = weights_.output.num_bytes() + weights_.token_embedding.row_bytes();
   for (const auto& l : weights_.layers) {
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const TensorView* t :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
       if (!t->empty()) bytes += t->num_bytes();
     }
   }
   return bytes;
 }
 
-void Model::EmbeddingRow(int32_t id, float* out) const { kernels::DequantizeRow(weights_.token_embedding, id, out); }
+void Model::EmbeddingRow(int32_t id, float* out) const {
+  kernels::DequantizeRow(weights_.token_embedding, id, out);
+}
 
 Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
   const ShardLayout& sh = shard_;
   if (static_cast<int>(kv.layers.size()) != sh.num_layers()) {
-    return InvalidArgumentError("KV cache has " + std::to_string(kv.layers.size()) + " layers, model has " + std::to_string(sh.num_layers()));
+    return InvalidArgumentError("KV cache has " + std::to_string(kv.layers.size()) +
+                                " layers, model has " + std::to_string(sh.num_layers()));
   }
   const int64_t kv_dim = static_cast<int64_t>(sh.num_kv_heads) * config_.head_dim;
   for (const kernels::KvLayerView& l : kv.layers) {
     if (l.head_dim != config_.head_dim || l.kv_dim != kv_dim || l.tokens_per_block < 1) {
-      return InvalidArgumentError("KV cache layout (kv_dim " + std::to_string(l.kv_dim) + ", head_dim " + std::to_string(l.head_dim) +
+      return InvalidArgumentError("KV cache layout (kv_dim " + std::to_string(l.kv_dim) +
+                                  ", head_dim " + std::to_string(l.head_dim) +
                                   ") does not match the model (" + std::to_string(kv_dim) + ", " +
                                   std::to_string(config_.head_dim) + ")");
     }
@@ -206,25 +215,36 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
     for (int32_t i = 0; i < c.num_tokens; ++i) {
       const int32_t id = c.token_ids[i];
       if (id < 0 || id >= config_.vocab_size + (c.prompt_table ? c.prompt_table_rows : 0)) {
-        return InvalidArgumentError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(config_.vocab_size) +
-                                    (c.prompt_table ? " and the prompt table of " + std::to_string(c.prompt_table_rows) + " rows" : std::string()));
+        return InvalidArgumentError(
+            "token id " + std::to_string(id) + " is outside the vocabulary of " +
+            std::to_string(config_.vocab_size) +
+            (c.prompt_table
+                 ? " and the prompt table of " + std::to_string(c.prompt_table_rows) + " rows"
+                 : std::string()));
       }
     }
     if (c.lora != nullptr && c.lora->num_layers() != config_.num_layers) {
-      return InvalidArgumentError("a LoRA adapter for " + std::to_string(c.lora->num_layers()) + " layers cannot run on a model of " +
+      return InvalidArgumentError("a LoRA adapter for " + std::to_string(c.lora->num_layers()) +
+                                  " layers cannot run on a model of " +
                                   std::to_string(config_.num_layers));
     }
-    if (c.num_logits < 1 || c.num_logits > c.num_tokens) return InvalidArgumentError("a sequence chunk asks for logits of tokens it does not hold");
-    if (c.start_pos < 0 || static_cast<int64_t>(c.start_pos) + c.num_tokens > config_.context_length) {
-      return InvalidArgumentError("positions " + std::to_string(c.start_pos) + ".." + std::to_string(c.start_pos + c.num_tokens - 1) +
-                                  " exceed the context length " + std::to_string(config_.context_length));
+    if (c.num_logits < 1 || c.num_logits > c.num_tokens)
+      return InvalidArgumentError("a sequence chunk asks for logits of tokens it does not hold");
+    if (c.start_pos < 0 ||
+        static_cast<int64_t>(c.start_pos) + c.num_tokens > config_.context_length) {
+      return InvalidArgumentError("positions " + std::to_string(c.start_pos) + ".." +
+                                  std::to_string(c.start_pos + c.num_tokens - 1) +
+                                  " exceed the context length " +
+                                  std::to_string(config_.context_length));
     }
     if (kv.layers.empty()) continue;
     const int32_t tpb = kv.layers[0].tokens_per_block;
     const int64_t need = (static_cast<int64_t>(c.start_pos) + c.num_tokens + tpb - 1) / tpb;
-    if (c.num_blocks < need) return InvalidArgumentError("block table too short for the chunk's positions");
+    if (c.num_blocks < need)
+      return InvalidArgumentError("block table too short for the chunk's positions");
     for (int64_t b = 0; b < need; ++b) {
-      if (c.block_table[b] < 0 || c.block_table[b] >= kv.num_blocks) return InvalidArgumentError("block id out of range");
+      if (c.block_table[b] < 0 || c.block_table[b] >= kv.num_blocks)
+        return InvalidArgumentError("block id out of range");
     }
   }
   return OkStatus();
@@ -235,18 +255,22 @@ namespace {
 // x += y over [num_tokens, n]; a prompt's rows are split over the pool.
 void AddResidual(float* x, const float* y, int64_t num_tokens, int64_t n, ThreadPool& pool) {
   if (num_tokens < 32) return kernels::AddInPlace(x, y, num_tokens * n);
-  pool.ParallelFor(num_tokens, 8, [&](int64_t t0, int64_t t1) { kernels::AddInPlace(x + t0 * n, y + t0 * n, (t1 - t0) * n); });
+  pool.ParallelFor(num_tokens, 8, [&](int64_t t0, int64_t t1) {
+    kernels::AddInPlace(x + t0 * n, y + t0 * n, (t1 - t0) * n);
+  });
 }
 
 float* Grow(std::vector<float>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(std::max<size_t>(static_cast<size_t>(n), 2 * v.size()));
+  if (v.size() < static_cast<size_t>(n))
+    v.resize(std::max<size_t>(static_cast<size_t>(n), 2 * v.size()));
   return v.data();
 }
 
 }  // namespace
 
-Status Model::GatherColumns(TensorParallelGroup* tp, const float* local, int64_t T, const std::vector<int64_t>& sizes,
-                            float* out, ForwardScratch& s, bool only_first) const {
+Status Model::GatherColumns(TensorParallelGroup* tp, const float* local, int64_t T,
+                            const std::vector<int64_t>& sizes, float* out, ForwardScratch& s,
+                            bool only_first) const {
   const int64_t ranks = static_cast<int64_t>(sizes.size());
   const int64_t widest = *std::max_element(sizes.begin(), sizes.end());
   const int64_t mine = sizes[tp->rank()];
@@ -258,9 +282,11 @@ Status Model::GatherColumns(TensorParallelGroup* tp, const float* local, int64_t
   if (mine == widest) {
     send = const_cast<float*>(local);
   } else {
-    for (int64_t t = 0; t < T; ++t) std::memcpy(send + t * widest, local + t * mine, mine * sizeof(float));
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(send + t * widest, local + t * mine, mine * sizeof(float));
   }
-  RETURN_IF_ERROR(only_first ? tp->Gather(send, T * widest, recv) : tp->AllGather(send, T * widest, recv));
+  RETURN_IF_ERROR(only_first ? tp->Gather(send, T * widest, recv)
+                             : tp->AllGather(send, T * widest, recv));
   if (only_first && tp->rank() != 0) return OkStatus();
   int64_t offset = 0;
   for (int64_t r = 0; r < ranks; ++r) {
@@ -272,18 +298,21 @@ Status Model::GatherColumns(TensorParallelGroup* tp, const float* local, int64_t
   return OkStatus();
 }
 
-void Model::Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* out,
-                 int64_t num_tokens, ThreadPool& pool) const {
+void Model::Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x,
+                 float* out, int64_t num_tokens, ThreadPool& pool) const {
   const int64_t n = config_.hidden_size;
   auto rows = [&](int64_t t0, int64_t t1) {
     if (config_.layer_norm) {
-      kernels::LayerNorm(x + t0 * n, w.data(), b.empty() ? nullptr : b.data(), t1 - t0, n, config_.norm_eps, out + t0 * n);
+      kernels::LayerNorm(x + t0 * n, w.data(), b.empty() ? nullptr : b.data(), t1 - t0, n,
+                         config_.norm_eps, out + t0 * n);
     } else {
       kernels::RmsNorm(x + t0 * n, w.data(), t1 - t0, n, config_.norm_eps, out + t0 * n);
     }
   };
-  if (num_tokens >= 32) pool.ParallelFor(num_tokens, 8, rows);
-  else rows(0, num_tokens);
+  if (num_tokens >= 32)
+    pool.ParallelFor(num_tokens, 8, rows);
+  else
+    rows(0, num_tokens);
 }
 
 Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
@@ -293,7 +322,8 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
   const int local = layer - sh.layer_begin;
   const LayerWeights& lw = weights_.layers[local];
   // This rank's heads (all of them without tensor parallelism).
-  const int64_t qd = static_cast<int64_t>(sh.num_heads) * c.head_dim, kvd = static_cast<int64_t>(sh.num_kv_heads) * c.head_dim;
+  const int64_t qd = static_cast<int64_t>(sh.num_heads) * c.head_dim,
+                kvd = static_cast<int64_t>(sh.num_kv_heads) * c.head_dim;
   const int32_t H = c.hidden_size, lh = static_cast<int32_t>(sh.hidden.size());
   float* q = s.q;
   float* k = s.k;
@@ -346,8 +376,10 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
         for (int64_t row = seq.row_offset; row < seq.row_offset + seq.num_tokens; ++row) {
           const float* cos = s.rope_angles + row * c.rope_dim;
           const float* sin = cos + c.rope_dim / 2;
-          kernels::ApplyRopeAngles(q + row * qd, sh.num_heads, c.head_dim, c.rope_dim, c.rope_style, cos, sin);
-          kernels::ApplyRopeAngles(k + row * kvd, sh.num_kv_heads, c.head_dim, c.rope_dim, c.rope_style, cos, sin);
+          kernels::ApplyRopeAngles(q + row * qd, sh.num_heads, c.head_dim, c.rope_dim, c.rope_style,
+                                   cos, sin);
+          kernels::ApplyRopeAngles(k + row * kvd, sh.num_kv_heads, c.head_dim, c.rope_dim,
+                                   c.rope_style, cos, sin);
         }
       }
       kernels::WriteKv(kv_layer, seq, k + seq.row_offset * kvd, v + seq.row_offset * kvd);
@@ -355,21 +387,25 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
   });
   const kernels::AttentionShape shape{sh.num_heads, sh.num_kv_heads, c.head_dim,
                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  kernels::PagedAttention(kv_layer, shape, seqs.data(), static_cast<int>(seqs.size()), q, s.attn, pool, s.attention);
+  kernels::PagedAttention(kv_layer, shape, seqs.data(), static_cast<int>(seqs.size()), q, s.attn,
+                          pool, s.attention);
   // The output projection reads every head: gather them first under tensor parallelism.
   const float* attn = s.attn;
   if (tp != nullptr) {
     float* all_heads = Grow(s.tp_wide, T * std::max<int64_t>(c.q_dim(), c.ffn_size));
-    RETURN_IF_ERROR(GatherColumns(tp, s.attn, T, std::vector<int64_t>(sh.tp_size(), qd), all_heads, s));
+    RETURN_IF_ERROR(
+        GatherColumns(tp, s.attn, T, std::vector<int64_t>(sh.tp_size(), qd), all_heads, s));
     attn = all_heads;
   }
   kernels::MatMul(lw.wo, attn, T, s.out, pool, s.matmul);
   if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, lh);
-  ApplyLora(layer, kLoraAttnDense, attn, c.q_dim(), s.out, lh, static_cast<int32_t>(sh.hidden.begin), lh, s, pool, T);
+  ApplyLora(layer, kLoraAttnDense, attn, c.q_dim(), s.out, lh,
+            static_cast<int32_t>(sh.hidden.begin), lh, s, pool, T);
   return AddOutputToResidual(s, pool, T, tp);
 }
 
-Status Model::AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t T, TensorParallelGroup* tp) const {
+Status Model::AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t T,
+                                  TensorParallelGroup* tp) const {
   const int64_t H = config_.hidden_size;
   const float* out = s.out;
   if (tp != nullptr) {
@@ -381,8 +417,9 @@ Status Model::AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t T
   return OkStatus();
 }
 
-void Model::ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-                      int32_t b_row0, int32_t b_rows, const ForwardScratch& s, ThreadPool& pool, int64_t T) const {
+void Model::ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y,
+                      int64_t y_stride, int32_t b_row0, int32_t b_rows, const ForwardScratch& s,
+                      ThreadPool& pool, int64_t T) const {
   if (!s.any_lora) return;
   pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> ax;
@@ -409,26 +446,31 @@ void Model::ApplyLora(int layer, int32_t module, const float* x, int64_t x_strid
   });
 }
 
-Status Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t T, TensorParallelGroup* tp) const {
+Status Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t T,
+                          TensorParallelGroup* tp) const {
   const ModelConfig& c = config_;
   const ShardLayout& sh = shard_;
   const LayerWeights& lw = weights_.layers[layer - sh.layer_begin];
   // This rank's FFN columns and output rows (all of them without tensor parallelism).
   const int32_t H = c.hidden_size, F = c.ffn_size;
-  const int32_t lf = static_cast<int32_t>(sh.ffn.size()), lh = static_cast<int32_t>(sh.hidden.size());
+  const int32_t lf = static_cast<int32_t>(sh.ffn.size()),
+                lh = static_cast<int32_t>(sh.hidden.size());
   const int32_t f0 = static_cast<int32_t>(sh.ffn.begin), h0 = static_cast<int32_t>(sh.hidden.begin);
   float* act = c.gelu_ffn ? s.up : s.gate;  // [T, lf]: the down projection's input
   if (c.gelu_ffn) {
     kernels::MatMul(lw.w_up, s.h, T, s.up, pool, s.matmul);
     if (!lw.b_up.empty()) kernels::AddBias(s.up, lw.b_up.data(), T, lf);
     ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.up, lf, f0, lf, s, pool, T);
-    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) { kernels::GeluTanh(s.up + t0 * lf, (t1 - t0) * lf); });
+    pool.ParallelFor(
+        T, 1, [&](int64_t t0, int64_t t1) { kernels::GeluTanh(s.up + t0 * lf, (t1 - t0) * lf); });
   } else {
     const kernels::MatMulTarget gate_up[] = {{&lw.w_gate, s.gate}, {&lw.w_up, s.up}};
     kernels::MatMulGroup(gate_up, 2, s.h, T, pool, s.matmul);
     ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.gate, lf, f0, lf, s, pool, T);
     ApplyLora(layer, kLoraMlpGate, s.h, H, s.up, lf, f0, lf, s, pool, T);
-    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) { kernels::SiluMul(s.gate + t0 * lf, s.up + t0 * lf, (t1 - t0) * lf); });
+    pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
+      kernels::SiluMul(s.gate + t0 * lf, s.up + t0 * lf, (t1 - t0) * lf);
+    });
   }
   const float* down_in = act;
   if (tp != nullptr) {
@@ -442,7 +484,8 @@ Status Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_
   return AddOutputToResidual(s, pool, T, tp);
 }
 
-Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T, TensorParallelGroup* tp) const {
+Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T,
+                    TensorParallelGroup* tp) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   // Under tensor parallelism a token's row lives on the rank owning its vocabulary range: each
@@ -455,7 +498,8 @@ Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T, TensorP
       float* xr = s.x + row * H;
       const int32_t id = ch.token_ids[i];
       if (id >= c.vocab_size) {
-        std::memcpy(xr, ch.prompt_table + static_cast<int64_t>(id - c.vocab_size) * H, H * sizeof(float));
+        std::memcpy(xr, ch.prompt_table + static_cast<int64_t>(id - c.vocab_size) * H,
+                    H * sizeof(float));
       } else if (id >= shard_.vocab.begin && id < shard_.vocab.end) {
         kernels::DequantizeRow(weights_.token_embedding, id - shard_.vocab.begin, xr);
       } else {
@@ -470,7 +514,8 @@ Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T, TensorP
     float* all = Grow(s.tp_exchange, tp->size() * T * H);
     RETURN_IF_ERROR(tp->AllGather(s.x, T * H, all));
     for (int64_t t = 0; t < T; ++t) {
-      if (s.tp_owner[t] >= 0) std::memcpy(s.x + t * H, all + (s.tp_owner[t] * T + t) * H, H * sizeof(float));
+      if (s.tp_owner[t] >= 0)
+        std::memcpy(s.x + t * H, all + (s.tp_owner[t] * T + t) * H, H * sizeof(float));
     }
   }
   if (c.learned_positions) {
@@ -485,14 +530,16 @@ Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T, TensorP
   return OkStatus();
 }
 
-Status Model::Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool, TensorParallelGroup* tp, float* logits) const {
+Status Model::Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool,
+                     TensorParallelGroup* tp, float* logits) const {
   const ModelConfig& c = config_;
   // Gather the rows that need logits, normalise, project.
   int64_t out_rows = 0, row = 0;
   for (const SequenceChunk& ch : plan.chunks) {
     const int32_t first = ch.num_tokens - ch.num_logits;
     for (int32_t i = first; i < ch.num_tokens; ++i) {
-      std::memmove(s.h + out_rows * c.hidden_size, s.x + (row + i) * c.hidden_size, c.hidden_size * sizeof(float));
+      std::memmove(s.h + out_rows * c.hidden_size, s.x + (row + i) * c.hidden_size,
+                   c.hidden_size * sizeof(float));
       ++out_rows;
     }
     row += ch.num_tokens;
@@ -515,18 +562,21 @@ Status Model::Forward(const BatchPlan& plan, const KvCacheView& kv, ForwardScrat
   return ForwardShard(plan, kv, s, pool, io);
 }
 
-Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s, ThreadPool& pool,
-                           const ShardIo& io) const {
+Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
+                           ThreadPool& pool, const ShardIo& io) const {
   RETURN_IF_ERROR(ValidatePlan(plan, kv));
   const ModelConfig& c = config_;
   const ShardLayout& sh = shard_;
   TensorParallelGroup* tp = sh.tp_size() > 1 ? io.tp : nullptr;
-  if (sh.tp_size() > 1 && (tp == nullptr || tp->size() != sh.tp_size() || tp->rank() != sh.shard.tp_rank)) {
-    return FailedPreconditionError("a tensor-parallel shard runs only in its own group of " + std::to_string(sh.tp_size()) + " ranks");
+  if (sh.tp_size() > 1 &&
+      (tp == nullptr || tp->size() != sh.tp_size() || tp->rank() != sh.shard.tp_rank)) {
+    return FailedPreconditionError("a tensor-parallel shard runs only in its own group of " +
+                                   std::to_string(sh.tp_size()) + " ranks");
   }
   const bool last = sh.last_stage(c.num_layers);
   if ((!sh.first_stage() && io.hidden_in == nullptr) || (!last && io.hidden_out == nullptr)) {
-    return FailedPreconditionError("a pipeline stage needs the hidden states of the stage before it and a place for its own");
+    return FailedPreconditionError(
+        "a pipeline stage needs the hidden states of the stage before it and a place for its own");
   }
   const int64_t T = plan.num_tokens();
   if (T == 0) return OkStatus();
@@ -552,7 +602,8 @@ Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, Forward
     for (const SequenceChunk& ch : plan.chunks) {
       for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
         float* cos = s.rope_angles + row * c.rope_dim;
-        kernels::RopeAngles(rope_inv_freq_.data(), c.rope_dim, ch.start_pos + i, cos, cos + c.rope_dim / 2);
+        kernels::RopeAngles(rope_inv_freq_.data(), c.rope_dim, ch.start_pos + i, cos,
+                            cos + c.rope_dim / 2);
       }
     }
   }

@@ -40,14 +40,14 @@ struct ModelWeights {
   TensorView position_embedding;  // GPT-2 [context, hidden]
   std::vector<LayerWeights> layers;
   std::vector<float> output_norm, output_norm_bias;
-  TensorView output;              // [vocab, hidden] (== token_embedding when tied)
+  TensorView output;  // [vocab, hidden] (== token_embedding when tied)
 };
 
 // The new tokens of one sequence in a step.
 struct SequenceChunk {
   const int32_t* token_ids = nullptr;
   int32_t num_tokens = 0;
-  int32_t start_pos = 0;                // position of token_ids[0] (tokens already in the cache)
+  int32_t start_pos = 0;                 // position of token_ids[0] (tokens already in the cache)
   const int32_t* block_table = nullptr;  // KV blocks of this sequence, covering every position
   int32_t num_blocks = 0;
   // Logits for the last num_logits tokens of the chunk (num_tokens: every token; more than one
@@ -78,16 +78,16 @@ struct KvCacheView {
 class ForwardScratch {
  public:
   void Reserve(const ModelConfig& c, int64_t num_tokens, int32_t tokens_per_block, int num_threads);
-  float* x = nullptr;       // [T, hidden] residual stream
-  float* h = nullptr;       // [T, max(hidden, q_dim)] normed input / attention output
-  float* q = nullptr;       // [T, q_dim + 2 * kv_dim] (q | k | v, fused for GPT-2)
-  float* k = nullptr;       // [T, kv_dim]
-  float* v = nullptr;       // [T, kv_dim]
-  float* attn = nullptr;    // [T, q_dim]
-  float* gate = nullptr;    // [T, ffn]
-  float* up = nullptr;      // [T, ffn]
-  float* out = nullptr;     // [T, hidden]
-  float* attention = nullptr;  // kernels::AttentionScratchFloats
+  float* x = nullptr;            // [T, hidden] residual stream
+  float* h = nullptr;            // [T, max(hidden, q_dim)] normed input / attention output
+  float* q = nullptr;            // [T, q_dim + 2 * kv_dim] (q | k | v, fused for GPT-2)
+  float* k = nullptr;            // [T, kv_dim]
+  float* v = nullptr;            // [T, kv_dim]
+  float* attn = nullptr;         // [T, q_dim]
+  float* gate = nullptr;         // [T, ffn]
+  float* up = nullptr;           // [T, ffn]
+  float* out = nullptr;          // [T, hidden]
+  float* attention = nullptr;    // kernels::AttentionScratchFloats
   float* rope_angles = nullptr;  // [T, rope_dim]: cos then sin of each token's RoPE angles
   kernels::MatMulScratch matmul;
   std::vector<const LoraAdapter*> row_lora;  // [T]: each token's adapter (LoRA)
@@ -129,7 +129,8 @@ class Model {
  public:
   // Loads a .gguf file, a llama2.c .bin, or a Hugging Face folder (config.json +
   // *.safetensors). Every failure names the file and what is wrong.
-  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path, const ModelLoadOptions& options = {});
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
+                                               const ModelLoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   // The input embedding of a token id (dequantized): [hidden].
@@ -159,7 +160,7 @@ class Model {
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::shared_ptr<MappedFile>> files_;  // keep mapped weights alive
-  std::vector<AlignedBuffer> owned_;               // converted weights
+  std::vector<AlignedBuffer> owned_;                // converted weights
   std::string path_;
   std::vector<float> rope_inv_freq_;
   ShardLayout shard_;
@@ -169,28 +170,37 @@ class Model {
   // `layer` is the global id; weights_.layers and kv.layers hold this stage's only.
   Status Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
                    ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
-  Status FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
-  Status Embed(const BatchPlan& plan, ForwardScratch& s, int64_t num_tokens, TensorParallelGroup* tp) const;
+  Status FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens,
+                     TensorParallelGroup* tp) const;
+  Status Embed(const BatchPlan& plan, ForwardScratch& s, int64_t num_tokens,
+               TensorParallelGroup* tp) const;
   // x += out: a block's output projection (this rank's rows of it, gathered under TP).
-  Status AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
-  Status Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool, TensorParallelGroup* tp, float* logits) const;
+  Status AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t num_tokens,
+                             TensorParallelGroup* tp) const;
+  Status Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool, TensorParallelGroup* tp,
+                float* logits) const;
   // Under TP: out[T, sum(sizes)] = every rank's local[T, sizes[rank]] side by side (only_first:
   // on TP rank 0 only).
-  Status GatherColumns(TensorParallelGroup* tp, const float* local, int64_t num_tokens, const std::vector<int64_t>& sizes,
-                       float* out, ForwardScratch& s, bool only_first = false) const;
+  Status GatherColumns(TensorParallelGroup* tp, const float* local, int64_t num_tokens,
+                       const std::vector<int64_t>& sizes, float* out, ForwardScratch& s,
+                       bool only_first = false) const;
   // LoRA: y[t] += B[b_row0 : b_row0 + b_rows] (A x[t]) for each token t whose adapter has
   // `module` at `layer`.
-  void ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-                 int32_t b_row0, int32_t b_rows, const ForwardScratch& s, ThreadPool& pool, int64_t num_tokens) const;
+  void ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y,
+                 int64_t y_stride, int32_t b_row0, int32_t b_rows, const ForwardScratch& s,
+                 ThreadPool& pool, int64_t num_tokens) const;
   // Rows are independent: a prompt's rows are split over the pool.
   void Norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* out,
             int64_t num_tokens, ThreadPool& pool) const;
 };
 
 // Loaders (model_loader_*.cc).
-StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const ModelLoadOptions& options = {});
-StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path, const ModelLoadOptions& options = {});
-StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir, const ModelLoadOptions& options = {});
+StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path,
+                                               const ModelLoadOptions& options = {});
+StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path,
+                                                  const ModelLoadOptions& options = {});
+StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir,
+                                                      const ModelLoadOptions& options = {});
 // Applies options.num_layers to a config read from a file (before its weights are loaded).
 Status ApplyLoadOptions(const ModelLoadOptions& options, ModelConfig* config);
 // Cuts the weights to options.shard (model/shard.h), interleaves them and fills

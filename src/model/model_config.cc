@@ -6,17 +6,23 @@ namespace inflight {
 
 const char* ArchitectureName(Architecture a) {
   switch (a) {
-    case Architecture::kLlama: return "llama";
-    case Architecture::kQwen2: return "qwen2";
-    case Architecture::kQwen3: return "qwen3";
-    case Architecture::kGpt2: return "gpt2";
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kQwen2:
+      return "qwen2";
+    case Architecture::kQwen3:
+      return "qwen3";
+    case Architecture::kGpt2:
+      return "gpt2";
   }
   return "?";
 }
 
 Status ModelConfig::Validate() const {
   auto positive = [](const char* name, int64_t v) -> Status {
-    if (v <= 0) return InvalidArgumentError(std::string(name) + " must be positive, got " + std::to_string(v));
+    if (v <= 0)
+      return InvalidArgumentError(std::string(name) + " must be positive, got " +
+                                  std::to_string(v));
     return OkStatus();
   };
   RETURN_IF_ERROR(positive("vocab_size", vocab_size));
@@ -28,18 +34,24 @@ Status ModelConfig::Validate() const {
   RETURN_IF_ERROR(positive("ffn_size", ffn_size));
   RETURN_IF_ERROR(positive("context_length", context_length));
   if (num_heads % num_kv_heads != 0) {
-    return InvalidArgumentError("num_heads " + std::to_string(num_heads) + " is not a multiple of num_kv_heads " + std::to_string(num_kv_heads));
+    return InvalidArgumentError("num_heads " + std::to_string(num_heads) +
+                                " is not a multiple of num_kv_heads " +
+                                std::to_string(num_kv_heads));
   }
   if (!learned_positions) {
     if (rope_dim <= 0 || rope_dim > head_dim || rope_dim % 2 != 0) {
-      return InvalidArgumentError("rope dimension " + std::to_string(rope_dim) + " is invalid for head_dim " + std::to_string(head_dim));
+      return InvalidArgumentError("rope dimension " + std::to_string(rope_dim) +
+                                  " is invalid for head_dim " + std::to_string(head_dim));
     }
     if (!rope_freq_factors.empty() && static_cast<int>(rope_freq_factors.size()) != rope_dim / 2) {
-      return InvalidArgumentError("rope frequency factors: expected " + std::to_string(rope_dim / 2));
+      return InvalidArgumentError("rope frequency factors: expected " +
+                                  std::to_string(rope_dim / 2));
     }
   }
-  if (!(norm_eps > 0) || !std::isfinite(norm_eps)) return InvalidArgumentError("norm epsilon must be positive");
-  if (num_layers > 1024 || hidden_size > (1 << 20) || vocab_size > (1 << 24) || context_length > (1 << 24)) {
+  if (!(norm_eps > 0) || !std::isfinite(norm_eps))
+    return InvalidArgumentError("norm epsilon must be positive");
+  if (num_layers > 1024 || hidden_size > (1 << 20) || vocab_size > (1 << 24) ||
+      context_length > (1 << 24)) {
     return InvalidArgumentError("model dimensions are implausibly large");
   }
   return OkStatus();
@@ -58,7 +70,8 @@ std::vector<float> Llama3RopeFactors(float base, int rope_dim, float factor, flo
     } else if (wavelen > low_wavelen) {
       out[i] = factor;
     } else {
-      const double smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      const double smooth =
+          (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
       // freq' = (1 - smooth) * freq / factor + smooth * freq  ->  divisor = freq / freq'
       out[i] = static_cast<float>(1.0 / ((1 - smooth) / factor + smooth));
     }

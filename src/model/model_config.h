@@ -16,7 +16,7 @@ const char* ArchitectureName(Architecture a);
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
   int32_t vocab_size = 0;
-  int32_t hidden_size = 0;      // n_embd
+  int32_t hidden_size = 0;  // n_embd
   int32_t num_layers = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
@@ -24,11 +24,11 @@ struct ModelConfig {
   int32_t ffn_size = 0;
   int32_t context_length = 2048;
   float norm_eps = 1e-5f;
-  bool layer_norm = false;      // GPT-2: LayerNorm with bias; else RMSNorm
-  bool gelu_ffn = false;        // GPT-2: down(gelu(up x)); else SwiGLU
+  bool layer_norm = false;  // GPT-2: LayerNorm with bias; else RMSNorm
+  bool gelu_ffn = false;    // GPT-2: down(gelu(up x)); else SwiGLU
   bool learned_positions = false;
   float rope_base = 10000.0f;
-  int32_t rope_dim = 0;         // rotated dims per head (== head_dim usually)
+  int32_t rope_dim = 0;  // rotated dims per head (== head_dim usually)
   kernels::RopeStyle rope_style = kernels::RopeStyle::kAdjacentPairs;
   float rope_linear_scale = 1.0f;
   std::vector<float> rope_freq_factors;  // Llama 3 scaling: rope_dim / 2 divisors, or empty

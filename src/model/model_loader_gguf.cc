@@ -34,7 +34,8 @@ class GgufWeightReader : public WeightSource {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const ModelLoadOptions& options) {
+StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path,
+                                               const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
   auto parsed = GgufFile::Parse(file);
   if (!parsed.ok()) return Status(parsed.status().code(), path + ": " + parsed.status().message());
@@ -48,11 +49,17 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const Mo
   if (!arch_name) return fail(InvalidArgumentError("general.architecture is missing"));
   ModelConfig& c = model->config_;
   const std::string& a = *arch_name;
-  if (a == "llama" || a == "mistral") c.arch = Architecture::kLlama;
-  else if (a == "qwen2") c.arch = Architecture::kQwen2;
-  else if (a == "qwen3") c.arch = Architecture::kQwen3;
-  else if (a == "gpt2") c.arch = Architecture::kGpt2;
-  else return fail(UnimplementedError("architecture '" + a + "' is not supported (llama, mistral, qwen2, qwen3, gpt2)"));
+  if (a == "llama" || a == "mistral")
+    c.arch = Architecture::kLlama;
+  else if (a == "qwen2")
+    c.arch = Architecture::kQwen2;
+  else if (a == "qwen3")
+    c.arch = Architecture::kQwen3;
+  else if (a == "gpt2")
+    c.arch = Architecture::kGpt2;
+  else
+    return fail(UnimplementedError("architecture '" + a +
+                                   "' is not supported (llama, mistral, qwen2, qwen3, gpt2)"));
 
   auto get_int = [&](const std::string& key, bool required, int32_t* out) -> Status {
     auto v = gguf->GetInt(a + "." + key);
@@ -61,7 +68,8 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const Mo
       if (required) return InvalidArgumentError("metadata " + a + "." + key + " is missing");
       return OkStatus();
     }
-    if (**v < 0 || **v > (int64_t{1} << 30)) return InvalidArgumentError("metadata " + a + "." + key + " is out of range");
+    if (**v < 0 || **v > (int64_t{1} << 30))
+      return InvalidArgumentError("metadata " + a + "." + key + " is out of range");
     *out = static_cast<int32_t>(**v);
     return OkStatus();
   };
@@ -92,7 +100,8 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const Mo
     if (!(st = get_float("attention.layer_norm_epsilon", &c.norm_eps)).ok()) return fail(st);
   } else {
     if (!(st = get_float("attention.layer_norm_rms_epsilon", &c.norm_eps)).ok()) return fail(st);
-    c.rope_style = c.arch == Architecture::kLlama ? kernels::RopeStyle::kAdjacentPairs : kernels::RopeStyle::kHalves;
+    c.rope_style = c.arch == Architecture::kLlama ? kernels::RopeStyle::kAdjacentPairs
+                                                  : kernels::RopeStyle::kHalves;
   }
   {
     auto type = gguf->GetString(a + ".rope.scaling.type");
@@ -111,7 +120,8 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const Mo
     c.rope_freq_factors = std::move(f).value();
   }
   const GgufTensorInfo* embd = gguf->FindTensor("token_embd.weight");
-  if (!embd || embd->dims.size() != 2) return fail(InvalidArgumentError("tensor 'token_embd.weight' is missing or not 2-D"));
+  if (!embd || embd->dims.size() != 2)
+    return fail(InvalidArgumentError("tensor 'token_embd.weight' is missing or not 2-D"));
   c.vocab_size = static_cast<int32_t>(embd->dims[1]);
   Status valid = c.Validate();
   if (!valid.ok()) return fail(valid);
@@ -125,8 +135,9 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path, const Mo
     if (!tok.ok()) return fail(tok.status());
     model->tokenizer_ = std::move(tok).value();
     if (model->tokenizer_->vocab_size() > c.vocab_size) {
-      return fail(InvalidArgumentError("tokenizer has " + std::to_string(model->tokenizer_->vocab_size()) +
-                                       " tokens but the embedding only " + std::to_string(c.vocab_size)));
+      return fail(
+          InvalidArgumentError("tokenizer has " + std::to_string(model->tokenizer_->vocab_size()) +
+                               " tokens but the embedding only " + std::to_string(c.vocab_size)));
     }
   }
   if (Status f = FinishModel(model.get(), options); !f.ok()) return fail(f);

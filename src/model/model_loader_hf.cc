@@ -38,7 +38,9 @@ class HfWeightSource : public WeightSource {
     const SafetensorsTensor* t = Resolve(name);
     if (!t) return NotFoundError("tensor '" + HfName(name) + "' (for " + name + ") is missing");
     auto dt = DTypeFromSafetensors(t->dtype);
-    if (!dt) return UnimplementedError("tensor '" + HfName(name) + "' has dtype " + t->dtype + " (F32, F16, BF16 supported)");
+    if (!dt)
+      return UnimplementedError("tensor '" + HfName(name) + "' has dtype " + t->dtype +
+                                " (F32, F16, BF16 supported)");
     RawTensor r{t->data, *dt, {}};
     for (auto it = t->shape.rbegin(); it != t->shape.rend(); ++it) r.dims.push_back(*it);
     if (gpt2_ && t->shape.size() == 2 && IsConv1D(name)) return Transpose(r);
@@ -47,8 +49,10 @@ class HfWeightSource : public WeightSource {
 
  private:
   static bool IsConv1D(const std::string& n) {
-    return n.find("attn_qkv.weight") != std::string::npos || n.find("attn_output.weight") != std::string::npos ||
-           n.find("ffn_up.weight") != std::string::npos || n.find("ffn_down.weight") != std::string::npos;
+    return n.find("attn_qkv.weight") != std::string::npos ||
+           n.find("attn_output.weight") != std::string::npos ||
+           n.find("ffn_up.weight") != std::string::npos ||
+           n.find("ffn_down.weight") != std::string::npos;
   }
   StatusOr<RawTensor> Transpose(RawTensor r) const {
     const int64_t rows = r.dims[1], cols = r.dims[0];  // stored [in, out] row-major
@@ -57,7 +61,8 @@ class HfWeightSource : public WeightSource {
     const auto* src = static_cast<const uint8_t*>(r.data);
     auto* dst = buf.as<uint8_t>();
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) std::memcpy(dst + (j * rows + i) * es, src + (i * cols + j) * es, es);
+      for (int64_t j = 0; j < cols; ++j)
+        std::memcpy(dst + (j * rows + i) * es, src + (i * cols + j) * es, es);
     r.data = buf.data();
     r.dims = {rows, cols};
     model_->owned_.push_back(std::move(buf));
@@ -65,26 +70,36 @@ class HfWeightSource : public WeightSource {
   }
   std::string HfName(const std::string& n) const {
     static const std::pair<const char*, const char*> kLlama[] = {
-        {"attn_norm.weight", "input_layernorm.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
-        {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_k.weight", "self_attn.k_proj.weight"},
-        {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_output.weight", "self_attn.o_proj.weight"},
-        {"attn_q.bias", "self_attn.q_proj.bias"},       {"attn_k.bias", "self_attn.k_proj.bias"},
-        {"attn_v.bias", "self_attn.v_proj.bias"},       {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-        {"attn_k_norm.weight", "self_attn.k_norm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
-        {"ffn_up.weight", "mlp.up_proj.weight"},        {"ffn_down.weight", "mlp.down_proj.weight"}};
+        {"attn_norm.weight", "input_layernorm.weight"},
+        {"ffn_norm.weight", "post_attention_layernorm.weight"},
+        {"attn_q.weight", "self_attn.q_proj.weight"},
+        {"attn_k.weight", "self_attn.k_proj.weight"},
+        {"attn_v.weight", "self_attn.v_proj.weight"},
+        {"attn_output.weight", "self_attn.o_proj.weight"},
+        {"attn_q.bias", "self_attn.q_proj.bias"},
+        {"attn_k.bias", "self_attn.k_proj.bias"},
+        {"attn_v.bias", "self_attn.v_proj.bias"},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+        {"ffn_gate.weight", "mlp.gate_proj.weight"},
+        {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight"}};
     static const std::pair<const char*, const char*> kGpt2[] = {
-        {"attn_norm.weight", "ln_1.weight"}, {"attn_norm.bias", "ln_1.bias"}, {"ffn_norm.weight", "ln_2.weight"},
-        {"ffn_norm.bias", "ln_2.bias"}, {"attn_qkv.weight", "attn.c_attn.weight"}, {"attn_qkv.bias", "attn.c_attn.bias"},
+        {"attn_norm.weight", "ln_1.weight"},          {"attn_norm.bias", "ln_1.bias"},
+        {"ffn_norm.weight", "ln_2.weight"},           {"ffn_norm.bias", "ln_2.bias"},
+        {"attn_qkv.weight", "attn.c_attn.weight"},    {"attn_qkv.bias", "attn.c_attn.bias"},
         {"attn_output.weight", "attn.c_proj.weight"}, {"attn_output.bias", "attn.c_proj.bias"},
-        {"ffn_up.weight", "mlp.c_fc.weight"}, {"ffn_up.bias", "mlp.c_fc.bias"},
-        {"ffn_down.weight", "mlp.c_proj.weight"}, {"ffn_down.bias", "mlp.c_proj.bias"}};
+        {"ffn_up.weight", "mlp.c_fc.weight"},         {"ffn_up.bias", "mlp.c_fc.bias"},
+        {"ffn_down.weight", "mlp.c_proj.weight"},     {"ffn_down.bias", "mlp.c_proj.bias"}};
     if (n.rfind("blk.", 0) == 0) {
       const size_t dot = n.find('.', 4);
       const std::string layer = n.substr(4, dot - 4), rest = n.substr(dot + 1);
       if (gpt2_) {
-        for (auto& [g, h] : kGpt2) if (rest == g) return "h." + layer + "." + h;
+        for (auto& [g, h] : kGpt2)
+          if (rest == g) return "h." + layer + "." + h;
       } else {
-        for (auto& [g, h] : kLlama) if (rest == g) return "model.layers." + layer + "." + h;
+        for (auto& [g, h] : kLlama)
+          if (rest == g) return "model.layers." + layer + "." + h;
       }
       return n;
     }
@@ -126,11 +141,17 @@ T JsonGet(const json& j, const char* key, T fallback) {
 
 Status ConfigFromJson(const json& j, ModelConfig* c) {
   const std::string type = JsonGet<std::string>(j, "model_type", "");
-  if (type == "llama" || type == "mistral") c->arch = Architecture::kLlama;
-  else if (type == "qwen2") c->arch = Architecture::kQwen2;
-  else if (type == "qwen3") c->arch = Architecture::kQwen3;
-  else if (type == "gpt2") c->arch = Architecture::kGpt2;
-  else return UnimplementedError("config.json model_type '" + type + "' is not supported (llama, mistral, qwen2, qwen3, gpt2)");
+  if (type == "llama" || type == "mistral")
+    c->arch = Architecture::kLlama;
+  else if (type == "qwen2")
+    c->arch = Architecture::kQwen2;
+  else if (type == "qwen3")
+    c->arch = Architecture::kQwen3;
+  else if (type == "gpt2")
+    c->arch = Architecture::kGpt2;
+  else
+    return UnimplementedError("config.json model_type '" + type +
+                              "' is not supported (llama, mistral, qwen2, qwen3, gpt2)");
   c->vocab_size = JsonGet<int32_t>(j, "vocab_size", 0);
   if (c->arch == Architecture::kGpt2) {
     c->hidden_size = JsonGet<int32_t>(j, "n_embd", 0);
@@ -152,20 +173,23 @@ Status ConfigFromJson(const json& j, ModelConfig* c) {
   c->context_length = JsonGet<int32_t>(j, "max_position_embeddings", 2048);
   c->norm_eps = JsonGet<float>(j, "rms_norm_eps", 1e-5f);
   c->rope_base = JsonGet<float>(j, "rope_theta", 10000.0f);
-  c->head_dim = JsonGet<int32_t>(j, "head_dim", c->num_heads > 0 ? c->hidden_size / c->num_heads : 0);
+  c->head_dim =
+      JsonGet<int32_t>(j, "head_dim", c->num_heads > 0 ? c->hidden_size / c->num_heads : 0);
   c->rope_dim = c->head_dim;
   c->rope_style = kernels::RopeStyle::kHalves;  // HF checkpoints are not permuted
   c->tied_embeddings = JsonGet<bool>(j, "tie_word_embeddings", false);
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
     const json& rs = j["rope_scaling"];
-    const std::string rt = JsonGet<std::string>(rs, "rope_type", JsonGet<std::string>(rs, "type", ""));
+    const std::string rt =
+        JsonGet<std::string>(rs, "rope_type", JsonGet<std::string>(rs, "type", ""));
     const float factor = JsonGet<float>(rs, "factor", 1.0f);
     if (rt == "linear") {
       c->rope_linear_scale = factor;
     } else if (rt == "llama3") {
-      c->rope_freq_factors = Llama3RopeFactors(c->rope_base, c->rope_dim, factor, JsonGet<float>(rs, "low_freq_factor", 1.0f),
-                                               JsonGet<float>(rs, "high_freq_factor", 4.0f),
-                                               JsonGet<int32_t>(rs, "original_max_position_embeddings", 8192));
+      c->rope_freq_factors = Llama3RopeFactors(
+          c->rope_base, c->rope_dim, factor, JsonGet<float>(rs, "low_freq_factor", 1.0f),
+          JsonGet<float>(rs, "high_freq_factor", 4.0f),
+          JsonGet<int32_t>(rs, "original_max_position_embeddings", 8192));
     } else if (!rt.empty() && rt != "default") {
       return UnimplementedError("rope_scaling type '" + rt + "' is not supported (linear, llama3)");
     }
@@ -175,7 +199,8 @@ Status ConfigFromJson(const json& j, ModelConfig* c) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir, const ModelLoadOptions& options) {
+StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir,
+                                                      const ModelLoadOptions& options) {
   auto fail = [&](const Status& s) { return Status(s.code(), dir + ": " + s.message()); };
   auto cfg = ReadJson(dir + "/config.json");
   if (!cfg.ok()) return fail(cfg.status());
@@ -187,11 +212,14 @@ StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir, co
   HfWeightSource src(model.get(), gpt2);
   std::set<std::string> shard_names;
   if (auto index = ReadJson(dir + "/model.safetensors.index.json"); index.ok()) {
-    if (!index->contains("weight_map") || !(*index)["weight_map"].is_object()) return fail(InvalidArgumentError("model.safetensors.index.json has no weight_map"));
+    if (!index->contains("weight_map") || !(*index)["weight_map"].is_object())
+      return fail(InvalidArgumentError("model.safetensors.index.json has no weight_map"));
     for (auto it = (*index)["weight_map"].begin(); it != (*index)["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) return fail(InvalidArgumentError("weight_map entry is not a file name"));
+      if (!it.value().is_string())
+        return fail(InvalidArgumentError("weight_map entry is not a file name"));
       const std::string f = it.value().get<std::string>();
-      if (f.find('/') != std::string::npos) return fail(InvalidArgumentError("weight_map names a file outside the folder: " + f));
+      if (f.find('/') != std::string::npos)
+        return fail(InvalidArgumentError("weight_map names a file outside the folder: " + f));
       shard_names.insert(f);
     }
   } else {
@@ -205,7 +233,8 @@ StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir, co
     src.files.push_back(std::move(f).value());
   }
   // Vocabulary size from the embedding if config.json lacks it.
-  if (auto e = src.Get("token_embd.weight"); e.ok() && e->dims.size() == 2) model->config_.vocab_size = static_cast<int32_t>(e->dims[1]);
+  if (auto e = src.Get("token_embd.weight"); e.ok() && e->dims.size() == 2)
+    model->config_.vocab_size = static_cast<int32_t>(e->dims[1]);
   st = ApplyLoadOptions(options, &model->config_);
   if (!st.ok()) return fail(st);
   st = LoadStandardWeights(src, model.get());

@@ -16,7 +16,8 @@ RowRange SplitRows(int64_t n, int32_t parts, int32_t part, int64_t align) {
   const int64_t per_part = (n + parts - 1) / parts;
   const int64_t step = (per_part + align - 1) / align * align;
   if (step * (parts - 1) < n) {
-    return {std::min<int64_t>(n, step * part), part == parts - 1 ? n : std::min<int64_t>(n, step * (part + 1))};
+    return {std::min<int64_t>(n, step * part),
+            part == parts - 1 ? n : std::min<int64_t>(n, step * (part + 1))};
   }
   return {n * part / parts, n * (part + 1) / parts};
 }
@@ -56,11 +57,13 @@ void CutLayer(const ModelConfig& c, const ShardLayout& s, LayerWeights& l, Model
   const RowRange kv{s.kv_head_begin * hd, (s.kv_head_begin + s.num_kv_heads) * hd};
   if (!l.wqkv.empty()) {
     const int64_t qd = c.q_dim(), kvd = c.kv_dim();
-    const std::vector<RowRange> parts = {q, {qd + kv.begin, qd + kv.end}, {qd + kvd + kv.begin, qd + kvd + kv.end}};
+    const std::vector<RowRange> parts = {
+        q, {qd + kv.begin, qd + kv.end}, {qd + kvd + kv.begin, qd + kvd + kv.end}};
     l.wqkv = StackRows(l.wqkv, parts, model);
     if (!l.bqkv.empty()) {
       std::vector<float> b;
-      for (const RowRange& r : parts) b.insert(b.end(), l.bqkv.begin() + r.begin, l.bqkv.begin() + r.end);
+      for (const RowRange& r : parts)
+        b.insert(b.end(), l.bqkv.begin() + r.begin, l.bqkv.begin() + r.end);
       l.bqkv = std::move(b);
     }
   }
@@ -82,20 +85,26 @@ Status CutToShard(const ModelShard& shard, Model* model) {
   ShardLayout& s = model->shard_;
   const int32_t tp = shard.tp_size, rank = shard.tp_rank;
   if (tp < 1 || tp > 256 || rank < 0 || rank >= tp) {
-    return InvalidArgumentError("tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(tp) + " is not a valid shard");
+    return InvalidArgumentError("tensor-parallel rank " + std::to_string(rank) + " of " +
+                                std::to_string(tp) + " is not a valid shard");
   }
-  if (shard.pp_size < 1 || shard.pp_size > c.num_layers || shard.pp_rank < 0 || shard.pp_rank >= shard.pp_size) {
-    return InvalidArgumentError("pipeline stage " + std::to_string(shard.pp_rank) + " of " + std::to_string(shard.pp_size) +
-                                " is not a valid stage of a model with " + std::to_string(c.num_layers) + " layers");
+  if (shard.pp_size < 1 || shard.pp_size > c.num_layers || shard.pp_rank < 0 ||
+      shard.pp_rank >= shard.pp_size) {
+    return InvalidArgumentError(
+        "pipeline stage " + std::to_string(shard.pp_rank) + " of " + std::to_string(shard.pp_size) +
+        " is not a valid stage of a model with " + std::to_string(c.num_layers) + " layers");
   }
   const RowRange layers = SplitRows(c.num_layers, shard.pp_size, shard.pp_rank, /*align=*/1);
   if (c.num_heads % tp != 0 || c.num_kv_heads % tp != 0) {
-    return InvalidArgumentError("tensor_parallel_size " + std::to_string(tp) + " must divide the model's " + std::to_string(c.num_heads) +
-                                " query heads and " + std::to_string(c.num_kv_heads) + " K/V heads");
+    return InvalidArgumentError("tensor_parallel_size " + std::to_string(tp) +
+                                " must divide the model's " + std::to_string(c.num_heads) +
+                                " query heads and " + std::to_string(c.num_kv_heads) +
+                                " K/V heads");
   }
   s = ShardLayout{};
   s.shard = shard;
-  s.layer_begin = static_cast<int32_t>(layers.begin), s.layer_end = static_cast<int32_t>(layers.end);
+  s.layer_begin = static_cast<int32_t>(layers.begin),
+  s.layer_end = static_cast<int32_t>(layers.end);
   s.num_heads = c.num_heads / tp, s.head_begin = rank * s.num_heads;
   s.num_kv_heads = c.num_kv_heads / tp, s.kv_head_begin = rank * s.num_kv_heads;
   for (int32_t r = 0; r < tp; ++r) {
@@ -108,7 +117,8 @@ Status CutToShard(const ModelShard& shard, Model* model) {
   s.vocab = SplitRows(c.vocab_size, tp, rank);
   for (const auto* sizes : {&s.ffn_sizes, &s.hidden_sizes, &s.vocab_sizes}) {
     if (std::find(sizes->begin(), sizes->end(), 0) != sizes->end()) {
-      return InvalidArgumentError("tensor_parallel_size " + std::to_string(tp) + " leaves a rank with no rows of the model");
+      return InvalidArgumentError("tensor_parallel_size " + std::to_string(tp) +
+                                  " leaves a rank with no rows of the model");
     }
   }
   if (!model->sharded()) return OkStatus();

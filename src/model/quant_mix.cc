@@ -6,7 +6,9 @@ namespace inflight {
 namespace {
 
 // llama-quantize's use_more_bits: the first and last eighth of the layers and every third one.
-bool MoreBits(int layer, int n) { return layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2; }
+bool MoreBits(int layer, int n) {
+  return layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+}
 
 int LayerOf(const std::string& tensor) {
   if (tensor.rfind("blk.", 0) != 0) return -1;
@@ -21,11 +23,18 @@ bool EndsWith(const std::string& s, const char* suffix) {
 // The 32-block type llama-quantize uses when a row is not a multiple of 256.
 DType Fallback(DType t) {
   switch (t) {
-    case DType::kQ2_K: case DType::kQ3_K: case DType::kIQ4_XS: return DType::kIQ4_NL;
-    case DType::kQ4_K: return DType::kQ5_0;
-    case DType::kQ5_K: return DType::kQ5_1;
-    case DType::kQ6_K: return DType::kQ8_0;
-    default: return DType::kF16;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kIQ4_XS:
+      return DType::kIQ4_NL;
+    case DType::kQ4_K:
+      return DType::kQ5_0;
+    case DType::kQ5_K:
+      return DType::kQ5_1;
+    case DType::kQ6_K:
+      return DType::kQ8_0;
+    default:
+      return DType::kF16;
   }
 }
 
@@ -39,7 +48,8 @@ QuantMix QuantMix::Uniform(DType type) {
 }
 
 const char* QuantMix::Names() {
-  return "a weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, "
+  return "a weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, "
+         "q6_k, iq4_nl, "
          "iq4_xs) or a llama-quantize mix (q4_k_m, q5_k_m, q3_k_m, q2_k_mix, q4_0_mix, iq4_xs_mix)";
 }
 
@@ -48,8 +58,9 @@ StatusOr<QuantMix> QuantMix::FromName(const std::string& name) {
     const char* name;
     DType base;
   };
-  static const Mix kMixes[] = {{"q4_k_m", DType::kQ4_K}, {"q5_k_m", DType::kQ5_K}, {"q3_k_m", DType::kQ3_K},
-                               {"q2_k_mix", DType::kQ2_K}, {"q4_0_mix", DType::kQ4_0}, {"iq4_xs_mix", DType::kIQ4_XS}};
+  static const Mix kMixes[] = {{"q4_k_m", DType::kQ4_K},   {"q5_k_m", DType::kQ5_K},
+                               {"q3_k_m", DType::kQ3_K},   {"q2_k_mix", DType::kQ2_K},
+                               {"q4_0_mix", DType::kQ4_0}, {"iq4_xs_mix", DType::kIQ4_XS}};
   for (const Mix& mix : kMixes) {
     if (name == mix.name) {
       QuantMix m;
@@ -64,7 +75,8 @@ StatusOr<QuantMix> QuantMix::FromName(const std::string& name) {
   return InvalidArgumentError("unknown weight type '" + name + "': expected " + Names());
 }
 
-DType QuantMix::TypeFor(const std::string& tensor, int64_t cols, int num_layers, bool tied_output) const {
+DType QuantMix::TypeFor(const std::string& tensor, int64_t cols, int num_layers,
+                        bool tied_output) const {
   DType t = base_;
   if (mix_) {
     const int layer = LayerOf(tensor);

@@ -4,9 +4,9 @@
 #include <random>
 
 #include "format/gguf.h"
+#include "kernels/quantize.h"
 #include "model/gguf_export.h"
 #include "model/quant_mix.h"
-#include "kernels/quantize.h"
 
 namespace inflight {
 
@@ -28,7 +28,8 @@ StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset)
     c.hidden_size = 512, c.num_layers = 8, c.num_heads = 8, c.num_kv_heads = 4, c.ffn_size = 1408;
     c.context_length = 2048;
   } else if (preset == "tinyllama-1.1b") {
-    c.hidden_size = 2048, c.num_layers = 22, c.num_heads = 32, c.num_kv_heads = 4, c.ffn_size = 5632;
+    c.hidden_size = 2048, c.num_layers = 22, c.num_heads = 32, c.num_kv_heads = 4,
+    c.ffn_size = 5632;
     c.context_length = 2048;
   } else {
     return InvalidArgumentError("unknown preset '" + preset + "' (tiny, small, tinyllama-1.1b)");
@@ -41,7 +42,8 @@ StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset)
     c.ffn_size = 4 * c.hidden_size;
     c.context_length = std::min(c.context_length, 1024);
   } else {
-    c.rope_style = arch == Architecture::kLlama ? kernels::RopeStyle::kAdjacentPairs : kernels::RopeStyle::kHalves;
+    c.rope_style = arch == Architecture::kLlama ? kernels::RopeStyle::kAdjacentPairs
+                                                : kernels::RopeStyle::kHalves;
     c.rope_base = arch == Architecture::kLlama ? 10000.0f : 1000000.0f;
     c.norm_eps = arch == Architecture::kLlama ? 1e-5f : 1e-6f;
   }
@@ -49,13 +51,15 @@ StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset)
 }
 
 StatusOr<TokenizerSpec> LoadTokenizerSpecFile(const std::string& path) {
-  if (path.size() >= 6 && path.compare(path.size() - 6, 6, ".model") == 0) return Tokenizer::SpecFromSentencePieceModel(path);
+  if (path.size() >= 6 && path.compare(path.size() - 6, 6, ".model") == 0)
+    return Tokenizer::SpecFromSentencePieceModel(path);
   auto tok = Tokenizer::FromHuggingFaceFile(path);
   if (!tok.ok()) return tok.status();
   return (*tok)->spec();
 }
 
-Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tokenizer, const std::string& path) {
+Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tokenizer,
+                       const std::string& path) {
   ModelConfig c = params.config;
   if (c.vocab_size == 0) c.vocab_size = static_cast<int32_t>(tokenizer.tokens.size());
   RETURN_IF_ERROR(c.Validate());
@@ -69,20 +73,25 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
   }
   std::mt19937_64 rng(params.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto add = [&](const std::string& name, std::vector<int64_t> dims, float stddev, float mean, bool matrix) -> Status {
+  auto add = [&](const std::string& name, std::vector<int64_t> dims, float stddev, float mean,
+                 bool matrix) -> Status {
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
     std::vector<float> f(n);
     for (float& x : f) x = mean + stddev * normal(rng);
-    const DType dt = matrix ? mix.TypeFor(name, dims[0], c.num_layers, params.tied_embeddings) : DType::kF32;
+    const DType dt =
+        matrix ? mix.TypeFor(name, dims[0], c.num_layers, params.tied_embeddings) : DType::kF32;
     std::vector<uint8_t> bytes(DTypeRowBytes(dt, dims[0]) * (n / dims[0]));
-    for (int64_t r = 0; r < n / dims[0]; ++r) kernels::QuantizeRow(dt, f.data() + r * dims[0], dims[0], bytes.data() + r * DTypeRowBytes(dt, dims[0]));
+    for (int64_t r = 0; r < n / dims[0]; ++r)
+      kernels::QuantizeRow(dt, f.data() + r * dims[0], dims[0],
+                           bytes.data() + r * DTypeRowBytes(dt, dims[0]));
     return w.AddTensor(name, dt, dims, std::move(bytes));
   };
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size;
   auto proj_std = [](int64_t fan_in) { return 2.0f / std::sqrt(static_cast<float>(fan_in)); };
   RETURN_IF_ERROR(add("token_embd.weight", {H, c.vocab_size}, params.embedding_std, 0, true));
-  if (c.learned_positions) RETURN_IF_ERROR(add("position_embd.weight", {H, c.context_length}, 0.1f, 0, false));
+  if (c.learned_positions)
+    RETURN_IF_ERROR(add("position_embd.weight", {H, c.context_length}, 0.1f, 0, false));
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     RETURN_IF_ERROR(add(p + "attn_norm.weight", {H}, 0, 1, false));
@@ -104,19 +113,22 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
         RETURN_IF_ERROR(add(p + "attn_k_norm.weight", {c.head_dim}, 0.1f, 1, false));
       }
     }
-    RETURN_IF_ERROR(add(p + "attn_output.weight", {Q, H}, proj_std(Q) * params.block_output_scale, 0, true));
+    RETURN_IF_ERROR(
+        add(p + "attn_output.weight", {Q, H}, proj_std(Q) * params.block_output_scale, 0, true));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "attn_output.bias", {H}, 0.02f, 0, false));
     RETURN_IF_ERROR(add(p + "ffn_norm.weight", {H}, 0, 1, false));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_norm.bias", {H}, 0.02f, 0, false));
     if (!c.gelu_ffn) RETURN_IF_ERROR(add(p + "ffn_gate.weight", {H, F}, proj_std(H), 0, true));
     RETURN_IF_ERROR(add(p + "ffn_up.weight", {H, F}, proj_std(H), 0, true));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_up.bias", {F}, 0.02f, 0, false));
-    RETURN_IF_ERROR(add(p + "ffn_down.weight", {F, H}, proj_std(F) * params.block_output_scale, 0, true));
+    RETURN_IF_ERROR(
+        add(p + "ffn_down.weight", {F, H}, proj_std(F) * params.block_output_scale, 0, true));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_down.bias", {H}, 0.02f, 0, false));
   }
   RETURN_IF_ERROR(add("output_norm.weight", {H}, 0, 1, false));
   if (c.layer_norm) RETURN_IF_ERROR(add("output_norm.bias", {H}, 0.02f, 0, false));
-  if (!params.tied_embeddings) RETURN_IF_ERROR(add("output.weight", {H, c.vocab_size}, params.embedding_std, 0, true));
+  if (!params.tied_embeddings)
+    RETURN_IF_ERROR(add("output.weight", {H, c.vocab_size}, params.embedding_std, 0, true));
   return w.WriteFile(path);
 }
 

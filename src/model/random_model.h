@@ -13,11 +13,11 @@
 namespace inflight {
 
 struct RandomModelParams {
-  ModelConfig config;            // vocab_size is taken from the tokenizer when 0
-  DType dtype = DType::kF16;     // 2-D weights; norms and biases stay F32
-  std::string mix;               // when set: a QuantMix name (model/quant_mix.h) instead of dtype
+  ModelConfig config;         // vocab_size is taken from the tokenizer when 0
+  DType dtype = DType::kF16;  // 2-D weights; norms and biases stay F32
+  std::string mix;            // when set: a QuantMix name (model/quant_mix.h) instead of dtype
   uint64_t seed = 1;
-  float embedding_std = 0.5f;    // projections use 2 / sqrt(fan_in) so outputs depend on context
+  float embedding_std = 0.5f;  // projections use 2 / sqrt(fan_in) so outputs depend on context
   bool tied_embeddings = true;
   // Scales every block's output projections (attention output, FFN down). Near 0 the next
   // token mostly follows from the current one (a near-bigram model that context changes now

@@ -40,12 +40,12 @@ RowRange SplitRows(int64_t n, int32_t parts, int32_t part, int64_t align = 16);
 // The resolved shard of a loaded model (Model::shard()).
 struct ShardLayout {
   ModelShard shard;
-  int32_t layer_begin = 0, layer_end = 0;  // global layer ids of this stage
+  int32_t layer_begin = 0, layer_end = 0;       // global layer ids of this stage
   int32_t head_begin = 0, num_heads = 0;        // query heads of this rank
   int32_t kv_head_begin = 0, num_kv_heads = 0;  // K/V heads of this rank
-  RowRange ffn;     // FFN columns (rows of gate/up)
-  RowRange hidden;  // rows of attn_output / ffn_down
-  RowRange vocab;   // rows of the embedding and output matrices
+  RowRange ffn;                                 // FFN columns (rows of gate/up)
+  RowRange hidden;                              // rows of attn_output / ffn_down
+  RowRange vocab;                               // rows of the embedding and output matrices
   // Per TP rank, the sizes of the split dimensions (all-gather layouts).
   std::vector<int64_t> ffn_sizes, hidden_sizes, vocab_sizes;
 

@@ -25,9 +25,11 @@ class WeightSource {
 };
 
 // A 1-D tensor of `expected` elements as F32 (any float type).
-StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std::string& name, int64_t expected);
+StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std::string& name,
+                                        int64_t expected);
 // A 2-D matrix [rows, cols] (ggml dims {cols, rows}) as a view; shape checked.
-StatusOr<TensorView> LoadMatrix(const WeightSource& src, const std::string& name, int64_t rows, int64_t cols);
+StatusOr<TensorView> LoadMatrix(const WeightSource& src, const std::string& name, int64_t rows,
+                                int64_t cols);
 // Reads every tensor of model->config_ by llama.cpp names (token_embd, blk.N.attn_q, ...).
 Status LoadStandardWeights(const WeightSource& src, Model* model);
 

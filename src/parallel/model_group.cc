@@ -3,9 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -25,20 +25,28 @@ std::atomic<bool> any_group_failed{false};
 // The TP all-gathers of one stage over its communicator, waited for by the group.
 class MpiTensorGroup : public TensorParallelGroup {
  public:
-  MpiTensorGroup(ModelGroup* group, MPI_Comm comm, int32_t rank, int32_t size) : group_(group), comm_(comm), rank_(rank), size_(size) {}
+  MpiTensorGroup(ModelGroup* group, MPI_Comm comm, int32_t rank, int32_t size)
+      : group_(group), comm_(comm), rank_(rank), size_(size) {}
   int32_t size() const override { return size_; }
   int32_t rank() const override { return rank_; }
-  Status AllGather(const float* send, int64_t n, float* recv) override { return Collective(send, n, recv, /*all=*/true); }
-  Status Gather(const float* send, int64_t n, float* recv) override { return Collective(send, n, recv, /*all=*/false); }
+  Status AllGather(const float* send, int64_t n, float* recv) override {
+    return Collective(send, n, recv, /*all=*/true);
+  }
+  Status Gather(const float* send, int64_t n, float* recv) override {
+    return Collective(send, n, recv, /*all=*/false);
+  }
 
  private:
   Status Collective(const float* send, int64_t n, float* recv, bool all) {
-    if (n > INT_MAX) return InvalidArgumentError("a gather of " + std::to_string(n) + " floats is too large for one MPI message");
+    if (n > INT_MAX)
+      return InvalidArgumentError("a gather of " + std::to_string(n) +
+                                  " floats is too large for one MPI message");
     const auto start = Clock::now();
     MPI_Request request;
     const int count = static_cast<int>(n);
-    const int rc = all ? MPI_Iallgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, comm_, &request)
-                       : MPI_Igather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, 0, comm_, &request);
+    const int rc =
+        all ? MPI_Iallgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, comm_, &request)
+            : MPI_Igather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, 0, comm_, &request);
     if (rc != MPI_SUCCESS) {
       group_->Fail(all ? "MPI_Iallgather failed" : "MPI_Igather failed");
       return UnavailableError(group_->failure());
@@ -58,13 +66,15 @@ class MpiTensorGroup : public TensorParallelGroup {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ModelGroup>> ModelGroup::Create(MPI_Comm comm, const GroupOptions& options) {
+StatusOr<std::unique_ptr<ModelGroup>> ModelGroup::Create(MPI_Comm comm,
+                                                         const GroupOptions& options) {
   int size = 0, rank = 0;
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
   if (options.tp_size < 1 || options.pp_size < 1 || options.tp_size * options.pp_size != size) {
-    return InvalidArgumentError("tensor_parallel_size " + std::to_string(options.tp_size) + " x pipeline_parallel_size " +
-                                std::to_string(options.pp_size) + " needs " + std::to_string(options.tp_size * options.pp_size) +
+    return InvalidArgumentError("tensor_parallel_size " + std::to_string(options.tp_size) +
+                                " x pipeline_parallel_size " + std::to_string(options.pp_size) +
+                                " needs " + std::to_string(options.tp_size * options.pp_size) +
                                 " ranks, but the MPI job has " + std::to_string(size));
   }
   std::unique_ptr<ModelGroup> g(new ModelGroup());
@@ -77,7 +87,8 @@ StatusOr<std::unique_ptr<ModelGroup>> ModelGroup::Create(MPI_Comm comm, const Gr
   MPI_Comm_set_errhandler(g->tp_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_dup(g->comm_, &g->beat_comm_);
   MPI_Comm_set_errhandler(g->beat_comm_, MPI_ERRORS_RETURN);
-  g->tensor_group_ = std::make_unique<MpiTensorGroup>(g.get(), g->tp_comm_, g->tp_rank(), options.tp_size);
+  g->tensor_group_ =
+      std::make_unique<MpiTensorGroup>(g.get(), g->tp_comm_, g->tp_rank(), options.tp_size);
 
   // Who is where: a rank on this host is also watched through its process id.
   const int32_t pid = static_cast<int32_t>(::getpid());
@@ -120,7 +131,8 @@ void ModelGroup::Fail(const std::string& why) {
   }
   failed_ = true;
   any_group_failed = true;
-  INFLIGHT_LOG(kError) << "parallel group (rank " << rank_ << " of " << size_ << ") failed: " << why;
+  INFLIGHT_LOG(kError) << "parallel group (rank " << rank_ << " of " << size_
+                       << ") failed: " << why;
 }
 
 Status ModelGroup::Wait(MPI_Request* request) {
@@ -132,7 +144,8 @@ Status ModelGroup::Wait(MPI_Request* request) {
       return UnavailableError("the model's parallel group failed: " + failure());
     }
     if (done) return OkStatus();
-    if (failed_.load(std::memory_order_relaxed)) return UnavailableError("the model's parallel group failed: " + failure());
+    if (failed_.load(std::memory_order_relaxed))
+      return UnavailableError("the model's parallel group failed: " + failure());
     // Inside a step peers answer within microseconds; a follower between steps may wait for
     // hours, and should not hold a core meanwhile. The leader's serving threads may share
     // this core: yield to them while polling.
@@ -161,7 +174,8 @@ void ModelGroup::HeartbeatLoop() {
       for (int p = 0; p < size_; ++p) {
         if (p == rank_) continue;
         MPI_Request send;
-        if (MPI_Isend(&kBeat, 1, MPI_INT, p, kBeatTag, beat_comm_, &send) == MPI_SUCCESS) MPI_Request_free(&send);
+        if (MPI_Isend(&kBeat, 1, MPI_INT, p, kBeatTag, beat_comm_, &send) == MPI_SUCCESS)
+          MPI_Request_free(&send);
       }
       next_beat = now + std::chrono::milliseconds(options_.heartbeat_ms);
     }
@@ -178,7 +192,8 @@ void ModelGroup::HeartbeatLoop() {
           MPI_Irecv(&inbox[p], 1, MPI_INT, p, kBeatTag, beat_comm_, &receives[p]);
         }
       }
-      const std::string who = "rank " + std::to_string(p) + " (pid " + std::to_string(pids_[p]) + " on " + hosts_[p] + ")";
+      const std::string who = "rank " + std::to_string(p) + " (pid " + std::to_string(pids_[p]) +
+                              " on " + hosts_[p] + ")";
       if (hosts_[p] == hosts_[rank_] && ::kill(pids_[p], 0) != 0 && errno == ESRCH) {
         Fail(who + " exited");
       } else if (now - last_seen[p] > std::chrono::milliseconds(options_.failure_timeout_ms)) {

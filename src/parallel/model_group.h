@@ -9,6 +9,8 @@
 // once, and the group is never used again.
 #pragma once
 
+#include <mpi.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -16,8 +18,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <mpi.h>
 
 #include "base/status.h"
 #include "model/shard.h"
@@ -49,7 +49,9 @@ class ModelGroup {
   int32_t stage() const { return rank_ / options_.tp_size; }
   int32_t tp_rank() const { return rank_ % options_.tp_size; }
   // The group rank of (stage, tp_rank).
-  int32_t RankOf(int32_t stage, int32_t tp_rank) const { return stage * options_.tp_size + tp_rank; }
+  int32_t RankOf(int32_t stage, int32_t tp_rank) const {
+    return stage * options_.tp_size + tp_rank;
+  }
   MPI_Comm comm() const { return comm_; }
   // This stage's TP group, for the model's all-gathers.
   TensorParallelGroup* tensor_group() { return tensor_group_.get(); }
@@ -84,8 +86,8 @@ class ModelGroup {
   MPI_Comm beat_comm_ = MPI_COMM_NULL;  // heartbeats only
   std::unique_ptr<TensorParallelGroup> tensor_group_;
   TensorCounters tensor_counters_;
-  std::vector<int32_t> pids_;           // per rank
-  std::vector<std::string> hosts_;      // per rank
+  std::vector<int32_t> pids_;       // per rank
+  std::vector<std::string> hosts_;  // per rank
   std::atomic<bool> failed_{false};
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;

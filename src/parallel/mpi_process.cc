@@ -31,7 +31,8 @@ Status InitMpi() {
   }
   initialized = true;
   if (provided < MPI_THREAD_MULTIPLE) {
-    return FailedPreconditionError("the MPI library does not support MPI_THREAD_MULTIPLE (Open MPI does)");
+    return FailedPreconditionError(
+        "the MPI library does not support MPI_THREAD_MULTIPLE (Open MPI does)");
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   return OkStatus();
@@ -58,12 +59,15 @@ StatusOr<MPI_Comm> ClaimWorld(int ranks, const std::string& model_name) {
   const int size = WorldSize();
   std::lock_guard<std::mutex> lock(mu);
   if (!world_holder.empty()) {
-    return FailedPreconditionError("the " + std::to_string(size) + " MPI ranks already run model '" + world_holder +
-                                   "': in leader mode they serve one parallel model (unload it first, or use orchestrator mode)");
+    return FailedPreconditionError("the " + std::to_string(size) +
+                                   " MPI ranks already run model '" + world_holder +
+                                   "': in leader mode they serve one parallel model (unload it "
+                                   "first, or use orchestrator mode)");
   }
   if (ranks != size) {
-    return FailedPreconditionError("model '" + model_name + "' needs tensor_parallel_size x pipeline_parallel_size = " + std::to_string(ranks) +
-                                   " ranks, but mpirun started " + std::to_string(size));
+    return FailedPreconditionError(
+        "model '" + model_name + "' needs tensor_parallel_size x pipeline_parallel_size = " +
+        std::to_string(ranks) + " ranks, but mpirun started " + std::to_string(size));
   }
   world_holder = model_name;
   return MPI_COMM_WORLD;
@@ -89,9 +93,12 @@ StatusOr<MPI_Comm> SpawnWorkers(int workers, const std::string& worker_path) {
   std::vector<int> errors(static_cast<size_t>(workers));
   MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-  if (MPI_Comm_spawn(worker_path.c_str(), argv.data(), workers, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter, errors.data()) != MPI_SUCCESS) {
-    return UnavailableError("could not spawn " + std::to_string(workers) + " workers of '" + worker_path +
-                            "' (as root, Open MPI needs OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)");
+  if (MPI_Comm_spawn(worker_path.c_str(), argv.data(), workers, MPI_INFO_NULL, 0, MPI_COMM_SELF,
+                     &inter, errors.data()) != MPI_SUCCESS) {
+    return UnavailableError("could not spawn " + std::to_string(workers) + " workers of '" +
+                            worker_path +
+                            "' (as root, Open MPI needs OMPI_ALLOW_RUN_AS_ROOT=1 and "
+                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)");
   }
   MPI_Intercomm_merge(inter, /*high=*/0, &merged);
   MPI_Comm_free(&inter);
@@ -102,7 +109,9 @@ Status RunSpawnedWorker() {
   RETURN_IF_ERROR(InitMpi());
   MPI_Comm parent = MPI_COMM_NULL, merged = MPI_COMM_NULL;
   MPI_Comm_get_parent(&parent);
-  if (parent == MPI_COMM_NULL) return FailedPreconditionError("--parallel-worker: this process was not spawned by an inflight server");
+  if (parent == MPI_COMM_NULL)
+    return FailedPreconditionError(
+        "--parallel-worker: this process was not spawned by an inflight server");
   MPI_Intercomm_merge(parent, /*high=*/1, &merged);
   // One model per spawned group: its shutdown ends the worker.
   return RunFollower(merged, /*one_model=*/true);

@@ -8,9 +8,9 @@
 // MPI is initialised only when a process needs it. Thread-safe.
 #pragma once
 
-#include <string>
-
 #include <mpi.h>
+
+#include <string>
 
 #include "base/status.h"
 

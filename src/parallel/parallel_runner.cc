@@ -25,7 +25,9 @@ enum Command : int64_t { kStep = 1, kShutdown = 2 };
 constexpr int kHiddenTag = 100;   // + micro-batch: hidden states to the next stage
 constexpr int kLogitsTag = 5000;  // + micro-batch: logits to the leader
 
-double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 // Waits for a request with no group to watch yet (the load handshake): polls with sleeps.
 void WaitPolling(MPI_Request* request) {
@@ -48,9 +50,11 @@ std::string Fingerprint(const std::string& path, const ModelConfig& c) {
   ::stat(file.c_str(), &st);
   std::ifstream in(file, std::ios::binary);
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  for (std::streamsize i = 0; i < in.gcount(); ++i) hash = (hash ^ static_cast<uint8_t>(head[i])) * 1099511628211ull;
-  return std::string(ArchitectureName(c.arch)) + " layers " + std::to_string(c.num_layers) + " hidden " + std::to_string(c.hidden_size) +
-         " heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) + " vocab " + std::to_string(c.vocab_size) +
+  for (std::streamsize i = 0; i < in.gcount(); ++i)
+    hash = (hash ^ static_cast<uint8_t>(head[i])) * 1099511628211ull;
+  return std::string(ArchitectureName(c.arch)) + " layers " + std::to_string(c.num_layers) +
+         " hidden " + std::to_string(c.hidden_size) + " heads " + std::to_string(c.num_heads) +
+         "/" + std::to_string(c.num_kv_heads) + " vocab " + std::to_string(c.vocab_size) +
          ", file of " + std::to_string(st.st_size) + " bytes, head hash " + std::to_string(hash);
 }
 
@@ -63,16 +67,20 @@ struct LoadRequest {
     w->Put<int32_t>(kProtocolVersion);
     w->PutString(model_path);
     w->Put(parallel.tp_size), w->Put(parallel.pp_size), w->Put(parallel.micro_batches);
-    w->Put(parallel.heartbeat_ms), w->Put(parallel.failure_timeout_ms), w->Put<int32_t>(parallel.share_host_cores ? 1 : 0);
-    w->Put(executor.tokens_per_block), w->Put(static_cast<int32_t>(executor.kv_dtype)), w->Put(executor.num_threads);
-    w->Put(executor.kv_cache_free_mem_fraction), w->Put(executor.max_tokens_in_paged_kv_cache), w->Put(executor.max_batch_size);
+    w->Put(parallel.heartbeat_ms), w->Put(parallel.failure_timeout_ms),
+        w->Put<int32_t>(parallel.share_host_cores ? 1 : 0);
+    w->Put(executor.tokens_per_block), w->Put(static_cast<int32_t>(executor.kv_dtype)),
+        w->Put(executor.num_threads);
+    w->Put(executor.kv_cache_free_mem_fraction), w->Put(executor.max_tokens_in_paged_kv_cache),
+        w->Put(executor.max_batch_size);
   }
   Status Decode(WireReader& r) {
     int32_t version = 0, dtype = 0;
     RETURN_IF_ERROR(r.Get(&version));
     if (version != kProtocolVersion) {
-      return FailedPreconditionError("the leader speaks protocol " + std::to_string(version) + ", this rank " +
-                                     std::to_string(kProtocolVersion) + ": every rank must run the same inflight build");
+      return FailedPreconditionError("the leader speaks protocol " + std::to_string(version) +
+                                     ", this rank " + std::to_string(kProtocolVersion) +
+                                     ": every rank must run the same inflight build");
     }
     RETURN_IF_ERROR(r.GetString(&model_path, 1 << 16));
     RETURN_IF_ERROR(r.Get(&parallel.tp_size));
@@ -101,7 +109,8 @@ Status BroadcastBytes(MPI_Comm comm, std::string* bytes, WaitFn wait) {
   MPI_Request request;
   MPI_Ibcast(&size, 1, MPI_INT64_T, 0, comm, &request);
   RETURN_IF_ERROR(wait(&request));
-  if (size < 0 || size > INT_MAX) return DataLossError("a parallel message of " + std::to_string(size) + " bytes");
+  if (size < 0 || size > INT_MAX)
+    return DataLossError("a parallel message of " + std::to_string(size) + " bytes");
   bytes->resize(static_cast<size_t>(size));
   MPI_Ibcast(bytes->data(), static_cast<int>(size), MPI_BYTE, 0, comm, &request);
   return wait(&request);
@@ -110,11 +119,15 @@ Status BroadcastBytes(MPI_Comm comm, std::string* bytes, WaitFn wait) {
 }  // namespace
 
 Status ParallelConfig::Validate() const {
-  if (tp_size < 1 || tp_size > 256) return InvalidArgumentError("tensor_parallel_size must be in [1, 256]");
-  if (pp_size < 1 || pp_size > 256) return InvalidArgumentError("pipeline_parallel_size must be in [1, 256]");
-  if (micro_batches < 0 || micro_batches > 64) return InvalidArgumentError("pipeline_micro_batches must be in [0, 64]");
+  if (tp_size < 1 || tp_size > 256)
+    return InvalidArgumentError("tensor_parallel_size must be in [1, 256]");
+  if (pp_size < 1 || pp_size > 256)
+    return InvalidArgumentError("pipeline_parallel_size must be in [1, 256]");
+  if (micro_batches < 0 || micro_batches > 64)
+    return InvalidArgumentError("pipeline_micro_batches must be in [0, 64]");
   if (heartbeat_ms < 10 || failure_timeout_ms < 5 * heartbeat_ms) {
-    return InvalidArgumentError("the failure timeout must be at least 5 heartbeats of at least 10 ms");
+    return InvalidArgumentError(
+        "the failure timeout must be at least 5 heartbeats of at least 10 ms");
   }
   return OkStatus();
 }
@@ -129,7 +142,8 @@ class ShardExecutor {
 
   // Runs the step: copies, then every micro-batch through this rank's stage. On the leader
   // `logits` receives [plan.num_logit_rows(), vocab].
-  Status RunStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan, float* logits);
+  Status RunStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan,
+                 float* logits);
   // Followers: waits for the leader's next command. false: stop (cleanly, or `status` says why).
   bool NextStep(Status* status);
   // Leader: sends a step (or the stop) to the followers.
@@ -151,7 +165,8 @@ class ShardExecutor {
   }
 
  private:
-  Status RunMicroBatch(int32_t mb, const BatchPlan& plan, int64_t logit_row, float* logits, std::vector<MPI_Request>* sends);
+  Status RunMicroBatch(int32_t mb, const BatchPlan& plan, int64_t logit_row, float* logits,
+                       std::vector<MPI_Request>* sends);
 
   LoadRequest load_;
   std::unique_ptr<ModelGroup> group_;
@@ -160,9 +175,9 @@ class ShardExecutor {
   KvCacheView view_;
   ForwardScratch scratch_;
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<BatchPlan> micro_;              // this step's micro-batches
-  std::vector<std::vector<float>> hidden_;    // per micro-batch: hidden states sent on / received
-  std::vector<std::vector<float>> logits_;    // per micro-batch on the last stage's TP rank 0
+  std::vector<BatchPlan> micro_;            // this step's micro-batches
+  std::vector<std::vector<float>> hidden_;  // per micro-batch: hidden states sent on / received
+  std::vector<std::vector<float>> logits_;  // per micro-batch on the last stage's TP rank 0
   OwnedPlan received_;
   // Leader: adapters the followers hold (id -> bytes, last step used) and this step's changes.
   struct SentAdapter {
@@ -182,12 +197,15 @@ class ShardExecutor {
   CommStats stats_;
 };
 
-StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm, const LoadRequest& load) {
+StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm,
+                                                               const LoadRequest& load) {
   RETURN_IF_ERROR(load.parallel.Validate());
   std::unique_ptr<ShardExecutor> e(new ShardExecutor());
   e->load_ = load;
-  ASSIGN_OR_RETURN(e->group_, ModelGroup::Create(comm, {load.parallel.tp_size, load.parallel.pp_size, load.parallel.heartbeat_ms,
-                                                        load.parallel.failure_timeout_ms}));
+  ASSIGN_OR_RETURN(
+      e->group_,
+      ModelGroup::Create(comm, {load.parallel.tp_size, load.parallel.pp_size,
+                                load.parallel.heartbeat_ms, load.parallel.failure_timeout_ms}));
   ModelGroup& g = *e->group_;
   // Ranks on one host share its memory for their KV pools.
   MPI_Comm host_comm;
@@ -202,8 +220,10 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm, co
   auto model = Model::Load(load.model_path, options);
   WireWriter report;
   report.Put<int32_t>(model.ok() ? 0 : static_cast<int32_t>(model.status().code()));
-  report.PutString(model.ok() ? Fingerprint(load.model_path, (*model)->config()) : model.status().message());
-  report.Put<int32_t>(model.ok() ? ComputeNumKvBlocks(**model, load.executor, 1.0 / ranks_here) : 0);
+  report.PutString(model.ok() ? Fingerprint(load.model_path, (*model)->config())
+                              : model.status().message());
+  report.Put<int32_t>(model.ok() ? ComputeNumKvBlocks(**model, load.executor, 1.0 / ranks_here)
+                                 : 0);
   const int size = g.size();
   int length = static_cast<int>(report.bytes().size());
   std::vector<int> lengths(size), offsets(size);
@@ -215,7 +235,8 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm, co
     for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
     all.resize(static_cast<size_t>(offsets[size - 1] + lengths[size - 1]));
   }
-  MPI_Igatherv(report.bytes().data(), length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE, 0, g.comm(), &request);
+  MPI_Igatherv(report.bytes().data(), length, MPI_BYTE, all.data(), lengths.data(), offsets.data(),
+               MPI_BYTE, 0, g.comm(), &request);
   RETURN_IF_ERROR(g.Wait(&request));
 
   // The leader decides: the smallest pool every rank can hold, or why the model cannot run.
@@ -235,15 +256,16 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm, co
       } else if (r == 0) {
         fingerprint0 = text;
       } else if (text != fingerprint0) {
-        error = "ranks disagree on the model '" + load.model_path + "': rank 0 has " + fingerprint0 + ", rank " + std::to_string(r) +
-                " has " + text;
+        error = "ranks disagree on the model '" + load.model_path + "': rank 0 has " +
+                fingerprint0 + ", rank " + std::to_string(r) + " has " + text;
       }
       blocks = std::min(blocks, rank_blocks);
     }
     decision.PutString(error);
     decision.Put<int32_t>(blocks);
   }
-  RETURN_IF_ERROR(BroadcastBytes(g.comm(), &decision.bytes(), [&](MPI_Request* r) { return g.Wait(r); }));
+  RETURN_IF_ERROR(
+      BroadcastBytes(g.comm(), &decision.bytes(), [&](MPI_Request* r) { return g.Wait(r); }));
   WireReader in(decision.bytes());
   std::string error;
   int32_t blocks = 0;
@@ -255,7 +277,8 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm, co
   e->storage_ = std::make_unique<KvStorage>(KvStorageConfigFor(*e->model_, blocks, load.executor));
   e->view_.layers = e->storage_->LayerViews();
   e->view_.num_blocks = blocks;
-  const int threads = load.parallel.share_host_cores ? std::max(1, DefaultNumThreads() / ranks_here) : load.executor.num_threads;
+  const int threads = load.parallel.share_host_cores ? std::max(1, DefaultNumThreads() / ranks_here)
+                                                     : load.executor.num_threads;
   e->pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
   return e;
 }
@@ -279,7 +302,8 @@ void ShardExecutor::TrackAdapters(const BatchPlan& plan) {
   while (sent_adapter_bytes_ > kAdapterBudgetBytes) {
     auto oldest = sent_adapters_.end();
     for (auto it = sent_adapters_.begin(); it != sent_adapters_.end(); ++it) {
-      if (it->second.last_step < adapter_step_ && (oldest == sent_adapters_.end() || it->second.last_step < oldest->second.last_step)) {
+      if (it->second.last_step < adapter_step_ &&
+          (oldest == sent_adapters_.end() || it->second.last_step < oldest->second.last_step)) {
         oldest = it;
       }
     }
@@ -290,13 +314,15 @@ void ShardExecutor::TrackAdapters(const BatchPlan& plan) {
   }
 }
 
-Status ShardExecutor::SendStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan) {
+Status ShardExecutor::SendStep(const std::vector<std::pair<int32_t, int32_t>>& copies,
+                               const BatchPlan& plan) {
   TrackAdapters(plan);
   WireWriter w;
   w.Put<int64_t>(kStep);
   const ModelConfig& c = model_->config();
   EncodeAdapters(adapter_drops_, fresh_adapters_, &w);
-  EncodeStep(copies, plan, load_.executor.tokens_per_block, c.vocab_size, c.hidden_size, chunk_adapter_ids_, &w);
+  EncodeStep(copies, plan, load_.executor.tokens_per_block, c.vocab_size, c.hidden_size,
+             chunk_adapter_ids_, &w);
   message_ = std::move(w.bytes());
   return BroadcastBytes(group_->comm(), &message_, [&](MPI_Request* r) { return group_->Wait(r); });
 }
@@ -309,7 +335,8 @@ void ShardExecutor::SendShutdown() {
 }
 
 bool ShardExecutor::NextStep(Status* status) {
-  *status = BroadcastBytes(group_->comm(), &message_, [&](MPI_Request* r) { return group_->Wait(r); });
+  *status =
+      BroadcastBytes(group_->comm(), &message_, [&](MPI_Request* r) { return group_->Wait(r); });
   if (!status->ok()) return false;
   WireReader in(message_);
   int64_t command = 0;
@@ -324,13 +351,15 @@ bool ShardExecutor::NextStep(Status* status) {
   if (!(*status = DecodeAdapters(in, model_->config(), &drops, &fresh)).ok()) return false;
   for (uint64_t id : drops) adapters_.erase(id);
   for (auto& [id, adapter] : fresh) adapters_[id] = std::move(adapter);
-  if (!(*status = DecodeStep(in, model_->config().hidden_size, &received_copies_, &received_)).ok()) return false;
+  if (!(*status = DecodeStep(in, model_->config().hidden_size, &received_copies_, &received_)).ok())
+    return false;
   for (size_t i = 0; i < received_.chunks.size(); ++i) {
     const uint64_t id = received_.chunks[i].lora_id;
     if (id == 0) continue;
     auto it = adapters_.find(id);
     if (it == adapters_.end()) {
-      *status = DataLossError("a step names LoRA adapter " + std::to_string(id) + ", which this rank was never sent");
+      *status = DataLossError("a step names LoRA adapter " + std::to_string(id) +
+                              ", which this rank was never sent");
       return false;
     }
     received_.plan.chunks[i].lora = it->second.get();
@@ -339,14 +368,19 @@ bool ShardExecutor::NextStep(Status* status) {
   return status->ok();
 }
 
-Status ShardExecutor::RunStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan, float* logits) {
+Status ShardExecutor::RunStep(const std::vector<std::pair<int32_t, int32_t>>& copies,
+                              const BatchPlan& plan, float* logits) {
   const Clock::time_point start = Clock::now();
   for (const auto& [src, dst] : copies) {
-    if (src < 0 || dst < 0 || src >= num_blocks() || dst >= num_blocks()) return DataLossError("a block copy names a block out of range");
+    if (src < 0 || dst < 0 || src >= num_blocks() || dst >= num_blocks())
+      return DataLossError("a block copy names a block out of range");
     storage_->CopyBlock(src, dst);
   }
   // Micro-batches: contiguous runs of chunks with about equal token counts.
-  const int32_t wanted = load_.parallel.pp_size == 1 ? 1 : (load_.parallel.micro_batches > 0 ? load_.parallel.micro_batches : load_.parallel.pp_size);
+  const int32_t wanted = load_.parallel.pp_size == 1
+                             ? 1
+                             : (load_.parallel.micro_batches > 0 ? load_.parallel.micro_batches
+                                                                 : load_.parallel.pp_size);
   const int64_t num = std::min<int64_t>(wanted, static_cast<int64_t>(plan.chunks.size()));
   micro_.resize(static_cast<size_t>(num));
   for (BatchPlan& m : micro_) m.chunks.clear();
@@ -355,8 +389,10 @@ Status ShardExecutor::RunStep(const std::vector<std::pair<int32_t, int32_t>>& co
   size_t next = 0;
   for (int64_t m = 0; m < num; ++m) {
     // Leave at least one chunk for each later micro-batch.
-    while (next < plan.chunks.size() && (micro_[m].chunks.empty() || (seen < total * (m + 1) / num &&
-                                                                       plan.chunks.size() - next > static_cast<size_t>(num - m - 1)))) {
+    while (next < plan.chunks.size() &&
+           (micro_[m].chunks.empty() ||
+            (seen < total * (m + 1) / num &&
+             plan.chunks.size() - next > static_cast<size_t>(num - m - 1)))) {
       seen += plan.chunks[next].num_tokens;
       micro_[m].chunks.push_back(plan.chunks[next++]);
     }
@@ -381,8 +417,8 @@ Status ShardExecutor::RunStep(const std::vector<std::pair<int32_t, int32_t>>& co
       const int64_t n = micro_[m].num_logit_rows() * vocab;
       MPI_Request request;
       const Clock::time_point wait = Clock::now();
-      MPI_Irecv(logits + row * vocab, static_cast<int>(n), MPI_FLOAT, g.RankOf(g.pp_size() - 1, 0), kLogitsTag + static_cast<int>(m),
-                g.comm(), &request);
+      MPI_Irecv(logits + row * vocab, static_cast<int>(n), MPI_FLOAT, g.RankOf(g.pp_size() - 1, 0),
+                kLogitsTag + static_cast<int>(m), g.comm(), &request);
       status = g.Wait(&request);
       stats_.comm_ms += MsSince(wait);
       row += micro_[m].num_logit_rows();
@@ -400,22 +436,24 @@ Status ShardExecutor::RunStep(const std::vector<std::pair<int32_t, int32_t>>& co
   return status;
 }
 
-Status ShardExecutor::RunMicroBatch(int32_t mb, const BatchPlan& plan, int64_t logit_row, float* logits,
-                                    std::vector<MPI_Request>* sends) {
+Status ShardExecutor::RunMicroBatch(int32_t mb, const BatchPlan& plan, int64_t logit_row,
+                                    float* logits, std::vector<MPI_Request>* sends) {
   ModelGroup& g = *group_;
   const ModelConfig& c = model_->config();
   const int64_t hidden_floats = plan.num_tokens() * c.hidden_size;
   const bool first_stage = g.stage() == 0, last_stage = g.stage() == g.pp_size() - 1;
-  if (hidden_floats > INT_MAX) return InvalidArgumentError("a micro-batch's hidden states exceed one MPI message");
+  if (hidden_floats > INT_MAX)
+    return InvalidArgumentError("a micro-batch's hidden states exceed one MPI message");
   std::vector<float>& hidden = hidden_[mb];
-  if (hidden.size() < static_cast<size_t>(hidden_floats)) hidden.resize(static_cast<size_t>(hidden_floats));
+  if (hidden.size() < static_cast<size_t>(hidden_floats))
+    hidden.resize(static_cast<size_t>(hidden_floats));
   ShardIo io;
   io.tp = g.tensor_group();
   if (!first_stage) {
     MPI_Request request;
     const Clock::time_point wait = Clock::now();
-    MPI_Irecv(hidden.data(), static_cast<int>(hidden_floats), MPI_FLOAT, g.RankOf(g.stage() - 1, g.tp_rank()), kHiddenTag + mb, g.comm(),
-              &request);
+    MPI_Irecv(hidden.data(), static_cast<int>(hidden_floats), MPI_FLOAT,
+              g.RankOf(g.stage() - 1, g.tp_rank()), kHiddenTag + mb, g.comm(), &request);
     RETURN_IF_ERROR(g.Wait(&request));
     stats_.comm_ms += MsSince(wait);
     io.hidden_in = hidden.data();
@@ -428,27 +466,30 @@ Status ShardExecutor::RunMicroBatch(int32_t mb, const BatchPlan& plan, int64_t l
   } else if (g.rank() == 0) {
     io.logits = logits + logit_row * c.vocab_size;
   } else {
-    mb_logits.resize(std::max(mb_logits.size(), static_cast<size_t>(plan.num_logit_rows() * c.vocab_size)));
+    mb_logits.resize(
+        std::max(mb_logits.size(), static_cast<size_t>(plan.num_logit_rows() * c.vocab_size)));
     io.logits = mb_logits.data();
   }
   RETURN_IF_ERROR(model_->ForwardShard(plan, view_, scratch_, *pool_, io));
   MPI_Request send = MPI_REQUEST_NULL;
   if (!last_stage) {
-    MPI_Isend(mb_logits.data(), static_cast<int>(hidden_floats), MPI_FLOAT, g.RankOf(g.stage() + 1, g.tp_rank()), kHiddenTag + mb, g.comm(),
-              &send);
+    MPI_Isend(mb_logits.data(), static_cast<int>(hidden_floats), MPI_FLOAT,
+              g.RankOf(g.stage() + 1, g.tp_rank()), kHiddenTag + mb, g.comm(), &send);
     stats_.bytes += hidden_floats * static_cast<int64_t>(sizeof(float));
   } else if (g.tp_rank() == 0 && g.rank() != 0) {
     const int64_t n = plan.num_logit_rows() * c.vocab_size;
     if (n > INT_MAX) return InvalidArgumentError("a micro-batch's logits exceed one MPI message");
-    MPI_Isend(mb_logits.data(), static_cast<int>(n), MPI_FLOAT, 0, kLogitsTag + mb, g.comm(), &send);
+    MPI_Isend(mb_logits.data(), static_cast<int>(n), MPI_FLOAT, 0, kLogitsTag + mb, g.comm(),
+              &send);
     stats_.bytes += n * static_cast<int64_t>(sizeof(float));
   }
   if (send != MPI_REQUEST_NULL) sends->push_back(send);
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<ParallelModelRunner>> ParallelModelRunner::Create(MPI_Comm comm, const std::string& model_path,
-                                                                           const ExecutorConfig& config, const ParallelConfig& parallel) {
+StatusOr<std::unique_ptr<ParallelModelRunner>> ParallelModelRunner::Create(
+    MPI_Comm comm, const std::string& model_path, const ExecutorConfig& config,
+    const ParallelConfig& parallel) {
   RETURN_IF_ERROR(parallel.Validate());
   LoadRequest load{model_path, parallel, config};
   WireWriter w;
@@ -469,7 +510,9 @@ ParallelModelRunner::~ParallelModelRunner() {
 }
 
 int32_t ParallelModelRunner::vocab_size() const { return shard_->model().config().vocab_size; }
-int32_t ParallelModelRunner::context_length() const { return shard_->model().config().context_length; }
+int32_t ParallelModelRunner::context_length() const {
+  return shard_->model().config().context_length;
+}
 int32_t ParallelModelRunner::num_kv_blocks() const { return shard_->num_blocks(); }
 int32_t ParallelModelRunner::num_layers() const { return shard_->model().config().num_layers; }
 int32_t ParallelModelRunner::hidden_size() const { return shard_->model().config().hidden_size; }
@@ -478,7 +521,8 @@ const Model& ParallelModelRunner::model() const { return shard_->model(); }
 CommStats ParallelModelRunner::comm_stats() const { return shard_->stats(); }
 
 Status ParallelModelRunner::Health() const {
-  if (shard_->group().failed()) return UnavailableError("the model's parallel group failed: " + shard_->group().failure());
+  if (shard_->group().failed())
+    return UnavailableError("the model's parallel group failed: " + shard_->group().failure());
   return OkStatus();
 }
 
@@ -524,7 +568,8 @@ Status RunFollower(MPI_Comm comm, bool one_model) {
       if (one_model || shard.status().code() == StatusCode::kUnavailable) return shard.status();
       continue;
     }
-    INFLIGHT_LOG(kInfo) << "rank " << (*shard)->group().rank() << " (pid " << ::getpid() << "): stage " << (*shard)->group().stage() << ", tensor-parallel rank "
+    INFLIGHT_LOG(kInfo) << "rank " << (*shard)->group().rank() << " (pid " << ::getpid()
+                        << "): stage " << (*shard)->group().stage() << ", tensor-parallel rank "
                         << (*shard)->group().tp_rank() << " of '" << load.model_path << "'";
     Status status;
     while ((*shard)->NextStep(&status)) {

@@ -11,11 +11,11 @@
 // hands out, so prefix reuse, copy-on-write and pauses work unchanged.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <mpi.h>
 
 #include "base/status.h"
 #include "engine/model_runner.h"
@@ -41,7 +41,7 @@ struct ParallelConfig {
 struct CommStats {
   int64_t steps = 0;
   int64_t collectives = 0;
-  int64_t bytes = 0;  // sent by this rank
+  int64_t bytes = 0;      // sent by this rank
   double comm_ms = 0;     // waiting for collectives and transfers
   double forward_ms = 0;  // the whole shard forward, communication included
 };
@@ -55,8 +55,10 @@ class ParallelModelRunner : public ModelRunner {
   // Leader side: sends the load request over `comm`, loads its own shard, and agrees with the
   // followers (RunFollower on every other rank) on the KV pool size. An error names the rank
   // that failed to load, or what the ranks disagree on (model file, layout).
-  static StatusOr<std::unique_ptr<ParallelModelRunner>> Create(MPI_Comm comm, const std::string& model_path,
-                                                               const ExecutorConfig& config, const ParallelConfig& parallel);
+  static StatusOr<std::unique_ptr<ParallelModelRunner>> Create(MPI_Comm comm,
+                                                               const std::string& model_path,
+                                                               const ExecutorConfig& config,
+                                                               const ParallelConfig& parallel);
   // Tells the followers to stop (when the group is healthy).
   ~ParallelModelRunner() override;
 

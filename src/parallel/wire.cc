@@ -11,7 +11,8 @@ constexpr int64_t kMaxTokens = 1 << 24;
 
 }  // namespace
 
-void EncodeAdapters(const std::vector<uint64_t>& drops, const std::vector<const LoraAdapter*>& fresh, WireWriter* out) {
+void EncodeAdapters(const std::vector<uint64_t>& drops,
+                    const std::vector<const LoraAdapter*>& fresh, WireWriter* out) {
   out->PutArray(drops.data(), static_cast<int64_t>(drops.size()));
   out->Put<int64_t>(static_cast<int64_t>(fresh.size()));
   for (const LoraAdapter* a : fresh) {
@@ -32,7 +33,8 @@ Status DecodeAdapters(WireReader& in, const ModelConfig& config, std::vector<uin
   RETURN_IF_ERROR(in.GetArray(drops, kMaxChunks));
   int64_t count = 0;
   RETURN_IF_ERROR(in.Get(&count));
-  if (count < 0 || count > kMaxChunks) return DataLossError("a parallel step message holds a bad adapter count");
+  if (count < 0 || count > kMaxChunks)
+    return DataLossError("a parallel step message holds a bad adapter count");
   fresh->clear();
   for (int64_t i = 0; i < count; ++i) {
     uint64_t id = 0;
@@ -56,8 +58,9 @@ Status DecodeAdapters(WireReader& in, const ModelConfig& config, std::vector<uin
   return OkStatus();
 }
 
-void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan, int32_t tokens_per_block,
-                int32_t vocab_size, int32_t hidden_size, const std::vector<uint64_t>& lora_ids, WireWriter* out) {
+void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan,
+                int32_t tokens_per_block, int32_t vocab_size, int32_t hidden_size,
+                const std::vector<uint64_t>& lora_ids, WireWriter* out) {
   std::vector<int32_t> flat;
   for (const auto& [src, dst] : copies) flat.push_back(src), flat.push_back(dst);
   out->PutArray(flat.data(), static_cast<int64_t>(flat.size()));
@@ -68,15 +71,20 @@ void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const Ba
     out->Put<int32_t>(c.num_logits);
     out->Put<uint64_t>(lora_ids.empty() ? 0 : lora_ids[i]);
     out->PutArray(c.token_ids, c.num_tokens);
-    const int64_t reached = (static_cast<int64_t>(c.start_pos) + c.num_tokens + tokens_per_block - 1) / tokens_per_block;
+    const int64_t reached =
+        (static_cast<int64_t>(c.start_pos) + c.num_tokens + tokens_per_block - 1) /
+        tokens_per_block;
     out->PutArray(c.block_table, std::min<int64_t>(reached, c.num_blocks));
-    const bool uses_table = c.prompt_table != nullptr &&
-                            std::any_of(c.token_ids, c.token_ids + c.num_tokens, [&](int32_t id) { return id >= vocab_size; });
-    out->PutArray(uses_table ? c.prompt_table : nullptr, uses_table ? int64_t{c.prompt_table_rows} * hidden_size : 0);
+    const bool uses_table =
+        c.prompt_table != nullptr && std::any_of(c.token_ids, c.token_ids + c.num_tokens,
+                                                 [&](int32_t id) { return id >= vocab_size; });
+    out->PutArray(uses_table ? c.prompt_table : nullptr,
+                  uses_table ? int64_t{c.prompt_table_rows} * hidden_size : 0);
   }
 }
 
-Status DecodeStep(WireReader& in, int32_t hidden_size, std::vector<std::pair<int32_t, int32_t>>* copies, OwnedPlan* plan) {
+Status DecodeStep(WireReader& in, int32_t hidden_size,
+                  std::vector<std::pair<int32_t, int32_t>>* copies, OwnedPlan* plan) {
   std::vector<int32_t> flat;
   RETURN_IF_ERROR(in.GetArray(&flat, kMaxTokens));
   if (flat.size() % 2 != 0) return DataLossError("a parallel step message holds half a block copy");
@@ -84,7 +92,8 @@ Status DecodeStep(WireReader& in, int32_t hidden_size, std::vector<std::pair<int
   for (size_t i = 0; i < flat.size(); i += 2) copies->emplace_back(flat[i], flat[i + 1]);
   int64_t num_chunks = 0;
   RETURN_IF_ERROR(in.Get(&num_chunks));
-  if (num_chunks < 0 || num_chunks > kMaxChunks) return DataLossError("a parallel step message holds a bad chunk count");
+  if (num_chunks < 0 || num_chunks > kMaxChunks)
+    return DataLossError("a parallel step message holds a bad chunk count");
   plan->chunks.resize(static_cast<size_t>(num_chunks));
   plan->plan.chunks.resize(static_cast<size_t>(num_chunks));
   for (int64_t i = 0; i < num_chunks; ++i) {
@@ -98,7 +107,8 @@ Status DecodeStep(WireReader& in, int32_t hidden_size, std::vector<std::pair<int
     if (hidden_size <= 0 || c.prompt_table.size() % static_cast<size_t>(hidden_size) != 0) {
       return DataLossError("a parallel step message holds a ragged prompt table");
     }
-    c.prompt_table_rows = static_cast<int32_t>(c.prompt_table.size() / static_cast<size_t>(hidden_size));
+    c.prompt_table_rows =
+        static_cast<int32_t>(c.prompt_table.size() / static_cast<size_t>(hidden_size));
     SequenceChunk& v = plan->plan.chunks[i];
     v = SequenceChunk{};
     v.token_ids = c.tokens.data();

@@ -90,14 +90,17 @@ struct OwnedPlan {
 
 // LoRA adapters the followers cache by LoraAdapter::id(): ids to forget, then new adapters
 // (their matrices whole; each rank applies its own rows).
-void EncodeAdapters(const std::vector<uint64_t>& drops, const std::vector<const LoraAdapter*>& fresh, WireWriter* out);
+void EncodeAdapters(const std::vector<uint64_t>& drops,
+                    const std::vector<const LoraAdapter*>& fresh, WireWriter* out);
 Status DecodeAdapters(WireReader& in, const ModelConfig& config, std::vector<uint64_t>* drops,
                       std::vector<std::pair<uint64_t, std::shared_ptr<const LoraAdapter>>>* fresh);
 
 // One step: block copies to make first, then the plan. Only the blocks the chunk's positions
 // reach are sent, and a p-tuning table only with a chunk that uses one of its rows.
-void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan, int32_t tokens_per_block,
-                int32_t vocab_size, int32_t hidden_size, const std::vector<uint64_t>& lora_ids, WireWriter* out);
-Status DecodeStep(WireReader& in, int32_t hidden_size, std::vector<std::pair<int32_t, int32_t>>* copies, OwnedPlan* plan);
+void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan,
+                int32_t tokens_per_block, int32_t vocab_size, int32_t hidden_size,
+                const std::vector<uint64_t>& lora_ids, WireWriter* out);
+Status DecodeStep(WireReader& in, int32_t hidden_size,
+                  std::vector<std::pair<int32_t, int32_t>>* copies, OwnedPlan* plan);
 
 }  // namespace inflight::parallel

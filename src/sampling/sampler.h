@@ -13,15 +13,15 @@
 namespace inflight {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  int32_t top_k = 0;         // 0 = off
-  float top_p = 1.0f;        // 1 = off
-  float min_p = 0.0f;        // 0 = off
+  float temperature = 1.0f;         // 0 = greedy
+  int32_t top_k = 0;                // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
   float repetition_penalty = 1.0f;  // over prompt and output; 1 = off
   float presence_penalty = 0.0f;    // over output
   float frequency_penalty = 0.0f;   // over output
   uint64_t seed = 0;
-  int32_t num_top_logprobs = 0;     // top-N log-probs returned per token
+  int32_t num_top_logprobs = 0;  // top-N log-probs returned per token
   // Added to the logits before penalties (OpenAI logit_bias, TensorRT-LLM embedding_bias);
   // ids must be below the vocabulary size (checked by whoever knows it).
   std::vector<std::pair<int32_t, float>> logit_bias;
@@ -54,7 +54,8 @@ class Sampler {
   // draft_probs ([vocab], the distribution the draft was drawn from; null: with certainty):
   // speculative sampling proper, the draft kept with probability min(1, p / q) and otherwise
   // a token drawn from max(0, p - q) renormalised, which again gives exactly p.
-  SampledToken SampleWithDraft(float* logits, int32_t vocab, int32_t draft, const float* draft_probs = nullptr);
+  SampledToken SampleWithDraft(float* logits, int32_t vocab, int32_t draft,
+                               const float* draft_probs = nullptr);
   // Logit bias and penalties, as Sample applies them before choosing (beam search scores the
   // processed logits itself).
   void ApplyPenaltiesTo(float* logits, int32_t vocab) const { ApplyPenalties(logits, vocab); }
@@ -62,8 +63,8 @@ class Sampler {
   void SetOutputTokens(const int32_t* ids, int64_t n);
   // Whether Sample writes to the logits (penalties); when not, the caller need not copy them.
   bool modifies_logits() const {
-    return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f ||
-           !params_.logit_bias.empty();
+    return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+           params_.frequency_penalty != 0.0f || !params_.logit_bias.empty();
   }
 
  private:
@@ -79,7 +80,8 @@ class Sampler {
 
 // The k most likely tokens of log_softmax(logits / temperature), best first (lower id first on
 // ties); banned (-inf) tokens are never among them.
-void TopLogProbs(const float* logits, int32_t vocab, float temperature, int32_t k, std::vector<std::pair<int32_t, float>>* out);
+void TopLogProbs(const float* logits, int32_t vocab, float temperature, int32_t k,
+                 std::vector<std::pair<int32_t, float>>* out);
 
 // Index of the largest value (lowest index on ties).
 int32_t ArgMax(const float* x, int32_t n);

@@ -77,9 +77,10 @@ StatusOr<std::set<ApiGroup>> ParseApiGroups(std::string_view list) {
       if (n == name) out.insert(group), found = true;
     }
     if (!found) {
-      return InvalidArgumentError("unknown API group '" + name +
-                                  "' (health, metadata, inference, shared-memory, model-config, model-repository, "
-                                  "statistics, trace, logging, metrics)");
+      return InvalidArgumentError(
+          "unknown API group '" + name +
+          "' (health, metadata, inference, shared-memory, model-config, model-repository, "
+          "statistics, trace, logging, metrics)");
     }
   }
   if (out.empty()) return InvalidArgumentError("no API group named in '" + std::string(list) + "'");
@@ -90,7 +91,8 @@ StatusOr<RestrictedApi> ParseRestrictedApi(std::string_view spec) {
   const size_t colon = spec.find(':');
   const size_t eq = colon == std::string_view::npos ? colon : spec.find('=', colon);
   if (colon == std::string_view::npos || eq == std::string_view::npos) {
-    return InvalidArgumentError("restricted API '" + std::string(spec) + "': expected GROUPS:KEY=VALUE");
+    return InvalidArgumentError("restricted API '" + std::string(spec) +
+                                "': expected GROUPS:KEY=VALUE");
   }
   auto groups = ParseApiGroups(spec.substr(0, colon));
   if (!groups.ok()) return groups.status();
@@ -99,14 +101,17 @@ StatusOr<RestrictedApi> ParseRestrictedApi(std::string_view spec) {
   r.header = Lower(Trim(spec.substr(colon + 1, eq - colon - 1)));
   r.value = Trim(spec.substr(eq + 1));
   if (r.header.empty() || r.value.empty()) {
-    return InvalidArgumentError("restricted API '" + std::string(spec) + "': KEY and VALUE must not be empty");
+    return InvalidArgumentError("restricted API '" + std::string(spec) +
+                                "': KEY and VALUE must not be empty");
   }
   for (char c : r.header) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') {
-      return InvalidArgumentError("restricted API: header name '" + r.header + "' may hold letters, digits, '-' and '_'");
+      return InvalidArgumentError("restricted API: header name '" + r.header +
+                                  "' may hold letters, digits, '-' and '_'");
     }
   }
-  if (r.header == "authorization") return InvalidArgumentError("restricted API: the header cannot be 'authorization'");
+  if (r.header == "authorization")
+    return InvalidArgumentError("restricted API: the header cannot be 'authorization'");
   return r;
 }
 
@@ -160,7 +165,8 @@ const Authenticator::StoredKey* Authenticator::FindKey(std::string_view presente
 std::variant<Principal, AuthFailure> Authenticator::Check(Protocol protocol, ApiGroup group,
                                                           std::string_view authorization,
                                                           const HeaderLookup& header) const {
-  const auto& restricted = protocol == Protocol::kHttp ? options_.http_restricted : options_.grpc_restricted;
+  const auto& restricted =
+      protocol == Protocol::kHttp ? options_.http_restricted : options_.grpc_restricted;
   const StoredKey* key = nullptr;
   if (keys_required()) {
     const std::string_view token = BearerToken(authorization);

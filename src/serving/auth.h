@@ -63,8 +63,9 @@ StatusOr<std::vector<ApiKey>> ReadApiKeyFile(const std::string& path);
 struct AuthOptions {
   std::vector<ApiKey> api_keys;    // public: data plane
   std::vector<ApiKey> admin_keys;  // everything
-  std::set<ApiGroup> admin_groups = {ApiGroup::kModelRepository, ApiGroup::kSharedMemory, ApiGroup::kStatistics,
-                                     ApiGroup::kTrace, ApiGroup::kLogging, ApiGroup::kMetrics};
+  std::set<ApiGroup> admin_groups = {ApiGroup::kModelRepository, ApiGroup::kSharedMemory,
+                                     ApiGroup::kStatistics,      ApiGroup::kTrace,
+                                     ApiGroup::kLogging,         ApiGroup::kMetrics};
   std::vector<RestrictedApi> http_restricted, grpc_restricted;
 };
 
@@ -89,7 +90,8 @@ class Authenticator {
   // Looks up a header (HTTP) or metadata entry (gRPC) by lower-case name; nullopt if absent.
   using HeaderLookup = std::function<std::optional<std::string>(std::string_view)>;
   // The principal, or why not. `authorization` is the Authorization value ("" if absent).
-  std::variant<Principal, AuthFailure> Check(Protocol protocol, ApiGroup group, std::string_view authorization,
+  std::variant<Principal, AuthFailure> Check(Protocol protocol, ApiGroup group,
+                                             std::string_view authorization,
                                              const HeaderLookup& header) const;
 
  private:

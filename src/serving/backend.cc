@@ -14,16 +14,23 @@ InferResponse ErrorResponse(const Status& error) {
   return r;
 }
 
-StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConfig& config, const BackendContext& context) {
+StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConfig& config,
+                                                      const BackendContext& context) {
   switch (KindOf(config)) {
     case BackendKind::kEnsemble:
-      if (!config.has_ensemble_scheduling()) return InvalidArgumentError("platform 'ensemble' needs ensemble_scheduling");
+      if (!config.has_ensemble_scheduling())
+        return InvalidArgumentError("platform 'ensemble' needs ensemble_scheduling");
       return CreateEnsembleBackend(config, context);
-    case BackendKind::kLlm: return CreateLlmBackend(config, context);
-    case BackendKind::kTokenizer: return CreateTokenizerBackend(config, context);
-    case BackendKind::kDetokenizer: return CreateDetokenizerBackend(config, context);
-    case BackendKind::kBls: return CreateBlsBackend(config, context);
-    case BackendKind::kUnknown: break;
+    case BackendKind::kLlm:
+      return CreateLlmBackend(config, context);
+    case BackendKind::kTokenizer:
+      return CreateTokenizerBackend(config, context);
+    case BackendKind::kDetokenizer:
+      return CreateDetokenizerBackend(config, context);
+    case BackendKind::kBls:
+      return CreateBlsBackend(config, context);
+    case BackendKind::kUnknown:
+      break;
   }
   const std::string& backend = config.backend();
   if (backend.empty() && config.platform().empty()) {

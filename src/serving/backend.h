@@ -26,7 +26,8 @@ class InferenceRunner {
   virtual ~InferenceRunner() = default;
   virtual void Infer(InferRequest request, ResponseSink sink) = 0;
   // The config of a loaded model (for an ensemble to read its steps' inputs).
-  virtual StatusOr<inference::ModelConfig> ModelConfigOf(const std::string& name, int64_t version) = 0;
+  virtual StatusOr<inference::ModelConfig> ModelConfigOf(const std::string& name,
+                                                         int64_t version) = 0;
 };
 
 struct BackendContext {
@@ -64,7 +65,8 @@ class ModelBackend {
 // Chooses the backend from the config: platform "ensemble"; backend "tensorrtllm" (or a python
 // model with the tensorrt_llm inputs); python models with the preprocessing, postprocessing or
 // tensorrt_llm_bls interfaces. INVALID_ARGUMENT naming the field for a bad config.
-StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConfig& config, const BackendContext& context);
+StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConfig& config,
+                                                      const BackendContext& context);
 
 // Convenience for backends: an error response that ends the request.
 InferResponse ErrorResponse(const Status& error);

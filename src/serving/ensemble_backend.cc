@@ -25,7 +25,8 @@ struct Job {
 
 class EnsembleBackend : public ModelBackend {
  public:
-  EnsembleBackend(inference::ModelEnsembling steps, std::vector<std::string> outputs, const BackendContext& context)
+  EnsembleBackend(inference::ModelEnsembling steps, std::vector<std::string> outputs,
+                  const BackendContext& context)
       : steps_(std::move(steps)), outputs_(std::move(outputs)), context_(context) {
     // Step i depends on step j when j's outputs feed i's inputs.
     const int n = steps_.step_size();
@@ -58,13 +59,15 @@ class EnsembleBackend : public ModelBackend {
 
  private:
   // Starts the source steps (fed by ensemble inputs only).
-  void Launch(const std::shared_ptr<Job>& job, const Pool& pool, const std::set<int>& ran, const InferResponse* trigger) {
+  void Launch(const std::shared_ptr<Job>& job, const Pool& pool, const std::set<int>& ran,
+              const InferResponse* trigger) {
     for (int i = 0; i < steps_.step_size(); ++i) {
       if (depends_[i].empty()) RunStep(job, i, pool, ran, trigger);
     }
   }
 
-  void RunStep(const std::shared_ptr<Job>& job, int index, const Pool& pool, std::set<int> ran, const InferResponse* trigger) {
+  void RunStep(const std::shared_ptr<Job>& job, int index, const Pool& pool, std::set<int> ran,
+               const InferResponse* trigger) {
     const Step& step = steps_.step(index);
     InferRequest sub;
     sub.model_name = step.model_name();
@@ -85,7 +88,8 @@ class EnsembleBackend : public ModelBackend {
     if (trigger) {
       // What a stateful downstream step (the detokenizer) needs to know of the response.
       sub.parameters["upstream_final"] = trigger->final;
-      if (auto it = trigger->parameters.find("all_generated_tokens"); it != trigger->parameters.end()) {
+      if (auto it = trigger->parameters.find("all_generated_tokens");
+          it != trigger->parameters.end()) {
         sub.parameters["all_generated_tokens"] = it->second;
       }
       for (const InferTensor& t : trigger->outputs) {
@@ -106,8 +110,8 @@ class EnsembleBackend : public ModelBackend {
     });
   }
 
-  void OnStepResponse(const std::shared_ptr<Job>& job, int index, const Pool& pool, const std::set<int>& ran,
-                      InferResponse&& resp) {
+  void OnStepResponse(const std::shared_ptr<Job>& job, int index, const Pool& pool,
+                      const std::set<int>& ran, InferResponse&& resp) {
     {
       std::lock_guard<std::mutex> lock(job->mu);
       if (job->done) return;
@@ -122,7 +126,8 @@ class EnsembleBackend : public ModelBackend {
       for (const InferTensor& t : resp.outputs) {
         auto it = steps_.step(index).output_map().find(t.name);
         if (it == steps_.step(index).output_map().end()) continue;
-        auto copy = std::make_shared<InferTensor>(t);  // resp stays whole: it triggers the next steps
+        auto copy =
+            std::make_shared<InferTensor>(t);  // resp stays whole: it triggers the next steps
         copy->name = it->second;
         next[it->second] = std::move(copy);
       }
@@ -138,8 +143,8 @@ class EnsembleBackend : public ModelBackend {
   }
 
   // Starts the steps fed by step `from` whose other producers have run in this chain.
-  void LaunchFrom(const std::shared_ptr<Job>& job, const Pool& pool, const std::set<int>& ran, int from,
-                  const InferResponse& trigger) {
+  void LaunchFrom(const std::shared_ptr<Job>& job, const Pool& pool, const std::set<int>& ran,
+                  int from, const InferResponse& trigger) {
     for (int i = 0; i < steps_.step_size(); ++i) {
       if (ran.count(i) || !depends_[i].count(from)) continue;
       bool ready = true;
@@ -211,11 +216,13 @@ Status CheckWiring(const inference::ModelEnsembling& steps, const inference::Mod
     for (const auto& [out, tensor] : s.output_map()) available.insert(tensor);
   }
   for (const auto& s : steps.step()) {
-    if (s.model_name().empty()) return InvalidArgumentError("ensemble_scheduling.step: model_name is empty");
+    if (s.model_name().empty())
+      return InvalidArgumentError("ensemble_scheduling.step: model_name is empty");
     for (const auto& [in, tensor] : s.input_map()) {
       if (!available.count(tensor)) {
-        return InvalidArgumentError("ensemble_scheduling.step '" + s.model_name() + "': input_map names tensor '" +
-                                    tensor + "' that is neither an ensemble input nor a step output");
+        return InvalidArgumentError("ensemble_scheduling.step '" + s.model_name() +
+                                    "': input_map names tensor '" + tensor +
+                                    "' that is neither an ensemble input nor a step output");
       }
     }
   }
@@ -224,7 +231,9 @@ Status CheckWiring(const inference::ModelEnsembling& steps, const inference::Mod
     for (const auto& s : steps.step()) {
       for (const auto& [o, tensor] : s.output_map()) produced = produced || tensor == out.name();
     }
-    if (!produced) return InvalidArgumentError("ensemble output '" + out.name() + "' is not produced by any step");
+    if (!produced)
+      return InvalidArgumentError("ensemble output '" + out.name() +
+                                  "' is not produced by any step");
   }
   return OkStatus();
 }
@@ -237,7 +246,8 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateEnsembleBackend(const inference::M
   if (!s.ok()) return s;
   std::vector<std::string> outputs;
   for (const auto& o : config.output()) outputs.push_back(o.name());
-  return std::unique_ptr<ModelBackend>(new EnsembleBackend(config.ensemble_scheduling(), outputs, context));
+  return std::unique_ptr<ModelBackend>(
+      new EnsembleBackend(config.ensemble_scheduling(), outputs, context));
 }
 
 StatusOr<std::unique_ptr<ModelBackend>> CreateBlsBackend(const inference::ModelConfig& config,
@@ -295,11 +305,12 @@ inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_n
   lin["runtime_top_p"] = "top_p";
   lin["temperature"] = "temperature";
   lin["len_penalty"] = "length_penalty";
-  for (const char* same : {"repetition_penalty", "min_tokens", "presence_penalty", "frequency_penalty", "seed",
-                           "return_log_probs", "return_context_logits", "return_generation_logits",
-                           "return_perf_metrics", "num_return_sequences", "beam_width", "prompt_embedding_table",
-                           "prompt_vocab_size", "lora_task_id", "lora_weights", "lora_config",
-                           "guided_decoding_guide_type", "guided_decoding_guide"}) {
+  for (const char* same :
+       {"repetition_penalty", "min_tokens", "presence_penalty", "frequency_penalty", "seed",
+        "return_log_probs", "return_context_logits", "return_generation_logits",
+        "return_perf_metrics", "num_return_sequences", "beam_width", "prompt_embedding_table",
+        "prompt_vocab_size", "lora_task_id", "lora_weights", "lora_config",
+        "guided_decoding_guide_type", "guided_decoding_guide"}) {
     lin[same] = same;
   }
   lin["streaming"] = "stream";
@@ -312,11 +323,12 @@ inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_n
   auto& lout = *llm->mutable_output_map();
   lout["output_ids"] = "_TOKENS_BATCH";
   lout["sequence_length"] = "_SEQUENCE_LENGTH";
-  for (const char* same : {"cum_log_probs", "output_log_probs", "context_logits", "generation_logits", "batch_index",
-                           "sequence_index", "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks",
-                           "kv_cache_alloc_total_blocks", "arrival_time_ns", "first_scheduled_time_ns",
-                           "first_token_time_ns", "last_token_time_ns", "acceptance_rate",
-                           "total_accepted_draft_tokens", "total_draft_tokens"}) {
+  for (const char* same :
+       {"cum_log_probs", "output_log_probs", "context_logits", "generation_logits", "batch_index",
+        "sequence_index", "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks",
+        "kv_cache_alloc_total_blocks", "arrival_time_ns", "first_scheduled_time_ns",
+        "first_token_time_ns", "last_token_time_ns", "acceptance_rate",
+        "total_accepted_draft_tokens", "total_draft_tokens"}) {
     lout[same] = same;
   }
   auto* post = e.add_step();

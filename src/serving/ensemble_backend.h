@@ -17,6 +17,7 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateBlsBackend(const inference::ModelC
                                                          const BackendContext& context);
 // The wiring of the reference ensemble (init-repo writes it; the BLS model runs it).
 // bls: the BLS model's extra inputs are wired too (num_draft_tokens).
-inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_name, bool bls = false);
+inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_name,
+                                                  bool bls = false);
 
 }  // namespace inflight::serving

@@ -4,15 +4,17 @@
 
 namespace inflight::serving {
 
-StatusOr<std::shared_ptr<const TokenConstraint>> GuideCache::Get(const std::string& type, const std::string& guide) {
+StatusOr<std::shared_ptr<const TokenConstraint>> GuideCache::Get(const std::string& type,
+                                                                 const std::string& guide) {
   auto kind = guided::GuideTypeFromName(type);
   if (!kind.ok()) return kind.status();
   if (guide.size() > kMaxGuideBytes) {
-    return InvalidArgumentError("guided_decoding_guide holds " + std::to_string(guide.size()) + " bytes; at most " +
-                                std::to_string(kMaxGuideBytes) + " are taken");
+    return InvalidArgumentError("guided_decoding_guide holds " + std::to_string(guide.size()) +
+                                " bytes; at most " + std::to_string(kMaxGuideBytes) + " are taken");
   }
   if (*kind != guided::GuideType::kJson && guide.empty()) {
-    return InvalidArgumentError("guided_decoding_guide is empty; guide type '" + type + "' needs one");
+    return InvalidArgumentError("guided_decoding_guide is empty; guide type '" + type +
+                                "' needs one");
   }
   const std::string key = type + '\0' + (*kind == guided::GuideType::kJson ? std::string() : guide);
   std::shared_ptr<const guided::GuideVocabulary> vocab;

@@ -39,9 +39,12 @@ struct InferTensor {
   // The elements of a BYTES tensor.
   StatusOr<std::vector<std::string>> AsStrings() const;
 
-  static InferTensor Int32(std::string name, std::vector<int64_t> shape, const std::vector<int32_t>& v);
-  static InferTensor Float32(std::string name, std::vector<int64_t> shape, const std::vector<float>& v);
-  static InferTensor Strings(std::string name, std::vector<int64_t> shape, const std::vector<std::string>& v);
+  static InferTensor Int32(std::string name, std::vector<int64_t> shape,
+                           const std::vector<int32_t>& v);
+  static InferTensor Float32(std::string name, std::vector<int64_t> shape,
+                             const std::vector<float>& v);
+  static InferTensor Strings(std::string name, std::vector<int64_t> shape,
+                             const std::vector<std::string>& v);
   // A tensor of `dtype` from numbers (rounded/truncated for integer types, clamped to range).
   static InferTensor FromDoubles(std::string name, DataType dtype, std::vector<int64_t> shape,
                                  const std::vector<double>& v);

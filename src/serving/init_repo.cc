@@ -26,7 +26,8 @@ std::string Inputs(const std::vector<Io>& ios, const char* key) {
   o << key << " [\n";
   for (size_t i = 0; i < ios.size(); ++i) {
     const Io& io = ios[i];
-    o << "  {\n    name: \"" << io.name << "\"\n    data_type: " << io.type << "\n    dims: " << io.dims << "\n";
+    o << "  {\n    name: \"" << io.name << "\"\n    data_type: " << io.type
+      << "\n    dims: " << io.dims << "\n";
     if (io.scalar) o << "    reshape: { shape: [ ] }\n";
     if (io.ragged) o << "    allow_ragged_batch: true\n";
     if (io.optional) o << "    optional: true\n";
@@ -39,25 +40,35 @@ std::string Inputs(const std::vector<Io>& ios, const char* key) {
 std::string Parameters(const std::vector<std::pair<std::string, std::string>>& params) {
   std::ostringstream o;
   for (const auto& [k, v] : params) {
-    o << "parameters: {\n  key: \"" << k << "\"\n  value: {\n    string_value: \"" << v << "\"\n  }\n}\n";
+    o << "parameters: {\n  key: \"" << k << "\"\n  value: {\n    string_value: \"" << v
+      << "\"\n  }\n}\n";
   }
   return o.str();
 }
 
 std::string Header(const std::string& name, const std::string& backend, int32_t max_batch) {
-  return "name: \"" + name + "\"\n" + backend + "\nmax_batch_size: " + std::to_string(max_batch) + "\n";
+  return "name: \"" + name + "\"\n" + backend + "\nmax_batch_size: " + std::to_string(max_batch) +
+         "\n";
 }
 
 const std::vector<Io> kEnsembleOutputs = {
-    {"text_output", "TYPE_STRING", "[ -1 ]"},        {"cum_log_probs", "TYPE_FP32", "[ -1 ]"},
-    {"output_log_probs", "TYPE_FP32", "[ -1, -1 ]"}, {"context_logits", "TYPE_FP32", "[ -1, -1 ]"},
-    {"generation_logits", "TYPE_FP32", "[ -1, -1, -1 ]"}, {"batch_index", "TYPE_INT32", "[ 1 ]"},
+    {"text_output", "TYPE_STRING", "[ -1 ]"},
+    {"cum_log_probs", "TYPE_FP32", "[ -1 ]"},
+    {"output_log_probs", "TYPE_FP32", "[ -1, -1 ]"},
+    {"context_logits", "TYPE_FP32", "[ -1, -1 ]"},
+    {"generation_logits", "TYPE_FP32", "[ -1, -1, -1 ]"},
+    {"batch_index", "TYPE_INT32", "[ 1 ]"},
     {"sequence_index", "TYPE_INT32", "[ 1 ]"},
-    {"kv_cache_alloc_new_blocks", "TYPE_INT32", "[ 1 ]"}, {"kv_cache_reused_blocks", "TYPE_INT32", "[ 1 ]"},
-    {"kv_cache_alloc_total_blocks", "TYPE_INT32", "[ 1 ]"}, {"arrival_time_ns", "TYPE_INT64", "[ 1 ]"},
-    {"first_scheduled_time_ns", "TYPE_INT64", "[ 1 ]"}, {"first_token_time_ns", "TYPE_INT64", "[ 1 ]"},
-    {"last_token_time_ns", "TYPE_INT64", "[ 1 ]"}, {"acceptance_rate", "TYPE_FP32", "[ 1 ]"},
-    {"total_accepted_draft_tokens", "TYPE_INT32", "[ 1 ]"}, {"total_draft_tokens", "TYPE_INT32", "[ 1 ]"},
+    {"kv_cache_alloc_new_blocks", "TYPE_INT32", "[ 1 ]"},
+    {"kv_cache_reused_blocks", "TYPE_INT32", "[ 1 ]"},
+    {"kv_cache_alloc_total_blocks", "TYPE_INT32", "[ 1 ]"},
+    {"arrival_time_ns", "TYPE_INT64", "[ 1 ]"},
+    {"first_scheduled_time_ns", "TYPE_INT64", "[ 1 ]"},
+    {"first_token_time_ns", "TYPE_INT64", "[ 1 ]"},
+    {"last_token_time_ns", "TYPE_INT64", "[ 1 ]"},
+    {"acceptance_rate", "TYPE_FP32", "[ 1 ]"},
+    {"total_accepted_draft_tokens", "TYPE_INT32", "[ 1 ]"},
+    {"total_draft_tokens", "TYPE_INT32", "[ 1 ]"},
 };
 
 std::vector<Io> TextModelInputs(bool scalar_flags) {
@@ -99,7 +110,8 @@ std::vector<Io> TextModelInputs(bool scalar_flags) {
   };
 }
 
-std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path, const std::string& draft_path) {
+std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
+                      const std::string& draft_path) {
   std::vector<Io> inputs = {
       {"input_ids", "TYPE_INT32", "[ -1 ]", true, false, true},
       {"input_lengths", "TYPE_INT32", "[ 1 ]", false, true},
@@ -146,21 +158,31 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path, c
       {"guided_decoding_guide", "TYPE_STRING", "[ 1 ]", true, false, true},
   };
   std::vector<Io> outputs = {
-      {"output_ids", "TYPE_INT32", "[ -1, -1 ]"},      {"sequence_length", "TYPE_INT32", "[ -1 ]"},
-      {"cum_log_probs", "TYPE_FP32", "[ -1 ]"},        {"output_log_probs", "TYPE_FP32", "[ -1, -1 ]"},
-      {"context_logits", "TYPE_FP32", "[ -1, -1 ]"},   {"generation_logits", "TYPE_FP32", "[ -1, -1, -1 ]"},
-      {"batch_index", "TYPE_INT32", "[ 1 ]"},          {"sequence_index", "TYPE_INT32", "[ 1 ]"},
-      {"kv_cache_alloc_new_blocks", "TYPE_INT32", "[ 1 ]"}, {"kv_cache_reused_blocks", "TYPE_INT32", "[ 1 ]"},
-      {"kv_cache_alloc_total_blocks", "TYPE_INT32", "[ 1 ]"}, {"arrival_time_ns", "TYPE_INT64", "[ 1 ]"},
-      {"first_scheduled_time_ns", "TYPE_INT64", "[ 1 ]"}, {"first_token_time_ns", "TYPE_INT64", "[ 1 ]"},
-      {"last_token_time_ns", "TYPE_INT64", "[ 1 ]"}, {"acceptance_rate", "TYPE_FP32", "[ 1 ]"},
-      {"total_accepted_draft_tokens", "TYPE_INT32", "[ 1 ]"}, {"total_draft_tokens", "TYPE_INT32", "[ 1 ]"},
+      {"output_ids", "TYPE_INT32", "[ -1, -1 ]"},
+      {"sequence_length", "TYPE_INT32", "[ -1 ]"},
+      {"cum_log_probs", "TYPE_FP32", "[ -1 ]"},
+      {"output_log_probs", "TYPE_FP32", "[ -1, -1 ]"},
+      {"context_logits", "TYPE_FP32", "[ -1, -1 ]"},
+      {"generation_logits", "TYPE_FP32", "[ -1, -1, -1 ]"},
+      {"batch_index", "TYPE_INT32", "[ 1 ]"},
+      {"sequence_index", "TYPE_INT32", "[ 1 ]"},
+      {"kv_cache_alloc_new_blocks", "TYPE_INT32", "[ 1 ]"},
+      {"kv_cache_reused_blocks", "TYPE_INT32", "[ 1 ]"},
+      {"kv_cache_alloc_total_blocks", "TYPE_INT32", "[ 1 ]"},
+      {"arrival_time_ns", "TYPE_INT64", "[ 1 ]"},
+      {"first_scheduled_time_ns", "TYPE_INT64", "[ 1 ]"},
+      {"first_token_time_ns", "TYPE_INT64", "[ 1 ]"},
+      {"last_token_time_ns", "TYPE_INT64", "[ 1 ]"},
+      {"acceptance_rate", "TYPE_FP32", "[ 1 ]"},
+      {"total_accepted_draft_tokens", "TYPE_INT32", "[ 1 ]"},
+      {"total_draft_tokens", "TYPE_INT32", "[ 1 ]"},
   };
   std::ostringstream c;
   c << Header("tensorrt_llm", "backend: \"tensorrtllm\"", o.max_batch_size);
   c << "model_transaction_policy {\n  decoupled: " << (o.decoupled ? "true" : "false") << "\n}\n";
   c << "dynamic_batching {\n  preferred_batch_size: [ " << o.max_batch_size
-    << " ]\n  max_queue_delay_microseconds: 0\n  default_queue_policy: { max_queue_size: " << o.max_queue_size << " }\n}\n";
+    << " ]\n  max_queue_delay_microseconds: 0\n  default_queue_policy: { max_queue_size: "
+    << o.max_queue_size << " }\n}\n";
   c << Inputs(inputs, "input") << Inputs(outputs, "output");
   c << "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]\n";
   c << Parameters({
@@ -201,16 +223,22 @@ std::string PreprocessingConfig(const InitRepoOptions& o, const std::string& tok
       {"PROMPT_TABLE_EXTRA_ID", "TYPE_UINT64", "[ 1 ]", true},
   };
   std::vector<Io> outputs = {
-      {"INPUT_ID", "TYPE_INT32", "[ -1 ]"},          {"REQUEST_INPUT_LEN", "TYPE_INT32", "[ 1 ]"},
-      {"DECODER_INPUT_ID", "TYPE_INT32", "[ -1 ]"},  {"REQUEST_DECODER_INPUT_LEN", "TYPE_INT32", "[ 1 ]"},
-      {"BAD_WORDS_IDS", "TYPE_INT32", "[ 2, -1 ]"},  {"STOP_WORDS_IDS", "TYPE_INT32", "[ 2, -1 ]"},
-      {"EMBEDDING_BIAS", "TYPE_FP32", "[ -1 ]"},     {"REQUEST_OUTPUT_LEN", "TYPE_INT32", "[ -1 ]"},
-      {"OUT_END_ID", "TYPE_INT32", "[ 1 ]"},         {"OUT_PAD_ID", "TYPE_INT32", "[ 1 ]"},
+      {"INPUT_ID", "TYPE_INT32", "[ -1 ]"},
+      {"REQUEST_INPUT_LEN", "TYPE_INT32", "[ 1 ]"},
+      {"DECODER_INPUT_ID", "TYPE_INT32", "[ -1 ]"},
+      {"REQUEST_DECODER_INPUT_LEN", "TYPE_INT32", "[ 1 ]"},
+      {"BAD_WORDS_IDS", "TYPE_INT32", "[ 2, -1 ]"},
+      {"STOP_WORDS_IDS", "TYPE_INT32", "[ 2, -1 ]"},
+      {"EMBEDDING_BIAS", "TYPE_FP32", "[ -1 ]"},
+      {"REQUEST_OUTPUT_LEN", "TYPE_INT32", "[ -1 ]"},
+      {"OUT_END_ID", "TYPE_INT32", "[ 1 ]"},
+      {"OUT_PAD_ID", "TYPE_INT32", "[ 1 ]"},
       {"OUT_PROMPT_TABLE_EXTRA_IDS", "TYPE_UINT64", "[ 1 ]"},
   };
   std::ostringstream c;
   c << Header("preprocessing", "backend: \"python\"", o.max_batch_size);
-  c << "dynamic_batching {\n  preferred_batch_size: [ " << o.max_batch_size << " ]\n  max_queue_delay_microseconds: 0\n}\n";
+  c << "dynamic_batching {\n  preferred_batch_size: [ " << o.max_batch_size
+    << " ]\n  max_queue_delay_microseconds: 0\n}\n";
   c << Inputs(inputs, "input") << Inputs(outputs, "output");
   c << Parameters({{"tokenizer_dir", tokenizer}, {"add_special_tokens", "true"}});
   c << "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]\n";
@@ -221,7 +249,9 @@ std::string PostprocessingConfig(const InitRepoOptions& o, const std::string& to
   std::ostringstream c;
   c << Header("postprocessing", "backend: \"python\"", o.max_batch_size);
   c << "dynamic_batching {}\n";
-  c << Inputs({{"TOKENS_BATCH", "TYPE_INT32", "[ -1, -1 ]"}, {"SEQUENCE_LENGTH", "TYPE_INT32", "[ -1 ]"}}, "input");
+  c << Inputs(
+      {{"TOKENS_BATCH", "TYPE_INT32", "[ -1, -1 ]"}, {"SEQUENCE_LENGTH", "TYPE_INT32", "[ -1 ]"}},
+      "input");
   c << Inputs({{"OUTPUT", "TYPE_STRING", "[ -1 ]"}}, "output");
   c << Parameters({{"tokenizer_dir", tokenizer}, {"skip_special_tokens", "true"}});
   c << "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]\n";
@@ -230,8 +260,9 @@ std::string PostprocessingConfig(const InitRepoOptions& o, const std::string& to
 
 std::string EnsembleConfig(const InitRepoOptions& o) {
   inference::ModelConfig c;
-  auto parsed = ParseModelConfigText(Header("ensemble", "platform: \"ensemble\"", o.max_batch_size) +
-                                     Inputs(TextModelInputs(false), "input") + Inputs(kEnsembleOutputs, "output"));
+  auto parsed = ParseModelConfigText(
+      Header("ensemble", "platform: \"ensemble\"", o.max_batch_size) +
+      Inputs(TextModelInputs(false), "input") + Inputs(kEnsembleOutputs, "output"));
   if (parsed.ok()) c = *parsed;
   *c.mutable_ensemble_scheduling() = ReferenceEnsembleSteps("tensorrt_llm");
   return ModelConfigToText(c);
@@ -269,7 +300,9 @@ StatusOr<std::string> PlaceModel(const fs::path& model, const fs::path& weights)
     fs::create_hard_link(model, target, ec);
     if (ec) fs::copy_file(model, target, fs::copy_options::overwrite_existing, ec);
   }
-  if (ec) return InvalidArgumentError("cannot put '" + model.string() + "' into '" + weights.string() + "': " + ec.message());
+  if (ec)
+    return InvalidArgumentError("cannot put '" + model.string() + "' into '" + weights.string() +
+                                "': " + ec.message());
   return "../weights/" + model.filename().string();
 }
 
@@ -277,15 +310,18 @@ StatusOr<std::string> PlaceModel(const fs::path& model, const fs::path& weights)
 
 Status InitRepository(const InitRepoOptions& o) {
   std::error_code ec;
-  if (!fs::exists(o.model_path, ec)) return NotFoundError("--model '" + o.model_path + "' does not exist");
+  if (!fs::exists(o.model_path, ec))
+    return NotFoundError("--model '" + o.model_path + "' does not exist");
   std::string model = fs::absolute(o.model_path).lexically_normal().string();
   const fs::path out(o.out_dir);
   if (fs::exists(out / "tensorrt_llm" / "config.pbtxt") && !o.force) {
-    return InvalidArgumentError("'" + o.out_dir + "' already holds a repository (use --force to overwrite)");
+    return InvalidArgumentError("'" + o.out_dir +
+                                "' already holds a repository (use --force to overwrite)");
   }
   std::string draft;
   if (!o.draft_model_path.empty()) {
-    if (!fs::exists(o.draft_model_path, ec)) return NotFoundError("--draft-model '" + o.draft_model_path + "' does not exist");
+    if (!fs::exists(o.draft_model_path, ec))
+      return NotFoundError("--draft-model '" + o.draft_model_path + "' does not exist");
     draft = fs::absolute(o.draft_model_path).lexically_normal().string();
   }
   if (o.model_in_repository) {
@@ -299,18 +335,24 @@ Status InitRepository(const InitRepoOptions& o) {
     }
   }
   const std::vector<std::pair<std::string, std::string>> models = {
-      {"preprocessing", PreprocessingConfig(o, model)}, {"tensorrt_llm", LlmConfig(o, model, draft)},
-      {"postprocessing", PostprocessingConfig(o, model)}, {"ensemble", EnsembleConfig(o)},
+      {"preprocessing", PreprocessingConfig(o, model)},
+      {"tensorrt_llm", LlmConfig(o, model, draft)},
+      {"postprocessing", PostprocessingConfig(o, model)},
+      {"ensemble", EnsembleConfig(o)},
       {"tensorrt_llm_bls", BlsConfig(o)},
   };
   for (const auto& [name, text] : models) {
     auto parsed = ParseModelConfigText(text);
-    if (!parsed.ok()) return InternalError("init-repo wrote a bad config for " + name + ": " + parsed.status().message());
+    if (!parsed.ok())
+      return InternalError("init-repo wrote a bad config for " + name + ": " +
+                           parsed.status().message());
     fs::create_directories(out / name / "1", ec);
-    if (ec) return InvalidArgumentError("cannot create '" + (out / name).string() + "': " + ec.message());
+    if (ec)
+      return InvalidArgumentError("cannot create '" + (out / name).string() + "': " + ec.message());
     std::ofstream f(out / name / "config.pbtxt");
     f << text;
-    if (!f) return InvalidArgumentError("cannot write '" + (out / name / "config.pbtxt").string() + "'");
+    if (!f)
+      return InvalidArgumentError("cannot write '" + (out / name / "config.pbtxt").string() + "'");
   }
   return OkStatus();
 }

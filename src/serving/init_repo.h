@@ -16,20 +16,20 @@ struct InitRepoOptions {
   bool decoupled = true;  // streaming needs it; /generate still works (one response)
   std::string batching_strategy = "inflight_fused_batching";
   std::string scheduler_policy = "guaranteed_no_evict";
-  int32_t max_num_tokens = 256;          // per step: bounds a step's time on two cores
+  int32_t max_num_tokens = 256;             // per step: bounds a step's time on two cores
   double kv_cache_free_mem_fraction = 0.5;  // of host memory left after the weights
-  bool enable_chunked_context = true;    // long prompts do not stall the others' tokens
+  bool enable_chunked_context = true;       // long prompts do not stall the others' tokens
   bool enable_kv_cache_reuse = true;
   int32_t max_queue_size = 0;
   bool exclude_input_in_output = false;
   int32_t max_beam_width = 1;                      // widest beam search a request may ask for
   std::string speculative_decoding_mode = "none";  // prompt_lookup, draft_model
   int32_t max_draft_len = 4;                       // draft tokens per step and sequence
-  std::string draft_model_path;                    // draft_model: the draft (default: the model itself)
-  int32_t draft_model_layers = 0;                  // draft_model: only its first n layers (0: all)
-  int32_t tensor_parallel_size = 1;                // MPI ranks splitting each layer
-  int32_t pipeline_parallel_size = 1;              // MPI ranks splitting the layers
-  bool force = false;  // overwrite an existing folder's configs
+  std::string draft_model_path;        // draft_model: the draft (default: the model itself)
+  int32_t draft_model_layers = 0;      // draft_model: only its first n layers (0: all)
+  int32_t tensor_parallel_size = 1;    // MPI ranks splitting each layer
+  int32_t pipeline_parallel_size = 1;  // MPI ranks splitting the layers
+  bool force = false;                  // overwrite an existing folder's configs
   // The model goes into the repository (<out>/weights/, a hard link where the filesystem
   // allows, else a copy) and the configs name it relatively, so the server's confinement of
   // config paths to the repository holds. False: the configs name the model where it is (the

@@ -20,7 +20,8 @@ void LlmLiveStats::AddSteps(const std::vector<IterationStats>& steps) {
   }
   const Clock::time_point now = Clock::now();
   generated_.emplace_back(now, generated);
-  while (!generated_.empty() && now - generated_.front().first > kRateWindow) generated_.pop_front();
+  while (!generated_.empty() && now - generated_.front().first > kRateWindow)
+    generated_.pop_front();
 }
 
 void LlmLiveStats::AddFinished(const RequestStats& stats) {
@@ -29,7 +30,8 @@ void LlmLiveStats::AddFinished(const RequestStats& stats) {
   ++num_finished_;
   if (stats.first_token_time == Clock::time_point{}) return;  // ended before its first token
   if (ttft_counts_.empty()) ttft_counts_.assign(std::size(kTtftBoundsMs) + 1, 0);
-  const size_t bucket = std::lower_bound(std::begin(kTtftBoundsMs), std::end(kTtftBoundsMs), ttft) - std::begin(kTtftBoundsMs);
+  const size_t bucket = std::lower_bound(std::begin(kTtftBoundsMs), std::end(kTtftBoundsMs), ttft) -
+                        std::begin(kTtftBoundsMs);
   ++ttft_counts_[bucket];
 }
 
@@ -41,10 +43,12 @@ void LlmLiveStats::Fill(LlmLiveSnapshot* out) const {
   for (const auto& [when, n] : generated_) {
     if (now - when <= kRateWindow) tokens += n;
   }
-  out->generated_tokens_per_s = static_cast<double>(tokens) / std::chrono::duration<double>(kRateWindow).count();
+  out->generated_tokens_per_s =
+      static_cast<double>(tokens) / std::chrono::duration<double>(kRateWindow).count();
   out->num_finished = num_finished_;
   out->ttft_bounds_ms.assign(std::begin(kTtftBoundsMs), std::end(kTtftBoundsMs));
-  out->ttft_counts = ttft_counts_.empty() ? std::vector<int64_t>(std::size(kTtftBoundsMs) + 1, 0) : ttft_counts_;
+  out->ttft_counts =
+      ttft_counts_.empty() ? std::vector<int64_t>(std::size(kTtftBoundsMs) + 1, 0) : ttft_counts_;
 }
 
 }  // namespace inflight::serving

@@ -23,9 +23,9 @@ struct LlmLiveSnapshot {
   // Now (not per step): requests holding state or running, waiting to start, KV blocks.
   int64_t num_unfinished = 0, num_queued = 0;
   BlockCounts blocks;
-  std::vector<IterationStats> steps;  // the most recent, oldest first
-  double generated_tokens_per_s = 0;  // decode tokens over the last two seconds
-  int64_t num_finished = 0;           // requests finished since load
+  std::vector<IterationStats> steps;   // the most recent, oldest first
+  double generated_tokens_per_s = 0;   // decode tokens over the last two seconds
+  int64_t num_finished = 0;            // requests finished since load
   std::vector<double> ttft_bounds_ms;  // histogram upper bounds; one more count for the rest
   std::vector<int64_t> ttft_counts;
 };

@@ -12,15 +12,15 @@
 
 #include "base/logging.h"
 #include "base/serial_worker.h"
-#include "engine/output_stream.h"
 #include "engine/executor.h"
-#include "serving/guide_cache.h"
-#include "serving/llm_inputs.h"
-#include "serving/lora_cache.h"
+#include "engine/output_stream.h"
 #include "model/model.h"
 #include "parallel/mpi_process.h"
 #include "parallel/parallel_runner.h"
+#include "serving/guide_cache.h"
 #include "serving/live_stats.h"
+#include "serving/llm_inputs.h"
+#include "serving/lora_cache.h"
 #include "serving/metrics.h"
 #include "serving/model_config_util.h"
 #include "serving/model_paths.h"
@@ -37,7 +37,9 @@ namespace fs = std::filesystem;
 class Inputs {
  public:
   explicit Inputs(const InferRequest& r) : r_(r) {}
-  StatusOr<std::optional<double>> Scalar(const char* name, int64_t row) const { return ScalarInput(r_, name, row); }
+  StatusOr<std::optional<double>> Scalar(const char* name, int64_t row) const {
+    return ScalarInput(r_, name, row);
+  }
 
  private:
   const InferRequest& r_;
@@ -73,14 +75,18 @@ void AddBeamOutputs(const Result& res, bool log_probs, InferResponse* resp) {
   resp->outputs.push_back(InferTensor::Int32("sequence_length", {1, beams}, std::move(lengths)));
   if (log_probs) {
     resp->outputs.push_back(InferTensor::Float32("cum_log_probs", {1, beams}, std::move(cum)));
-    resp->outputs.push_back(InferTensor::Float32("output_log_probs", {1, beams, longest_lp}, std::move(lps)));
+    resp->outputs.push_back(
+        InferTensor::Float32("output_log_probs", {1, beams, longest_lp}, std::move(lps)));
   }
 }
 
 void AddPerfMetrics(const RequestStats& st, InferResponse* resp) {
-  auto i32 = [&](const char* name, int32_t v) { resp->outputs.push_back(InferTensor::Int32(name, {1, 1}, {v})); };
+  auto i32 = [&](const char* name, int32_t v) {
+    resp->outputs.push_back(InferTensor::Int32(name, {1, 1}, {v}));
+  };
   auto i64 = [&](const char* name, int64_t v) {
-    resp->outputs.push_back(InferTensor::FromDoubles(name, inference::TYPE_INT64, {1, 1}, {static_cast<double>(v)}));
+    resp->outputs.push_back(
+        InferTensor::FromDoubles(name, inference::TYPE_INT64, {1, 1}, {static_cast<double>(v)}));
   };
   i32("kv_cache_alloc_new_blocks", st.num_allocated_blocks);
   i32("kv_cache_reused_blocks", st.num_reused_blocks);
@@ -89,7 +95,9 @@ void AddPerfMetrics(const RequestStats& st, InferResponse* resp) {
   i64("first_scheduled_time_ns", EpochNs(st.first_scheduled_time));
   i64("first_token_time_ns", EpochNs(st.first_token_time));
   i64("last_token_time_ns", EpochNs(st.last_token_time));
-  const float rate = st.num_draft_tokens > 0 ? static_cast<float>(st.num_accepted_draft_tokens) / st.num_draft_tokens : 0.0f;
+  const float rate = st.num_draft_tokens > 0
+                         ? static_cast<float>(st.num_accepted_draft_tokens) / st.num_draft_tokens
+                         : 0.0f;
   resp->outputs.push_back(InferTensor::Float32("acceptance_rate", {1, 1}, {rate}));
   i32("total_accepted_draft_tokens", st.num_accepted_draft_tokens);
   i32("total_draft_tokens", st.num_draft_tokens);
@@ -105,7 +113,7 @@ struct LlmParams {
   int64_t lora_cache_bytes = int64_t{1} << 30;  // lora_cache_host_memory_bytes
   bool exclude_input_in_output = false;
   int64_t stats_period_ms = 100;
-  bool unbounded_queue = false;  // max_queue_size < 0
+  bool unbounded_queue = false;       // max_queue_size < 0
   parallel::ParallelConfig parallel;  // tensor_parallel_size, pipeline_parallel_size, ...
 };
 
@@ -114,17 +122,17 @@ struct Pending {
   std::mutex mu;
   ResponseSink sink;
   std::string model_name, version;
-  std::string live_key;  // LiveKey of the request ("" when it has no id)
+  std::string live_key;        // LiveKey of the request ("" when it has no id)
   std::vector<RequestId> ids;  // executor ids of the rows enqueued so far
   int64_t rows_outstanding = 0;
-  bool batched = false;        // B > 1: responses carry batch_index
-  bool multi_sequence = false; // num_return_sequences > 1: responses carry sequence_index
+  bool batched = false;         // B > 1: responses carry batch_index
+  bool multi_sequence = false;  // num_return_sequences > 1: responses carry sequence_index
   bool return_log_probs = false;
   bool perf_metrics = false;   // return_perf_metrics: KV reuse and timing outputs
   bool finish_reason = false;  // parameter return_finish_reason: sequence-final responses name why
   std::shared_ptr<CancelToken> cancel;  // set when the client went away
   std::shared_ptr<UsageMeter> usage;    // the tenant's token count, when limited
-  Status failure;              // the first error; the final response carries it
+  Status failure;                       // the first error; the final response carries it
   bool done = false;
 };
 
@@ -132,8 +140,9 @@ class LlmBackend : public ModelBackend {
  public:
   // `model` is null when a tensor/pipeline-parallel runner holds the shards (model_config is
   // then the whole model's); holds_mpi_world: leader mode, released when the model goes.
-  LlmBackend(std::unique_ptr<Model> model, const inflight::ModelConfig& model_config, std::unique_ptr<Model> draft_model,
-             std::unique_ptr<Executor> executor, const LlmParams& params, const inference::ModelConfig& config,
+  LlmBackend(std::unique_ptr<Model> model, const inflight::ModelConfig& model_config,
+             std::unique_ptr<Model> draft_model, std::unique_ptr<Executor> executor,
+             const LlmParams& params, const inference::ModelConfig& config,
              const BackendContext& context, bool holds_mpi_world = false)
       : model_(std::move(model)),
         model_config_(model_config),
@@ -147,7 +156,8 @@ class LlmBackend : public ModelBackend {
     // max_queue_size 0 (unbounded in the reference) is bounded here: a request waiting
     // needs at least one KV block to ever run, so the cache's block count bounds the queue.
     // A negative max_queue_size is unbounded.
-    if (params_.executor.max_queue_size == 0 && !params_.unbounded_queue) queue_bound_ = std::max<int64_t>(64, executor_->num_kv_blocks());
+    if (params_.executor.max_queue_size == 0 && !params_.unbounded_queue)
+      queue_bound_ = std::max<int64_t>(64, executor_->num_kv_blocks());
     stats_thread_ = std::thread([this] { StatsLoop(); });
   }
 
@@ -160,7 +170,7 @@ class LlmBackend : public ModelBackend {
     stats_thread_.join();
     unloading_ = true;  // requests the shutdown cancels end with an error, not as complete
     executor_->Shutdown();
-    delivery_.Stop();  // after the executor's last results have been delivered
+    delivery_.Stop();   // after the executor's last results have been delivered
     executor_.reset();  // a parallel runner stops its followers here
     if (holds_mpi_world_) parallel::ReleaseWorld();
   }
@@ -188,8 +198,8 @@ class LlmBackend : public ModelBackend {
  private:
   // embedding_bias ([vocab] or [B, vocab]): row b's non-zero entries become logit biases.
   Status ReadEmbeddingBias(const InferTensor& t, int64_t row, SamplingParams* sampling) const;
-  StatusOr<Request> BuildRow(const InferRequest& r, int64_t row, const std::vector<int64_t>& ids, int64_t width,
-                             bool* perf_metrics);
+  StatusOr<Request> BuildRow(const InferRequest& r, int64_t row, const std::vector<int64_t>& ids,
+                             int64_t width, bool* perf_metrics);
   void OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& result);
   void StatsLoop();
   void StopRequest(const InferRequest& r, const ResponseSink& sink);
@@ -203,20 +213,21 @@ class LlmBackend : public ModelBackend {
   inference::ModelConfig config_;
   BackendContext context_;
   std::shared_ptr<const Tokenizer> tokenizer_;  // the weights' own (OpenAI frontend); may be null
-  std::unique_ptr<GuideCache> guides_;           // guided decoding over tokenizer_'s vocabulary
-  LoraCache loras_;                              // LoRA adapters by lora_task_id
+  std::unique_ptr<GuideCache> guides_;          // guided decoding over tokenizer_'s vocabulary
+  LoraCache loras_;                             // LoRA adapters by lora_task_id
 
  public:
   // lora_prefetch_dir: every subfolder named by a task id holding a PEFT adapter.
   Status PrefetchLoras(const std::string& dir) {
     auto loaded = serving::PrefetchLoras(dir, model_config_, loras_);
     if (!loaded.ok()) return loaded.status();
-    INFLIGHT_LOG(kInfo) << "model '" << context_.model_name << "': " << *loaded << " LoRA adapters from " << dir;
+    INFLIGHT_LOG(kInfo) << "model '" << context_.model_name << "': " << *loaded
+                        << " LoRA adapters from " << dir;
     return OkStatus();
   }
 
  private:
-  LlmLiveStats live_stats_;                      // the web dashboard's view
+  LlmLiveStats live_stats_;  // the web dashboard's view
 
   std::mutex ids_mu_;  // LiveKey (tenant and Triton id) -> live executor ids, for `stop` requests
   std::unordered_multimap<std::string, RequestId> live_;
@@ -283,8 +294,9 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   }
   if (batch < 1) return fail(InvalidArgumentError("input_ids has no rows"));
   if (batch > 1 && !decoupled) {
-    return fail(InvalidArgumentError(
-        "Batch size > 1 requires the tensorrt_llm backend to be using decoupled transaction policy"));
+    return fail(
+        InvalidArgumentError("Batch size > 1 requires the tensorrt_llm backend to be using "
+                             "decoupled transaction policy"));
   }
   std::vector<Request> rows;
   bool perf_metrics = false;
@@ -292,7 +304,8 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     auto row = BuildRow(r, b, *ids, width, &perf_metrics);
     if (!row.ok()) return fail(row.status());
     if (row->streaming && !decoupled) {
-      return fail(InvalidArgumentError("Streaming is only supported if model is deployed using decoupled mode."));
+      return fail(InvalidArgumentError(
+          "Streaming is only supported if model is deployed using decoupled mode."));
     }
     rows.push_back(std::move(row).value());
   }
@@ -330,7 +343,8 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
         for (Result& r : s->Take()) {
           if (r.is_final && s->overflowed() && r.error.ok()) {
             r.error = ResourceExhaustedError("the server's response path fell behind (more than " +
-                                             std::to_string(kMaxUnreadResultBytes) + " bytes of results unread)");
+                                             std::to_string(kMaxUnreadResultBytes) +
+                                             " bytes of results unread)");
           }
           OnResult(p, b, std::move(r));
         }
@@ -369,7 +383,8 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   });
 }
 
-StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const std::vector<int64_t>& ids, int64_t width,
+StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
+                                       const std::vector<int64_t>& ids, int64_t width,
                                        bool* perf_metrics) {
   Inputs in(r);
   Request q;
@@ -378,16 +393,20 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   if (!input_len.ok()) return input_len.status();
   if (*input_len) len = static_cast<int64_t>(**input_len);
   if (len < 0 || len > width) {
-    return InvalidArgumentError("input_lengths " + std::to_string(len) + " is outside [0, " + std::to_string(width) + "]");
+    return InvalidArgumentError("input_lengths " + std::to_string(len) + " is outside [0, " +
+                                std::to_string(width) + "]");
   }
   for (int64_t i = 0; i < len; ++i) {
     const int64_t id = ids[b * width + i];
-    if (id < 0 || id > INT32_MAX) return InvalidArgumentError("input_ids holds an invalid token id " + std::to_string(id));
+    if (id < 0 || id > INT32_MAX)
+      return InvalidArgumentError("input_ids holds an invalid token id " + std::to_string(id));
     q.prompt_ids.push_back(static_cast<int32_t>(id));
   }
-  auto get = [&](const char* name) -> StatusOr<std::optional<double>> { return in.Scalar(name, b); };
-#define INFLIGHT_READ(var, name)        \
-  auto var = get(name);                 \
+  auto get = [&](const char* name) -> StatusOr<std::optional<double>> {
+    return in.Scalar(name, b);
+  };
+#define INFLIGHT_READ(var, name) \
+  auto var = get(name);          \
   if (!var.ok()) return var.status();
   INFLIGHT_READ(out_len, "request_output_len");
   INFLIGHT_READ(end_id, "end_id");
@@ -417,7 +436,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
 #undef INFLIGHT_READ
   const double max_tokens = out_len->value_or(0);
   if (max_tokens < 1 || max_tokens > INT32_MAX) {
-    return InvalidArgumentError("request_output_len must be at least 1, got " + std::to_string(static_cast<int64_t>(max_tokens)));
+    return InvalidArgumentError("request_output_len must be at least 1, got " +
+                                std::to_string(static_cast<int64_t>(max_tokens)));
   }
   q.max_tokens = static_cast<int32_t>(max_tokens);
   q.end_id = static_cast<int32_t>(end_id->value_or(-1));
@@ -425,7 +445,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   q.streaming = streaming->value_or(0) != 0;
   const double beams = beam_width->value_or(1);
   if (!(beams >= 1 && beams <= params_.executor.max_beam_width)) {
-    return InvalidArgumentError("beam_width " + std::to_string(static_cast<int64_t>(beams)) + " is outside [1, max_beam_width " +
+    return InvalidArgumentError("beam_width " + std::to_string(static_cast<int64_t>(beams)) +
+                                " is outside [1, max_beam_width " +
                                 std::to_string(params_.executor.max_beam_width) + "]");
   }
   q.beam_width = static_cast<int32_t>(beams);
@@ -447,15 +468,18 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   q.return_log_probs = log_probs->value_or(0) != 0;
   q.return_context_logits = ctx_logits->value_or(0) != 0;
   q.return_generation_logits = gen_logits->value_or(0) != 0;
-  q.exclude_input_in_output = exclude->has_value() ? **exclude != 0 : params_.exclude_input_in_output;
+  q.exclude_input_in_output =
+      exclude->has_value() ? **exclude != 0 : params_.exclude_input_in_output;
   const RequestLimits& limits = context_.request_limits;
   if (limits.max_prompt_tokens > 0 && len > limits.max_prompt_tokens) {
-    return InvalidArgumentError("the prompt has " + std::to_string(len) + " tokens; this server takes at most " +
+    return InvalidArgumentError("the prompt has " + std::to_string(len) +
+                                " tokens; this server takes at most " +
                                 std::to_string(limits.max_prompt_tokens));
   }
   const double n = nrs->value_or(1);
   if (n < 1 || (limits.max_n > 0 && n > static_cast<double>(limits.max_n))) {
-    return InvalidArgumentError("num_return_sequences must be in [1, " + std::to_string(limits.max_n > 0 ? limits.max_n : INT32_MAX) + "]");
+    return InvalidArgumentError("num_return_sequences must be in [1, " +
+                                std::to_string(limits.max_n > 0 ? limits.max_n : INT32_MAX) + "]");
   }
   q.num_return_sequences = static_cast<int32_t>(n);
   *perf_metrics = perf->value_or(0) != 0;
@@ -465,14 +489,17 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     auto words = WordListRow(*t, b);
     if (!words.ok()) return words.status();
     if (limits.max_stop_words > 0 && static_cast<int64_t>(words->size()) > limits.max_stop_words) {
-      return InvalidArgumentError(std::string(list) + " holds " + std::to_string(words->size()) + " words; at most " +
-                                  std::to_string(limits.max_stop_words) + " are taken");
+      return InvalidArgumentError(std::string(list) + " holds " + std::to_string(words->size()) +
+                                  " words; at most " + std::to_string(limits.max_stop_words) +
+                                  " are taken");
     }
-    (std::string(list) == "stop_words_list" ? q.stop_words : q.bad_words) = std::move(words).value();
+    (std::string(list) == "stop_words_list" ? q.stop_words : q.bad_words) =
+        std::move(words).value();
   }
   // Speculative decoding: the client's draft tokens ([k] or [B, k]; -1 pads a shorter row),
   // and how many drafts per step the server's proposer may add (0: none).
-  if (const InferTensor* drafts = r.FindInput("draft_input_ids"); drafts && drafts->num_elements() > 0) {
+  if (const InferTensor* drafts = r.FindInput("draft_input_ids");
+      drafts && drafts->num_elements() > 0) {
     auto values = drafts->AsInt64();
     if (!values.ok()) return values.status();
     const int64_t rows = drafts->shape.size() >= 2 ? drafts->shape[0] : 1;
@@ -480,14 +507,16 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
     const int64_t row = rows == 1 ? 0 : b;
     if (row >= rows) return InvalidArgumentError("draft_input_ids has fewer rows than input_ids");
     if (k > kMaxDraftTokens) {
-      return InvalidArgumentError("draft_input_ids holds " + std::to_string(k) + " tokens; at most " +
-                                  std::to_string(kMaxDraftTokens) + " are verified per step");
+      return InvalidArgumentError("draft_input_ids holds " + std::to_string(k) +
+                                  " tokens; at most " + std::to_string(kMaxDraftTokens) +
+                                  " are verified per step");
     }
     for (int64_t i = 0; i < k; ++i) {
       const int64_t id = (*values)[row * k + i];
       if (id == -1) break;
       if (id < 0 || id >= model_config_.vocab_size) {
-        return InvalidArgumentError("draft_input_ids holds token id " + std::to_string(id) + " outside the vocabulary");
+        return InvalidArgumentError("draft_input_ids holds token id " + std::to_string(id) +
+                                    " outside the vocabulary");
       }
       q.draft_tokens.push_back(static_cast<int32_t>(id));
     }
@@ -495,7 +524,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   RETURN_IF_ERROR(ReadDraftLogits(r, b, model_config_.vocab_size, &q));
   if (num_draft->has_value()) {
     if (**num_draft < 0 || **num_draft > kMaxDraftTokens) {
-      return InvalidArgumentError("num_draft_tokens must be in [0, " + std::to_string(kMaxDraftTokens) + "]");
+      return InvalidArgumentError("num_draft_tokens must be in [0, " +
+                                  std::to_string(kMaxDraftTokens) + "]");
     }
     q.num_draft_tokens = static_cast<int32_t>(**num_draft);
   }
@@ -508,15 +538,20 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   // Extensions over the reference's inputs, as request parameters (the OpenAI frontend's
   // min_p and top_logprobs).
   if (auto it = r.parameters.find("min_p"); it != r.parameters.end()) {
-    if (const double* v = std::get_if<double>(&it->second)) q.sampling.min_p = static_cast<float>(*v);
-    else if (const int64_t* i = std::get_if<int64_t>(&it->second)) q.sampling.min_p = static_cast<float>(*i);
-    else return InvalidArgumentError("parameter min_p must be a number");
+    if (const double* v = std::get_if<double>(&it->second))
+      q.sampling.min_p = static_cast<float>(*v);
+    else if (const int64_t* i = std::get_if<int64_t>(&it->second))
+      q.sampling.min_p = static_cast<float>(*i);
+    else
+      return InvalidArgumentError("parameter min_p must be a number");
   }
   if (auto it = r.parameters.find("num_top_logprobs"); it != r.parameters.end()) {
     const int64_t* v = std::get_if<int64_t>(&it->second);
-    const int64_t most = limits.max_logprobs > 0 ? std::min<int64_t>(100, limits.max_logprobs) : 100;
+    const int64_t most =
+        limits.max_logprobs > 0 ? std::min<int64_t>(100, limits.max_logprobs) : 100;
     if (!v || *v < 0 || *v > most) {
-      return InvalidArgumentError("parameter num_top_logprobs must be an integer in [0, " + std::to_string(most) + "]");
+      return InvalidArgumentError("parameter num_top_logprobs must be an integer in [0, " +
+                                  std::to_string(most) + "]");
     }
     q.sampling.num_top_logprobs = static_cast<int32_t>(*v);
   }
@@ -528,7 +563,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   if (auto it = r.parameters.find("cache_salt"); it != r.parameters.end()) {
     const std::string* salt = std::get_if<std::string>(&it->second);
     if (!salt || salt->size() > kMaxCacheSaltBytes) {
-      return InvalidArgumentError("parameter cache_salt must be a string of at most " + std::to_string(kMaxCacheSaltBytes) + " bytes");
+      return InvalidArgumentError("parameter cache_salt must be a string of at most " +
+                                  std::to_string(kMaxCacheSaltBytes) + " bytes");
     }
     q.cache_salt = CacheSaltKey(*salt);
   }
@@ -545,7 +581,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b, const s
   return q;
 }
 
-Status LlmBackend::ReadEmbeddingBias(const InferTensor& t, int64_t row, SamplingParams* sampling) const {
+Status LlmBackend::ReadEmbeddingBias(const InferTensor& t, int64_t row,
+                                     SamplingParams* sampling) const {
   auto values = t.AsDouble();
   if (!values.ok()) return values.status();
   const int64_t vocab = model_config_.vocab_size;
@@ -561,14 +598,17 @@ Status LlmBackend::ReadEmbeddingBias(const InferTensor& t, int64_t row, Sampling
     width = vocab;
   }
   if (width > vocab) {
-    return InvalidArgumentError("embedding_bias holds " + std::to_string(width) + " values per row, more than the vocabulary size " +
+    return InvalidArgumentError("embedding_bias holds " + std::to_string(width) +
+                                " values per row, more than the vocabulary size " +
                                 std::to_string(vocab));
   }
   const int64_t r = rows == 1 ? 0 : row;
   if (r >= rows) return InvalidArgumentError("embedding_bias has fewer rows than input_ids");
   for (int64_t i = 0; i < width; ++i) {
     const double v = (*values)[r * width + i];
-    if (!std::isfinite(v)) return InvalidArgumentError("embedding_bias holds a non-finite value at " + std::to_string(i));
+    if (!std::isfinite(v))
+      return InvalidArgumentError("embedding_bias holds a non-finite value at " +
+                                  std::to_string(i));
     if (v != 0) sampling->logit_bias.emplace_back(static_cast<int32_t>(i), static_cast<float>(v));
   }
   return OkStatus();
@@ -594,16 +634,20 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
       context_.metrics->ObserveLlmRequest(p->model_name, p->version, res.stats);
     }
     live_stats_.AddFinished(res.stats);
-    if (p->usage) p->usage->Add(static_cast<int64_t>(res.stats.num_prompt_tokens) + res.stats.num_generated_tokens);
+    if (p->usage)
+      p->usage->Add(static_cast<int64_t>(res.stats.num_prompt_tokens) +
+                    res.stats.num_generated_tokens);
   }
   if (res.finish_reason == FinishReason::kCancelled && p->cancel->cancelled() && p->failure.ok()) {
     // The client is gone (disconnect, cancelled stream): end as CANCELLED, not as a success.
     p->failure = CancelledError("Request was cancelled");
   } else if (res.finish_reason == FinishReason::kCancelled && unloading_ && p->failure.ok()) {
-    p->failure = UnavailableError("the model was unloaded (server shutdown) before the request finished");
+    p->failure =
+        UnavailableError("the model was unloaded (server shutdown) before the request finished");
   } else if (!res.error.ok() && p->failure.ok()) {
-    p->failure = InternalError("Executor failed process requestId " + std::to_string(res.request_id) +
-                               " due to the following error: " + res.error.message());
+    p->failure =
+        InternalError("Executor failed process requestId " + std::to_string(res.request_id) +
+                      " due to the following error: " + res.error.message());
   }
   const bool last = p->rows_outstanding == 0;
   if (!p->failure.ok()) {
@@ -630,15 +674,18 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   } else {
     const int64_t n = static_cast<int64_t>(res.output_token_ids.size());
     resp.outputs.push_back(InferTensor::Int32("output_ids", {1, 1, n}, res.output_token_ids));
-    resp.outputs.push_back(InferTensor::Int32("sequence_length", {1, 1}, {static_cast<int32_t>(n)}));
+    resp.outputs.push_back(
+        InferTensor::Int32("sequence_length", {1, 1}, {static_cast<int32_t>(n)}));
     if (p->return_log_probs) {
       resp.outputs.push_back(InferTensor::Float32("cum_log_probs", {1, 1}, {res.cum_log_prob}));
-      resp.outputs.push_back(InferTensor::Float32("output_log_probs", {1, 1, static_cast<int64_t>(res.log_probs.size())}, res.log_probs));
+      resp.outputs.push_back(InferTensor::Float32(
+          "output_log_probs", {1, 1, static_cast<int64_t>(res.log_probs.size())}, res.log_probs));
     }
   }
   if (!res.top_logprobs.empty()) {
     // Extension: [1, 1, tokens, k] ids and log-probs of the most likely tokens at each step.
-    const int64_t tokens = static_cast<int64_t>(res.top_logprobs.size()), k = static_cast<int64_t>(res.top_logprobs[0].size());
+    const int64_t tokens = static_cast<int64_t>(res.top_logprobs.size()),
+                  k = static_cast<int64_t>(res.top_logprobs[0].size());
     std::vector<int32_t> ids;
     std::vector<float> lps;
     for (const auto& step : res.top_logprobs) {
@@ -652,20 +699,28 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   }
   if (!res.context_logits.empty()) {
     const int64_t v = res.vocab_size;
-    resp.outputs.push_back(InferTensor::Float32("context_logits", {1, static_cast<int64_t>(res.context_logits.size()) / v, v}, res.context_logits));
+    resp.outputs.push_back(InferTensor::Float32(
+        "context_logits", {1, static_cast<int64_t>(res.context_logits.size()) / v, v},
+        res.context_logits));
   }
   if (!res.generation_logits.empty()) {
     const int64_t v = res.vocab_size;
-    resp.outputs.push_back(InferTensor::Float32("generation_logits", {1, 1, static_cast<int64_t>(res.generation_logits.size()) / v, v}, res.generation_logits));
+    resp.outputs.push_back(InferTensor::Float32(
+        "generation_logits", {1, 1, static_cast<int64_t>(res.generation_logits.size()) / v, v},
+        res.generation_logits));
   }
   if (p->perf_metrics && (res.is_final || res.is_sequence_final)) AddPerfMetrics(res.stats, &resp);
-  if (p->finish_reason && res.is_sequence_final) resp.parameters["finish_reason"] = std::string(FinishReasonName(res.finish_reason));
+  if (p->finish_reason && res.is_sequence_final)
+    resp.parameters["finish_reason"] = std::string(FinishReasonName(res.finish_reason));
   if (p->finish_reason && res.is_final) {
     // Prompt tokens served from the prefix cache (OpenAI's usage.prompt_tokens_details).
-    resp.parameters["cached_tokens"] = static_cast<int64_t>(res.stats.num_reused_blocks) * params_.executor.tokens_per_block;
+    resp.parameters["cached_tokens"] =
+        static_cast<int64_t>(res.stats.num_reused_blocks) * params_.executor.tokens_per_block;
   }
-  if (p->batched) resp.outputs.push_back(InferTensor::Int32("batch_index", {1, 1}, {static_cast<int32_t>(row)}));
-  if (p->multi_sequence) resp.outputs.push_back(InferTensor::Int32("sequence_index", {1, 1}, {res.sequence_index}));
+  if (p->batched)
+    resp.outputs.push_back(InferTensor::Int32("batch_index", {1, 1}, {static_cast<int32_t>(row)}));
+  if (p->multi_sequence)
+    resp.outputs.push_back(InferTensor::Int32("sequence_index", {1, 1}, {res.sequence_index}));
   lock.unlock();
   // Sequences that finished without a final result of their own are already covered above.
   p->sink(std::move(resp));
@@ -689,7 +744,8 @@ void LlmBackend::StatsLoop() {
       g.static_batching = params_.executor.batching == BatchingStrategy::kStatic;
       g.num_queued = executor_->num_unfinished_requests();
       context_.metrics->SetLlmGauges(context_.model_name, std::to_string(context_.version), g);
-      context_.metrics->RecordEngineSteps(context_.model_name, std::to_string(context_.version), stats);
+      context_.metrics->RecordEngineSteps(context_.model_name, std::to_string(context_.version),
+                                          stats);
     }
     lock.lock();
   }
@@ -699,7 +755,8 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   LlmParams p;
   ExecutorConfig& e = p.executor;
   auto type = GetParameter(config, "gpt_model_type");
-  if (!type) return InvalidArgumentError("parameter gpt_model_type (batching_strategy) is required");
+  if (!type)
+    return InvalidArgumentError("parameter gpt_model_type (batching_strategy) is required");
   if (*type == "inflight_fused_batching" || *type == "inflight_batching") {
     e.batching = BatchingStrategy::kInflight;
   } else if (*type == "V1" || *type == "v1" || *type == "static") {
@@ -710,45 +767,60 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   }
   if (auto policy = GetParameter(config, "batch_scheduler_policy")) {
     auto pol = CapacityPolicyFromName(*policy);
-    if (!pol.ok()) return InvalidArgumentError("parameter batch_scheduler_policy: " + pol.status().message());
+    if (!pol.ok())
+      return InvalidArgumentError("parameter batch_scheduler_policy: " + pol.status().message());
     e.policy = *pol;
   }
   const int64_t max_beam_width = GetIntParameter(config, "max_beam_width", 1);
   if (max_beam_width < 1 || max_beam_width > kMaxBeamWidth) {
-    return InvalidArgumentError("parameter max_beam_width: must be in [1, " + std::to_string(kMaxBeamWidth) + "]");
+    return InvalidArgumentError("parameter max_beam_width: must be in [1, " +
+                                std::to_string(kMaxBeamWidth) + "]");
   }
   e.max_beam_width = static_cast<int32_t>(max_beam_width);
   if (auto mode = GetParameter(config, "speculative_decoding_mode")) {
     auto m = SpeculativeModeFromName(*mode);
-    if (!m.ok()) return InvalidArgumentError("parameter speculative_decoding_mode: " + m.status().message());
+    if (!m.ok())
+      return InvalidArgumentError("parameter speculative_decoding_mode: " + m.status().message());
     e.speculative_mode = *m;
   }
-  e.max_draft_tokens = static_cast<int32_t>(GetIntParameter(config, "max_draft_len", e.max_draft_tokens));
-  e.prompt_lookup_ngram = static_cast<int32_t>(GetIntParameter(config, "prompt_lookup_max_ngram", e.prompt_lookup_ngram));
+  e.max_draft_tokens =
+      static_cast<int32_t>(GetIntParameter(config, "max_draft_len", e.max_draft_tokens));
+  e.prompt_lookup_ngram = static_cast<int32_t>(
+      GetIntParameter(config, "prompt_lookup_max_ngram", e.prompt_lookup_ngram));
   e.max_tokens_in_paged_kv_cache = GetIntParameter(config, "max_tokens_in_paged_kv_cache", 0);
   e.kv_cache_free_mem_fraction = GetDoubleParameter(config, "kv_cache_free_gpu_mem_fraction", 0.9);
   e.enable_kv_cache_reuse = GetBoolParameter(config, "enable_kv_cache_reuse", true);
   e.enable_chunked_context = GetBoolParameter(config, "enable_chunked_context", false);
-  e.max_num_tokens = static_cast<int32_t>(GetIntParameter(config, "max_num_tokens", e.max_num_tokens));
-  e.max_batch_size = static_cast<int32_t>(GetIntParameter(config, "max_batch_size", e.max_batch_size));
-  e.tokens_per_block = static_cast<int32_t>(GetIntParameter(config, "tokens_per_block", e.tokens_per_block));
-  e.num_threads = static_cast<int32_t>(GetIntParameter(config, "num_threads", std::max(1u, std::thread::hardware_concurrency())));
-  const int64_t queue = config.has_dynamic_batching() ? config.dynamic_batching().default_queue_policy().max_queue_size() : 0;
+  e.max_num_tokens =
+      static_cast<int32_t>(GetIntParameter(config, "max_num_tokens", e.max_num_tokens));
+  e.max_batch_size =
+      static_cast<int32_t>(GetIntParameter(config, "max_batch_size", e.max_batch_size));
+  e.tokens_per_block =
+      static_cast<int32_t>(GetIntParameter(config, "tokens_per_block", e.tokens_per_block));
+  e.num_threads = static_cast<int32_t>(
+      GetIntParameter(config, "num_threads", std::max(1u, std::thread::hardware_concurrency())));
+  const int64_t queue = config.has_dynamic_batching()
+                            ? config.dynamic_batching().default_queue_policy().max_queue_size()
+                            : 0;
   e.max_queue_size = static_cast<int32_t>(GetIntParameter(config, "max_queue_size", queue));
   p.unbounded_queue = e.max_queue_size < 0;
   if (p.unbounded_queue) e.max_queue_size = 0;
   if (auto kv = GetParameter(config, "kv_cache_dtype")) {
     auto dt = DTypeFromName(*kv);
-    if (!dt) return InvalidArgumentError("parameter kv_cache_dtype: '" + *kv + "' is not f16, bf16 or f32");
+    if (!dt)
+      return InvalidArgumentError("parameter kv_cache_dtype: '" + *kv +
+                                  "' is not f16, bf16 or f32");
     e.kv_dtype = *dt;
   }
   p.exclude_input_in_output = GetBoolParameter(config, "exclude_input_in_output", false);
   p.lora_cache_bytes = GetIntParameter(config, "lora_cache_host_memory_bytes", p.lora_cache_bytes);
-  if (p.lora_cache_bytes < 1) return InvalidArgumentError("parameter lora_cache_host_memory_bytes must be >= 1");
+  if (p.lora_cache_bytes < 1)
+    return InvalidArgumentError("parameter lora_cache_host_memory_bytes must be >= 1");
   p.stats_period_ms = std::max<int64_t>(10, GetIntParameter(config, "stats_check_period_ms", 100));
   const auto int32_parameter = [&](const char* name, int64_t fallback, int32_t* out) -> Status {
     const int64_t v = GetIntParameter(config, name, fallback);
-    if (v < 0 || v > 1 << 20) return InvalidArgumentError(std::string("parameter ") + name + " is out of range");
+    if (v < 0 || v > 1 << 20)
+      return InvalidArgumentError(std::string("parameter ") + name + " is out of range");
     *out = static_cast<int32_t>(v);
     return OkStatus();
   };
@@ -756,9 +828,12 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   RETURN_IF_ERROR(int32_parameter("pipeline_parallel_size", 1, &p.parallel.pp_size));
   RETURN_IF_ERROR(int32_parameter("pipeline_micro_batches", 0, &p.parallel.micro_batches));
   p.parallel.share_host_cores = !GetParameter(config, "num_threads").has_value();
-  p.parallel.heartbeat_ms = GetIntParameter(config, "parallel_heartbeat_ms", p.parallel.heartbeat_ms);
-  p.parallel.failure_timeout_ms = GetIntParameter(config, "parallel_failure_timeout_ms", p.parallel.failure_timeout_ms);
-  if (Status ps = p.parallel.Validate(); !ps.ok()) return InvalidArgumentError("parameter " + ps.message());
+  p.parallel.heartbeat_ms =
+      GetIntParameter(config, "parallel_heartbeat_ms", p.parallel.heartbeat_ms);
+  p.parallel.failure_timeout_ms =
+      GetIntParameter(config, "parallel_failure_timeout_ms", p.parallel.failure_timeout_ms);
+  if (Status ps = p.parallel.Validate(); !ps.ok())
+    return InvalidArgumentError("parameter " + ps.message());
   Status s = e.Validate();
   if (!s.ok()) return s;
   return p;
@@ -768,10 +843,9 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
 
 // Leader mode (started by mpirun): the world's ranks; orchestrator mode: workers spawned
 // for this model (executor_worker_path, default this program).
-StatusOr<std::unique_ptr<parallel::ParallelModelRunner>> CreateParallelRunner(const inference::ModelConfig& config,
-                                                                             const BackendContext& context,
-                                                                             const std::string& model_path, const LlmParams& params,
-                                                                             bool* holds_world) {
+StatusOr<std::unique_ptr<parallel::ParallelModelRunner>> CreateParallelRunner(
+    const inference::ModelConfig& config, const BackendContext& context,
+    const std::string& model_path, const LlmParams& params, bool* holds_world) {
   const int ranks = params.parallel.tp_size * params.parallel.pp_size;
   MPI_Comm comm = MPI_COMM_NULL;
   if (parallel::LaunchedByMpirun() && parallel::WorldSize() > 1) {
@@ -781,11 +855,13 @@ StatusOr<std::unique_ptr<parallel::ParallelModelRunner>> CreateParallelRunner(co
     std::error_code ec;
     std::string worker = fs::read_symlink("/proc/self/exe", ec).string();
     if (auto p = GetParameter(config, "executor_worker_path"); p && !p->empty()) {
-      ASSIGN_OR_RETURN(worker, ConfinedPath("executor_worker_path", *p, context.model_dir, context.allowed_roots));
+      ASSIGN_OR_RETURN(worker, ConfinedPath("executor_worker_path", *p, context.model_dir,
+                                            context.allowed_roots));
     }
     ASSIGN_OR_RETURN(comm, parallel::SpawnWorkers(ranks - 1, worker));
   }
-  auto runner = parallel::ParallelModelRunner::Create(comm, model_path, params.executor, params.parallel);
+  auto runner =
+      parallel::ParallelModelRunner::Create(comm, model_path, params.executor, params.parallel);
   if (!runner.ok() && *holds_world) {
     parallel::ReleaseWorld();
     *holds_world = false;
@@ -806,12 +882,14 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   // draft_model_layers layers when given.
   std::unique_ptr<Model> draft;
   if (params->executor.speculative_mode == SpeculativeMode::kDraftModel) {
-    auto draft_path = ConfinedPath("draft_model_path", GetParameter(config, "draft_model_path").value_or(model_path.string()),
-                                   context.model_dir, context.allowed_roots);
+    auto draft_path = ConfinedPath(
+        "draft_model_path", GetParameter(config, "draft_model_path").value_or(model_path.string()),
+        context.model_dir, context.allowed_roots);
     if (!draft_path.ok()) return draft_path.status();
     ModelLoadOptions options;
     const int64_t layers = GetIntParameter(config, "draft_model_layers", 0);
-    if (layers < 0 || layers > INT32_MAX) return InvalidArgumentError("parameter draft_model_layers must be >= 0");
+    if (layers < 0 || layers > INT32_MAX)
+      return InvalidArgumentError("parameter draft_model_layers must be >= 0");
     options.num_layers = static_cast<int32_t>(layers);
     auto d = Model::Load(*draft_path, options);
     if (!d.ok()) return Status(d.status().code(), "draft model: " + d.status().message());
@@ -841,27 +919,34 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   }
   const inflight::ModelConfig model_config = model ? model->config() : parallel_config;
   INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "': "
-                      << (model ? model->Describe() : "tensor_parallel_size " + std::to_string(params->parallel.tp_size) +
-                                                          " x pipeline_parallel_size " + std::to_string(params->parallel.pp_size))
-                      << ", " << executor->num_kv_blocks() << " KV blocks of " << params->executor.tokens_per_block << " tokens"
+                      << (model
+                              ? model->Describe()
+                              : "tensor_parallel_size " + std::to_string(params->parallel.tp_size) +
+                                    " x pipeline_parallel_size " +
+                                    std::to_string(params->parallel.pp_size))
+                      << ", " << executor->num_kv_blocks() << " KV blocks of "
+                      << params->executor.tokens_per_block << " tokens"
                       << (draft ? ", draft model " + draft->Describe() : std::string());
-  auto backend = std::make_unique<LlmBackend>(std::move(model), model_config, std::move(draft), std::move(executor), *params, config,
-                                              context, holds_world);
+  auto backend =
+      std::make_unique<LlmBackend>(std::move(model), model_config, std::move(draft),
+                                   std::move(executor), *params, config, context, holds_world);
   if (auto prefetch = GetParameter(config, "lora_prefetch_dir"); prefetch && !prefetch->empty()) {
-    auto dir = ConfinedPath("lora_prefetch_dir", *prefetch, context.model_dir, context.allowed_roots);
+    auto dir =
+        ConfinedPath("lora_prefetch_dir", *prefetch, context.model_dir, context.allowed_roots);
     if (!dir.ok()) return dir.status();
     RETURN_IF_ERROR(backend->PrefetchLoras(*dir));
   }
   // The tokenizer the weights carry (GGUF, HF folder), or the one tokenizer_dir names: what
   // the OpenAI frontend speaks text with when this model is named directly. Optional.
-  auto tok_path = ConfinedPath("tokenizer_dir", GetParameter(config, "tokenizer_dir").value_or(model_path.string()),
+  auto tok_path = ConfinedPath("tokenizer_dir",
+                               GetParameter(config, "tokenizer_dir").value_or(model_path.string()),
                                context.model_dir, context.allowed_roots);
   if (!tok_path.ok()) return tok_path.status();
   if (auto tok = LoadTokenizer(*tok_path); tok.ok()) {
     backend->set_tokenizer(*tok);
   } else {
-    INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "' has no tokenizer (" << tok.status().message()
-                        << "): the OpenAI API cannot name it directly";
+    INFLIGHT_LOG(kInfo) << "model '" << context.model_name << "' has no tokenizer ("
+                        << tok.status().message() << "): the OpenAI API cannot name it directly";
   }
   return std::unique_ptr<ModelBackend>(std::move(backend));
 }

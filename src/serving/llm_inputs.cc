@@ -11,12 +11,15 @@ namespace {
 
 // Batch item `row`'s [rows, cols] matrix of a 2-D tensor (shared by every item) or a 3-D one
 // ([B, rows, cols]). `expect` names the shape in the error for any other rank.
-Status BatchItemMatrix(const InferTensor& t, int64_t row, const std::string& expect, int64_t* rows, int64_t* cols,
-                       std::vector<double>* values) {
-  if (t.shape.size() != 2 && t.shape.size() != 3) return InvalidArgumentError(t.name + " must be " + expect + ", or 3-D with the batch dimension");
+Status BatchItemMatrix(const InferTensor& t, int64_t row, const std::string& expect, int64_t* rows,
+                       int64_t* cols, std::vector<double>* values) {
+  if (t.shape.size() != 2 && t.shape.size() != 3)
+    return InvalidArgumentError(t.name + " must be " + expect +
+                                ", or 3-D with the batch dimension");
   *rows = t.shape[t.shape.size() - 2];
   *cols = t.shape.back();
-  if (t.shape.size() == 3 && row >= t.shape[0]) return InvalidArgumentError(t.name + " has no row for batch item " + std::to_string(row));
+  if (t.shape.size() == 3 && row >= t.shape[0])
+    return InvalidArgumentError(t.name + " has no row for batch item " + std::to_string(row));
   auto v = t.AsDouble();
   if (!v.ok()) return v.status();
   const int64_t off = t.shape.size() == 3 ? row * *rows * *cols : 0;
@@ -35,7 +38,8 @@ StatusOr<std::optional<double>> ScalarInput(const InferRequest& r, const char* n
   if (!v.ok()) return v.status();
   if (v->empty()) return std::optional<double>();
   const size_t i = v->size() == 1 ? 0 : static_cast<size_t>(row);
-  if (i >= v->size()) return InvalidArgumentError(std::string("input '") + name + "' has fewer rows than input_ids");
+  if (i >= v->size())
+    return InvalidArgumentError(std::string("input '") + name + "' has fewer rows than input_ids");
   return std::optional<double>((*v)[i]);
 }
 
@@ -46,11 +50,15 @@ Status ReadDraftLogits(const InferRequest& r, int64_t row, int32_t vocab, Reques
   const std::string expect = "[draft tokens, " + std::to_string(vocab) + "] (the vocabulary)";
   int64_t rows = 0, cols = 0;
   std::vector<double> values;
-  if (t->shape.size() >= 2 && t->shape.back() != vocab) return InvalidArgumentError("draft_logits must be " + expect + ", or 3-D with the batch dimension");
+  if (t->shape.size() >= 2 && t->shape.back() != vocab)
+    return InvalidArgumentError("draft_logits must be " + expect +
+                                ", or 3-D with the batch dimension");
   RETURN_IF_ERROR(BatchItemMatrix(*t, row, expect, &rows, &cols, &values));
   // (Rows past the drafts, of -1 padding in draft_input_ids, are not read.)
   const int64_t k = static_cast<int64_t>(q->draft_tokens.size());
-  if (rows < k) return InvalidArgumentError("draft_logits has " + std::to_string(rows) + " rows for " + std::to_string(k) + " draft_input_ids");
+  if (rows < k)
+    return InvalidArgumentError("draft_logits has " + std::to_string(rows) + " rows for " +
+                                std::to_string(k) + " draft_input_ids");
   q->draft_logits.assign(values.begin(), values.begin() + k * vocab);
   return OkStatus();
 }
@@ -67,21 +75,29 @@ Status ReadGuide(const InferRequest& r, int64_t row, GuideCache* guides, Request
     if (!v.ok()) return v.status();
     texts = std::move(v).value();
   }
-  auto pick = [row](const std::vector<std::string>& v) { return v.empty() ? std::string() : v[std::min<size_t>(row, v.size() - 1)]; };
-  if (guides == nullptr) return FailedPreconditionError("guided decoding needs the model's tokenizer; this model has none (set tokenizer_dir)");
+  auto pick = [row](const std::vector<std::string>& v) {
+    return v.empty() ? std::string() : v[std::min<size_t>(row, v.size() - 1)];
+  };
+  if (guides == nullptr)
+    return FailedPreconditionError(
+        "guided decoding needs the model's tokenizer; this model has none (set tokenizer_dir)");
   auto guide = guides->Get(pick(*types), pick(texts));
   if (!guide.ok()) return guide.status();
   q->guide = std::move(guide).value();
   return OkStatus();
 }
 
-Status ReadLora(const InferRequest& r, int64_t row, const ModelConfig& c, LoraCache& loras, Request* q) {
+Status ReadLora(const InferRequest& r, int64_t row, const ModelConfig& c, LoraCache& loras,
+                Request* q) {
   const InferTensor* id_t = r.FindInput("lora_task_id");
   const InferTensor* w_t = r.FindInput("lora_weights");
   const InferTensor* c_t = r.FindInput("lora_config");
   if (!Given(id_t) && !Given(w_t) && !Given(c_t)) return OkStatus();
-  if (!Given(id_t)) return InvalidArgumentError("lora_weights and lora_config need a lora_task_id to cache them under");
-  if (Given(w_t) != Given(c_t)) return InvalidArgumentError("lora_weights and lora_config come together");
+  if (!Given(id_t))
+    return InvalidArgumentError(
+        "lora_weights and lora_config need a lora_task_id to cache them under");
+  if (Given(w_t) != Given(c_t))
+    return InvalidArgumentError("lora_weights and lora_config come together");
   auto ids = id_t->AsInt64();
   if (!ids.ok()) return ids.status();
   const uint64_t task = static_cast<uint64_t>((*ids)[std::min<size_t>(row, ids->size() - 1)]);
@@ -97,14 +113,18 @@ Status ReadLora(const InferRequest& r, int64_t row, const ModelConfig& c, LoraCa
   RETURN_IF_ERROR(BatchItemMatrix(*w_t, row, "2-D", &rows, &cols, &weights));
   RETURN_IF_ERROR(BatchItemMatrix(*c_t, row, "2-D", &crows, &ccols, &config));
   if (ccols != 3 || crows != rows) {
-    return InvalidArgumentError("lora_config must be [" + std::to_string(rows) + ", 3] (module id, layer, adapter size), one row per lora_weights row");
+    return InvalidArgumentError(
+        "lora_config must be [" + std::to_string(rows) +
+        ", 3] (module id, layer, adapter size), one row per lora_weights row");
   }
   std::vector<int32_t> cfg;
   for (double v : config) {
-    if (!(v >= INT32_MIN && v <= INT32_MAX)) return InvalidArgumentError("lora_config holds an out-of-range value");
+    if (!(v >= INT32_MIN && v <= INT32_MAX))
+      return InvalidArgumentError("lora_config holds an out-of-range value");
     cfg.push_back(static_cast<int32_t>(v));
   }
-  auto adapter = LoraAdapter::FromTensors(c, std::vector<float>(weights.begin(), weights.end()), rows, cols, cfg);
+  auto adapter = LoraAdapter::FromTensors(c, std::vector<float>(weights.begin(), weights.end()),
+                                          rows, cols, cfg);
   if (!adapter.ok()) return adapter.status();
   RETURN_IF_ERROR(loras.Put(task, *adapter));
   q->lora = *adapter;
@@ -119,7 +139,8 @@ Status ReadPromptTable(const InferRequest& r, int64_t row, int32_t hidden, Reque
   if (!Given(t)) return OkStatus();
   const std::string expect = "[rows, " + std::to_string(hidden) + "] (the model's hidden size)";
   if (t->shape.size() >= 2 && t->shape.back() != hidden) {
-    return InvalidArgumentError("prompt_embedding_table must be " + expect + ", or 3-D with the batch dimension");
+    return InvalidArgumentError("prompt_embedding_table must be " + expect +
+                                ", or 3-D with the batch dimension");
   }
   int64_t rows = 0, cols = 0;
   std::vector<double> values;
@@ -127,13 +148,15 @@ Status ReadPromptTable(const InferRequest& r, int64_t row, int32_t hidden, Reque
   if (auto pv = ScalarInput(r, "prompt_vocab_size", row); pv.ok() && pv->has_value()) {
     const double v = **pv;
     if (!(v >= 1 && v <= static_cast<double>(rows))) {
-      return InvalidArgumentError("prompt_vocab_size must be in [1, " + std::to_string(rows) + "] (the table's rows)");
+      return InvalidArgumentError("prompt_vocab_size must be in [1, " + std::to_string(rows) +
+                                  "] (the table's rows)");
     }
     rows = static_cast<int64_t>(v);
   }
   auto table = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * hidden));
   for (int64_t i = 0; i < rows * hidden; ++i) {
-    if (!std::isfinite(values[i])) return InvalidArgumentError("prompt_embedding_table holds a non-finite value");
+    if (!std::isfinite(values[i]))
+      return InvalidArgumentError("prompt_embedding_table holds a non-finite value");
     (*table)[i] = static_cast<float>(values[i]);
   }
   q->prompt_table = std::move(table);
@@ -143,16 +166,20 @@ Status ReadPromptTable(const InferRequest& r, int64_t row, int32_t hidden, Reque
 StatusOr<int> PrefetchLoras(const std::string& dir, const ModelConfig& c, LoraCache& loras) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return NotFoundError("lora_prefetch_dir '" + dir + "' is not a directory");
+  if (!fs::is_directory(dir, ec))
+    return NotFoundError("lora_prefetch_dir '" + dir + "' is not a directory");
   int loaded = 0;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (!entry.is_directory()) continue;
     const std::string name = entry.path().filename().string();
-    if (name.empty() || name.size() > 19 || name.find_first_not_of("0123456789") != std::string::npos) {
-      return InvalidArgumentError("lora_prefetch_dir: subfolder '" + name + "' is not named by a task id (a decimal number)");
+    if (name.empty() || name.size() > 19 ||
+        name.find_first_not_of("0123456789") != std::string::npos) {
+      return InvalidArgumentError("lora_prefetch_dir: subfolder '" + name +
+                                  "' is not named by a task id (a decimal number)");
     }
     auto adapter = LoraAdapter::FromPeftFolder(c, entry.path().string());
-    if (!adapter.ok()) return Status(adapter.status().code(), "lora_prefetch_dir: " + adapter.status().message());
+    if (!adapter.ok())
+      return Status(adapter.status().code(), "lora_prefetch_dir: " + adapter.status().message());
     RETURN_IF_ERROR(loras.Put(std::stoull(name), *adapter));
     ++loaded;
   }

@@ -24,7 +24,8 @@ Status ReadDraftLogits(const InferRequest& r, int64_t row, int32_t vocab, Reques
 // guided_decoding_guide_type / guided_decoding_guide; `guides` null: no tokenizer.
 Status ReadGuide(const InferRequest& r, int64_t row, GuideCache* guides, Request* q);
 // lora_task_id (+ lora_weights and lora_config on first use, cached in `loras`).
-Status ReadLora(const InferRequest& r, int64_t row, const ModelConfig& c, LoraCache& loras, Request* q);
+Status ReadLora(const InferRequest& r, int64_t row, const ModelConfig& c, LoraCache& loras,
+                Request* q);
 // prompt_embedding_table [rows, hidden] and prompt_vocab_size.
 Status ReadPromptTable(const InferRequest& r, int64_t row, int32_t hidden, Request* q);
 

@@ -6,7 +6,8 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraCache::Get(uint64_t task_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(task_id);
   if (it == entries_.end()) {
-    return NotFoundError("LoRA task " + std::to_string(task_id) + " not found in cache. Please send LoRA weights with request");
+    return NotFoundError("LoRA task " + std::to_string(task_id) +
+                         " not found in cache. Please send LoRA weights with request");
   }
   lru_.splice(lru_.begin(), lru_, it->second.pos);
   return it->second.adapter;
@@ -14,8 +15,10 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraCache::Get(uint64_t task_id) {
 
 Status LoraCache::Put(uint64_t task_id, std::shared_ptr<const LoraAdapter> adapter) {
   if (adapter->bytes() > max_bytes_) {
-    return ResourceExhaustedError("the LoRA adapter of task " + std::to_string(task_id) + " takes " + std::to_string(adapter->bytes()) +
-                                  " bytes; the cache holds " + std::to_string(max_bytes_) + " (lora_cache_host_memory_bytes)");
+    return ResourceExhaustedError("the LoRA adapter of task " + std::to_string(task_id) +
+                                  " takes " + std::to_string(adapter->bytes()) +
+                                  " bytes; the cache holds " + std::to_string(max_bytes_) +
+                                  " (lora_cache_host_memory_bytes)");
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = entries_.find(task_id); it != entries_.end()) {

@@ -6,11 +6,11 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 namespace inflight::serving {
 
@@ -72,51 +72,89 @@ Labels With(Labels l, const std::string& key, const std::string& value) {
 }
 
 const Histogram::BucketBoundaries kTokenBuckets = {10, 50, 100, 500, 1000};
-const Histogram::BucketBoundaries kLatencyBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+const Histogram::BucketBoundaries kLatencyBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                     1,     2.5,  5,     10,   30,  60};
 
 }  // namespace
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(std::make_unique<Families>()) {
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()), f_(std::make_unique<Families>()) {
   auto& r = *registry_;
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;
-  f_->success = &Build(BuildCounter(), "nv_inference_request_success", "Number of successful inference requests, all batch sizes", r);
-  f_->failure = &Build(BuildCounter(), "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", r);
-  f_->count = &Build(BuildCounter(), "nv_inference_count", "Number of inferences performed (does not include cached requests)", r);
-  f_->exec_count = &Build(BuildCounter(), "nv_inference_exec_count", "Number of model executions performed (does not include cached requests)", r);
-  f_->pending = &Build(BuildGauge(), "nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.", r);
-  f_->request_us = &Build(BuildCounter(), "nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)", r);
-  f_->queue_us = &Build(BuildCounter(), "nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)", r);
-  f_->input_us = &Build(BuildCounter(), "nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)", r);
-  f_->infer_us = &Build(BuildCounter(), "nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)", r);
-  f_->output_us = &Build(BuildCounter(), "nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)", r);
-  f_->first_response_ms = &Build(BuildHistogram(), "nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds", r);
-  f_->load_secs = &Build(BuildGauge(), "nv_model_load_duration_secs", "Model load time in seconds", r);
+  f_->success = &Build(BuildCounter(), "nv_inference_request_success",
+                       "Number of successful inference requests, all batch sizes", r);
+  f_->failure = &Build(BuildCounter(), "nv_inference_request_failure",
+                       "Number of failed inference requests, all batch sizes", r);
+  f_->count = &Build(BuildCounter(), "nv_inference_count",
+                     "Number of inferences performed (does not include cached requests)", r);
+  f_->exec_count =
+      &Build(BuildCounter(), "nv_inference_exec_count",
+             "Number of model executions performed (does not include cached requests)", r);
+  f_->pending = &Build(BuildGauge(), "nv_inference_pending_request_count",
+                       "Instantaneous number of pending requests awaiting execution per-model.", r);
+  f_->request_us =
+      &Build(BuildCounter(), "nv_inference_request_duration_us",
+             "Cumulative inference request duration in microseconds (includes cached requests)", r);
+  f_->queue_us =
+      &Build(BuildCounter(), "nv_inference_queue_duration_us",
+             "Cumulative inference queuing duration in microseconds (includes cached requests)", r);
+  f_->input_us = &Build(
+      BuildCounter(), "nv_inference_compute_input_duration_us",
+      "Cumulative compute input duration in microseconds (does not include cached requests)", r);
+  f_->infer_us = &Build(
+      BuildCounter(), "nv_inference_compute_infer_duration_us",
+      "Cumulative compute inference duration in microseconds (does not include cached requests)",
+      r);
+  f_->output_us = &Build(BuildCounter(), "nv_inference_compute_output_duration_us",
+                         "Cumulative inference compute output duration in microseconds (does not "
+                         "include cached requests)",
+                         r);
+  f_->first_response_ms = &Build(BuildHistogram(), "nv_inference_first_response_histogram_ms",
+                                 "Duration from request to first response in milliseconds", r);
+  f_->load_secs =
+      &Build(BuildGauge(), "nv_model_load_duration_secs", "Model load time in seconds", r);
   f_->cpu_util = &Build(BuildGauge(), "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", r);
-  f_->cpu_mem_total = &Build(BuildGauge(), "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", r);
-  f_->cpu_mem_used = &Build(BuildGauge(), "nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", r);
-  f_->trt_request = &Build(BuildGauge(), "nv_trt_llm_request_metrics", "TRT LLM request metrics", r);
-  f_->trt_memory = &Build(BuildGauge(), "nv_trt_llm_runtime_memory_metrics", "TRT LLM runtime memory metrics", r);
-  f_->trt_kv = &Build(BuildGauge(), "nv_trt_llm_kv_cache_block_metrics", "TRT LLM KV cache block metrics", r);
-  f_->trt_ifb = &Build(BuildGauge(), "nv_trt_llm_inflight_batcher_metrics", "TRT LLM inflight_batcher-specific metrics", r);
+  f_->cpu_mem_total =
+      &Build(BuildGauge(), "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", r);
+  f_->cpu_mem_used =
+      &Build(BuildGauge(), "nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", r);
+  f_->trt_request =
+      &Build(BuildGauge(), "nv_trt_llm_request_metrics", "TRT LLM request metrics", r);
+  f_->trt_memory = &Build(BuildGauge(), "nv_trt_llm_runtime_memory_metrics",
+                          "TRT LLM runtime memory metrics", r);
+  f_->trt_kv = &Build(BuildGauge(), "nv_trt_llm_kv_cache_block_metrics",
+                      "TRT LLM KV cache block metrics", r);
+  f_->trt_ifb = &Build(BuildGauge(), "nv_trt_llm_inflight_batcher_metrics",
+                       "TRT LLM inflight_batcher-specific metrics", r);
   f_->trt_v1 = &Build(BuildGauge(), "nv_trt_llm_v1_metrics", "TRT LLM v1-specific metrics", r);
-  f_->trt_general = &Build(BuildGauge(), "nv_trt_llm_general_metrics", "General TRT LLM metrics", r);
+  f_->trt_general =
+      &Build(BuildGauge(), "nv_trt_llm_general_metrics", "General TRT LLM metrics", r);
   f_->input_len = &Build(BuildHistogram(), "nv_llm_input_token_len", "TRT LLM response metrics", r);
-  f_->output_len = &Build(BuildHistogram(), "nv_llm_output_token_len", "TRT LLM response metrics", r);
-  f_->ttft = &Build(BuildHistogram(), "inflight_time_to_first_token_seconds", "Time from arrival to the first generated token", r);
-  f_->itl = &Build(BuildHistogram(), "inflight_inter_token_latency_seconds", "Mean time between generated tokens of a request", r);
-  f_->e2e = &Build(BuildHistogram(), "inflight_request_latency_seconds", "Time from arrival to the last generated token", r);
-  f_->queue = &Build(BuildHistogram(), "inflight_queue_time_seconds", "Time from arrival to the first scheduled step", r);
-  f_->engine_steps = &Build(BuildCounter(), "inflight_engine_steps_total", "Engine steps that ran the model", r);
+  f_->output_len =
+      &Build(BuildHistogram(), "nv_llm_output_token_len", "TRT LLM response metrics", r);
+  f_->ttft = &Build(BuildHistogram(), "inflight_time_to_first_token_seconds",
+                    "Time from arrival to the first generated token", r);
+  f_->itl = &Build(BuildHistogram(), "inflight_inter_token_latency_seconds",
+                   "Mean time between generated tokens of a request", r);
+  f_->e2e = &Build(BuildHistogram(), "inflight_request_latency_seconds",
+                   "Time from arrival to the last generated token", r);
+  f_->queue = &Build(BuildHistogram(), "inflight_queue_time_seconds",
+                     "Time from arrival to the first scheduled step", r);
+  f_->engine_steps =
+      &Build(BuildCounter(), "inflight_engine_steps_total", "Engine steps that ran the model", r);
   f_->draft_tokens = &Build(BuildCounter(), "inflight_speculative_draft_tokens_total",
                             "Draft tokens verified by speculative decoding (finished requests)", r);
-  f_->accepted_draft_tokens = &Build(BuildCounter(), "inflight_speculative_accepted_draft_tokens_total",
-                                     "Draft tokens accepted by speculative decoding (finished requests)", r);
-  f_->engine_step_s = &Build(BuildCounter(), "inflight_engine_step_seconds_total",
-                             "Engine thread time in steps (scheduling, forward pass, sampling, handing results out)", r);
-  f_->engine_forward_s = &Build(BuildCounter(), "inflight_engine_forward_seconds_total",
-                                "Of inflight_engine_step_seconds_total, the time inside the model's forward pass", r);
+  f_->accepted_draft_tokens =
+      &Build(BuildCounter(), "inflight_speculative_accepted_draft_tokens_total",
+             "Draft tokens accepted by speculative decoding (finished requests)", r);
+  f_->engine_step_s = &Build(
+      BuildCounter(), "inflight_engine_step_seconds_total",
+      "Engine thread time in steps (scheduling, forward pass, sampling, handing results out)", r);
+  f_->engine_forward_s =
+      &Build(BuildCounter(), "inflight_engine_forward_seconds_total",
+             "Of inflight_engine_step_seconds_total, the time inside the model's forward pass", r);
 }
 
 void Metrics::RecordEngineSteps(const std::string& model, const std::string& version,
@@ -136,14 +174,16 @@ void Metrics::RecordEngineSteps(const std::string& model, const std::string& ver
 
 Metrics::~Metrics() = default;
 
-void Metrics::RecordInference(const std::string& model, const std::string& version, const InferenceRecord& rec) {
+void Metrics::RecordInference(const std::string& model, const std::string& version,
+                              const InferenceRecord& rec) {
   const Labels l = ModelLabels(model, version);
   if (rec.success) {
     f_->success->Add(l).Increment();
     f_->count->Add(l).Increment();
     f_->exec_count->Add(l).Increment();
   } else {
-    f_->failure->Add(With(l, "reason", rec.failure_reason.empty() ? "OTHER" : rec.failure_reason)).Increment();
+    f_->failure->Add(With(l, "reason", rec.failure_reason.empty() ? "OTHER" : rec.failure_reason))
+        .Increment();
   }
   f_->request_us->Add(l).Increment(static_cast<double>(rec.request_us));
   f_->queue_us->Add(l).Increment(static_cast<double>(rec.queue_us));
@@ -151,7 +191,8 @@ void Metrics::RecordInference(const std::string& model, const std::string& versi
   f_->infer_us->Add(l).Increment(static_cast<double>(rec.compute_infer_us));
   f_->output_us->Add(l).Increment(static_cast<double>(rec.compute_output_us));
   if (rec.first_response_ms >= 0) {
-    f_->first_response_ms->Add(l, Histogram::BucketBoundaries{100, 500, 2000, 5000}).Observe(rec.first_response_ms);
+    f_->first_response_ms->Add(l, Histogram::BucketBoundaries{100, 500, 2000, 5000})
+        .Observe(rec.first_response_ms);
   }
 }
 
@@ -159,21 +200,27 @@ void Metrics::AddPending(const std::string& model, const std::string& version, i
   f_->pending->Add(ModelLabels(model, version)).Increment(static_cast<double>(delta));
 }
 
-void Metrics::SetModelLoadDuration(const std::string& model, const std::string& version, double seconds) {
+void Metrics::SetModelLoadDuration(const std::string& model, const std::string& version,
+                                   double seconds) {
   f_->load_secs->Add(ModelLabels(model, version)).Set(seconds);
 }
 
-void Metrics::SetLlmGauges(const std::string& model, const std::string& version, const LlmGaugeInput& in) {
+void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
+                           const LlmGaugeInput& in) {
   const Labels l = ModelLabels(model, version);
   const IterationStats& s = in.last;
   const int32_t scheduled = s.num_scheduled_context + s.num_scheduled_generation;
-  auto req = [&](const char* type, double v) { f_->trt_request->Add(With(l, "request_type", type)).Set(v); };
+  auto req = [&](const char* type, double v) {
+    f_->trt_request->Add(With(l, "request_type", type)).Set(v);
+  };
   req("active", s.num_active);
   req("max", in.max_active);
   req("scheduled", scheduled);
   req("context", s.num_scheduled_context);
   req("waiting", std::max(0, s.num_active + s.num_queued - scheduled));
-  auto kv = [&](const char* type, double v) { f_->trt_kv->Add(With(l, "kv_cache_block_type", type)).Set(v); };
+  auto kv = [&](const char* type, double v) {
+    f_->trt_kv->Add(With(l, "kv_cache_block_type", type)).Set(v);
+  };
   kv("max", in.blocks.total);
   kv("free", in.blocks.free + in.blocks.cached);
   kv("used", in.blocks.used);
@@ -182,13 +229,16 @@ void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
   kv("fraction", in.blocks.total > 0 ? static_cast<double>(in.blocks.used) / in.blocks.total : 0.0);
   long pages = 0, resident = 0;
   if (std::ifstream statm("/proc/self/statm"); statm >> pages >> resident) {
-    f_->trt_memory->Add(With(l, "memory_type", "cpu")).Set(static_cast<double>(resident) * sysconf(_SC_PAGESIZE));
+    f_->trt_memory->Add(With(l, "memory_type", "cpu"))
+        .Set(static_cast<double>(resident) * sysconf(_SC_PAGESIZE));
   }
   f_->trt_memory->Add(With(l, "memory_type", "gpu")).Set(0);
   f_->trt_memory->Add(With(l, "memory_type", "pinned")).Set(0);
   if (!in.has_iteration) return;
   if (in.static_batching) {
-    auto v1 = [&](const char* type, double v) { f_->trt_v1->Add(With(l, "v1_specific_metric", type)).Set(v); };
+    auto v1 = [&](const char* type, double v) {
+      f_->trt_v1->Add(With(l, "v1_specific_metric", type)).Set(v);
+    };
     v1("total_context_tokens", s.num_context_tokens);
     v1("total_generation_tokens", s.num_generation_tokens);
     v1("empty_generation_slots", std::max(0, in.max_active - scheduled));
@@ -202,16 +252,22 @@ void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
     ifb("paused_requests", s.num_paused);
   }
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   f_->trt_general->Add(With(l, "general_type", "timestamp")).Set(static_cast<double>(now_us));
-  f_->trt_general->Add(With(l, "general_type", "iteration_counter")).Set(static_cast<double>(s.iteration));
+  f_->trt_general->Add(With(l, "general_type", "iteration_counter"))
+      .Set(static_cast<double>(s.iteration));
 }
 
-void Metrics::ObserveLlmRequest(const std::string& model, const std::string& version, const RequestStats& st) {
+void Metrics::ObserveLlmRequest(const std::string& model, const std::string& version,
+                                const RequestStats& st) {
   const Labels l = ModelLabels(model, version);
-  f_->input_len->Add(With(l, "response_metric_type", "total_input_tokens"), kTokenBuckets).Observe(st.num_prompt_tokens);
-  f_->output_len->Add(With(l, "response_metric_type", "total_output_tokens"), kTokenBuckets).Observe(st.num_generated_tokens);
-  if (st.first_scheduled_time != Clock::time_point{}) f_->queue->Add(l, kLatencyBuckets).Observe(st.queue_ms() / 1000);
+  f_->input_len->Add(With(l, "response_metric_type", "total_input_tokens"), kTokenBuckets)
+      .Observe(st.num_prompt_tokens);
+  f_->output_len->Add(With(l, "response_metric_type", "total_output_tokens"), kTokenBuckets)
+      .Observe(st.num_generated_tokens);
+  if (st.first_scheduled_time != Clock::time_point{})
+    f_->queue->Add(l, kLatencyBuckets).Observe(st.queue_ms() / 1000);
   // Created at a model's first finished request, so both show (at 0) for every LLM model.
   f_->draft_tokens->Add(l).Increment(st.num_draft_tokens);
   f_->accepted_draft_tokens->Add(l).Increment(st.num_accepted_draft_tokens);
@@ -220,7 +276,8 @@ void Metrics::ObserveLlmRequest(const std::string& model, const std::string& ver
     f_->e2e->Add(l, kLatencyBuckets)
         .Observe(std::chrono::duration<double>(st.last_token_time - st.arrival_time).count());
     if (st.num_generated_tokens > 1) {
-      f_->itl->Add(l, kLatencyBuckets).Observe(st.decode_ms() / 1000 / (st.num_generated_tokens - 1));
+      f_->itl->Add(l, kLatencyBuckets)
+          .Observe(st.decode_ms() / 1000 / (st.num_generated_tokens - 1));
     }
   }
 }
@@ -236,7 +293,8 @@ std::string Metrics::Serialize() {
       for (uint64_t x : v) total += x;
       const uint64_t idle = v[3] + v[4];
       if (total > last_cpu_total_ && last_cpu_total_ > 0) {
-        const double busy = 1.0 - static_cast<double>(idle - last_cpu_idle_) / static_cast<double>(total - last_cpu_total_);
+        const double busy = 1.0 - static_cast<double>(idle - last_cpu_idle_) /
+                                      static_cast<double>(total - last_cpu_total_);
         f_->cpu_util->Add({}).Set(std::clamp(busy, 0.0, 1.0));
       } else {
         f_->cpu_util->Add({}).Set(0);

@@ -39,8 +39,8 @@ struct InferenceRecord {
 // What the LLM backend's stats thread reads from the executor.
 struct LlmGaugeInput {
   bool has_iteration = false;
-  IterationStats last;          // the newest step
-  int32_t max_active = 0;       // max_batch_size of the executor
+  IterationStats last;     // the newest step
+  int32_t max_active = 0;  // max_batch_size of the executor
   BlockCounts blocks;
   int32_t tokens_per_block = 0;
   bool static_batching = false;
@@ -52,14 +52,17 @@ class Metrics {
   Metrics();
   ~Metrics();
 
-  void RecordInference(const std::string& model, const std::string& version, const InferenceRecord& r);
+  void RecordInference(const std::string& model, const std::string& version,
+                       const InferenceRecord& r);
   void AddPending(const std::string& model, const std::string& version, int64_t delta);
   void SetModelLoadDuration(const std::string& model, const std::string& version, double seconds);
   void SetLlmGauges(const std::string& model, const std::string& version, const LlmGaugeInput& in);
   // Engine steps since the last call: counts, step time and the forward pass's share of it.
-  void RecordEngineSteps(const std::string& model, const std::string& version, const std::vector<IterationStats>& steps);
+  void RecordEngineSteps(const std::string& model, const std::string& version,
+                         const std::vector<IterationStats>& steps);
   // One finished LLM request: token-length and latency histograms.
-  void ObserveLlmRequest(const std::string& model, const std::string& version, const RequestStats& stats);
+  void ObserveLlmRequest(const std::string& model, const std::string& version,
+                         const RequestStats& stats);
 
   // The text exposition format (refreshes the CPU gauges first).
   std::string Serialize();

@@ -11,7 +11,9 @@ namespace {
 class CollectErrors : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
-    if (first_.empty()) first_ = "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) + ": " + message;
+    if (first_.empty())
+      first_ = "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) +
+               ": " + message;
   }
   void AddWarning(int, int, const std::string&) override {}
   const std::string& first() const { return first_; }
@@ -30,7 +32,8 @@ StatusOr<ModelConfig> ParseModelConfigText(const std::string& text) {
   // repeated scalar fields written twice are fine, so no special handling is needed here.
   ModelConfig config;
   if (!parser.ParseFromString(text, &config)) {
-    return InvalidArgumentError("config.pbtxt: " + (errors.first().empty() ? std::string("parse error") : errors.first()));
+    return InvalidArgumentError(
+        "config.pbtxt: " + (errors.first().empty() ? std::string("parse error") : errors.first()));
   }
   return config;
 }
@@ -77,7 +80,9 @@ double GetDoubleParameter(const ModelConfig& config, const std::string& key, dou
   return (end && *end == '\0') ? x : default_value;
 }
 
-bool IsDecoupled(const ModelConfig& config) { return config.model_transaction_policy().decoupled(); }
+bool IsDecoupled(const ModelConfig& config) {
+  return config.model_transaction_policy().decoupled();
+}
 
 namespace {
 
@@ -98,9 +103,12 @@ BackendKind KindOf(const ModelConfig& config) {
       (python && HasInput(config, "input_ids") && HasInput(config, "request_output_len"))) {
     return BackendKind::kLlm;
   }
-  if (backend == "inflight_tokenizer" || (python && HasInput(config, "QUERY"))) return BackendKind::kTokenizer;
-  if (backend == "inflight_detokenizer" || (python && HasInput(config, "TOKENS_BATCH"))) return BackendKind::kDetokenizer;
-  if (backend == "inflight_bls" || (python && HasInput(config, "text_input"))) return BackendKind::kBls;
+  if (backend == "inflight_tokenizer" || (python && HasInput(config, "QUERY")))
+    return BackendKind::kTokenizer;
+  if (backend == "inflight_detokenizer" || (python && HasInput(config, "TOKENS_BATCH")))
+    return BackendKind::kDetokenizer;
+  if (backend == "inflight_bls" || (python && HasInput(config, "text_input")))
+    return BackendKind::kBls;
   return BackendKind::kUnknown;
 }
 

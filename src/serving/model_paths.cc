@@ -24,7 +24,8 @@ std::vector<std::string> CanonicalRoots(const std::vector<std::string>& folders)
   return roots;
 }
 
-StatusOr<std::string> ConfinedPath(const std::string& param, const std::string& value, const std::string& model_dir,
+StatusOr<std::string> ConfinedPath(const std::string& param, const std::string& value,
+                                   const std::string& model_dir,
                                    const std::vector<std::string>& roots) {
   if (value.empty() || value.find('\0') != std::string::npos) {
     return InvalidArgumentError("parameter " + param + ": not a valid path");
@@ -39,15 +40,18 @@ StatusOr<std::string> ConfinedPath(const std::string& param, const std::string& 
   if (!ec) {
     const std::string r = resolved.string();
     for (const std::string& root : roots) {
-      inside = inside || r == root || (r.size() > root.size() && r.compare(0, root.size(), root) == 0 &&
-                                       (root.back() == '/' || r[root.size()] == '/'));
+      inside = inside || r == root ||
+               (r.size() > root.size() && r.compare(0, root.size(), root) == 0 &&
+                (root.back() == '/' || r[root.size()] == '/'));
     }
   }
   if (!inside) {
-    return InvalidArgumentError("parameter " + param +
-                                " names a path outside the model repository and the allowed model folders");
+    return InvalidArgumentError(
+        "parameter " + param +
+        " names a path outside the model repository and the allowed model folders");
   }
-  if (!fs::exists(resolved, ec)) return NotFoundError("parameter " + param + ": '" + value + "' does not exist");
+  if (!fs::exists(resolved, ec))
+    return NotFoundError("parameter " + param + ": '" + value + "' does not exist");
   return resolved.string();
 }
 

@@ -20,7 +20,8 @@ std::vector<std::string> CanonicalRoots(const std::vector<std::string>& folders)
 // `value` of parameter `param` resolved against `model_dir` (when relative) with every link
 // resolved; INVALID_ARGUMENT (naming the parameter, not the path) when it lies outside every
 // root, NOT_FOUND (with the value as written) when it is inside but missing.
-StatusOr<std::string> ConfinedPath(const std::string& param, const std::string& value, const std::string& model_dir,
+StatusOr<std::string> ConfinedPath(const std::string& param, const std::string& value,
+                                   const std::string& model_dir,
                                    const std::vector<std::string>& roots);
 
 }  // namespace inflight::serving

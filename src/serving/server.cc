@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 uint64_t NsSince(Clock::time_point t) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
@@ -44,23 +45,26 @@ Status ValidateRequest(const InferRequest& r, const inference::ModelConfig& c) {
     for (const auto& in : c.input()) {
       if (in.name() == t.name) spec = &in;
     }
-    if (!spec) return InvalidArgumentError("unexpected inference input '" + t.name + "' for model " + model);
+    if (!spec)
+      return InvalidArgumentError("unexpected inference input '" + t.name + "' for model " + model);
     if (!given.insert(t.name).second) {
       return InvalidArgumentError("input '" + t.name + "' is given more than once");
     }
     if (t.dtype != spec->data_type()) {
-      return InvalidArgumentError("inference input '" + t.name + "' data-type is '" + TypeName(t.dtype) +
-                                  "', but model " + model + " expects '" + TypeName(spec->data_type()) + "'");
+      return InvalidArgumentError("inference input '" + t.name + "' data-type is '" +
+                                  TypeName(t.dtype) + "', but model " + model + " expects '" +
+                                  TypeName(spec->data_type()) + "'");
     }
     std::vector<int64_t> dims(t.shape.begin(), t.shape.end());
     if (c.max_batch_size() > 0) {
       if (dims.empty()) {
-        return InvalidArgumentError("input '" + t.name + "' has no batch dimension for model " + model);
+        return InvalidArgumentError("input '" + t.name + "' has no batch dimension for model " +
+                                    model);
       }
       const int64_t b = dims[0];
       if (b < 1 || b > c.max_batch_size()) {
-        return InvalidArgumentError("inference request batch-size must be <= " + std::to_string(c.max_batch_size()) +
-                                    " for " + model);
+        return InvalidArgumentError("inference request batch-size must be <= " +
+                                    std::to_string(c.max_batch_size()) + " for " + model);
       }
       if (batch >= 0 && b != batch && !spec->allow_ragged_batch()) {
         // Inputs of one request share the batch dimension.
@@ -79,8 +83,9 @@ Status ValidateRequest(const InferRequest& r, const inference::ModelConfig& c) {
     if (!match) {
       std::vector<int64_t> expected(spec->dims().begin(), spec->dims().end());
       if (c.max_batch_size() > 0) expected.insert(expected.begin(), -1);
-      return InvalidArgumentError("unexpected shape for input '" + t.name + "' for model " + model + ". Expected " +
-                                  ShapeText(expected) + ", got " + ShapeText(t.shape));
+      return InvalidArgumentError("unexpected shape for input '" + t.name + "' for model " + model +
+                                  ". Expected " + ShapeText(expected) + ", got " +
+                                  ShapeText(t.shape));
     }
     Status s = t.CheckSize();
     if (!s.ok()) return s;
@@ -94,26 +99,31 @@ Status ValidateRequest(const InferRequest& r, const inference::ModelConfig& c) {
     for (const auto& g : given) got += (got.empty() ? "'" : ",'") + g + "'";
     for (const auto& m : missing) miss += (miss.empty() ? "'" : ",'") + m + "'";
     return InvalidArgumentError("expected " + std::to_string(c.input_size()) + " inputs but got " +
-                                std::to_string(given.size()) + " inputs for model " + model + ". Got input(s) [" +
-                                got + "], but missing required input(s) [" + miss +
-                                "]. Please provide all required input(s).");
+                                std::to_string(given.size()) + " inputs for model " + model +
+                                ". Got input(s) [" + got + "], but missing required input(s) [" +
+                                miss + "]. Please provide all required input(s).");
   }
   for (const std::string& o : r.requested_outputs) {
     bool known = false;
     for (const auto& out : c.output()) known = known || out.name() == o;
-    if (!known) return InvalidArgumentError("unexpected inference output '" + o + "' for model " + model);
+    if (!known)
+      return InvalidArgumentError("unexpected inference output '" + o + "' for model " + model);
   }
   return OkStatus();
 }
 
 std::string FailureReason(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kCancelled: return "CANCELED";
+    case StatusCode::kCancelled:
+      return "CANCELED";
     case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable: return "REJECTED";
+    case StatusCode::kUnavailable:
+      return "REJECTED";
     case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound: return "OTHER";
-    default: return "BACKEND";
+    case StatusCode::kNotFound:
+      return "OTHER";
+    default:
+      return "BACKEND";
   }
 }
 
@@ -132,13 +142,15 @@ void KeepRequestedOutputs(const std::vector<std::string>& wanted, InferResponse*
   if (wanted.empty()) return;
   std::vector<InferTensor> kept;
   for (InferTensor& t : resp->outputs) {
-    if (std::find(wanted.begin(), wanted.end(), t.name) != wanted.end()) kept.push_back(std::move(t));
+    if (std::find(wanted.begin(), wanted.end(), t.name) != wanted.end())
+      kept.push_back(std::move(t));
   }
   resp->outputs = std::move(kept);
 }
 
 // Per-response statistics, and the request's on its final response. Caller holds the lock.
-void RecordResponse(const InferResponse& resp, Clock::time_point now, CallTimes* call, ModelStatistics* st) {
+void RecordResponse(const InferResponse& resp, Clock::time_point now, CallTimes* call,
+                    ModelStatistics* st) {
   ResponseStats& rs = st->response_stats[call->index];
   const uint64_t since = Ns(now - (call->index == 0 ? call->handed : call->last));
   if (!resp.error.ok()) {
@@ -149,15 +161,18 @@ void RecordResponse(const InferResponse& resp, Clock::time_point now, CallTimes*
     rs.compute_infer.Add(since);
     rs.success.Add(since);
     if (call->first_response_ms < 0) {
-      call->first_response_ms = std::chrono::duration<double, std::milli>(now - call->arrival).count();
+      call->first_response_ms =
+          std::chrono::duration<double, std::milli>(now - call->arrival).count();
     }
   }
   ++call->index;
   call->last = now;
   if (!resp.final) return;
   const uint64_t total = Ns(now - call->arrival), input = Ns(call->handed - call->arrival);
-  st->last_inference_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  st->last_inference_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
   if (!resp.error.ok()) {
     st->fail.Add(total);
     return;
@@ -179,15 +194,18 @@ InferenceRecord FinalRecord(const CallTimes& call, const Status& error, Clock::t
   InferenceRecord rec;
   rec.success = error.ok();
   rec.failure_reason = FailureReason(error);
-  rec.request_us = std::chrono::duration_cast<std::chrono::microseconds>(now - call.arrival).count();
-  rec.compute_input_us = std::chrono::duration_cast<std::chrono::microseconds>(call.handed - call.arrival).count();
+  rec.request_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(now - call.arrival).count();
+  rec.compute_input_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(call.handed - call.arrival).count();
   rec.compute_infer_us = rec.request_us - rec.compute_input_us;
   rec.first_response_ms = call.first_response_ms;
   return rec;
 }
 
 constexpr char kInvalidName[] =
-    "invalid model name: it must be 1-255 bytes without '/', '\\', NUL or control characters, and not '.' or '..'";
+    "invalid model name: it must be 1-255 bytes without '/', '\\', NUL or control characters, and "
+    "not '.' or '..'";
 
 }  // namespace
 
@@ -212,19 +230,22 @@ StatusOr<ModelControlMode> ModelControlModeFromName(const std::string& name) {
   if (name == "none") return ModelControlMode::kNone;
   if (name == "poll") return ModelControlMode::kPoll;
   if (name == "explicit") return ModelControlMode::kExplicit;
-  return InvalidArgumentError("--model-control-mode must be none, poll or explicit, got '" + name + "'");
+  return InvalidArgumentError("--model-control-mode must be none, poll or explicit, got '" + name +
+                              "'");
 }
 
 Server::Server(const ServerOptions& options) : options_(options), tracer_(options.trace_file) {
   std::vector<std::string> folders = {options.repository};
-  folders.insert(folders.end(), options.allowed_model_paths.begin(), options.allowed_model_paths.end());
+  folders.insert(folders.end(), options.allowed_model_paths.begin(),
+                 options.allowed_model_paths.end());
   allowed_roots_ = CanonicalRoots(folders);
 }
 
 StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(options.repository, ec)) {
-    return InvalidArgumentError("--model-repository '" + options.repository + "' is not a directory");
+    return InvalidArgumentError("--model-repository '" + options.repository +
+                                "' is not a directory");
   }
   std::unique_ptr<Server> server(new Server(options));
   std::vector<std::string> names = server->ScanRepository();
@@ -272,7 +293,8 @@ std::vector<std::string> Server::ScanRepository() const {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(options_.repository, ec)) {
     const std::string name = e.path().filename().string();
-    if (e.is_directory() && IsValidModelName(name) && fs::exists(e.path() / "config.pbtxt")) names.push_back(name);
+    if (e.is_directory() && IsValidModelName(name) && fs::exists(e.path() / "config.pbtxt"))
+      names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -302,14 +324,16 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
   inference::ModelConfig config;
   if (config_json) {
     auto st = google::protobuf::util::JsonStringToMessage(*config_json, &config);
-    if (!st.ok()) return fail(InvalidArgumentError("load parameter 'config': " + std::string(st.message())));
+    if (!st.ok())
+      return fail(InvalidArgumentError("load parameter 'config': " + std::string(st.message())));
   } else {
     std::ifstream in(dir / "config.pbtxt");
     if (!in) return fail(NotFoundError("model '" + name + "': no config.pbtxt in " + dir.string()));
     std::stringstream text;
     text << in.rdbuf();
     auto parsed = ParseModelConfigText(text.str());
-    if (!parsed.ok()) return fail(InvalidArgumentError("model '" + name + "' " + parsed.status().message()));
+    if (!parsed.ok())
+      return fail(InvalidArgumentError("model '" + name + "' " + parsed.status().message()));
     config = std::move(parsed).value();
     std::error_code ec;
     e->config_time = fs::last_write_time(dir / "config.pbtxt", ec);
@@ -324,7 +348,8 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
   std::error_code ec;
   for (const auto& d : fs::directory_iterator(dir, ec)) {
     const std::string v = d.path().filename().string();
-    if (d.is_directory() && !v.empty() && v.size() < 18 && std::all_of(v.begin(), v.end(), ::isdigit)) {
+    if (d.is_directory() && !v.empty() && v.size() < 18 &&
+        std::all_of(v.begin(), v.end(), ::isdigit)) {
       versions.push_back(std::stoll(v));
     }
   }
@@ -332,23 +357,27 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
   const auto& policy = config.version_policy();
   if (policy.has_all()) {
   } else if (policy.has_specific()) {
-    std::set<int64_t> wanted(policy.specific().versions().begin(), policy.specific().versions().end());
-    versions.erase(std::remove_if(versions.begin(), versions.end(), [&](int64_t v) { return !wanted.count(v); }),
+    std::set<int64_t> wanted(policy.specific().versions().begin(),
+                             policy.specific().versions().end());
+    versions.erase(std::remove_if(versions.begin(), versions.end(),
+                                  [&](int64_t v) { return !wanted.count(v); }),
                    versions.end());
   } else {
-    const size_t n = std::max<uint32_t>(1, policy.has_latest() ? policy.latest().num_versions() : 1);
+    const size_t n =
+        std::max<uint32_t>(1, policy.has_latest() ? policy.latest().num_versions() : 1);
     if (versions.size() > n) versions.resize(n);
   }
   if (versions.empty()) {
-    return fail(InvalidArgumentError("at least one version must be available under the version policy of model '" +
-                                     name + "'"));
+    return fail(InvalidArgumentError(
+        "at least one version must be available under the version policy of model '" + name + "'"));
   }
   // An ensemble's steps load first; the ensemble is decoupled when any step is.
   if (config.platform() == "ensemble") {
     for (const auto& step : config.ensemble_scheduling().step()) {
       auto it = models_.find(step.model_name());
       if (it == models_.end() || it->second->state != "READY") {
-        if (step.model_name() == name) return fail(InvalidArgumentError("ensemble '" + name + "' names itself"));
+        if (step.model_name() == name)
+          return fail(InvalidArgumentError("ensemble '" + name + "' names itself"));
         Status s = LoadLocked(step.model_name(), std::nullopt, lock);
         if (!s.ok()) {
           return fail(UnavailableError("ensemble '" + name + "' depends on '" + step.model_name() +
@@ -402,11 +431,12 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
   return OkStatus();
 }
 
-void Server::RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions, std::unique_lock<std::mutex>& lock,
-                          Clock::time_point deadline) {
+void Server::RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions,
+                          std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
   lock.unlock();
   for (auto& [v, l] : versions) {
-    while (l->inflight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (l->inflight.load() > 0 && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const bool freed = !versions.empty();
   versions.clear();  // destroys the backends (an executor cancels what still runs)
@@ -419,7 +449,8 @@ void Server::RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions, s
   lock.lock();
 }
 
-void Server::UnloadLocked(const std::string& name, std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
+void Server::UnloadLocked(const std::string& name, std::unique_lock<std::mutex>& lock,
+                          Clock::time_point deadline) {
   auto it = models_.find(name);
   if (it == models_.end()) return;
   std::shared_ptr<Entry> e = it->second;
@@ -452,7 +483,8 @@ Status Server::UnloadModel(const std::string& name, bool unload_dependents) {
   if (!IsValidModelName(name)) return InvalidArgumentError(kInvalidName);
   std::unique_lock<std::mutex> lock(mu_);
   auto it = models_.find(name);
-  if (it == models_.end()) return NotFoundError("failed to unload '" + name + "', no version is available");
+  if (it == models_.end())
+    return NotFoundError("failed to unload '" + name + "', no version is available");
   std::vector<std::string> steps;
   if (unload_dependents) {
     for (const auto& [v, l] : it->second->versions) {
@@ -497,7 +529,8 @@ void Server::Shutdown() {
   cv_.notify_all();
   if (poll_thread_.joinable()) poll_thread_.join();
   const auto deadline = Clock::now() + std::chrono::seconds(options_.exit_timeout_secs);
-  while (inflight_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  while (inflight_.load() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::unique_lock<std::mutex> lock(mu_);
   // LLM models first: unloading one cancels what still runs there, and those requests end
   // with an error that still flows through the ensembles and text models calling them.
@@ -508,7 +541,9 @@ void Server::Shutdown() {
       auto& e = models_[n];
       if (e->versions.empty()) continue;
       bool ensemble = false;
-      for (const auto& [v, l] : e->versions) ensemble = ensemble || l->config.platform() == "ensemble" || l->config.backend() == "python";
+      for (const auto& [v, l] : e->versions)
+        ensemble =
+            ensemble || l->config.platform() == "ensemble" || l->config.backend() == "python";
       if ((pass == 1) == ensemble) UnloadLocked(n, lock, deadline);
     }
   }
@@ -531,7 +566,8 @@ bool Server::ready() const {
   return true;
 }
 
-std::shared_ptr<Server::Loaded> Server::FindByNumber(const std::string& name, int64_t version) const {
+std::shared_ptr<Server::Loaded> Server::FindByNumber(const std::string& name,
+                                                     int64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(name);
   if (it == models_.end() || it->second->versions.empty()) return nullptr;
@@ -541,7 +577,8 @@ std::shared_ptr<Server::Loaded> Server::FindByNumber(const std::string& name, in
   return v == vs.end() ? nullptr : v->second;
 }
 
-StatusOr<std::shared_ptr<Server::Loaded>> Server::Find(const std::string& name, const std::string& version) const {
+StatusOr<std::shared_ptr<Server::Loaded>> Server::Find(const std::string& name,
+                                                       const std::string& version) const {
   int64_t v = -1;
   if (!version.empty()) {
     if (!std::all_of(version.begin(), version.end(), ::isdigit) || version.size() > 18) {
@@ -552,7 +589,8 @@ StatusOr<std::shared_ptr<Server::Loaded>> Server::Find(const std::string& name, 
   auto l = FindByNumber(name, v);
   if (!l) {
     if (v >= 0 && FindByNumber(name, -1)) {
-      return NotFoundError("Request for unknown model: '" + name + "' version " + version + " is not found");
+      return NotFoundError("Request for unknown model: '" + name + "' version " + version +
+                           " is not found");
     }
     return NotFoundError("Request for unknown model: '" + name + "' is not found");
   }
@@ -576,7 +614,8 @@ std::vector<LlmLiveSnapshot> Server::LiveSnapshots() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, entry] : models_) {
-      if (entry->state == "READY" && !entry->versions.empty()) loaded.push_back(entry->versions.rbegin()->second);
+      if (entry->state == "READY" && !entry->versions.empty())
+        loaded.push_back(entry->versions.rbegin()->second);
     }
   }
   std::vector<LlmLiveSnapshot> out;
@@ -587,7 +626,8 @@ std::vector<LlmLiveSnapshot> Server::LiveSnapshots() const {
   return out;
 }
 
-StatusOr<ModelMetadata> Server::GetModelMetadata(const std::string& name, const std::string& version) const {
+StatusOr<ModelMetadata> Server::GetModelMetadata(const std::string& name,
+                                                 const std::string& version) const {
   auto l = Find(name, version);
   if (!l.ok()) return l.status();
   const inference::ModelConfig& c = (*l)->config;
@@ -605,12 +645,15 @@ StatusOr<ModelMetadata> Server::GetModelMetadata(const std::string& name, const 
     s.insert(s.end(), dims.begin(), dims.end());
     return s;
   };
-  for (const auto& in : c.input()) m.inputs.push_back({in.name(), TypeName(in.data_type()), shape(in.dims())});
-  for (const auto& out : c.output()) m.outputs.push_back({out.name(), TypeName(out.data_type()), shape(out.dims())});
+  for (const auto& in : c.input())
+    m.inputs.push_back({in.name(), TypeName(in.data_type()), shape(in.dims())});
+  for (const auto& out : c.output())
+    m.outputs.push_back({out.name(), TypeName(out.data_type()), shape(out.dims())});
   return m;
 }
 
-StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name, const std::string& version) const {
+StatusOr<inference::ModelConfig> Server::GetModelConfig(const std::string& name,
+                                                        const std::string& version) const {
   auto l = Find(name, version);
   if (!l.ok()) return l.status();
   return (*l)->config;
@@ -644,13 +687,15 @@ std::vector<RepositoryEntry> Server::RepositoryIndex(bool ready_only) const {
     if (e.versions.empty()) {
       out.push_back({n, "", e.state, e.reason});
     } else {
-      for (const auto& [v, l] : e.versions) out.push_back({n, std::to_string(v), e.state, e.reason});
+      for (const auto& [v, l] : e.versions)
+        out.push_back({n, std::to_string(v), e.state, e.reason});
     }
   }
   return out;
 }
 
-StatusOr<std::vector<ModelStatistics>> Server::Statistics(const std::string& name, const std::string& version) const {
+StatusOr<std::vector<ModelStatistics>> Server::Statistics(const std::string& name,
+                                                          const std::string& version) const {
   std::vector<std::shared_ptr<Loaded>> targets;
   if (name.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -671,14 +716,17 @@ StatusOr<std::vector<ModelStatistics>> Server::Statistics(const std::string& nam
 }
 
 void Server::RecordTextRequest(const std::string& name, Clock::time_point arrival,
-                               std::optional<Clock::time_point> first_response, const Status& result) {
+                               std::optional<Clock::time_point> first_response,
+                               const Status& result) {
   auto l = Find(name, "");
   if (!l.ok()) return;
   const auto now = Clock::now();
   CallTimes call;
   call.arrival = call.handed = arrival;
   call.last = first_response.value_or(arrival);
-  if (first_response) call.first_response_ms = std::chrono::duration<double, std::milli>(*first_response - arrival).count();
+  if (first_response)
+    call.first_response_ms =
+        std::chrono::duration<double, std::milli>(*first_response - arrival).count();
   InferResponse final_response;
   final_response.final = true;
   final_response.error = result;
@@ -687,7 +735,8 @@ void Server::RecordTextRequest(const std::string& name, Clock::time_point arriva
     std::lock_guard<std::mutex> lock((*l)->stats_mu);
     RecordResponse(final_response, now, &call, &(*l)->stats);
   }
-  metrics_.RecordInference((*l)->name, std::to_string((*l)->version), FinalRecord(call, result, now));
+  metrics_.RecordInference((*l)->name, std::to_string((*l)->version),
+                           FinalRecord(call, result, now));
 }
 
 void Server::Infer(InferRequest r, ResponseSink sink) {
@@ -733,8 +782,8 @@ void Server::Infer(InferRequest r, ResponseSink sink) {
   std::vector<std::string> wanted = r.requested_outputs;
   const std::string id = r.id;
   const uint64_t handed_ns = Tracer::NowNs();
-  auto wrapped = [this, loaded, call, sink = std::move(sink), wanted, id, version, trace_id, arrival_ns,
-                  handed_ns](InferResponse&& resp) {
+  auto wrapped = [this, loaded, call, sink = std::move(sink), wanted, id, version, trace_id,
+                  arrival_ns, handed_ns](InferResponse&& resp) {
     resp.model_name = loaded->name;
     resp.model_version = version;
     resp.id = id;
@@ -749,9 +798,14 @@ void Server::Infer(InferRequest r, ResponseSink sink) {
     if (final) metrics_.RecordInference(loaded->name, version, FinalRecord(*call, error, now));
     if (final && trace_id != 0) {
       const uint64_t end_ns = Tracer::NowNs();
-      tracer_.Record({trace_id, loaded->name, version,
-                      {{"REQUEST_START", arrival_ns}, {"QUEUE_START", handed_ns}, {"COMPUTE_START", handed_ns},
-                       {"COMPUTE_END", end_ns}, {"REQUEST_END", end_ns}}});
+      tracer_.Record({trace_id,
+                      loaded->name,
+                      version,
+                      {{"REQUEST_START", arrival_ns},
+                       {"QUEUE_START", handed_ns},
+                       {"COMPUTE_START", handed_ns},
+                       {"COMPUTE_END", end_ns},
+                       {"REQUEST_END", end_ns}}});
     }
     sink(std::move(resp));
     if (final) {

@@ -56,7 +56,10 @@ struct RepositoryEntry {
 
 struct Duration {
   uint64_t count = 0, ns = 0;
-  void Add(uint64_t n) { ++count; ns += n; }
+  void Add(uint64_t n) {
+    ++count;
+    ns += n;
+  }
 };
 
 struct ResponseStats {
@@ -67,7 +70,8 @@ struct ModelStatistics {
   std::string name, version;
   uint64_t last_inference_ms = 0;
   uint64_t inference_count = 0, execution_count = 0;
-  Duration success, fail, queue, compute_input, compute_infer, compute_output, cache_hit, cache_miss;
+  Duration success, fail, queue, compute_input, compute_infer, compute_output, cache_hit,
+      cache_miss;
   std::map<uint64_t, ResponseStats> response_stats;
   Duration batch1_input, batch1_infer, batch1_output;  // the batch-size-1 record
 };
@@ -85,8 +89,10 @@ class Server : public InferenceRunner {
   bool ready() const;
 
   // version "" means the newest ready version. NOT_FOUND for an unknown model/version.
-  StatusOr<ModelMetadata> GetModelMetadata(const std::string& name, const std::string& version) const;
-  StatusOr<inference::ModelConfig> GetModelConfig(const std::string& name, const std::string& version) const;
+  StatusOr<ModelMetadata> GetModelMetadata(const std::string& name,
+                                           const std::string& version) const;
+  StatusOr<inference::ModelConfig> GetModelConfig(const std::string& name,
+                                                  const std::string& version) const;
   bool ModelReady(const std::string& name, const std::string& version) const;
   std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const;
   // UNAVAILABLE unless the control mode is explicit. config_json: a ModelConfig in JSON that
@@ -94,13 +100,15 @@ class Server : public InferenceRunner {
   Status LoadModel(const std::string& name, const std::optional<std::string>& config_json);
   Status UnloadModel(const std::string& name, bool unload_dependents);
   // All models when name is empty. NOT_FOUND for an unknown model.
-  StatusOr<std::vector<ModelStatistics>> Statistics(const std::string& name, const std::string& version) const;
+  StatusOr<std::vector<ModelStatistics>> Statistics(const std::string& name,
+                                                    const std::string& version) const;
 
   // Counts one request a text API served for `name` (an ensemble or BLS model) by running its
   // LLM model directly, in `name`'s statistics and metrics as if `name` had run it (the LLM
   // model counts its own requests). `first_response` is unset when none came.
   void RecordTextRequest(const std::string& name, std::chrono::steady_clock::time_point arrival,
-                         std::optional<std::chrono::steady_clock::time_point> first_response, const Status& result);
+                         std::optional<std::chrono::steady_clock::time_point> first_response,
+                         const Status& result);
 
   // Checks the request against the model config and runs it; every outcome, errors included,
   // arrives through `sink` (exactly one final response).
@@ -140,7 +148,8 @@ class Server : public InferenceRunner {
   void PollLoop();
   // Waits for the running requests of `versions` until `deadline` (outside the lock), then
   // destroys their backends.
-  void RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions, std::unique_lock<std::mutex>& lock,
+  void RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions,
+                    std::unique_lock<std::mutex>& lock,
                     std::chrono::steady_clock::time_point deadline);
 
   ServerOptions options_;

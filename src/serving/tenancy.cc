@@ -16,7 +16,8 @@ void TenantLimits::Refill(State* s, std::chrono::steady_clock::time_point now) c
   if (options_.tokens_per_minute <= 0) return;
   const double per_s = static_cast<double>(options_.tokens_per_minute) / 60.0;
   const double elapsed = std::chrono::duration<double>(now - s->refilled).count();
-  s->tokens = std::min<double>(static_cast<double>(options_.tokens_per_minute), s->tokens + elapsed * per_s);
+  s->tokens = std::min<double>(static_cast<double>(options_.tokens_per_minute),
+                               s->tokens + elapsed * per_s);
   s->refilled = now;
 }
 
@@ -25,7 +26,8 @@ void TenantLimits::ForgetIdleLocked(std::chrono::steady_clock::time_point now) {
   // many client addresses cannot grow the table without bound.
   for (auto it = tenants_.begin(); it != tenants_.end();) {
     Refill(&it->second, now);
-    const bool full = options_.tokens_per_minute <= 0 || it->second.tokens >= static_cast<double>(options_.tokens_per_minute);
+    const bool full = options_.tokens_per_minute <= 0 ||
+                      it->second.tokens >= static_cast<double>(options_.tokens_per_minute);
     it = it->second.in_flight == 0 && full ? tenants_.erase(it) : std::next(it);
   }
 }
@@ -44,13 +46,16 @@ TenantLimits::Admission TenantLimits::Admit(const std::string& tenant) {
   Refill(&s, now);
   if (options_.max_concurrent > 0 && s.in_flight >= options_.max_concurrent) {
     a.retry_after_s = 1;
-    a.reason = "too many concurrent requests for this API key (limit " + std::to_string(options_.max_concurrent) + ")";
+    a.reason = "too many concurrent requests for this API key (limit " +
+               std::to_string(options_.max_concurrent) + ")";
     return a;
   }
   if (options_.tokens_per_minute > 0 && s.tokens <= 0) {
     const double per_s = static_cast<double>(options_.tokens_per_minute) / 60.0;
-    a.retry_after_s = std::max<int64_t>(1, static_cast<int64_t>(std::ceil((1.0 - s.tokens) / per_s)));
-    a.reason = "token rate limit of " + std::to_string(options_.tokens_per_minute) + " tokens per minute reached for this API key";
+    a.retry_after_s =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil((1.0 - s.tokens) / per_s)));
+    a.reason = "token rate limit of " + std::to_string(options_.tokens_per_minute) +
+               " tokens per minute reached for this API key";
     return a;
   }
   ++s.in_flight;
@@ -67,7 +72,8 @@ void TenantLimits::Release(const std::string& tenant, int64_t tokens) {
   if (options_.tokens_per_minute > 0) it->second.tokens -= static_cast<double>(tokens);
 }
 
-std::string TenantLimits::EffectiveCacheSalt(const std::string& tenant, const std::string& client_salt) const {
+std::string TenantLimits::EffectiveCacheSalt(const std::string& tenant,
+                                             const std::string& client_salt) const {
   if (!options_.cache_salt_per_key || tenant.empty()) return client_salt;
   // Unit separator: no tenant name holds one, so (tenant, salt) pairs map one to one.
   return tenant + '\x1f' + client_salt;

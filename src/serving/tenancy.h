@@ -17,15 +17,15 @@ namespace inflight::serving {
 
 // Limits on one request's size, for every client (0: no limit beyond the model's own).
 struct RequestLimits {
-  int64_t max_n = 128;               // OpenAI n, num_return_sequences
-  int64_t max_logprobs = 20;         // OpenAI logprobs / top_logprobs, num_top_logprobs
-  int64_t max_prompt_tokens = 0;     // 0: the model's context length
-  int64_t max_stop_words = 64;       // stop strings / stop_words_list entries
+  int64_t max_n = 128;            // OpenAI n, num_return_sequences
+  int64_t max_logprobs = 20;      // OpenAI logprobs / top_logprobs, num_top_logprobs
+  int64_t max_prompt_tokens = 0;  // 0: the model's context length
+  int64_t max_stop_words = 64;    // stop strings / stop_words_list entries
 };
 
 struct TenantLimitOptions {
-  int64_t max_concurrent = 0;     // requests in flight per tenant; 0: unlimited
-  int64_t tokens_per_minute = 0;  // prompt + generated tokens per tenant; 0: unlimited
+  int64_t max_concurrent = 0;       // requests in flight per tenant; 0: unlimited
+  int64_t tokens_per_minute = 0;    // prompt + generated tokens per tenant; 0: unlimited
   bool cache_salt_per_key = false;  // every tenant's prefix cache is its own
 };
 
@@ -42,7 +42,8 @@ class TenantLimits : public std::enable_shared_from_this<TenantLimits> {
 
    private:
     friend class TenantLimits;
-    Ticket(std::shared_ptr<TenantLimits> owner, std::string tenant) : owner_(std::move(owner)), tenant_(std::move(tenant)) {}
+    Ticket(std::shared_ptr<TenantLimits> owner, std::string tenant)
+        : owner_(std::move(owner)), tenant_(std::move(tenant)) {}
     std::shared_ptr<TenantLimits> owner_;
     std::string tenant_;
     std::shared_ptr<UsageMeter> usage_ = std::make_shared<UsageMeter>();

@@ -55,12 +55,14 @@ InferTensor RightPadded(const std::string& name, const std::vector<std::vector<i
     flat.insert(flat.end(), rows[b].begin(), rows[b].end());
     flat.insert(flat.end(), width - rows[b].size(), pad_ids[b]);
   }
-  return InferTensor::Int32(name, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(width)}, flat);
+  return InferTensor::Int32(name, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(width)},
+                            flat);
 }
 
 class TokenizerBackend : public ModelBackend {
  public:
-  TokenizerBackend(std::shared_ptr<const Tokenizer> tok, bool add_special) : tok_(std::move(tok)), add_special_(add_special) {}
+  TokenizerBackend(std::shared_ptr<const Tokenizer> tok, bool add_special)
+      : tok_(std::move(tok)), add_special_(add_special) {}
   std::shared_ptr<const Tokenizer> tokenizer() const override { return tok_; }
 
   void Execute(InferRequest r, ResponseSink sink) override {
@@ -89,7 +91,8 @@ class TokenizerBackend : public ModelBackend {
       lengths.push_back(static_cast<int32_t>(ids[b].size()));
       auto out_len = RowInt(r.FindInput("REQUEST_OUTPUT_LEN"), b, -1);
       if (!out_len.ok()) return out_len.status();
-      if (*out_len < 0) return InvalidArgumentError("REQUEST_OUTPUT_LEN is not present in the request");
+      if (*out_len < 0)
+        return InvalidArgumentError("REQUEST_OUTPUT_LEN is not present in the request");
       out_lens.push_back(static_cast<int32_t>(*out_len));
       auto end_id = RowInt(r.FindInput("END_ID"), b, tok_->eos_id());
       auto pad_id = RowInt(r.FindInput("PAD_ID"), b, pad_default);
@@ -97,7 +100,8 @@ class TokenizerBackend : public ModelBackend {
       if (!pad_id.ok()) return pad_id.status();
       end_ids.push_back(static_cast<int32_t>(*end_id));
       pad_ids.push_back(static_cast<int32_t>(*pad_id));
-      for (auto [name, list] : {std::pair{"STOP_WORDS_DICT", &stop}, std::pair{"BAD_WORDS_DICT", &bad}}) {
+      for (auto [name, list] :
+           {std::pair{"STOP_WORDS_DICT", &stop}, std::pair{"BAD_WORDS_DICT", &bad}}) {
         auto words = RowStrings(r.FindInput(name), b, batch);
         if (!words.ok()) return words.status();
         for (const std::string& w : *words) {
@@ -122,13 +126,17 @@ class TokenizerBackend : public ModelBackend {
         auto weights = RowDoubles(bias_weights, b, batch);
         if (!weights.ok()) return weights.status();
         if (words->size() != weights->size()) {
-          return InvalidArgumentError("Embedding bias words must have same dimension as embedding bias weights (" +
-                                      std::to_string(words->size()) + " words, " + std::to_string(weights->size()) + " weights)");
+          return InvalidArgumentError(
+              "Embedding bias words must have same dimension as embedding bias weights (" +
+              std::to_string(words->size()) + " words, " + std::to_string(weights->size()) +
+              " weights)");
         }
         for (size_t i = 0; i < words->size(); ++i) {
-          if (!std::isfinite((*weights)[i])) return InvalidArgumentError("embedding_bias_weights holds a non-finite value");
+          if (!std::isfinite((*weights)[i]))
+            return InvalidArgumentError("embedding_bias_weights holds a non-finite value");
           for (int32_t id : tok_->Encode((*words)[i], /*add_special=*/false)) {
-            if (id >= 0 && id < vocab) bias[static_cast<size_t>(b * vocab + id)] += static_cast<float>((*weights)[i]);
+            if (id >= 0 && id < vocab)
+              bias[static_cast<size_t>(b * vocab + id)] += static_cast<float>((*weights)[i]);
           }
         }
       }
@@ -208,11 +216,13 @@ class DetokenizerBackend : public ModelBackend {
     std::shared_ptr<DetokState> state;
     if (r.context) state = r.context->GetOrCreate<DetokState>(key_);
     auto final_it = r.parameters.find("upstream_final");
-    const bool upstream_final = final_it != r.parameters.end() && std::get_if<bool>(&final_it->second) &&
+    const bool upstream_final = final_it != r.parameters.end() &&
+                                std::get_if<bool>(&final_it->second) &&
                                 std::get<bool>(final_it->second);
     // Beam search: each response holds the beams' whole outputs so far.
     auto all_it = r.parameters.find("all_generated_tokens");
-    const bool whole_outputs = all_it != r.parameters.end() && std::get_if<bool>(&all_it->second) && std::get<bool>(all_it->second);
+    const bool whole_outputs = all_it != r.parameters.end() && std::get_if<bool>(&all_it->second) &&
+                               std::get<bool>(all_it->second);
     std::vector<std::string> texts;
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t k = 0; k < beams; ++k) {
@@ -223,7 +233,8 @@ class DetokenizerBackend : public ModelBackend {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t id = (*ids)[idx * len + i];
           if (id < 0 || id >= tok_->vocab_size()) {
-            return InvalidArgumentError("TOKENS_BATCH holds token id " + std::to_string(id) + " outside the vocabulary");
+            return InvalidArgumentError("TOKENS_BATCH holds token id " + std::to_string(id) +
+                                        " outside the vocabulary");
           }
           seq.push_back(static_cast<int32_t>(id));
         }
@@ -278,11 +289,13 @@ StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizer(const std::string& path
     if (fs::exists(fs::path(path) / "tokenizer.json")) {
       tok = Tokenizer::FromHuggingFaceFile((fs::path(path) / "tokenizer.json").string());
     } else if (fs::exists(fs::path(path) / "tokenizer.model")) {
-      auto spec = Tokenizer::SpecFromSentencePieceModel((fs::path(path) / "tokenizer.model").string());
+      auto spec =
+          Tokenizer::SpecFromSentencePieceModel((fs::path(path) / "tokenizer.model").string());
       if (!spec.ok()) return spec.status();
       tok = Tokenizer::Create(std::move(spec).value());
     } else {
-      return NotFoundError("tokenizer_dir: '" + path + "' has no tokenizer.json or tokenizer.model");
+      return NotFoundError("tokenizer_dir: '" + path +
+                           "' has no tokenizer.json or tokenizer.model");
     }
   } else if (fs::path(path).extension() == ".model") {
     auto spec = Tokenizer::SpecFromSentencePieceModel(path);
@@ -311,8 +324,8 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateTokenizerBackend(const inference::
       new TokenizerBackend(*tok, GetBoolParameter(config, "add_special_tokens", true)));
 }
 
-StatusOr<std::unique_ptr<ModelBackend>> CreateDetokenizerBackend(const inference::ModelConfig& config,
-                                                                 const BackendContext& context) {
+StatusOr<std::unique_ptr<ModelBackend>> CreateDetokenizerBackend(
+    const inference::ModelConfig& config, const BackendContext& context) {
   auto dir = GetParameter(config, "tokenizer_dir");
   if (!dir) return InvalidArgumentError("parameter tokenizer_dir is required");
   auto path = TokenizerPath(*dir, context);

@@ -16,7 +16,7 @@ StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizer(const std::string& path
 
 StatusOr<std::unique_ptr<ModelBackend>> CreateTokenizerBackend(const inference::ModelConfig& config,
                                                                const BackendContext& context);
-StatusOr<std::unique_ptr<ModelBackend>> CreateDetokenizerBackend(const inference::ModelConfig& config,
-                                                                 const BackendContext& context);
+StatusOr<std::unique_ptr<ModelBackend>> CreateDetokenizerBackend(
+    const inference::ModelConfig& config, const BackendContext& context);
 
 }  // namespace inflight::serving

@@ -9,7 +9,8 @@ namespace {
 Status SetLlm(const Server& server, const std::string& llm, TextModel* out) {
   auto config = server.GetModelConfig(llm, "");
   if (!config.ok()) return config.status();
-  if (KindOf(*config) != BackendKind::kLlm) return InvalidArgumentError("model '" + llm + "' is not an LLM model");
+  if (KindOf(*config) != BackendKind::kLlm)
+    return InvalidArgumentError("model '" + llm + "' is not an LLM model");
   out->llm_model = llm;
   out->streaming = IsDecoupled(*config);
   out->batch_dim = config->max_batch_size() > 0;
@@ -40,9 +41,12 @@ StatusOr<TextModel> ResolveTextModel(const Server& server, const std::string& na
     case BackendKind::kEnsemble:
       for (const auto& step : config->ensemble_scheduling().step()) {
         auto step_config = server.GetModelConfig(step.model_name(), "");
-        if (!step_config.ok()) return InvalidArgumentError(no_text + step_config.status().message());
+        if (!step_config.ok())
+          return InvalidArgumentError(no_text + step_config.status().message());
         switch (KindOf(*step_config)) {
-          case BackendKind::kLlm: RETURN_IF_ERROR(SetLlm(server, step.model_name(), &m)); break;
+          case BackendKind::kLlm:
+            RETURN_IF_ERROR(SetLlm(server, step.model_name(), &m));
+            break;
           case BackendKind::kTokenizer:
             m.tokenizer = tokenizer_of(step.model_name());
             m.add_special_tokens = GetBoolParameter(*step_config, "add_special_tokens", true);
@@ -51,13 +55,15 @@ StatusOr<TextModel> ResolveTextModel(const Server& server, const std::string& na
             m.skip_special_tokens = GetBoolParameter(*step_config, "skip_special_tokens", true);
             if (!m.tokenizer) m.tokenizer = tokenizer_of(step.model_name());
             break;
-          default: break;
+          default:
+            break;
         }
       }
       break;
     case BackendKind::kBls: {
       // The BLS model calls preprocessing, the LLM model and postprocessing by these names.
-      RETURN_IF_ERROR(SetLlm(server, GetParameter(*config, "tensorrt_llm_model_name").value_or("tensorrt_llm"), &m));
+      RETURN_IF_ERROR(SetLlm(
+          server, GetParameter(*config, "tensorrt_llm_model_name").value_or("tensorrt_llm"), &m));
       if (auto pre = server.GetModelConfig("preprocessing", ""); pre.ok()) {
         m.tokenizer = tokenizer_of("preprocessing");
         m.add_special_tokens = GetBoolParameter(*pre, "add_special_tokens", true);
@@ -68,7 +74,8 @@ StatusOr<TextModel> ResolveTextModel(const Server& server, const std::string& na
       if (!m.tokenizer) m.tokenizer = tokenizer_of(m.llm_model);
       break;
     }
-    default: return InvalidArgumentError(no_text + "it is neither an LLM, an ensemble nor a BLS model");
+    default:
+      return InvalidArgumentError(no_text + "it is neither an LLM, an ensemble nor a BLS model");
   }
   if (m.llm_model.empty()) return InvalidArgumentError(no_text + "it has no LLM step");
   if (!m.tokenizer) return InvalidArgumentError(no_text + "it has no tokenizer");

@@ -14,11 +14,11 @@
 namespace inflight::serving {
 
 struct TextModel {
-  std::string name;        // as the client named it
-  std::string llm_model;   // the tensorrt_llm model the token ids go to
-  bool streaming = false;  // the LLM model is decoupled (a response per step)
+  std::string name;            // as the client named it
+  std::string llm_model;       // the tensorrt_llm model the token ids go to
+  bool streaming = false;      // the LLM model is decoupled (a response per step)
   int64_t context_length = 0;  // the LLM model's (prompt + output tokens)
-  bool batch_dim = true;   // the LLM model's inputs have a batch dimension (max_batch_size > 0)
+  bool batch_dim = true;       // the LLM model's inputs have a batch dimension (max_batch_size > 0)
   std::shared_ptr<const Tokenizer> tokenizer;
   bool add_special_tokens = true;   // the preprocessing step's setting
   bool skip_special_tokens = true;  // the postprocessing step's

@@ -18,8 +18,10 @@ std::optional<int64_t> ParseInt(const std::string& s) {
 
 Status Apply(TraceSettings* t, const std::string& key, const std::string& v) {
   if (key == "trace_level") {
-    if (v == "TENSORS") return UnimplementedError("trace level TENSORS is not supported (TIMESTAMPS and OFF are)");
-    if (v != "OFF" && v != "TIMESTAMPS") return InvalidArgumentError("trace_level must be OFF or TIMESTAMPS");
+    if (v == "TENSORS")
+      return UnimplementedError("trace level TENSORS is not supported (TIMESTAMPS and OFF are)");
+    if (v != "OFF" && v != "TIMESTAMPS")
+      return InvalidArgumentError("trace_level must be OFF or TIMESTAMPS");
     t->level = v;
     return OkStatus();
   }
@@ -28,7 +30,8 @@ Status Apply(TraceSettings* t, const std::string& key, const std::string& v) {
     if (!n || *n < 1) return InvalidArgumentError("trace_rate must be a positive integer");
     t->rate = *n;
   } else if (key == "trace_count") {
-    if (!n || *n < -1) return InvalidArgumentError("trace_count must be -1 or a non-negative integer");
+    if (!n || *n < -1)
+      return InvalidArgumentError("trace_count must be -1 or a non-negative integer");
     t->count = *n;
   } else if (key == "log_frequency") {
     if (!n || *n < 0) return InvalidArgumentError("log_frequency must be a non-negative integer");
@@ -46,8 +49,9 @@ Tracer::Tracer(std::string trace_file) : file_(std::move(trace_file)) {}
 Tracer::~Tracer() { Flush(); }
 
 uint64_t Tracer::NowNs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
 }
 
 TraceSettings Tracer::EffectiveLocked(const std::string& model) const {
@@ -70,15 +74,19 @@ std::map<std::string, std::vector<std::string>> Tracer::Settings(const std::stri
           {"trace_mode", {"triton"}}};
 }
 
-Status Tracer::Update(const std::string& model,
-                      const std::map<std::string, std::optional<std::vector<std::string>>>& values) {
+Status Tracer::Update(
+    const std::string& model,
+    const std::map<std::string, std::optional<std::vector<std::string>>>& values) {
   std::lock_guard<std::mutex> lock(mu_);
   TraceSettings check = EffectiveLocked(model);
   for (const auto& [key, v] : values) {
-    if (key == "trace_file") return UnimplementedError("trace file location can not be updated through network protocol");
+    if (key == "trace_file")
+      return UnimplementedError("trace file location can not be updated through network protocol");
     if (key == "trace_mode") continue;
     if (!v) {
-      if (model.empty()) return InvalidArgumentError("null clears a model's setting; the global '" + key + "' has no default to fall back to");
+      if (model.empty())
+        return InvalidArgumentError("null clears a model's setting; the global '" + key +
+                                    "' has no default to fall back to");
       continue;
     }
     if (v->size() != 1) return InvalidArgumentError("trace setting '" + key + "' takes one value");
@@ -121,7 +129,8 @@ void Tracer::Record(RequestTrace trace) {
   ++recorded_;
   pending_.push_back(std::move(trace));
   const TraceSettings t = EffectiveLocked(pending_.back().model);
-  if (t.log_frequency > 0 && static_cast<int64_t>(pending_.size()) >= t.log_frequency) WriteLocked();
+  if (t.log_frequency > 0 && static_cast<int64_t>(pending_.size()) >= t.log_frequency)
+    WriteLocked();
 }
 
 void Tracer::Flush() {
@@ -140,7 +149,9 @@ void Tracer::WriteLocked() {
   // nothing: it appends a JSON array of its own (log_frequency > 0 writes several).
   nlohmann::json out = nlohmann::json::array();
   for (const RequestTrace& t : pending_) {
-    out.push_back({{"id", t.id}, {"model_name", t.model}, {"model_version", std::stoll(t.version.empty() ? "0" : t.version)}});
+    out.push_back({{"id", t.id},
+                   {"model_name", t.model},
+                   {"model_version", std::stoll(t.version.empty() ? "0" : t.version)}});
     nlohmann::json ts = nlohmann::json::array();
     for (const auto& [name, ns] : t.timestamps) ts.push_back({{"name", name}, {"ns", ns}});
     out.push_back({{"id", t.id}, {"timestamps", ts}});

@@ -16,9 +16,9 @@ namespace inflight::serving {
 
 struct TraceSettings {
   std::string level = "OFF";  // OFF or TIMESTAMPS (TENSORS is refused)
-  int64_t rate = 1000;         // trace one request in `rate`
-  int64_t count = -1;          // traces left; -1 = unlimited
-  int64_t log_frequency = 0;   // write after this many traces; 0 = at shutdown
+  int64_t rate = 1000;        // trace one request in `rate`
+  int64_t count = -1;         // traces left; -1 = unlimited
+  int64_t log_frequency = 0;  // write after this many traces; 0 = at shutdown
 };
 
 // The timestamps of one traced request (system clock, ns since the epoch, as Triton).
@@ -40,7 +40,8 @@ class Tracer {
   // Updates the given keys (values as Triton sends them: strings or, for trace_level, a
   // list); an empty list clears a model's override of that key. INVALID_ARGUMENT for bad
   // values, UNIMPLEMENTED for trace_file or TENSORS.
-  Status Update(const std::string& model, const std::map<std::string, std::optional<std::vector<std::string>>>& values);
+  Status Update(const std::string& model,
+                const std::map<std::string, std::optional<std::vector<std::string>>>& values);
 
   // Whether to trace the next request of `model` (sampling and count applied). 0 = no.
   uint64_t Sample(const std::string& model);

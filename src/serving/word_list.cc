@@ -26,9 +26,11 @@ StatusOr<WordList> WordListRow(const InferTensor& t, int64_t row) {
       ended = true;
       continue;
     }
-    if (ended) return InvalidArgumentError("'" + t.name + "': offsets continue after the -1 padding");
+    if (ended)
+      return InvalidArgumentError("'" + t.name + "': offsets continue after the -1 padding");
     if (end > n || end <= start) {
-      return InvalidArgumentError("'" + t.name + "': offsets must increase and stay within the token ids");
+      return InvalidArgumentError("'" + t.name +
+                                  "': offsets must increase and stay within the token ids");
     }
     std::vector<int32_t> word;
     for (int64_t j = start; j < end; ++j) word.push_back(static_cast<int32_t>(ids[j]));

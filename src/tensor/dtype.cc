@@ -86,11 +86,11 @@ std::optional<DType> DTypeFromGgmlId(uint32_t id) {
 }
 
 std::string GgmlTypeName(uint32_t id) {
-  static const char* kNames[] = {"f32",  "f16",  "q4_0", "q4_1", "q4_2", "q4_3", "q5_0",
-                                 "q5_1", "q8_0", "q8_1", "q2_K", "q3_K", "q4_K", "q5_K",
-                                 "q6_K", "q8_K", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
-                                 "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32",
-                                 "i64", "f64", "iq1_m", "bf16"};
+  static const char* kNames[] = {
+      "f32",     "f16",    "q4_0",    "q4_1",  "q4_2",   "q4_3",  "q5_0",  "q5_1",
+      "q8_0",    "q8_1",   "q2_K",    "q3_K",  "q4_K",   "q5_K",  "q6_K",  "q8_K",
+      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl", "iq3_s", "iq2_s", "iq4_xs",
+      "i8",      "i16",    "i32",     "i64",   "f64",    "iq1_m", "bf16"};
   if (id < sizeof(kNames) / sizeof(kNames[0])) return kNames[id];
   return "type#" + std::to_string(id);
 }
@@ -99,13 +99,15 @@ std::optional<DType> DTypeFromName(std::string_view name) {
   std::string lower(name);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (const DTypeInfo& i : kInfo) {
-    if (i.in_files && i.type != DType::kI8 && i.type != DType::kI32 && lower == i.name) return i.type;
+    if (i.in_files && i.type != DType::kI8 && i.type != DType::kI32 && lower == i.name)
+      return i.type;
   }
   return std::nullopt;
 }
 
 const char* WeightDTypeNames() {
-  return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs";
+  return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, "
+         "iq4_xs";
 }
 
 }  // namespace inflight

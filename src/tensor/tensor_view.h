@@ -17,9 +17,12 @@ struct TensorView {
   bool empty() const { return data == nullptr; }
   int64_t row_bytes() const { return DTypeRowBytes(dtype, cols); }
   // Interleaved layouts store 16-row groups (see DType::kQ8_0x16); row() does not apply.
-  bool interleaved() const { return static_cast<uint32_t>(dtype) >= static_cast<uint32_t>(DType::kQ8_0x16); }
+  bool interleaved() const {
+    return static_cast<uint32_t>(dtype) >= static_cast<uint32_t>(DType::kQ8_0x16);
+  }
   int64_t num_bytes() const {
-    const int64_t stored_rows = interleaved() ? (rows + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows : rows;
+    const int64_t stored_rows =
+        interleaved() ? (rows + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows : rows;
     return stored_rows * row_bytes();
   }
   const uint8_t* row(int64_t r) const {

@@ -56,11 +56,18 @@ class WireReader {
     size_t n;
     uint32_t f;
     switch (type) {
-      case 0: return Varint(&v);
-      case 1: if (end_ - p_ < 8) return false; p_ += 8; return true;
-      case 2: return Bytes(&d, &n);
-      case 5: return Fixed32(&f);
-      default: return false;
+      case 0:
+        return Varint(&v);
+      case 1:
+        if (end_ - p_ < 8) return false;
+        p_ += 8;
+        return true;
+      case 2:
+        return Bytes(&d, &n);
+      case 5:
+        return Fixed32(&f);
+      default:
+        return false;
     }
   }
 
@@ -110,8 +117,9 @@ StatusOr<TokenizerSpec> Tokenizer::SpecFromSentencePieceModel(const std::string&
           uint32_t bits;
           if (!sub.Fixed32(&bits)) return bad("truncated score");
           std::memcpy(&score, &bits, 4);
-        } else if (t == 0 && ((field == 1 && f == 3) || (field == 2 && (f == 35 || (f >= 40 && f <= 43))) ||
-                              (field == 3 && f == 3))) {
+        } else if (t == 0 &&
+                   ((field == 1 && f == 3) || (field == 2 && (f == 35 || (f >= 40 && f <= 43))) ||
+                    (field == 3 && f == 3))) {
           if (!sub.Varint(&v)) return bad("truncated varint");
           const int64_t signed_v = static_cast<int64_t>(v);
           if (field == 1) piece_type = v;
@@ -126,7 +134,8 @@ StatusOr<TokenizerSpec> Tokenizer::SpecFromSentencePieceModel(const std::string&
         }
       }
       if (field == 1) {
-        if (piece_type < 1 || piece_type > 6) return bad("unknown piece type " + std::to_string(piece_type));
+        if (piece_type < 1 || piece_type > 6)
+          return bad("unknown piece type " + std::to_string(piece_type));
         spec.tokens.push_back(std::move(piece));
         spec.scores.push_back(score);
         spec.types.push_back(static_cast<TokenType>(piece_type));

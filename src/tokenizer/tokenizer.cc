@@ -60,19 +60,27 @@ Status Tokenizer::Build() {
   }
   if (spec_.types.empty()) spec_.types.assign(n, TokenType::kNormal);
   for (int32_t id : {spec_.bos_id, spec_.eos_id, spec_.unk_id, spec_.pad_id}) {
-    if (id >= n) return InvalidArgumentError("special token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(n));
+    if (id >= n)
+      return InvalidArgumentError("special token id " + std::to_string(id) +
+                                  " is outside the vocabulary of " + std::to_string(n));
   }
   for (int32_t id = 0; id < n; ++id) token_to_id_.emplace(spec_.tokens[id], id);
-  for (size_t r = 0; r < spec_.merges.size(); ++r) merge_rank_.emplace(spec_.merges[r], static_cast<int32_t>(r));
-  if (spec_.scores.empty() && spec_.merges.empty() && spec_.model == TokenizerModel::kSentencePiece) {
+  for (size_t r = 0; r < spec_.merges.size(); ++r)
+    merge_rank_.emplace(spec_.merges[r], static_cast<int32_t>(r));
+  if (spec_.scores.empty() && spec_.merges.empty() &&
+      spec_.model == TokenizerModel::kSentencePiece) {
     return InvalidArgumentError("tokenizer has neither scores nor merges");
   }
 
   // Tokens matched verbatim in text: added tokens, plus control / user-defined pieces.
   for (auto& a : spec_.added) {
-    if (a.id < 0 || a.id >= n) return InvalidArgumentError("added token '" + a.content + "' has id " + std::to_string(a.id) + " outside the vocabulary");
-    if (a.special) spec_.types[a.id] = TokenType::kControl;
-    else if (spec_.types[a.id] == TokenType::kNormal) spec_.types[a.id] = TokenType::kUserDefined;
+    if (a.id < 0 || a.id >= n)
+      return InvalidArgumentError("added token '" + a.content + "' has id " + std::to_string(a.id) +
+                                  " outside the vocabulary");
+    if (a.special)
+      spec_.types[a.id] = TokenType::kControl;
+    else if (spec_.types[a.id] == TokenType::kNormal)
+      spec_.types[a.id] = TokenType::kUserDefined;
     if (!a.content.empty()) specials_.push_back(a);
   }
   if (spec_.added.empty()) {
@@ -83,10 +91,12 @@ Status Tokenizer::Build() {
       }
     }
   }
-  std::stable_sort(specials_.begin(), specials_.end(),
-                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  std::stable_sort(
+      specials_.begin(), specials_.end(),
+      [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
   for (size_t i = 0; i < specials_.size(); ++i) {
-    specials_by_first_byte_[static_cast<uint8_t>(specials_[i].content[0])].push_back(static_cast<int32_t>(i));
+    specials_by_first_byte_[static_cast<uint8_t>(specials_[i].content[0])].push_back(
+        static_cast<int32_t>(i));
   }
 
   for (int b = 0; b < 256; ++b) {
@@ -98,7 +108,8 @@ Status Tokenizer::Build() {
   // GPT-2's byte -> printable character table.
   int next = 256;
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const bool printable =
+        (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     const uint32_t cp = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(next++);
     byte_to_unicode_[b] = EncodeUtf8(cp);
     unicode_to_byte_[cp] = static_cast<uint8_t>(b);
@@ -106,12 +117,14 @@ Status Tokenizer::Build() {
   for (const std::string& pattern : spec_.pre_regexes) {
     int err = 0;
     PCRE2_SIZE offset = 0;
-    pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &offset, nullptr);
+    pcre2_code* re =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &offset, nullptr);
     if (re == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof(msg));
-      return InvalidArgumentError("pre-tokenizer regex does not compile at offset " + std::to_string(offset) + ": " + reinterpret_cast<char*>(msg));
+      return InvalidArgumentError("pre-tokenizer regex does not compile at offset " +
+                                  std::to_string(offset) + ": " + reinterpret_cast<char*>(msg));
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT fails
     regexes_.push_back(re);
@@ -130,17 +143,20 @@ bool Tokenizer::IsControl(int32_t id) const {
 
 bool Tokenizer::IsEndOfGeneration(int32_t id) const {
   if (id == spec_.eos_id) return true;
-  return std::find(spec_.extra_eos_ids.begin(), spec_.extra_eos_ids.end(), id) != spec_.extra_eos_ids.end();
+  return std::find(spec_.extra_eos_ids.begin(), spec_.extra_eos_ids.end(), id) !=
+         spec_.extra_eos_ids.end();
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special,
+                                       bool parse_special) const {
   std::vector<int32_t> out;
   if (add_special && spec_.add_bos && spec_.bos_id >= 0) out.push_back(spec_.bos_id);
   bool after_special = true;  // the dummy prefix goes at the start and after a special token
   size_t frag_start = 0;
   size_t i = 0;
   auto flush_text = [&](size_t end) {
-    if (end > frag_start) EncodeText(text.substr(frag_start, end - frag_start), after_special, &out);
+    if (end > frag_start)
+      EncodeText(text.substr(frag_start, end - frag_start), after_special, &out);
     if (end > frag_start) after_special = false;
   };
   while (parse_special && i < text.size()) {
@@ -174,7 +190,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special, 
   return out;
 }
 
-void Tokenizer::EncodeText(std::string_view text, bool first_fragment, std::vector<int32_t>* out) const {
+void Tokenizer::EncodeText(std::string_view text, bool first_fragment,
+                           std::vector<int32_t>* out) const {
   if (spec_.model == TokenizerModel::kSentencePiece) {
     EncodeSentencePiece(text, first_fragment, out);
   } else {
@@ -182,7 +199,8 @@ void Tokenizer::EncodeText(std::string_view text, bool first_fragment, std::vect
   }
 }
 
-void Tokenizer::EncodeSentencePiece(std::string_view text, bool first_fragment, std::vector<int32_t>* out) const {
+void Tokenizer::EncodeSentencePiece(std::string_view text, bool first_fragment,
+                                    std::vector<int32_t>* out) const {
   std::string s;
   if (spec_.add_space_prefix && first_fragment) s = " ";
   s.append(text);
@@ -226,12 +244,12 @@ void Tokenizer::EncodeByteLevel(std::string_view text, std::vector<int32_t>* out
       }
       size_t pos = 0;
       while (pos < piece.size()) {
-        const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(piece.data()), piece.size(), pos,
-                                   PCRE2_NO_UTF_CHECK, md, nullptr);
+        const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(piece.data()), piece.size(),
+                                   pos, PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc < 0) break;
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         if (ov[0] > pos) next.push_back(piece.substr(pos, ov[0] - pos));  // gap (Isolated)
-        if (ov[1] == ov[0]) {                                              // empty match: step one char
+        if (ov[1] == ov[0]) {  // empty match: step one char
           const size_t step = std::max<size_t>(1, ValidUtf8CharLength(piece, ov[0]));
           next.push_back(piece.substr(ov[0], std::min(step, piece.size() - ov[0])));
           pos = ov[0] + step;
@@ -310,13 +328,15 @@ void Tokenizer::MergeWord(const std::string& word, std::vector<int32_t>* out) co
     }
     queue.push({priority, left, right, a.len + b.len});
   };
-  for (size_t i = 1; i < syms.size(); ++i) try_add(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
+  for (size_t i = 1; i < syms.size(); ++i)
+    try_add(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
   while (!queue.empty()) {
     const Bigram bg = queue.top();
     queue.pop();
     Symbol& left = syms[bg.left];
     Symbol& right = syms[bg.right];
-    if (left.len == 0 || right.len == 0 || left.len + right.len != bg.len || left.next != bg.right) continue;
+    if (left.len == 0 || right.len == 0 || left.len + right.len != bg.len || left.next != bg.right)
+      continue;
     left.len += right.len;
     right.len = 0;
     left.next = right.next;
@@ -350,8 +370,9 @@ std::string Tokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return "";
   const std::string& text = spec_.tokens[id];
   const TokenType type = spec_.types[id];
-  if (type == TokenType::kByte || (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>' &&
-                                   byte_token_[std::strtol(text.substr(3, 2).c_str(), nullptr, 16) & 255] == id)) {
+  if (type == TokenType::kByte ||
+      (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>' &&
+       byte_token_[std::strtol(text.substr(3, 2).c_str(), nullptr, 16) & 255] == id)) {
     return std::string(1, static_cast<char>(std::strtol(text.substr(3, 2).c_str(), nullptr, 16)));
   }
   if (type == TokenType::kControl || type == TokenType::kUserDefined) {
@@ -411,7 +432,8 @@ size_t CompleteUtf8Prefix(std::string_view s) {
 std::string IncrementalDetokenizer::Add(int32_t id) {
   if (skip_special_ && tokenizer_->IsControl(id)) return "";
   std::string piece = tokenizer_->TokenBytes(id);
-  if (first_ && tokenizer_->StripsLeadingSpace() && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+  if (first_ && tokenizer_->StripsLeadingSpace() && !piece.empty() && piece[0] == ' ')
+    piece.erase(0, 1);
   first_ = false;
   pending_ += piece;
   const size_t ready = CompleteUtf8Prefix(pending_);

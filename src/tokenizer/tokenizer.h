@@ -23,7 +23,12 @@ enum class TokenizerModel { kSentencePiece, kByteLevelBpe };
 
 // SentencePiece / GGUF token types.
 enum class TokenType : int32_t {
-  kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 struct AddedToken {
@@ -37,16 +42,16 @@ struct AddedToken {
 // Everything needed to build a tokenizer, filled from GGUF metadata or tokenizer.json.
 struct TokenizerSpec {
   TokenizerModel model = TokenizerModel::kSentencePiece;
-  std::vector<std::string> tokens;  // piece text as stored ("▁the", "Ġthe", "<0x0A>")
-  std::vector<float> scores;        // SentencePiece scores; empty when merges rank pieces
-  std::vector<TokenType> types;     // empty: all normal
-  std::vector<std::string> merges;  // "left right", in rank order
-  std::vector<AddedToken> added;    // matched verbatim in text before anything else
+  std::vector<std::string> tokens;       // piece text as stored ("▁the", "Ġthe", "<0x0A>")
+  std::vector<float> scores;             // SentencePiece scores; empty when merges rank pieces
+  std::vector<TokenType> types;          // empty: all normal
+  std::vector<std::string> merges;       // "left right", in rank order
+  std::vector<AddedToken> added;         // matched verbatim in text before anything else
   std::vector<std::string> pre_regexes;  // byte-level split patterns, applied in sequence
-  bool byte_fallback = true;       // unknown characters become <0xXX> tokens
-  bool add_space_prefix = true;    // SentencePiece "dummy prefix"
-  bool ignore_merges = false;      // a whole pre-token in the vocab is taken as is (Llama 3)
-  bool nfc = false;                // NFC normalisation requested (see Tokenizer::Encode)
+  bool byte_fallback = true;             // unknown characters become <0xXX> tokens
+  bool add_space_prefix = true;          // SentencePiece "dummy prefix"
+  bool ignore_merges = false;            // a whole pre-token in the vocab is taken as is (Llama 3)
+  bool nfc = false;                      // NFC normalisation requested (see Tokenizer::Encode)
   bool add_bos = false;
   bool add_eos = false;
   int32_t bos_id = -1;
@@ -68,7 +73,7 @@ class Tokenizer {
   // From a Hugging Face tokenizer.json (and tokenizer_config.json beside it, if any).
   static StatusOr<std::unique_ptr<Tokenizer>> FromHuggingFaceFile(const std::string& path);
   static StatusOr<TokenizerSpec> SpecFromHuggingFaceJson(const std::string& tokenizer_json,
-                                                        const std::string& config_json);
+                                                         const std::string& config_json);
   static StatusOr<TokenizerSpec> SpecFromGguf(const GgufFile& gguf);
   // From a SentencePiece tokenizer.model (Llama 2).
   static StatusOr<TokenizerSpec> SpecFromSentencePieceModel(const std::string& path);
@@ -100,7 +105,8 @@ class Tokenizer {
   explicit Tokenizer(TokenizerSpec spec);
   Status Build();
   void EncodeText(std::string_view text, bool first_fragment, std::vector<int32_t>* out) const;
-  void EncodeSentencePiece(std::string_view text, bool first_fragment, std::vector<int32_t>* out) const;
+  void EncodeSentencePiece(std::string_view text, bool first_fragment,
+                           std::vector<int32_t>* out) const;
   void EncodeByteLevel(std::string_view text, std::vector<int32_t>* out) const;
   // Merges the symbols (each a UTF-8 character) of one word and appends the ids.
   void MergeWord(const std::string& word, std::vector<int32_t>* out) const;
@@ -109,11 +115,11 @@ class Tokenizer {
   TokenizerSpec spec_;
   std::unordered_map<std::string, int32_t> token_to_id_;
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
-  std::vector<AddedToken> specials_;  // matched in text, longest first
-  std::vector<int32_t> specials_by_first_byte_[256];  // indices into specials_, longest first
-  std::vector<void*> regexes_;        // pcre2_code*, owned
-  int32_t byte_token_[256];           // <0xXX> ids, or -1
-  std::string byte_to_unicode_[256];  // byte-level mapping
+  std::vector<AddedToken> specials_;                     // matched in text, longest first
+  std::vector<int32_t> specials_by_first_byte_[256];     // indices into specials_, longest first
+  std::vector<void*> regexes_;                           // pcre2_code*, owned
+  int32_t byte_token_[256];                              // <0xXX> ids, or -1
+  std::string byte_to_unicode_[256];                     // byte-level mapping
   std::unordered_map<uint32_t, uint8_t> unicode_to_byte_;
 
  public:
@@ -128,7 +134,8 @@ class IncrementalDetokenizer {
  public:
   // continues_text: the tokens follow text already shown (a prompt), so the first piece
   // keeps its leading space instead of losing it as the start of a SentencePiece text.
-  explicit IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special = true, bool continues_text = false)
+  explicit IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special = true,
+                                  bool continues_text = false)
       : tokenizer_(tokenizer), skip_special_(skip_special), first_(!continues_text) {}
   // Returns the text that became complete with this token (possibly empty).
   std::string Add(int32_t id);

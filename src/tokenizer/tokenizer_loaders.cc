@@ -13,15 +13,18 @@ namespace {
 constexpr const char kGpt2Regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 constexpr const char kLlama3Regex[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char kQwen2Regex[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 // Texts of control tokens that end a turn in common chat formats.
-constexpr const char* kEndOfTurnTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end_of_text|>",
-                                           "<|endoftext|>", "<end_of_turn>", "<|end|>", "<|eom_id|>"};
+constexpr const char* kEndOfTurnTexts[] = {"<|eot_id|>",    "<|im_end|>",    "<|end_of_text|>",
+                                           "<|endoftext|>", "<end_of_turn>", "<|end|>",
+                                           "<|eom_id|>"};
 
 void AddEndOfTurnIds(TokenizerSpec* spec) {
   for (int32_t id = 0; id < static_cast<int32_t>(spec->tokens.size()); ++id) {
@@ -36,7 +39,8 @@ void AddEndOfTurnIds(TokenizerSpec* spec) {
 StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& gguf) {
   TokenizerSpec spec;
   ASSIGN_OR_RETURN(std::optional<std::string> model, gguf.GetString("tokenizer.ggml.model"));
-  if (!model) return InvalidArgumentError("GGUF has no tokenizer (tokenizer.ggml.model is missing)");
+  if (!model)
+    return InvalidArgumentError("GGUF has no tokenizer (tokenizer.ggml.model is missing)");
   if (*model == "llama") {
     spec.model = TokenizerModel::kSentencePiece;
   } else if (*model == "gpt2") {
@@ -57,21 +61,26 @@ StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& gguf) {
     spec.scores.assign(scores->floats.begin(), scores->floats.end());
   }
   if (const GgufValue* types = gguf.Find("tokenizer.ggml.token_type")) {
-    if (types->ints.size() != n) return InvalidArgumentError("tokenizer.ggml.token_type must have " + std::to_string(n) + " entries");
+    if (types->ints.size() != n)
+      return InvalidArgumentError("tokenizer.ggml.token_type must have " + std::to_string(n) +
+                                  " entries");
     for (int64_t t : types->ints) spec.types.push_back(static_cast<TokenType>(t));
   }
   if (const GgufValue* merges = gguf.Find("tokenizer.ggml.merges")) {
-    if (merges->elem_type != GgufType::kString) return InvalidArgumentError("tokenizer.ggml.merges must be strings");
+    if (merges->elem_type != GgufType::kString)
+      return InvalidArgumentError("tokenizer.ggml.merges must be strings");
     spec.merges = merges->strings;
   }
   if (spec.model == TokenizerModel::kSentencePiece) {
-    if (spec.scores.empty()) return InvalidArgumentError("SentencePiece tokenizer needs tokenizer.ggml.scores");
+    if (spec.scores.empty())
+      return InvalidArgumentError("SentencePiece tokenizer needs tokenizer.ggml.scores");
     spec.merges.clear();
     spec.byte_fallback = true;
     spec.add_space_prefix = true;
     spec.add_bos = true;
   } else {
-    if (spec.merges.empty()) return InvalidArgumentError("BPE tokenizer needs tokenizer.ggml.merges");
+    if (spec.merges.empty())
+      return InvalidArgumentError("BPE tokenizer needs tokenizer.ggml.merges");
     spec.scores.clear();
     spec.byte_fallback = false;
     spec.add_space_prefix = false;
@@ -86,7 +95,8 @@ StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& gguf) {
     } else if (p == "gpt-2" || p == "default" || p == "gpt2") {
       spec.pre_regexes = {kGpt2Regex};
     } else {
-      return UnimplementedError("pre-tokenizer '" + p + "' is not supported (gpt-2, llama-bpe, qwen2)");
+      return UnimplementedError("pre-tokenizer '" + p +
+                                "' is not supported (gpt-2, llama-bpe, qwen2)");
     }
   }
   auto get_id = [&](const char* key, int32_t* out) -> Status {
@@ -107,7 +117,8 @@ StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& gguf) {
   if (add_bos) spec.add_bos = *add_bos;
   if (add_eos) spec.add_eos = *add_eos;
   if (space) spec.add_space_prefix = *space;
-  ASSIGN_OR_RETURN(std::optional<std::string> chat_template, gguf.GetString("tokenizer.chat_template"));
+  ASSIGN_OR_RETURN(std::optional<std::string> chat_template,
+                   gguf.GetString("tokenizer.chat_template"));
   if (chat_template) spec.chat_template = std::move(*chat_template);
   AddEndOfTurnIds(&spec);
   return spec;
@@ -126,7 +137,8 @@ using nlohmann::json;
 template <typename Fn>
 void ForEachComponent(const json& node, const char* list_key, Fn&& fn) {
   if (!node.is_object()) return;
-  if (node.value("type", "") == "Sequence" && node.contains(list_key) && node[list_key].is_array()) {
+  if (node.value("type", "") == "Sequence" && node.contains(list_key) &&
+      node[list_key].is_array()) {
     for (const json& child : node[list_key]) ForEachComponent(child, list_key, fn);
     return;
   }
@@ -135,25 +147,31 @@ void ForEachComponent(const json& node, const char* list_key, Fn&& fn) {
 
 std::string TokenContent(const json& v) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return "";
 }
 
 Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
-  if (!tj.is_object() || !tj.contains("model")) return InvalidArgumentError("tokenizer.json has no 'model'");
+  if (!tj.is_object() || !tj.contains("model"))
+    return InvalidArgumentError("tokenizer.json has no 'model'");
   const json& model = tj["model"];
   const std::string type = model.value("type", "");
-  if (type != "BPE") return UnimplementedError("tokenizer.json model type '" + type + "' is not supported (BPE)");
-  if (!model.contains("vocab") || !model["vocab"].is_object()) return InvalidArgumentError("tokenizer.json model has no vocab");
+  if (type != "BPE")
+    return UnimplementedError("tokenizer.json model type '" + type + "' is not supported (BPE)");
+  if (!model.contains("vocab") || !model["vocab"].is_object())
+    return InvalidArgumentError("tokenizer.json model has no vocab");
   int64_t max_id = -1;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer()) return InvalidArgumentError("vocab id of '" + it.key() + "' is not an integer");
+    if (!it.value().is_number_integer())
+      return InvalidArgumentError("vocab id of '" + it.key() + "' is not an integer");
     max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
   }
   if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
     for (const json& a : tj["added_tokens"]) max_id = std::max<int64_t>(max_id, a.value("id", -1));
   }
-  if (max_id < 0 || max_id > (1 << 24)) return InvalidArgumentError("tokenizer.json vocabulary ids out of range");
+  if (max_id < 0 || max_id > (1 << 24))
+    return InvalidArgumentError("tokenizer.json vocabulary ids out of range");
   spec->tokens.assign(max_id + 1, "");
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
     const int64_t id = it.value().get<int64_t>();
@@ -162,9 +180,12 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
   }
   if (model.contains("merges") && model["merges"].is_array()) {
     for (const json& m : model["merges"]) {
-      if (m.is_string()) spec->merges.push_back(m.get<std::string>());
-      else if (m.is_array() && m.size() == 2) spec->merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-      else return InvalidArgumentError("tokenizer.json merge entry is neither 'a b' nor [a, b]");
+      if (m.is_string())
+        spec->merges.push_back(m.get<std::string>());
+      else if (m.is_array() && m.size() == 2)
+        spec->merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+      else
+        return InvalidArgumentError("tokenizer.json merge entry is neither 'a b' nor [a, b]");
     }
   }
   spec->byte_fallback = model.value("byte_fallback", false);
@@ -192,7 +213,8 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
   bool byte_level = false;
   bool metaspace_prefix = false;
   const json empty = json::object();
-  const json& pre = tj.contains("pre_tokenizer") && tj["pre_tokenizer"].is_object() ? tj["pre_tokenizer"] : empty;
+  const json& pre =
+      tj.contains("pre_tokenizer") && tj["pre_tokenizer"].is_object() ? tj["pre_tokenizer"] : empty;
   ForEachComponent(pre, "pretokenizers", [&](const json& c) {
     const std::string t = c.value("type", "");
     if (t == "ByteLevel") {
@@ -202,15 +224,19 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
     } else if (t == "Split" && c.contains("pattern") && c["pattern"].contains("Regex")) {
       spec->pre_regexes.push_back(c["pattern"]["Regex"].get<std::string>());
     } else if (t == "Metaspace") {
-      const std::string scheme = c.value("prepend_scheme", c.value("add_prefix_space", true) ? "always" : "never");
+      const std::string scheme =
+          c.value("prepend_scheme", c.value("add_prefix_space", true) ? "always" : "never");
       metaspace_prefix = scheme != "never";
     }
   });
-  if (tj.contains("decoder") && tj["decoder"].is_object() && tj["decoder"].value("type", "") == "ByteLevel") byte_level = true;
+  if (tj.contains("decoder") && tj["decoder"].is_object() &&
+      tj["decoder"].value("type", "") == "ByteLevel")
+    byte_level = true;
   spec->model = byte_level ? TokenizerModel::kByteLevelBpe : TokenizerModel::kSentencePiece;
   if (!byte_level) {
     bool prepend = false;
-    const json& norm = tj.contains("normalizer") && tj["normalizer"].is_object() ? tj["normalizer"] : empty;
+    const json& norm =
+        tj.contains("normalizer") && tj["normalizer"].is_object() ? tj["normalizer"] : empty;
     ForEachComponent(norm, "normalizers", [&](const json& c) {
       if (c.value("type", "") == "Prepend") prepend = true;
     });
@@ -227,8 +253,10 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
 
   auto id_of = [&](const std::string& text) -> int32_t {
     if (text.empty()) return -1;
-    for (const AddedToken& a : spec->added) if (a.content == text) return a.id;
-    for (size_t i = 0; i < spec->tokens.size(); ++i) if (spec->tokens[i] == text) return static_cast<int32_t>(i);
+    for (const AddedToken& a : spec->added)
+      if (a.content == text) return a.id;
+    for (size_t i = 0; i < spec->tokens.size(); ++i)
+      if (spec->tokens[i] == text) return static_cast<int32_t>(i);
     return -1;
   };
   // BOS from the post-processor template ("<s> $A"), else from tokenizer_config.json.
@@ -247,22 +275,27 @@ Status FillSpecFromJson(const json& tj, const json& cfg, TokenizerSpec* spec) {
     });
   }
   if (cfg.is_object()) {
-    if (cfg.contains("bos_token") && spec->bos_id < 0) spec->bos_id = id_of(TokenContent(cfg["bos_token"]));
+    if (cfg.contains("bos_token") && spec->bos_id < 0)
+      spec->bos_id = id_of(TokenContent(cfg["bos_token"]));
     if (cfg.contains("eos_token")) {
       const int32_t eos = id_of(TokenContent(cfg["eos_token"]));
       if (eos >= 0) spec->eos_id = eos;
     }
     if (cfg.contains("pad_token")) spec->pad_id = id_of(TokenContent(cfg["pad_token"]));
-    if (cfg.contains("unk_token") && spec->unk_id < 0) spec->unk_id = id_of(TokenContent(cfg["unk_token"]));
-    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) spec->add_bos = cfg["add_bos_token"].get<bool>() && spec->bos_id >= 0;
-    if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean()) spec->add_eos = cfg["add_eos_token"].get<bool>() && spec->eos_id >= 0;
+    if (cfg.contains("unk_token") && spec->unk_id < 0)
+      spec->unk_id = id_of(TokenContent(cfg["unk_token"]));
+    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
+      spec->add_bos = cfg["add_bos_token"].get<bool>() && spec->bos_id >= 0;
+    if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean())
+      spec->add_eos = cfg["add_eos_token"].get<bool>() && spec->eos_id >= 0;
     // A string, or a list of {name, template} (the one named "default" is the chat template).
     if (cfg.contains("chat_template")) {
       const json& t = cfg["chat_template"];
       if (t.is_string()) spec->chat_template = t.get<std::string>();
       if (t.is_array()) {
         for (const json& named : t) {
-          if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string()) {
+          if (named.is_object() && named.value("name", "") == "default" &&
+              named.contains("template") && named["template"].is_string()) {
             spec->chat_template = named["template"].get<std::string>();
           }
         }
@@ -284,7 +317,7 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
 }  // namespace
 
 StatusOr<TokenizerSpec> Tokenizer::SpecFromHuggingFaceJson(const std::string& tokenizer_json,
-                                                          const std::string& config_json) {
+                                                           const std::string& config_json) {
   json tj = json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
   if (tj.is_discarded()) return InvalidArgumentError("tokenizer.json is not valid JSON");
   json cfg = config_json.empty() ? json::object() : json::parse(config_json, nullptr, false);
