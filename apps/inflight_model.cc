@@ -92,7 +92,11 @@ int main(int argc, char** argv) {
   if (*cv) {
     auto mix = QuantMix::FromName(convert_dtype);
     if (!mix.ok()) return Fail(mix.status());
-    auto model = Model::Load(convert_in);
+    // Conversion re-reads the weights: F16 / BF16 matrices must keep their exact values (not
+    // the int16 blocks the kernels multiply, ModelLoadOptions::exact_f16).
+    ModelLoadOptions load_options;
+    load_options.exact_f16 = true;
+    auto model = Model::Load(convert_in, load_options);
     if (!model.ok()) return Fail(model.status());
     std::string chat_template;
     if (!chat_template_path.empty()) {

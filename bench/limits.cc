@@ -40,6 +40,18 @@ __attribute__((target("avx512f,avx512vnni"))) int64_t Int8Chains() {
   return _mm512_reduce_add_epi32(s);
 }
 
+__attribute__((target("avx512f,avx512vnni"))) int64_t Int16Chains() {
+  __m512i acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi32(c);
+  const __m512i a = _mm512_set1_epi16(3), b = _mm512_set1_epi16(5);
+  for (int64_t i = 0; i < kIters; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpwssd_epi32(acc[c], a, b);
+  }
+  __m512i s = acc[0];
+  for (int c = 1; c < kChains; ++c) s = _mm512_add_epi32(s, acc[c]);
+  return _mm512_reduce_add_epi32(s);
+}
+
 __attribute__((target("avx512f"))) float Fp32Chains() {
   __m512 acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
@@ -112,6 +124,7 @@ double MedianReadBandwidth(ThreadPool& pool, int passes) {
 }
 
 double MeasureInt8Peak(ThreadPool& pool) { return Peak(pool, 2.0 * 64, Int8Chains); }
+double MeasureInt16Peak(ThreadPool& pool) { return Peak(pool, 2.0 * 32, Int16Chains); }
 double MeasureFp32Peak(ThreadPool& pool) { return Peak(pool, 2.0 * 16, Fp32Chains); }
 double MeasureBf16Peak(ThreadPool& pool) {
   __builtin_cpu_init();

@@ -17,5 +17,7 @@ double MedianReadBandwidth(ThreadPool& pool, int passes = 3);
 double MeasureInt8Peak(ThreadPool& pool);
 double MeasureFp32Peak(ThreadPool& pool);
 double MeasureBf16Peak(ThreadPool& pool);
+// int16 VNNI (vpdpwssd, 2 x 32 ops): the dot the F16 / BF16 weights run on (kI16x16).
+double MeasureInt16Peak(ThreadPool& pool);
 
 }  // namespace inflight

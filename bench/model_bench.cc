@@ -7,11 +7,20 @@
 //
 //   decode limit  = read bandwidth / (weight bytes one token reads + K/V bytes of its context)
 //   prompt limit  = peak ops / (2 x multiply-adds per token), for the compute type the kernel
-//                   uses (int8 VNNI for quantized weights, FP32 FMA for F16 today)
+//                   uses (int8 VNNI for quantized weights), measured again right before the
+//                   format's prompt. F16 runs on the int16 VNNI dot (vpdpwssd, as many
+//                   multiply-adds per instruction as vdpbf16ps): its share is quoted against
+//                   the BF16 dot peak, the int16 peak printed beside it.
 //
 // Usage: model_bench [--formats f16,q8_0,q4_0,q4_k_m,q5_k_m,q6_k] [--threads 2]
 //                    [--model-dir bench-models] [--readme bench/README.md]
+//                    [--decode-only 1]
+// --decode-only: per format only load (timed, with the minor page faults it took) and decode at
+// depth 0, printing the faults taken while decoding: run it as separate processes to see how
+// steady a freshly loaded file decodes.
 // --readme replaces the text between the model_bench markers of that file with the table.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -131,6 +140,12 @@ std::vector<int32_t> PromptIds(int32_t n, int32_t vocab) {
   return ids;
 }
 
+int64_t MinorFaults() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
   char buf[128];
   std::snprintf(buf, sizeof buf, fmt, a, b, c);
@@ -144,6 +159,7 @@ int main(int argc, char** argv) {
   std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
                           "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   int threads = 2;
+  bool decode_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--formats")
@@ -156,6 +172,8 @@ int main(int argc, char** argv) {
       readme = v;
     else if (f == "--tokenizer")
       tokenizer = v;
+    else if (f == "--decode-only")
+      decode_only = v != "0";
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -167,15 +185,19 @@ int main(int argc, char** argv) {
            "bandwidth limit (same order) "
            "| depth 2048 / depth 0 | batch 16 / batch 1 decode, 128 / 512-token prompts | batch 32 "
            "/ batch 1 (same) "
-           "| prompt 512: tok/s | share of peak | bandwidth, GB/s "
-           "|\n|---|---|---|---|---|---|---|---|---|---|\n";
+           "| prompt 512: tok/s | share of peak | that peak, GOPS (measured before the prompt) "
+           "| bandwidth, GB/s "
+           "|\n|---|---|---|---|---|---|---|---|---|---|---|\n";
   const double int8_peak = MeasureInt8Peak(pool), fp32_peak = MeasureFp32Peak(pool),
-               bf16_peak = MeasureBf16Peak(pool);
+               bf16_peak = MeasureBf16Peak(pool), int16_peak = MeasureInt16Peak(pool);
   std::printf(
-      "peaks (%d threads): int8 VNNI %.0f GOPS, FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s\n",
-      threads, int8_peak / 1e9, fp32_peak / 1e9, bf16_peak / 1e9);
+      "peaks (%d threads): int8 VNNI %.0f GOPS, FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, "
+      "int16 VNNI %.0f GOPS\n",
+      threads, int8_peak / 1e9, fp32_peak / 1e9, bf16_peak / 1e9, int16_peak / 1e9);
   std::stringstream list(formats);
   for (std::string fmt; std::getline(list, fmt, ',');) {
+    const int64_t faults_before_load = MinorFaults();
+    const auto load_start = Clock::now();
     auto loaded = LoadOrWriteRandomModel(model_dir + "/tinyllama-1.1b-ctx4096-" + fmt + ".gguf",
                                          "tinyllama-1.1b", fmt, tokenizer, 4096);
     if (!loaded.ok()) {
@@ -189,14 +211,24 @@ int main(int argc, char** argv) {
     const double kv_bytes_per_pos = 2.0 * c.num_layers * c.kv_dim() * 2;  // K and V, F16
     std::printf("== %s: %s, %.3f GB read per token\n", fmt.c_str(), model.Describe().c_str(),
                 weight_bytes / 1e9);
+    std::printf("  load: %.2f s, %lld minor faults\n", Seconds(load_start),
+                static_cast<long long>(MinorFaults() - faults_before_load));
 
+    // The compute type of the prompt's matmuls and its peak, measured now (the host drifts).
+    const DType up = model.weights().layers[0].w_up.dtype;
+    const bool int8 = kernels::UsesQuantizedActivations(up), bf16 = up == DType::kI16x16;
+    const char* peak_name = int8 ? "int8 VNNI" : bf16 ? "BF16 dot" : "FP32 FMA";
+    const double peak = decode_only ? 0
+                        : int8      ? MeasureInt8Peak(pool)
+                        : bf16      ? MeasureBf16Peak(pool)
+                                    : MeasureFp32Peak(pool);
     // Batch 1: prompt 512 (timed as prompt processing), decode at depth 0, 512, 2048. Each
     // decode is measured three times, each between two bandwidth readings (median of 3
     // passes); the share is the median of the three decode / limit ratios.
     const int32_t kDecode = 32, kReps = 3;
     double decode[3], share[3], bw_min = 1e30, bw_max = 0, prompt_tps = 0;
     const int32_t depths[3] = {0, 512, 2048};
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < (decode_only ? 1 : 3); ++i) {
       Cache cache(c, 1, depths[i] + kReps * kDecode + 1);
       const std::vector<int32_t> ids = PromptIds(std::max(1, depths[i]), c.vocab_size);
       const double prefill_s = bench.Prefill(cache, 0, ids);
@@ -211,7 +243,11 @@ int main(int argc, char** argv) {
       double bw = MedianReadBandwidth(pool);
       for (int rep = 0; rep < kReps; ++rep) {
         const int32_t pos = static_cast<int32_t>(ids.size()) + rep * kDecode;
+        const int64_t faults = MinorFaults();
         const double rate = bench.Decode(cache, 1, pos, kDecode);
+        if (decode_only)
+          std::printf("  decode: %lld minor faults\n",
+                      static_cast<long long>(MinorFaults() - faults));
         const double bw_after = MedianReadBandwidth(pool);
         const double limit =
             0.5 * (bw + bw_after) / (weight_bytes + kv_bytes_per_pos * (pos + kDecode / 2));
@@ -224,11 +260,19 @@ int main(int argc, char** argv) {
       std::sort(rates.begin(), rates.end()), std::sort(shares.begin(), shares.end());
       decode[i] = rates[kReps / 2], share[i] = shares[kReps / 2];
     }
-    const bool int8 = kernels::UsesQuantizedActivations(model.weights().layers[0].w_up.dtype);
-    const double peak = int8 ? int8_peak : fp32_peak;
+    if (decode_only) {
+      std::printf("  decode-only %s: %.1f tok/s (median of %d), %.0f%% of the limit\n", fmt.c_str(),
+                  decode[0], kReps, 100 * share[0]);
+      continue;
+    }
     const double prompt_share = prompt_tps * 2 * MacsPerToken(model) / peak;
-    std::printf("  prompt 512: %.1f tok/s = %.0f%% of the %s peak\n", prompt_tps,
-                100 * prompt_share, int8 ? "int8 VNNI" : "FP32 FMA");
+    std::printf("  prompt 512: %.1f tok/s = %.0f%% of the %s peak (%.0f GOPS)\n", prompt_tps,
+                100 * prompt_share, peak_name, peak / 1e9);
+    if (bf16) {
+      const double i16 = MeasureInt16Peak(pool), fp32 = MeasureFp32Peak(pool);
+      std::printf("  (int16 VNNI peak now %.0f GOPS: %.0f%% of it; FP32 FMA %.0f GFLOP/s)\n",
+                  i16 / 1e9, 100 * prompt_tps * 2 * MacsPerToken(model) / i16, fp32 / 1e9);
+    }
 
     // Batches formed after real prefills: batch 1, 16, 32 after 128- and 512-token prompts.
     double batch_ratio[2][2];
@@ -252,13 +296,18 @@ int main(int argc, char** argv) {
           << Format("%.2fx / %.2fx", batch_ratio[0][0], batch_ratio[1][0]) << " | "
           << Format("%.2fx / %.2fx", batch_ratio[0][1], batch_ratio[1][1]) << " | "
           << Format("%.1f", prompt_tps) << " | " << Format("%.0f%% ", 100 * prompt_share)
-          << (int8 ? "int8" : "FP32") << " | " << Format("%.0f-%.0f", bw_min / 1e9, bw_max / 1e9)
-          << " |\n";
+          << (int8   ? "int8"
+              : bf16 ? "BF16"
+                     : "FP32")
+          << " | " << Format("%.0f ", peak / 1e9) << peak_name << " | "
+          << Format("%.0f-%.0f", bw_min / 1e9, bw_max / 1e9) << " |\n";
     std::fflush(stdout);
   }
   table << "\nPeaks measured in the same run (" << threads << " threads): int8 VNNI "
         << Format("%.0f", int8_peak / 1e9) << " GOPS, FP32 FMA " << Format("%.0f", fp32_peak / 1e9)
-        << " GFLOP/s, BF16 dot " << Format("%.0f", bf16_peak / 1e9) << " GFLOP/s.\n";
+        << " GFLOP/s, BF16 dot " << Format("%.0f", bf16_peak / 1e9) << " GFLOP/s, int16 VNNI "
+        << Format("%.0f", int16_peak / 1e9) << " GOPS.\n";
+  if (decode_only) return 0;
   std::printf("\n%s", table.str().c_str());
   if (!readme.empty()) {
     std::ifstream in(readme);

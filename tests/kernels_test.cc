@@ -26,6 +26,14 @@ std::vector<SimdLevel> Levels() {
   return out;
 }
 
+// A test comparing the SIMD levels with their scalar twin compares the twin with itself on a
+// CPU without AVX-512: it says so by skipping (at its start, or at its end when it also checks
+// something of the twin alone) instead of passing.
+#define SKIP_WITHOUT_SIMD()                                                                \
+  if (!CpuSupports(SimdLevel::kAvx512))                                                    \
+  GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar twin runs, nothing to compare " \
+                  "it with"
+
 struct Weights {
   std::vector<uint8_t> bytes;
   TensorView view;
@@ -46,7 +54,7 @@ Weights MakeWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) 
     w.source = TensorView{w.source_bytes.data(), src.view.dtype, rows, cols};
     w.bytes.resize(InterleavedBytes(w.source));
     w.view = Interleave(w.source, w.bytes.data());
-    return w;
+    return w;  // F16 and BF16 both become int16 blocks (kI16x16)
   }
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> f(rows * cols);
@@ -65,8 +73,11 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
   const DType dtype = GetParam();
   const bool quant = UsesQuantizedActivations(dtype);
   std::mt19937 rng(7);
-  const std::vector<int64_t> col_sizes = quant
-                                             ? std::vector<int64_t>{32, 64, 96, 160, 224, 544}
+  const bool panels = dtype == DType::kF16x16 || dtype == DType::kBF16x16;
+  // F16 / BF16 become int16 blocks of 64 columns (other lengths keep the row layout).
+  const std::vector<int64_t> col_sizes = quant ? std::vector<int64_t>{32, 64, 96, 160, 224, 544}
+                                         : panels
+                                             ? std::vector<int64_t>{64, 128, 192, 320, 1024}
                                              : std::vector<int64_t>{1, 7, 15, 16, 17, 33, 100, 257};
   for (int64_t cols : col_sizes) {
     for (int64_t rows : {1, 5, 19, 33, 77}) {
@@ -87,9 +98,16 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
           const QuantizedRows* q = quant ? scratch.Quantize(k, x.data(), tokens, cols) : nullptr;
           std::vector<float> y(tokens * rows);
           k.matmul_rows(w.view, 0, rows, x.data(), q, tokens, y.data(), rows);
-          // The panel layouts follow their twin's operations exactly.
-          if (dtype == DType::kF16x16 || dtype == DType::kBF16x16) {
+          // The int16 blocks follow their twin's operations exactly, with the activations
+          // quantized by the kernel or once per matmul (MatMulScratch::ToI16).
+          if (panels) {
+            ASSERT_EQ(w.view.dtype, DType::kI16x16);
             ASSERT_EQ(y, y_ref) << SimdLevelName(level) << " cols " << cols;
+            MatMulScratch is;
+            std::vector<float> yi(tokens * rows);
+            k.matmul_rows(w.view, 0, rows, x.data(), is.ToI16(k, x.data(), tokens, cols), tokens,
+                          yi.data(), rows);
+            ASSERT_EQ(yi, y_ref) << SimdLevelName(level) << " cols " << cols;
           }
           for (int64_t i = 0; i < tokens * rows; ++i) {
             // Sum of |terms| bounds the rounding error of any summation order.
@@ -114,6 +132,7 @@ TEST_P(MatMulTest, EveryLevelMatchesScalarTwin) {
       }
     }
   }
+  SKIP_WITHOUT_SIMD();
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
@@ -129,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
 TEST(MatMulChunks, PromptEqualsEachTokenAlone) {
   std::mt19937 rng(11);
   ThreadPool pool(2);
-  for (DType dt : {DType::kQ8_0x16, DType::kQ4_0x16}) {
+  for (DType dt : {DType::kQ8_0x16, DType::kQ4_0x16, DType::kF16x16, DType::kBF16x16}) {
     for (int64_t cols : {2048, 5632}) {
       const int64_t rows = 83, tokens = 301;
       Weights w = MakeWeights(dt, rows, cols, rng), w2 = MakeWeights(dt, 40, cols, rng);
@@ -160,12 +179,23 @@ TEST(Interleave, SameWeightsAndNearlySameProducts) {
   std::mt19937 rng(3);
   for (DType dt : {DType::kQ8_0x16, DType::kQ4_0x16, DType::kF16x16, DType::kBF16x16}) {
     for (int64_t rows : {3, 16, 40}) {
-      const int64_t cols = 96, tokens = 9;
+      const int64_t cols = 128, tokens = 9;
       Weights w = MakeWeights(dt, rows, cols, rng);
       std::vector<float> a(cols), b(cols);
+      const bool panels = dt == DType::kF16x16 || dt == DType::kBF16x16;
       for (int64_t r = 0; r < rows; ++r) {
         DequantizeRow(w.view, r, a.data());
         DequantizeRow(w.source, r, b.data());
+        // int16 blocks hold each weight within half a step (1/11582 of its block's largest).
+        if (panels) {
+          for (int64_t b0 = 0; b0 < cols; b0 += 64) {
+            float amax = 0;
+            for (int64_t c = b0; c < b0 + 64; ++c) amax = std::max(amax, std::fabs(b[c]));
+            for (int64_t c = b0; c < b0 + 64; ++c)
+              ASSERT_NEAR(a[c], b[c], amax / 11582 * 1.001f) << DTypeName(dt) << " row " << r;
+          }
+          continue;
+        }
         ASSERT_EQ(a, b) << DTypeName(dt) << " row " << r;
       }
       std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -177,8 +207,19 @@ TEST(Interleave, SameWeightsAndNearlySameProducts) {
       std::vector<float> y(tokens * rows), y_src(tokens * rows);
       k.matmul_rows(w.view, 0, rows, x.data(), q, tokens, y.data(), rows);
       k.matmul_rows(w.source, 0, rows, x.data(), q, tokens, y_src.data(), rows);
-      for (size_t i = 0; i < y.size(); ++i)
-        ASSERT_NEAR(y[i], y_src[i], 1e-4f * (1 + std::fabs(y_src[i])));
+      for (size_t i = 0; i < y.size(); ++i) {
+        // int16 blocks hold weights and activations within 1/11582 of their block's largest
+        // magnitude (about 2^-13.5): the products within ~2^-12 of the sum of |products| over
+        // a normal row (a loose bound, it checks the layout and scales, not the rounding).
+        double mag = 0;
+        if (panels) {
+          const int64_t t = static_cast<int64_t>(i) / rows, r = static_cast<int64_t>(i) % rows;
+          DequantizeRow(w.source, r, b.data());
+          for (int64_t c = 0; c < cols; ++c) mag += std::fabs(x[t * cols + c] * b[c]);
+        }
+        ASSERT_NEAR(y[i], y_src[i], 1e-4f * (1 + std::fabs(y_src[i])) + mag / 1024)
+            << DTypeName(dt);
+      }
     }
   }
 }
@@ -296,10 +337,9 @@ TEST(Attention, RowsMatchNaiveAttentionAndScalarTwinThroughShuffledBlockTables) 
       }
     }
   }
+  SKIP_WITHOUT_SIMD();  // the naive comparison ran; the twin comparison was with itself
 }
 
-// PagedAttention over sequences of different lengths, chunks and GQA groups equals the naive
-// attention of each row.
 TEST(Attention, PagedAttentionMatchesNaiveAttentionForMixedSequences) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -334,6 +374,7 @@ TEST(Attention, PagedAttentionMatchesNaiveAttentionForMixedSequences) {
 }
 
 TEST(VectorKernels, SiluMulMatchesScalar) {
+  SKIP_WITHOUT_SIMD();
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 4.0f);
   for (int64_t n : {1, 15, 16, 17, 1408}) {
@@ -354,6 +395,7 @@ TEST(VectorKernels, SiluMulMatchesScalar) {
 // The K/V store's conversion must equal the scalar rounding bit for bit (the cache content
 // decides greedy outputs): random values over the whole range, ties, subnormals, overflow.
 TEST(VectorKernels, F32ToF16IsExactlyScalarRounding) {
+  SKIP_WITHOUT_SIMD();
   std::mt19937 rng(19);
   std::vector<float> x;
   for (int i = 0; i < 100000; ++i)
@@ -373,7 +415,32 @@ TEST(VectorKernels, F32ToF16IsExactlyScalarRounding) {
   }
 }
 
+// The activations' int16 blocks (kI16x16 weights) equal the scalar twin's bit for bit: ties
+// of the rounding, blocks of zeros, tiny and huge magnitudes.
+TEST(QuantizeActivations, Int16BlocksMatchScalarTwin) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937 rng(29);
+  const int64_t cols = 64 * 9, tokens = 40;
+  std::vector<float> x(tokens * cols);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
+                      static_cast<int>(rng() % 60) - 30);
+  }
+  for (int64_t c = 0; c < 64; ++c) x[c] = 0.0f;                             // an all-zero block
+  for (int64_t c = 64; c < 128; ++c) x[c] = (c % 2 ? 0.5f : -1.5f) / 5791;  // ties at scale 1
+  std::vector<int16_t> qa(x.size()), qb(x.size(), 7);
+  std::vector<float> da(x.size() / 64), db(x.size() / 64, 7);
+  GetKernels(SimdLevel::kScalar).quantize_rows_i16(x.data(), tokens, cols, qa.data(), da.data());
+  for (SimdLevel level : Levels()) {
+    GetKernels(level).quantize_rows_i16(x.data(), tokens, cols, qb.data(), db.data());
+    ASSERT_EQ(qa, qb) << SimdLevelName(level);
+    ASSERT_EQ(da, db) << SimdLevelName(level);
+  }
+  for (int16_t q : qa) ASSERT_LE(std::abs(q), 5792);  // the int32 bound of a block's dot
+}
+
 TEST(VectorKernels, ArgMaxIsTheScalarFirstMaximum) {
+  SKIP_WITHOUT_SIMD();
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const float nan = std::numeric_limits<float>::quiet_NaN(),
@@ -397,6 +464,7 @@ TEST(VectorKernels, ArgMaxIsTheScalarFirstMaximum) {
 }
 
 TEST(VectorKernels, SumExpMatchesScalar) {
+  SKIP_WITHOUT_SIMD();
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 3.0f);
   for (int64_t n : {1, 15, 16, 17, 1000, 32000}) {
@@ -410,6 +478,7 @@ TEST(VectorKernels, SumExpMatchesScalar) {
 }
 
 TEST(QuantizeActivations, MatchesScalarTwin) {
+  SKIP_WITHOUT_SIMD();
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   const int64_t cols = 256, tokens = 3;
@@ -428,6 +497,7 @@ TEST(QuantizeActivations, MatchesScalarTwin) {
 }
 
 TEST(VectorKernels, DotAndAxpyMatchScalar) {
+  SKIP_WITHOUT_SIMD();
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int64_t n : {1, 3, 16, 17, 31, 64, 100, 128}) {

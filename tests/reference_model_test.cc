@@ -119,11 +119,19 @@ struct RefModel {
 
   bool quantize_activations =
       false;  // simulate the engine's Q8_0 activations for Q8_0/Q4_0 weights
+  // Simulate the engine's int16 blocks for F16/BF16 matrices (weights and activations rounded
+  // per 64-column block, kernels/kernels_internal.h).
+  bool i16_blocks = false;
 
   bool Has(const std::string& name) const { return gguf->FindTensor(name) != nullptr; }
   bool Quantized(const std::string& name) const {
     const GgufTensorInfo* t = gguf->FindTensor(name);
     return t != nullptr && t->dtype && IsQuantizedFileType(*t->dtype);
+  }
+  bool Float16(const std::string& name) const {
+    const GgufTensorInfo* t = gguf->FindTensor(name);
+    return t != nullptr && t->dtype && (*t->dtype == DType::kF16 || *t->dtype == DType::kBF16) &&
+           t->num_elements() % 64 == 0;
   }
   std::vector<double> W(const std::string& name) const {
     const GgufTensorInfo* t = gguf->FindTensor(name);
@@ -154,6 +162,19 @@ std::vector<double> RoundToQ8Blocks(const std::vector<double>& x) {
 }
 
 // y[r] = sum_c w[r * cols + c] * x[c]  (GGUF stores [rows][cols], cols contiguous)
+// The engine's int16 blocks: per 64 values s = amax / 5791, q = round(x / s), in float.
+std::vector<double> RoundToI16Blocks(const std::vector<double>& x) {
+  std::vector<double> y(x.size());
+  for (size_t b = 0; b + 64 <= x.size(); b += 64) {
+    float amax = 0;
+    for (size_t j = b; j < b + 64; ++j) amax = std::max(amax, std::abs(static_cast<float>(x[j])));
+    const float s = amax / 5791.0f, inv = s != 0 ? 1.0f / s : 0.0f;
+    for (size_t j = b; j < b + 64; ++j)
+      y[j] = static_cast<double>(std::nearbyint(static_cast<float>(x[j]) * inv)) * s;
+  }
+  return y;
+}
+
 std::vector<double> MatVec(const std::vector<double>& w, const std::vector<double>& x,
                            int64_t rows) {
   const int64_t cols = static_cast<int64_t>(x.size());
@@ -168,6 +189,8 @@ std::vector<double> MatVec(const std::vector<double>& w, const std::vector<doubl
 
 std::vector<double> Linear(const RefModel& m, const std::string& name, const std::vector<double>& x,
                            int64_t rows) {
+  if (m.i16_blocks && m.Float16(name) && x.size() % 64 == 0)
+    return MatVec(RoundToI16Blocks(m.W(name)), RoundToI16Blocks(x), rows);
   return MatVec(m.W(name), m.quantize_activations && m.Quantized(name) ? RoundToQ8Blocks(x) : x,
                 rows);
 }
@@ -426,9 +449,18 @@ TEST_P(ReferenceModelTest, LogitsOf20TokenPromptMatchNaiveReference) {
     return max_diff / max_abs;
   };
   const bool quantized = c.mix != nullptr || c.dtype == DType::kQ8_0 || c.dtype == DType::kQ4_0;
+  const bool f16 = !quantized && (c.dtype == DType::kF16 || c.dtype == DType::kBF16);
   const std::vector<double> exact = ReferenceLogits(ref, ids);
   const double err = relative_error(*got, exact);
-  if (!quantized) {
+  if (f16) {
+    // F16 matrices run on int16 blocks (kernels/kernels_internal.h): the bound is the error of
+    // the reference with the same rounding, as for the quantized files' activations below.
+    ref.i16_blocks = true;
+    const double bound = relative_error(ReferenceLogits(ref, ids), exact);
+    EXPECT_LT(err, 1.5 * bound + 1e-3) << c.arch << " f16";
+    EXPECT_LT(err, 1e-2) << c.arch << " f16";
+    std::printf("%s f16: rel err %.2e, int16 block rounding bound %.2e\n", c.arch, err, bound);
+  } else if (!quantized) {
     EXPECT_LT(err, 1e-3) << c.arch << " " << DTypeName(c.dtype);
     std::printf("%s %s: rel err %.2e\n", c.arch, DTypeName(c.dtype), err);
   } else {
@@ -589,7 +621,10 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
     WriteSafetensors((dir / "model.safetensors").string(), ts, hc.dtype);
   }
 
-  auto hf = Model::Load(dir.string());
+  // The loader is under test, not the F16 arithmetic: F16/BF16 matrices in exact F32.
+  ModelLoadOptions exact;
+  exact.exact_f16 = true;
+  auto hf = Model::Load(dir.string(), exact);
   ASSERT_TRUE(hf.ok()) << hf.status().ToString();
   ASSERT_NE((*hf)->tokenizer(), nullptr);
   const std::string gguf_path = (dir / "converted.gguf").string();

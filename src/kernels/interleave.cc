@@ -1,8 +1,10 @@
 #include "kernels/interleave.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "base/fp16.h"
+#include "kernels/kernels_internal.h"
 #include "kernels/packed_layout.h"
 #include "kernels/quant_blocks.h"
 
@@ -12,8 +14,7 @@ namespace {
 DType InterleavedType(DType t) {
   if (t == DType::kQ8_0) return DType::kQ8_0x16;
   if (t == DType::kQ4_0) return DType::kQ4_0x16;
-  if (t == DType::kF16) return DType::kF16x16;
-  if (t == DType::kBF16) return DType::kBF16x16;
+  if (t == DType::kF16 || t == DType::kBF16) return DType::kI16x16;
   const PackedLayout* l = FindPackedLayout(t);
   return l ? l->packed : t;
 }
@@ -57,20 +58,36 @@ TensorView InterleaveQ8Q4(const TensorView& w, uint8_t* dst) {
   return v;
 }
 
-// F16 / BF16: panels of 16 rows, column-major inside (padding rows zero).
-TensorView PanelRows(const TensorView& w, uint8_t* dst) {
-  const int64_t groups = (w.rows + kInterleaveRows - 1) / kInterleaveRows;
-  auto* out = reinterpret_cast<uint16_t*>(dst);
-  std::memset(dst, 0, groups * kInterleaveRows * w.cols * 2);
+// F16 / BF16: 16-row groups of int16 blocks (kernels_internal.h says why): per row and block,
+// s = amax / 5791 and q = round(w / s), the error at most s / 2. Padding rows are zero.
+TensorView I16Blocks(const TensorView& w, uint8_t* dst) {
+  const int64_t groups = (w.rows + kInterleaveRows - 1) / kInterleaveRows, nb = w.cols / kI16Block;
+  std::memset(dst, 0, groups * nb * kI16RecordBytes);
+  const bool f16 = w.dtype == DType::kF16;
+  float v[kI16Block];
   for (int64_t r = 0; r < w.rows; ++r) {
     const auto* src = reinterpret_cast<const uint16_t*>(w.row(r));
-    uint16_t* panel = out + r / kInterleaveRows * w.cols * kInterleaveRows + r % kInterleaveRows;
-    for (int64_t c = 0; c < w.cols; ++c) panel[c * kInterleaveRows] = src[c];
+    const int lane = static_cast<int>(r % kInterleaveRows);
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* rec = dst + (r / kInterleaveRows * nb + b) * kI16RecordBytes;
+      float amax = 0.0f;
+      for (int c = 0; c < kI16Block; ++c) {
+        const uint16_t h = src[b * kI16Block + c];
+        v[c] = f16 ? Fp16ToFp32(h) : Bf16ToFp32(h);
+        amax = std::fmax(amax, std::fabs(v[c]));
+      }
+      const float s = I16Scale(amax), inv = I16Inverse(s);
+      std::memcpy(rec + 4 * lane, &s, 4);
+      for (int c = 0; c < kI16Block; ++c) {
+        const int16_t q = I16Round(v[c] * inv);
+        std::memcpy(rec + I16WeightOffset(lane, c), &q, 2);
+      }
+    }
   }
-  TensorView v = w;
-  v.data = dst;
-  v.dtype = w.dtype == DType::kF16 ? DType::kF16x16 : DType::kBF16x16;
-  return v;
+  TensorView out = w;
+  out.data = dst;
+  out.dtype = DType::kI16x16;
+  return out;
 }
 
 // One row's header fields of a record (kernels/packed_layout.h).
@@ -198,7 +215,8 @@ void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, i
 
 bool CanInterleave(const TensorView& w) {
   if (w.rows <= 0) return false;
-  if (w.dtype == DType::kF16 || w.dtype == DType::kBF16) return true;
+  // F16 / BF16 rows of other lengths keep their layout (the FP32 FMA kernel).
+  if (w.dtype == DType::kF16 || w.dtype == DType::kBF16) return w.cols % kI16Block == 0;
   if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) return w.cols % kQBlock == 0;
   const PackedLayout* l = FindPackedLayout(w.dtype);
   return l && l->source == w.dtype && w.cols % DTypeBlockSize(w.dtype) == 0;
@@ -212,7 +230,7 @@ int64_t InterleavedBytes(const TensorView& w) {
 
 TensorView Interleave(const TensorView& w, uint8_t* dst) {
   if (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) return InterleaveQ8Q4(w, dst);
-  if (w.dtype == DType::kF16 || w.dtype == DType::kBF16) return PanelRows(w, dst);
+  if (w.dtype == DType::kF16 || w.dtype == DType::kBF16) return I16Blocks(w, dst);
   return InterleaveBlockFormat(*FindPackedLayout(w.dtype), w, dst);
 }
 

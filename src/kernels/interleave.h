@@ -5,8 +5,9 @@
 // Q4_0: 4 quads x 16 rows x 4 bytes, each byte holding element 4q+i in its low nibble and
 //       element 16+4q+i in its high nibble (exactly the source byte qs[4q+i]).
 // The other block formats (Q4_1 ... IQ4_XS) use the records of kernels/packed_layout.h.
-// F16 / BF16 become 16-row panels stored column by column (DType::kF16x16), so one 32-byte
-// load gives the 16 rows' weights of a column for an FMA against a broadcast activation.
+// F16 / BF16 (64-column multiples) become 16-row groups of int16 blocks (DType::kI16x16, see
+// kernels_internal.h), so one 64-byte load gives the 16 rows' weights of two columns for a
+// vpdpwssd against a broadcast pair of int16 activations.
 // One 64-byte load then feeds 16 rows x 4 columns to a dpbusd against 4 broadcast activation
 // bytes, so the per-block scale work is shared by 16 rows instead of 1.
 #pragma once

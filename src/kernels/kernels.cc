@@ -76,6 +76,36 @@ MatMulScratch::~MatMulScratch() {
   std::free(sum16_);
   std::free(fsum_);
   std::free(fsum16_);
+  std::free(q16_);
+  std::free(d16_);
+}
+
+QuantizedRows* MatMulScratch::ToI16(const KernelTable& k, const float* x, int64_t num_tokens,
+                                    int64_t cols, ThreadPool* pool) {
+  const int64_t need = num_tokens * cols;
+  if (need > i16_capacity_) {
+    std::free(q16_);
+    std::free(d16_);
+    q16_ = static_cast<int16_t*>(
+        std::aligned_alloc(64, static_cast<size_t>((need * 2 + 63) / 64 * 64)));
+    d16_ = static_cast<float*>(
+        std::aligned_alloc(64, static_cast<size_t>((need / kI16Block * 4 + 64) / 64 * 64)));
+    INFLIGHT_CHECK(q16_ != nullptr && d16_ != nullptr);
+    i16_capacity_ = need;
+  }
+  rows_ = QuantizedRows{};
+  rows_.cols = cols;
+  rows_.q16 = q16_;
+  rows_.d16 = d16_;
+  auto rows = [&](int64_t t0, int64_t t1) {
+    k.quantize_rows_i16(x + t0 * cols, t1 - t0, cols, q16_ + t0 * cols,
+                        d16_ + t0 * (cols / kI16Block));
+  };
+  if (pool != nullptr && num_tokens >= 8)
+    pool->ParallelFor(num_tokens, 1, rows);
+  else
+    rows(0, num_tokens);
+  return &rows_;
 }
 
 void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
@@ -138,7 +168,7 @@ int64_t TokenChunk(int64_t cols) {
 void MatMulRowsChunked(const KernelTable& k, const TensorView& w, int64_t begin, int64_t end,
                        const float* x, const QuantizedRows* xq, int64_t num_tokens, float* y,
                        int64_t chunk) {
-  if (xq == nullptr || chunk == 0 || num_tokens <= chunk) {
+  if (xq == nullptr || xq->q16 != nullptr || chunk == 0 || num_tokens <= chunk) {
     k.matmul_rows(w, begin, end, x, xq, num_tokens, y, w.rows);
     return;
   }
@@ -160,6 +190,7 @@ void MatMul(const TensorView& w, const float* x, int64_t num_tokens, float* y, T
   const KernelTable& k = ActiveKernels();
   const QuantizedRows* xq = nullptr;
   if (UsesQuantizedActivations(w.dtype)) xq = scratch.Quantize(k, x, num_tokens, w.cols, &pool);
+  if (w.dtype == DType::kI16x16) xq = scratch.ToI16(k, x, num_tokens, w.cols, &pool);
   const int64_t chunk = TokenChunk(w.cols);
   // Rows are split in multiples of 16 so each thread streams whole cache lines of output.
   pool.ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
@@ -188,8 +219,13 @@ void MatMulGroup(const MatMulTarget* targets, int num_targets, const float* x, i
     }
     first[i + 1] = first[i] + (w.rows + kGrain - 1) / kGrain * kGrain;
   }
-  const QuantizedRows* xq =
-      quantized ? scratch.Quantize(k, x, num_tokens, targets[0].w->cols, &pool) : nullptr;
+  // int16 blocks take int16 activations (every kI16x16 matrix of the group has x's columns).
+  bool i16 = false;
+  for (int i = 0; i < num_targets; ++i) i16 |= targets[i].w->dtype == DType::kI16x16;
+  const QuantizedRows* xq = quantized
+                                ? scratch.Quantize(k, x, num_tokens, targets[0].w->cols, &pool)
+                            : i16 ? scratch.ToI16(k, x, num_tokens, targets[0].w->cols, &pool)
+                                  : nullptr;
   pool.ParallelFor(first[num_targets], kGrain, [&](int64_t begin, int64_t end) {
     for (int i = 0; i < num_targets; ++i) {
       const int64_t b = std::max(begin, first[i]), e = std::min(end, first[i + 1]);
@@ -222,12 +258,19 @@ void DequantizeRow(const TensorView& w, int64_t row, float* out) {
     }
     return;
   }
-  if (w.dtype == DType::kF16x16 || w.dtype == DType::kBF16x16) {
-    const auto* panel = static_cast<const uint16_t*>(w.data) +
-                        row / kInterleaveRows * w.cols * kInterleaveRows + row % kInterleaveRows;
-    for (int64_t c = 0; c < w.cols; ++c) {
-      const uint16_t h = panel[c * kInterleaveRows];
-      out[c] = w.dtype == DType::kF16x16 ? Fp16ToFp32(h) : Bf16ToFp32(h);
+  if (w.dtype == DType::kI16x16) {
+    const int64_t nb = w.cols / kI16Block, lane = row % kInterleaveRows;
+    const uint8_t* group =
+        static_cast<const uint8_t*>(w.data) + row / kInterleaveRows * nb * kI16RecordBytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* rec = group + b * kI16RecordBytes;
+      float s;
+      std::memcpy(&s, rec + 4 * lane, 4);
+      for (int c = 0; c < kI16Block; ++c) {
+        int16_t q;
+        std::memcpy(&q, rec + I16WeightOffset(static_cast<int>(lane), c), 2);
+        out[b * kI16Block + c] = s * static_cast<float>(q);
+      }
     }
     return;
   }

@@ -38,6 +38,11 @@ struct QuantizedRows {
   float* fsum = nullptr;
   float* fsum16 = nullptr;
   int64_t cols = 0;
+  // kI16x16 weights take int16 activations instead (quantize_rows_i16): q16 [num_tokens, cols],
+  // d16 [num_tokens, cols / 64], made once per matmul (MatMulScratch::ToI16); the kernels make
+  // them from x_f32 themselves when these are null.
+  int16_t* q16 = nullptr;
+  float* d16 = nullptr;
 };
 
 struct KvLayerView;  // kernels/attention.h
@@ -71,6 +76,9 @@ struct KernelTable {
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   // out[i] = x[i] as IEEE half, rounded to nearest even (the K/V store).
   void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
+  // x: [num_tokens, cols] (cols % 64 == 0) -> int16 blocks of 64 (kernels_internal.h):
+  // d[t, b] = amax / 5791, q = round(x / d); q [num_tokens, cols], d [num_tokens, cols / 64].
+  void (*quantize_rows_i16)(const float* x, int64_t num_tokens, int64_t cols, int16_t* q, float* d);
   // The first index of the largest value (NaNs never win, except at index 0), n >= 1.
   int64_t (*argmax)(const float* x, int64_t n);
 };
@@ -84,7 +92,7 @@ bool SetActiveSimdLevel(SimdLevel level);
 // Whether a weight of this type takes quantized activations (every quantized type; the block
 // formats beyond Q8_0/Q4_0 are multiplied only in their interleaved layouts).
 inline bool UsesQuantizedActivations(DType t) {
-  if (t == DType::kF16x16 || t == DType::kBF16x16) return false;
+  if (t == DType::kF16x16 || t == DType::kBF16x16 || t == DType::kI16x16) return false;
   return IsQuantizedFileType(t) ||
          static_cast<uint32_t>(t) >= static_cast<uint32_t>(DType::kQ8_0x16);
 }
@@ -94,6 +102,9 @@ class MatMulScratch {
  public:
   QuantizedRows* Quantize(const KernelTable& k, const float* x, int64_t num_tokens, int64_t cols,
                           ThreadPool* pool = nullptr);
+  // The activations as int16 blocks (QuantizedRows::q16 / d16 only), for kI16x16 weights.
+  QuantizedRows* ToI16(const KernelTable& k, const float* x, int64_t num_tokens, int64_t cols,
+                       ThreadPool* pool = nullptr);
 
  private:
   void Reserve(int64_t num_tokens, int64_t cols);
@@ -105,6 +116,9 @@ class MatMulScratch {
   int32_t* sum16_ = nullptr;
   float* fsum_ = nullptr;
   float* fsum16_ = nullptr;
+  int16_t* q16_ = nullptr;
+  float* d16_ = nullptr;
+  int64_t i16_capacity_ = 0;
   QuantizedRows rows_;
 
  public:

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "base/fp16.h"
 #include "kernels/attention.h"
@@ -174,19 +175,52 @@ void MatMulPackedScalar(const PackedLayout& l, const TensorView& w, int64_t row_
   }
 }
 
-// F16 / BF16 panels: per row and token, acc = fma(w[c], x[c], acc) over the columns in order
-// (the AVX-512 kernel's sequence for each lane), so the two agree bit for bit.
-void MatMulPanelScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
-                       int64_t num_tokens, float* y, int64_t y_stride) {
-  const bool f16 = w.dtype == DType::kF16x16;
+void QuantizeRowsI16Scalar(const float* x, int64_t num_tokens, int64_t cols, int16_t* q, float* d) {
+  const int64_t nb = cols / kI16Block;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + t * cols + b * kI16Block;
+      float amax = 0.0f;
+      for (int c = 0; c < kI16Block; ++c) amax = std::fmax(amax, std::fabs(xb[c]));
+      const float scale = I16Scale(amax), inv = I16Inverse(scale);
+      for (int c = 0; c < kI16Block; ++c) q[t * cols + b * kI16Block + c] = I16Round(xb[c] * inv);
+      d[t * nb + b] = scale;
+    }
+  }
+}
+
+// int16 blocks: per row and token, acc = fma(float(block's int32 dot), s * d, acc) over the
+// blocks in order from 0 (the int32 dot wraps like vpdpwssd, exact within the bound), the
+// AVX-512 kernel's sequence for each lane, so the two agree bit for bit.
+void MatMulI16Scalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
+                     const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
+  const int64_t cols = w.cols, nb = cols / kI16Block;
+  std::vector<int16_t> own_q;
+  std::vector<float> own_d;
+  const int16_t* q = xq != nullptr ? xq->q16 : nullptr;
+  const float* d = xq != nullptr ? xq->d16 : nullptr;
+  if (q == nullptr) {
+    own_q.resize(num_tokens * cols), own_d.resize(num_tokens * nb);
+    QuantizeRowsI16Scalar(x, num_tokens, cols, own_q.data(), own_d.data());
+    q = own_q.data(), d = own_d.data();
+  }
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* panel = static_cast<const uint16_t*>(w.data) +
-                        r / kInterleaveRows * w.cols * kInterleaveRows + r % kInterleaveRows;
+    const int lane = static_cast<int>(r % kInterleaveRows);
+    const uint8_t* group =
+        static_cast<const uint8_t*>(w.data) + r / kInterleaveRows * nb * kI16RecordBytes;
     for (int64_t t = 0; t < num_tokens; ++t) {
       float acc = 0.0f;
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const uint16_t h = panel[c * kInterleaveRows];
-        acc = std::fma(f16 ? Fp16ToFp32(h) : Bf16ToFp32(h), x[t * w.cols + c], acc);
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* rec = group + b * kI16RecordBytes;
+        uint32_t sum = 0;  // wrapping, as the instruction
+        for (int c = 0; c < kI16Block; ++c) {
+          int16_t wq;
+          std::memcpy(&wq, rec + I16WeightOffset(lane, c), 2);
+          sum += static_cast<uint32_t>(static_cast<int32_t>(wq) * q[t * cols + b * kI16Block + c]);
+        }
+        float s;
+        std::memcpy(&s, rec + 4 * lane, 4);
+        acc = std::fma(static_cast<float>(static_cast<int32_t>(sum)), s * d[t * nb + b], acc);
       }
       y[t * y_stride + r] = acc;
     }
@@ -195,8 +229,8 @@ void MatMulPanelScalar(const TensorView& w, int64_t row_begin, int64_t row_end, 
 
 void MatMulRowsScalar(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                       const QuantizedRows* xq, int64_t num_tokens, float* y, int64_t y_stride) {
-  if (w.dtype == DType::kF16x16 || w.dtype == DType::kBF16x16) {
-    return MatMulPanelScalar(w, row_begin, row_end, x, num_tokens, y, y_stride);
+  if (w.dtype == DType::kI16x16) {
+    return MatMulI16Scalar(w, row_begin, row_end, x, xq, num_tokens, y, y_stride);
   }
   if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
     return MatMulPackedScalar(*l, w, row_begin, row_end, *xq, num_tokens, y, y_stride);
@@ -326,7 +360,8 @@ const KernelTable& ScalarKernelTable() {
   static const KernelTable table = {SimdLevel::kScalar, QuantizeRowsQ8Scalar, MatMulRowsScalar,
                                     DotF32Scalar,       DotF32F16Scalar,      AxpyF32Scalar,
                                     AxpyF16Scalar,      SumExpScalar,         AttendRowsScalar,
-                                    SiluMulScalar,      F32ToF16Scalar,       ArgMaxScalar};
+                                    SiluMulScalar,      F32ToF16Scalar,       QuantizeRowsI16Scalar,
+                                    ArgMaxScalar};
   return table;
 }
 

@@ -98,7 +98,7 @@ namespace {
 // (kernels/interleave.h), once per distinct tensor (a tied output shares the embedding's copy).
 // The copies are independent, so they are made on all cores: a 1.1B model's ~155 matrices
 // took ~1.5 s on one.
-void InterleaveWeights(Model* model) {
+void InterleaveWeights(Model* model, bool exact_f16) {
   struct Job {
     TensorView source;
     AlignedBuffer copy;  // allocated (and its pages first touched) by the thread that fills it
@@ -110,6 +110,7 @@ void InterleaveWeights(Model* model) {
   std::vector<size_t> target_job;
   auto plan = [&](TensorView& v) {
     if (v.empty() || !kernels::CanInterleave(v)) return;
+    if (exact_f16 && (v.dtype == DType::kF16 || v.dtype == DType::kBF16)) return;
     auto [it, fresh] = index.emplace(v.data, jobs.size());
     if (fresh) jobs.push_back({v, {}, {}});
     targets.push_back(&v);
@@ -151,7 +152,7 @@ Status CutToShard(const ModelShard& shard, Model* model);  // model_shard.cc
 
 Status FinishModel(Model* model, const ModelLoadOptions& options) {
   RETURN_IF_ERROR(CutToShard(options.shard, model));
-  InterleaveWeights(model);
+  InterleaveWeights(model, options.exact_f16);
   const ModelConfig& c = model->config_;
   if (c.learned_positions) return OkStatus();
   model->rope_inv_freq_.resize(c.rope_dim / 2);

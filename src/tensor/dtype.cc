@@ -47,6 +47,7 @@ constexpr DTypeInfo kInfo[] = {
     {DType::kIQ4_XSx16, "iq4_xsx16", 256, 138, false},
     {DType::kF16x16, "f16x16", 1, 2, false},
     {DType::kBF16x16, "bf16x16", 1, 2, false},
+    {DType::kI16x16, "i16x16", 64, 132, false},
 };
 
 const DTypeInfo* Find(DType t) {

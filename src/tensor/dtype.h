@@ -47,6 +47,10 @@ enum class DType : uint32_t {
   // column c are 32 consecutive bytes (one vector), for the FMA kernel.
   kF16x16 = 1012,
   kBF16x16 = 1013,
+  // F16 / BF16 matrices for the int16 VNNI kernel (vpdpwssd, see kernels/interleave.h): per
+  // 16-row group and 64-column block, the 16 rows' F32 scales, then 32 column pairs x 16 rows
+  // x 2 int16 (|q| <= 5791). Bytes per row and block: 132.
+  kI16x16 = 1014,
 };
 constexpr int kInterleaveRows = 16;
 
