@@ -14,9 +14,9 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/llm/text_backends.h"
 #include "bench/report.h"
 #include "bench/workload.h"
-#include "serving/text_backends.h"
 
 using namespace inflight;
 using namespace inflight::bench;

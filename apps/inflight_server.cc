@@ -16,11 +16,12 @@
 #include <malloc.h>
 #endif
 
+#include "backends/llm/init_repo.h"
+#include "backends/llm/llm_backend.h"
 #include "base/logging.h"
 #include "frontends/grpc_frontend.h"
 #include "frontends/http_frontend.h"
 #include "parallel/mpi_process.h"
-#include "serving/init_repo.h"
 #include "serving/server.h"
 
 using namespace inflight;
@@ -64,6 +65,13 @@ int main(int argc, char** argv) {
       ->envname("INFLIGHT_MODEL_REPOSITORY");
   app.add_option("--http-port", http_port, "KServe HTTP port (0: any free port)")
       ->envname("INFLIGHT_HTTP_PORT");
+  std::string grpc_compression = "none";
+  app.add_option("--grpc-infer-response-compression-level", grpc_compression,
+                 "Compress gRPC responses (Triton's option): none, low, medium or high, with "
+                 "gzip or deflate as the client accepts")
+      ->envname("INFLIGHT_GRPC_INFER_RESPONSE_COMPRESSION_LEVEL")
+      ->check(CLI::IsMember({"none", "low", "medium", "high"}))
+      ->capture_default_str();
   app.add_option("--grpc-port", grpc_port, "KServe gRPC port (0: any free port)")
       ->envname("INFLIGHT_GRPC_PORT");
   app.add_option("--metrics-port", metrics_port, "Prometheus port (0: any free port)")
@@ -165,6 +173,11 @@ int main(int argc, char** argv) {
                  "API groups a public key cannot call when keys are set ('none': all open to it)")
       ->envname("INFLIGHT_ADMIN_API")
       ->capture_default_str();
+  bool api_key_health = false;
+  app.add_flag("--api-key-health", api_key_health,
+               "With keys: /v2/health/live|ready, gRPC ServerLive/ServerReady and "
+               "grpc.health.v1 need a key too (default: open, for Kubernetes probes)")
+      ->envname("INFLIGHT_API_KEY_HEALTH");
   app.add_option("--http-restricted-api", http_restricted,
                  "GROUPS:HEADER=VALUE: those groups need that header over HTTP "
                  "(Triton's option; groups: health, metadata, inference, shared-memory, "
@@ -331,6 +344,7 @@ int main(int argc, char** argv) {
   if (!admin_groups.ok())
     return Fail(InvalidArgumentError("--admin-api: " + admin_groups.status().message()));
   auth.admin_groups = *admin_groups;
+  auth.health_needs_key = api_key_health;
   for (const auto& [specs, out] : {std::pair{&http_restricted, &auth.http_restricted},
                                    std::pair{&grpc_restricted, &auth.grpc_restricted}}) {
     for (const std::string& spec : *specs) {
@@ -384,6 +398,7 @@ int main(int argc, char** argv) {
   }
   const bool leader_mode = parallel::MpiInitialized() && parallel::WorldSize() > 1;
 
+  so.backends = serving::LlmBackendFactories();
   auto server = serving::Server::Create(so);
   if (leader_mode && (!server.ok() || (!parallel::WorldClaimed() &&
                                        so.control_mode != serving::ModelControlMode::kExplicit))) {
@@ -405,6 +420,10 @@ int main(int argc, char** argv) {
     grpc = std::make_unique<frontends::GrpcFrontend>(server->get(), grpc_address, grpc_port,
                                                      &shared_memory, ho.max_stream_buffer_bytes,
                                                      access, grpc_tls);
+    grpc->set_response_compression_level(grpc_compression == "high"     ? GRPC_COMPRESS_LEVEL_HIGH
+                                         : grpc_compression == "medium" ? GRPC_COMPRESS_LEVEL_MED
+                                         : grpc_compression == "low"    ? GRPC_COMPRESS_LEVEL_LOW
+                                                                        : GRPC_COMPRESS_LEVEL_NONE);
     auto port = grpc->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started GRPCInferenceService at " << grpc_address << ":" << *port;

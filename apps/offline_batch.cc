@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/executor.h"
+#include "engine/output_stream.h"
 
 namespace inflight {
 namespace {
@@ -107,9 +108,34 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
     Clock::time_point end_time;
   };
   std::vector<Outcome> outcomes(lines.size());
+  // Each request's results arrive through its own output stream; one collector thread reads
+  // them (the engine thread only pushes and wakes it).
+  std::vector<std::shared_ptr<OutputStream>> streams(lines.size());
+  std::vector<bool> finished(lines.size(), false);
   std::mutex mu;
   std::condition_variable cv;
   size_t num_done = 0;
+  bool woken = false;
+  std::thread collector([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (num_done < lines.size()) {
+      cv.wait(lock, [&] { return woken || num_done == lines.size(); });
+      woken = false;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (!streams[i] || finished[i]) continue;
+        for (Result& res : streams[i]->Take()) {
+          const bool is_final = res.is_final;
+          if (res.is_sequence_final || res.is_final) outcomes[i].finals.push_back(std::move(res));
+          if (is_final) {
+            outcomes[i].end_time = Clock::now();
+            finished[i] = true;
+            ++num_done;
+          }
+        }
+      }
+      cv.notify_all();
+    }
+  });
   const Clock::time_point start = Clock::now();
   std::vector<size_t> order(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) order[i] = i;
@@ -120,15 +146,16 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
         start + std::chrono::microseconds(static_cast<int64_t>(lines[i].arrival_ms * 1000)));
     Request r = lines[i].request;
     r.arrival_time = Clock::now();
-    r.on_result = [&, i](Result&& res) {
+    r.output = std::make_shared<OutputStream>();
+    {
       std::lock_guard<std::mutex> lock(mu);
-      if (res.is_sequence_final || res.is_final) outcomes[i].finals.push_back(std::move(res));
-      if (outcomes[i].finals.back().is_final) {
-        outcomes[i].end_time = Clock::now();
-        ++num_done;
-        cv.notify_all();
-      }
-    };
+      streams[i] = r.output;
+    }
+    r.output->SetNotify([&] {
+      std::lock_guard<std::mutex> lock(mu);
+      woken = true;
+      cv.notify_all();
+    });
     auto id = e.Enqueue(std::move(r));
     std::lock_guard<std::mutex> lock(mu);
     if (id.ok()) {
@@ -136,7 +163,9 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
     } else {
       outcomes[i].enqueue_status = id.status();
       outcomes[i].end_time = Clock::now();
+      finished[i] = true;
       ++num_done;
+      cv.notify_all();
     }
   }
   // Drain the step statistics while waiting (the executor keeps only the newest 1000).
@@ -159,6 +188,7 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
     drain();
   }
   const double seconds = MsBetween(start, Clock::now()) / 1000;
+  collector.join();
   drain();
   e.Shutdown();
 

@@ -23,6 +23,7 @@
 
 #include "bench_models.h"
 #include "engine/executor.h"
+#include "engine/output_stream.h"
 #include "engine/scheduler.h"
 
 using namespace inflight;
@@ -57,6 +58,26 @@ RunResult Run(const Model& model, const ExecutorConfig& config, const std::vecto
   int64_t tokens = 0;
   double ttft_sum = 0;
   Clock::time_point last_first_token{};
+  // Each request's results arrive through its own output stream, read here on the waiting
+  // thread (the engine thread only pushes and wakes it).
+  std::vector<std::shared_ptr<OutputStream>> streams;
+  bool woken = false;
+  auto collect = [&] {  // under mu
+    for (auto& stream : streams) {
+      if (!stream) continue;
+      for (Result& res : stream->Take()) {
+        if (!res.error.ok())
+          std::fprintf(stderr, "request failed: %s\n", res.error.ToString().c_str());
+        tokens += static_cast<int64_t>(res.output_token_ids.size());
+        if (!res.is_final) continue;
+        ttft_sum += res.stats.time_to_first_token_ms();
+        last_first_token = std::max(last_first_token, res.stats.first_token_time);
+        ++done;
+        stream.reset();
+        break;
+      }
+    }
+  };
   const Clock::time_point start = Clock::now();
   for (const Spec& s : specs) {
     std::this_thread::sleep_until(
@@ -66,16 +87,16 @@ RunResult Run(const Model& model, const ExecutorConfig& config, const std::vecto
     r.max_tokens = s.max_tokens;
     r.sampling.temperature = 0;
     r.exclude_input_in_output = true;
-    r.on_result = [&](Result&& res) {
+    r.output = std::make_shared<OutputStream>();
+    r.output->SetNotify([&] {
       std::lock_guard<std::mutex> lock(mu);
-      if (!res.error.ok())
-        std::fprintf(stderr, "request failed: %s\n", res.error.ToString().c_str());
-      tokens += static_cast<int64_t>(res.output_token_ids.size());
-      ttft_sum += res.stats.time_to_first_token_ms();
-      last_first_token = std::max(last_first_token, res.stats.first_token_time);
-      ++done;
+      woken = true;
       cv.notify_all();
-    };
+    });
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      streams.push_back(r.output);
+    }
     if (auto id = (*e)->Enqueue(std::move(r)); !id.ok()) {
       std::fprintf(stderr, "enqueue: %s\n", id.status().ToString().c_str());
       std::exit(1);
@@ -92,8 +113,10 @@ RunResult Run(const Model& model, const ExecutorConfig& config, const std::vecto
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu);
-      if (cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return done == specs.size(); }))
-        break;
+      cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return woken; });
+      woken = false;
+      collect();
+      if (done == specs.size()) break;
     }
     drain();
   }

@@ -176,5 +176,63 @@ TEST_F(ControlPlaneTest, FailedNamesDoNotPileUpInTheIndex) {
   EXPECT_TRUE(Serving());
 }
 
+// A failed load named the absolute path of the file inside the repository to the caller (the
+// config endpoint hides paths), and a truncated model file answered 500 where every other bad
+// file answered 400.
+TEST_F(ControlPlaneTest, LoadErrorsNameRepositoryPathsRelativelyAndAre400) {
+  std::ofstream(repo_ / "weights" / "junk.gguf") << "not a model";
+  {
+    // The first 4 KiB of a real model: the file ends inside its metadata.
+    std::ifstream in(testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf",
+                     std::ios::binary);
+    std::string head(4096, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    std::ofstream(repo_ / "weights" / "truncated.gguf", std::ios::binary) << head;
+  }
+  const std::string absolute = fs::weakly_canonical(repo_).string();
+  for (const std::string path :
+       {"config.pbtxt", "../weights/junk.gguf", "../weights/truncated.gguf"}) {
+    SCOPED_TRACE(path);
+    auto r = LoadWithModelPath("tensorrt_llm", path);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    const std::string message = json::parse(r->body)["error"];
+    EXPECT_EQ(message.find(repo_.string()), std::string::npos) << message;
+    EXPECT_EQ(message.find(absolute), std::string::npos) << message;
+    const std::string file = fs::path(path).filename().string();
+    EXPECT_NE(message.find(file), std::string::npos) << "the file is still named: " << message;
+  }
+  // The server's own log keeps the full path.
+  EXPECT_NE(server_->log().find(absolute), std::string::npos);
+  EXPECT_TRUE(Serving());
+}
+
+// gRPC answered OK to a load with Triton's override files (and ignored them) where HTTP
+// answered 501: both now refuse it the same way.
+TEST_F(ControlPlaneTest, OverrideFilesGetTheSameAnswerOverHttpAndGrpc) {
+  auto config = Http().Get("/v2/models/tensorrt_llm/config");
+  ASSERT_TRUE(config && config->status == 200);
+  auto r = Http().Post(
+      "/v2/repository/models/tensorrt_llm/load",
+      json{{"parameters", {{"config", config->body}, {"file:1/model.gguf", "AAAA"}}}}.dump(),
+      "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 501) << r->body;
+  const std::string http_message = json::parse(r->body)["error"];
+
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  inference::RepositoryModelLoadRequest req;
+  req.set_model_name("tensorrt_llm");
+  (*req.mutable_parameters())["config"].set_string_param(config->body);
+  (*req.mutable_parameters())["file:1/model.gguf"].set_bytes_param("\0\0\0");
+  inference::RepositoryModelLoadResponse resp;
+  const grpc::Status s = stub->RepositoryModelLoad(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+  EXPECT_EQ(s.error_message(), http_message);
+  EXPECT_TRUE(Serving());
+}
+
 }  // namespace
 }  // namespace inflight

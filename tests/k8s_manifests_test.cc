@@ -18,10 +18,12 @@ namespace fs = std::filesystem;
 
 std::string Checker() { return testing::SourceDir() + "/tools/oracle/check_k8s_manifests.mjs"; }
 
-int RunChecker(const std::string& dir, const std::string& metrics, std::string* output) {
+int RunChecker(const std::string& dir, const std::string& metrics, std::string* output,
+               const std::string& server = "") {
   const std::string out = dir + ".out";
   const std::string cmd = "node " + Checker() + " " + dir +
-                          (metrics.empty() ? "" : " --metrics " + metrics) + " > " + out + " 2>&1";
+                          (metrics.empty() ? "" : " --metrics " + metrics) +
+                          (server.empty() ? "" : " --server " + server) + " > " + out + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream in(out);
   output->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -71,18 +73,27 @@ TEST_F(K8sManifestsTest, ManifestsPassTheSchemasAndMatchTheServer) {
                            "/apps/inflight-server init-repo --model " + testing::SourceDir() +
                            "/models/demo/inflight-demo-q8_0.gguf --out " + repo + " >/dev/null";
   ASSERT_EQ(std::system(init.c_str()), 0);
-  auto server = testing::ServerProcess::Start({"--model-repository", repo});
+  // As the manifests run it: keys from a file (the Secret's), so the checker can see that the
+  // probes' paths answer without one.
+  std::ofstream(root_ + "/keys") << "# KEY [TENANT]\nk8s-test-key tenant\n";
+  auto server = testing::ServerProcess::Start({"--model-repository", repo, "--api-key-file",
+                                               root_ + "/keys", "--admin-key", "k8s-admin-key"});
   ASSERT_TRUE(server);
   // The per-model gauges appear once the stats loop has run.
+  httplib::Client metrics_port("127.0.0.1", server->metrics_port);
   std::string metrics;
-  for (int i = 0; i < 100 && metrics.find("request_type=\"waiting\"") == std::string::npos; ++i) {
-    metrics = testing::MetricsText(server->metrics_port);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (metrics.find("request_type=\"waiting\"") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    auto r = metrics_port.Get("/metrics", {{"Authorization", "Bearer k8s-admin-key"}});
+    metrics = r && r->status == 200 ? r->body : "";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::ofstream(root_ + "/metrics.txt") << metrics;
   std::string output;
-  EXPECT_EQ(
-      RunChecker(testing::SourceDir() + "/deploy/kubernetes", root_ + "/metrics.txt", &output), 0)
+  EXPECT_EQ(RunChecker(testing::SourceDir() + "/deploy/kubernetes", root_ + "/metrics.txt", &output,
+                       "http://127.0.0.1:" + std::to_string(server->http_port)),
+            0)
       << output;
   EXPECT_NE(output.find(" passed, 0 failed"), std::string::npos) << output;
 }
@@ -110,6 +121,14 @@ TEST_F(K8sManifestsTest, BrokenManifestsFail) {
        "hostfile lists 1 hosts"},
       {"service", "inflight.yaml", "targetPort: grpc", "targetPort: grpcs",
        "which no container has"},
+      {"no-keys", "inflight.yaml", "\"--api-key-file\", \"/etc/inflight-keys/keys\"",
+       "\"--log-verbose\", \"0\"", "runs without --api-key-file"},
+      {"key-mount", "inflight.yaml", "{name: api-keys, mountPath: /etc/inflight-keys",
+       "{name: api-keys, mountPath: /etc/other-keys", "is not under any volumeMount"},
+      {"key-secret", "inflight-leader-mode.yaml", "    secretName: inflight-api-keys",
+       "    secretName: inflight-keys-typo", "is not defined"},
+      {"key-file", "inflight-leader-mode.yaml", "-- --api-key-file /etc/inflight-keys/keys",
+       "-- --api-key-file /etc/inflight-keys/key.txt", "holds no key.txt"},
   };
   for (const Case& c : cases) {
     std::string output;

@@ -1,6 +1,6 @@
 // OutputStream: the one hand-off of results out of the engine. Order, exactly-once delivery
-// with a notifying consumer on another thread, and the bound on unread output. Runs under
-// TSan in CI.
+// with a notifying consumer on another thread, the bound on unread output, and the output
+// credit that pauses a request whose client is behind. Runs under TSan in CI.
 #include "engine/output_stream.h"
 
 #include <gtest/gtest.h>
@@ -77,6 +77,40 @@ TEST(OutputStream, UnreadOutputPastTheBoundOverflowsButTheFinalResultArrives) {
   ASSERT_EQ(all.size(), 6u);
   EXPECT_TRUE(all.back().is_final);
   EXPECT_EQ(s.unread_bytes(), 0u);
+}
+
+// Unread results count in the request's credit from the push until taken (or, with
+// keep_credit, until the consumer releases them once handed on); the credit pauses past its
+// bound, calls its listener when a release ends the pause, and stalls after max_stall paused.
+TEST(OutputStream, CreditCountsUnreadResultsAndPausesPastItsBound) {
+  const int64_t one = static_cast<int64_t>(OutputStream::ResultBytes(Token(0, false, 1000)));
+  auto credit = std::make_shared<OutputCredit>(2 * one, std::chrono::milliseconds(50));
+  std::atomic<int> resumed{0};
+  credit->SetOnResume([&] { ++resumed; });
+  OutputStream s;
+  s.SetCredit(credit);
+  EXPECT_TRUE(s.Push(Token(0, false, 1000)));
+  EXPECT_TRUE(s.Push(Token(1, false, 1000)));
+  EXPECT_EQ(credit->held(), 2 * one);
+  EXPECT_FALSE(credit->paused());
+  EXPECT_TRUE(s.Push(Token(2, false, 1000)));
+  EXPECT_TRUE(credit->paused());
+  EXPECT_FALSE(credit->stalled(OutputCredit::Clock::now()));
+  EXPECT_TRUE(credit->stalled(OutputCredit::Clock::now() + std::chrono::milliseconds(100)));
+  // Taken but kept: still counted until the consumer has handed the results on.
+  EXPECT_EQ(s.Take(/*keep_credit=*/true).size(), 3u);
+  EXPECT_TRUE(credit->paused());
+  EXPECT_EQ(resumed, 0);
+  credit->Release(3 * one);
+  EXPECT_EQ(credit->held(), 0);
+  EXPECT_FALSE(credit->paused());
+  EXPECT_EQ(resumed, 1);
+  // A plain Take releases at once.
+  for (int i = 0; i < 3; ++i) s.Push(Token(i, false, 1000));
+  EXPECT_TRUE(credit->paused());
+  EXPECT_EQ(s.Take().size(), 3u);
+  EXPECT_EQ(credit->held(), 0);
+  EXPECT_EQ(resumed, 2);
 }
 
 }  // namespace

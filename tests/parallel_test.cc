@@ -37,8 +37,8 @@ nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::
       TempPath("parallel_" + scenario + "_" + std::to_string(tp) + "x" + std::to_string(pp)) +
       ".json";
   const std::string cmd = (launcher.empty() ? MpirunCommand(tp * pp) : launcher) +
-                          INFLIGHT_BINARY_DIR "/tests/parallel_harness --model " + model +
-                          " --tp " + std::to_string(tp) + " --pp " + std::to_string(pp) +
+                          std::string(INFLIGHT_BINARY_DIR) + "/tests/parallel_harness --model " +
+                          model + " --tp " + std::to_string(tp) + " --pp " + std::to_string(pp) +
                           " --scenario " + scenario + " --out " + out;
   const int rc = std::system(cmd.c_str());
   // (mpirun --enable-recovery exits 0 when some ranks failed: the JSON tells.)

@@ -252,6 +252,11 @@ TEST_F(SecurityTest, ApiKeysGuardEveryHttpEndpointAndTheMetricsPort) {
   auto http = Http();
   for (const Endpoint& e : HttpEndpoints()) {
     SCOPED_TRACE(std::string(e.method) + " " + e.path);
+    if (e.path.rfind("/v2/health/", 0) == 0) {
+      // The server's probes stay open (Kubernetes sends no key): HealthProbesAreOpenByDefault.
+      EXPECT_EQ(Call(http, e, {}), 200);
+      continue;
+    }
     EXPECT_EQ(Call(http, e, {}), 401);
     EXPECT_EQ(Call(http, e, Bearer("public-key-2")), 401);
     EXPECT_EQ(Call(http, e, {{"Authorization", "Basic cHVibGljLWtleS0x"}}), 401);
@@ -409,6 +414,10 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcMethod) {
   for (const auto& [name, call] : calls) {
     SCOPED_TRACE(name);
     const auto& [fn, admin] = call;
+    if (name == "ServerLive" || name == "ServerReady") {
+      EXPECT_EQ(fn(""), grpc::StatusCode::OK);  // probes: HealthProbesAreOpenByDefault
+      continue;
+    }
     EXPECT_EQ(fn(""), grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_EQ(fn("wrong"), grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_EQ(fn("public-key-1"),
@@ -417,8 +426,8 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcMethod) {
     EXPECT_NE(with_admin, grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_NE(with_admin, grpc::StatusCode::PERMISSION_DENIED);
   }
-  // The standard health service checks the key too, and answers SERVING with one.
-  EXPECT_EQ(HealthCheck("").first, grpc::StatusCode::UNAUTHENTICATED);
+  // The standard health service is a probe too: SERVING with or without a key.
+  EXPECT_EQ(HealthCheck(""), std::make_pair(grpc::StatusCode::OK, 1));
   EXPECT_EQ(HealthCheck("public-key-1"), std::make_pair(grpc::StatusCode::OK, 1));
   // What an attacker sends the hand-written health service: truncated or overlong varints,
   // a length past the end, an unknown wire type, an unknown service, an unknown method.
@@ -440,6 +449,55 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcMethod) {
   EXPECT_EQ(HealthCheck(k, "", "/grpc.health.v1.Health/Nope").first,
             grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ(HealthCheck("", "", "/no.such.Service/Call").first, grpc::StatusCode::UNIMPLEMENTED);
+}
+
+// With --api-key, /v2/health/live|ready answered 401 without a key, and Kubernetes probes
+// carry none: the server's own probes are open by default (as in Triton and vLLM) while a
+// model's readiness and everything else still needs the key; --api-key-health guards them.
+TEST_F(SecurityTest, HealthProbesAreOpenByDefault) {
+  auto grpc_live = [&](const std::string& key) {
+    grpc::ClientContext ctx;
+    Authorize(&ctx, key);
+    inference::ServerLiveResponse r;
+    return Stub()->ServerLive(&ctx, {}, &r).error_code();
+  };
+  auto grpc_ready = [&](const std::string& key) {
+    grpc::ClientContext ctx;
+    Authorize(&ctx, key);
+    inference::ServerReadyResponse r;
+    return Stub()->ServerReady(&ctx, {}, &r).error_code();
+  };
+  StartServer({"--api-key", "public-key-1"});
+  auto http = Http();
+  for (const char* path : {"/v2/health/live", "/v2/health/ready"}) {
+    EXPECT_EQ(http.Get(path)->status, 200) << path;
+    EXPECT_EQ(http.Get(path, Bearer("public-key-1"))->status, 200) << path;
+  }
+  EXPECT_EQ(http.Get("/v2/models/ensemble/ready")->status, 401);
+  EXPECT_EQ(http.Get("/v2")->status, 401);
+  EXPECT_EQ(grpc_live(""), grpc::StatusCode::OK);
+  EXPECT_EQ(grpc_ready(""), grpc::StatusCode::OK);
+  EXPECT_EQ(HealthCheck(""), std::make_pair(grpc::StatusCode::OK, 1));
+  {
+    grpc::ClientContext ctx;
+    Authorize(&ctx, "");
+    inference::ModelReadyRequest q;
+    q.set_name("ensemble");
+    inference::ModelReadyResponse r;
+    EXPECT_EQ(Stub()->ModelReady(&ctx, q, &r).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+
+  StartServer({"--api-key", "public-key-1", "--api-key-health"});
+  auto guarded = Http();
+  for (const char* path : {"/v2/health/live", "/v2/health/ready"}) {
+    EXPECT_EQ(guarded.Get(path)->status, 401) << path;
+    EXPECT_EQ(guarded.Get(path, Bearer("public-key-1"))->status, 200) << path;
+  }
+  EXPECT_EQ(grpc_live(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(grpc_ready(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(grpc_live("public-key-1"), grpc::StatusCode::OK);
+  EXPECT_EQ(HealthCheck("").first, grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(HealthCheck("public-key-1"), std::make_pair(grpc::StatusCode::OK, 1));
 }
 
 TEST_F(SecurityTest, RestrictedGroupsNeedTheirOwnHeader) {
@@ -508,10 +566,10 @@ TEST_F(SecurityTest, KeysFromAFileAndTheEnvironmentNameTenants) {
   unsetenv("INFLIGHT_API_KEY");
   auto http = Http();
   for (const std::string k : {"alpha-key", "beta-key", "env-key-1", "env-key-2"}) {
-    EXPECT_EQ(http.Get("/v2/health/ready", Bearer(k))->status, 200) << k;
+    EXPECT_EQ(http.Get("/v2", Bearer(k))->status, 200) << k;
   }
-  EXPECT_EQ(http.Get("/v2/health/ready", Bearer("alpha"))->status, 401);
-  EXPECT_EQ(http.Get("/v2/health/ready", Bearer("# tenants"))->status, 401);
+  EXPECT_EQ(http.Get("/v2", Bearer("alpha"))->status, 401);
+  EXPECT_EQ(http.Get("/v2", Bearer("# tenants"))->status, 401);
 }
 
 TEST_F(SecurityTest, TheProjectsClientToolSendsTheKey) {

@@ -10,12 +10,15 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "grpc_service.grpc.pb.h"
@@ -58,6 +61,7 @@ class RawConnection {
     if (fd_ >= 0) close(fd_);
   }
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
   // False once the peer has closed or reset the connection.
   bool Send(std::string_view data) {
     while (!data.empty()) {
@@ -103,6 +107,73 @@ class RawConnection {
   bool connected_ = false;
   bool closed_ = false;
 };
+
+// zlib for the client side of HTTP compression: window_bits 15 + 16 gzip, 15 zlib (HTTP's
+// "deflate"), -15 raw deflate.
+std::string Deflate(const std::string& data, int window_bits, int level = Z_DEFAULT_COMPRESSION) {
+  z_stream z{};
+  deflateInit2(&z, level, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, data.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+std::string Inflate(const std::string& data, int window_bits) {
+  z_stream z{};
+  inflateInit2(&z, window_bits);
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  std::string out;
+  char buf[65536];
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+  }
+  inflateEnd(&z);
+  return rc == Z_STREAM_END ? out : "<not " + std::to_string(window_bits) + " data>";
+}
+
+// One HTTP/1.1 exchange on a raw connection: status, headers (lower-case names) and body.
+struct RawResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;
+  std::string body;
+};
+RawResponse RawPost(int port, const std::string& path,
+                    const std::vector<std::pair<std::string, std::string>>& headers,
+                    const std::string& body) {
+  RawConnection c(port);
+  std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
+  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  RawResponse out;
+  if (!c.Send(req)) return out;
+  const std::string raw = c.Read(std::chrono::seconds(60));
+  const size_t end = raw.find("\r\n\r\n");
+  if (end == std::string::npos || raw.size() < 12) return out;
+  out.status = std::atoi(raw.c_str() + 9);
+  std::istringstream lines(raw.substr(0, end));
+  std::string line;
+  std::getline(lines, line);
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    out.headers[name] = line.substr(line.find_first_not_of(' ', colon + 1));
+  }
+  out.body = raw.substr(end + 4);
+  return out;
+}
 
 // Adds an input with typed `contents` to a gRPC request; returns them to fill.
 inference::InferTensorContents* AddTypedInput(inference::ModelInferRequest* q, const char* name,
@@ -383,6 +454,249 @@ TEST_F(ServerLimitsTest, StopRequestGetsAnEmptyResponse) {
   grpc::Status s = stub->ModelInfer(&ctx, q, &resp);
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.outputs_size(), 0);
+}
+
+// tritonclient's request_compression_algorithm ("gzip" / "deflate") compresses the whole
+// body, and Inference-Header-Content-Length counts the JSON header inside the decompressed
+// body: we did not decompress and answered 400 "... out of range". Its
+// response_compression_algorithm asks with Accept-Encoding, and the answer is compressed with
+// the header length still that of the plain JSON.
+TEST_F(ServerLimitsTest, HttpInferRequestsAndResponsesCompress) {
+  const std::string prompt = "Once upon a time";
+  std::string binary;
+  const uint32_t len = static_cast<uint32_t>(prompt.size());
+  binary.append(reinterpret_cast<const char*>(&len), 4).append(prompt);
+  const int32_t output_len = 8;
+  binary.append(reinterpret_cast<const char*>(&output_len), 4);
+  const std::string header = json{{"inputs",
+                                   {{{"name", "QUERY"},
+                                     {"datatype", "BYTES"},
+                                     {"shape", {1, 1}},
+                                     {"parameters", {{"binary_data_size", 4 + prompt.size()}}}},
+                                    {{"name", "REQUEST_OUTPUT_LEN"},
+                                     {"datatype", "INT32"},
+                                     {"shape", {1, 1}},
+                                     {"parameters", {{"binary_data_size", 4}}}}}},
+                                  {"parameters", {{"binary_data_output", true}}}}
+                                 .dump();
+  const std::string body = header + binary;
+  const std::string path = "/v2/models/preprocessing/infer";
+  const std::pair<std::string, std::string> header_length{"Inference-Header-Content-Length",
+                                                          std::to_string(header.size())};
+  const RawResponse plain = RawPost(server_->http_port, path, {header_length}, body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  ASSERT_TRUE(plain.headers.count("inference-header-content-length"));
+  EXPECT_EQ(plain.headers.count("content-encoding"), 0u);
+
+  struct Coding {
+    std::string name;
+    int window_bits;
+  };
+  for (const Coding& request : {Coding{"gzip", 15 + 16}, Coding{"deflate", 15},
+                                Coding{"deflate", -15} /* raw deflate, accepted too */}) {
+    for (const Coding& response : {Coding{"", 0}, Coding{"gzip", 15 + 16}, Coding{"deflate", 15}}) {
+      SCOPED_TRACE(request.name + std::to_string(request.window_bits) + " -> " + response.name);
+      std::vector<std::pair<std::string, std::string>> headers = {
+          header_length, {"Content-Encoding", request.name}};
+      if (!response.name.empty()) headers.emplace_back("Accept-Encoding", response.name);
+      const RawResponse r =
+          RawPost(server_->http_port, path, headers, Deflate(body, request.window_bits));
+      ASSERT_EQ(r.status, 200) << r.body;
+      EXPECT_EQ(r.headers.at("inference-header-content-length"),
+                plain.headers.at("inference-header-content-length"));
+      if (response.name.empty()) {
+        EXPECT_EQ(r.headers.count("content-encoding"), 0u);
+        EXPECT_EQ(r.body, plain.body);
+      } else {
+        ASSERT_TRUE(r.headers.count("content-encoding"));
+        EXPECT_EQ(r.headers.at("content-encoding"), response.name);
+        EXPECT_NE(r.body, plain.body);
+        EXPECT_EQ(Inflate(r.body, response.window_bits), plain.body);
+      }
+    }
+  }
+  // Preference by q-value; identity when nothing supported is asked for.
+  RawResponse r =
+      RawPost(server_->http_port, path,
+              {header_length, {"Accept-Encoding", "gzip;q=0.5, deflate;q=0.9, br"}}, body);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["content-encoding"], "deflate");
+  r = RawPost(server_->http_port, path, {header_length, {"Accept-Encoding", "br, zstd"}}, body);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers.count("content-encoding"), 0u);
+
+  // A JSON-only request compressed, no binary part.
+  const std::string json_body = json{
+      {"inputs",
+       {{{"name", "QUERY"}, {"datatype", "BYTES"}, {"shape", {1, 1}}, {"data", {prompt}}},
+        {{"name", "REQUEST_OUTPUT_LEN"},
+         {"datatype", "INT32"},
+         {"shape", {1, 1}},
+         {"data", {8}}}}}}.dump();
+  const RawResponse json_plain = RawPost(server_->http_port, path, {}, json_body);
+  r = RawPost(server_->http_port, path, {{"Content-Encoding", "gzip"}}, Deflate(json_body, 31));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, json_plain.body);
+
+  // Corrupt, truncated, unsupported: 400 with a JSON error.
+  const std::string gz = Deflate(body, 31);
+  for (const auto& [encoding, data] :
+       std::vector<std::pair<std::string, std::string>>{{"gzip", "definitely not gzip"},
+                                                        {"gzip", gz.substr(0, gz.size() / 2)},
+                                                        {"deflate", "\x78\x9c garbage"},
+                                                        {"br", body}}) {
+    r = RawPost(server_->http_port, path, {header_length, {"Content-Encoding", encoding}}, data);
+    EXPECT_EQ(r.status, 400) << encoding << ": " << r.body;
+    EXPECT_TRUE(json::parse(r.body, nullptr, false).contains("error")) << r.body;
+  }
+}
+
+// A zip bomb: a small gzip body that decompresses past the request-size limit (64 MiB) is
+// refused without holding the result.
+TEST_F(ServerLimitsTest, CompressedBodiesAreBoundedByTheRequestSizeLimit) {
+  const std::string bomb = Deflate(std::string(80u << 20, '\0'), 31, 1);
+  ASSERT_LT(bomb.size(), 1u << 20);
+  const RawResponse r = RawPost(server_->http_port, "/v2/models/preprocessing/infer",
+                                {{"Content-Encoding", "gzip"}}, bomb);
+  EXPECT_TRUE(r.status == 400 || r.status == 413) << r.status << " " << r.body;
+  EXPECT_NE(r.body.find("exceeds the maximum allowed input size"), std::string::npos) << r.body;
+  // The server keeps its memory (the 80 MiB never lived there at once) and answers on.
+  EXPECT_LT(RssKb(server_->pid()), 1024 * 1024);
+  EXPECT_EQ(Http().Get("/v2/health/ready")->status, 200);
+}
+
+// Forwards one TCP connection to 127.0.0.1:`port`, counting the bytes that come back.
+class CountingProxy {
+ public:
+  explicit CountingProxy(int target) {
+    listen_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    listen(listen_, 1);
+    socklen_t len = sizeof a;
+    getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    thread_ = std::thread([this, target] {
+      const int client = accept(listen_, nullptr, nullptr);
+      if (client < 0) return;
+      RawConnection upstream(target);
+      const int server = upstream.fd();
+      pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      char buf[65536];
+      while (!stop_ && poll(p, 2, 50) >= 0) {
+        bool closed = false;
+        for (int i = 0; i < 2; ++i) {
+          if (!(p[i].revents & (POLLIN | POLLHUP))) continue;
+          const ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
+          if (n <= 0) {
+            closed = true;
+            break;
+          }
+          if (i == 1) from_server += n;
+          send(p[1 - i].fd, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
+        }
+        if (closed) break;
+      }
+      close(client);
+    });
+  }
+  ~CountingProxy() {
+    stop_ = true;
+    shutdown(listen_, SHUT_RDWR);
+    close(listen_);
+    thread_.join();
+  }
+  int port = 0;
+  std::atomic<int64_t> from_server{0};
+
+ private:
+  int listen_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// tritonclient.grpc's compression_algorithm: requests come gzip/deflate-compressed
+// (grpc-encoding) and their outputs equal those of an uncompressed call. With Triton's
+// --grpc-infer-response-compression-level the answers come compressed too (fewer bytes on the
+// wire than for a client that accepts only identity), with the same outputs.
+TEST_F(ServerLimitsTest, GrpcCompressedCallsAnswerTheSame) {
+  std::string prompt;
+  for (int i = 0; i < 1000; ++i) prompt += "the little dog ";
+  auto request = [&] {
+    inference::ModelInferRequest q;
+    q.set_model_name("preprocessing");
+    AddTypedInput(&q, "QUERY", "BYTES", {1, 1})->add_bytes_contents(prompt);
+    AddTypedInput(&q, "REQUEST_OUTPUT_LEN", "INT32", {1, 1})->add_int_contents(8);
+    return q;
+  };
+  // The response, and the bytes the server sent for it (through a counting proxy).
+  auto call = [&](int port, std::optional<grpc_compression_algorithm> algorithm,
+                  bool accept_compressed, int64_t* bytes) {
+    CountingProxy proxy(port);
+    grpc::ChannelArguments args;
+    if (algorithm) args.SetCompressionAlgorithm(*algorithm);
+    if (!accept_compressed) args.SetInt(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET, 1);
+    inference::ModelInferResponse resp;
+    {
+      auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
+          "127.0.0.1:" + std::to_string(proxy.port), grpc::InsecureChannelCredentials(), args));
+      grpc::ClientContext ctx;
+      if (algorithm) ctx.set_compression_algorithm(*algorithm);
+      const grpc::Status s = stub->ModelInfer(&ctx, request(), &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+    *bytes = proxy.from_server;
+    return resp;
+  };
+  int64_t plain_bytes = 0, bytes = 0;
+  const inference::ModelInferResponse plain =
+      call(server_->grpc_port, std::nullopt, true, &plain_bytes);
+  ASSERT_GT(plain.outputs_size(), 0);
+  ASSERT_GT(plain.ByteSizeLong(), 4000u);
+  for (const auto algorithm : {GRPC_COMPRESS_GZIP, GRPC_COMPRESS_DEFLATE}) {
+    const inference::ModelInferResponse r = call(server_->grpc_port, algorithm, true, &bytes);
+    EXPECT_EQ(r.SerializeAsString(), plain.SerializeAsString()) << algorithm;
+    EXPECT_GT(bytes, static_cast<int64_t>(plain.ByteSizeLong())) << "not asked: not compressed";
+  }
+  auto compressing = ServerProcess::Start(
+      {"--model-repository", *repo_, "--grpc-infer-response-compression-level", "high"});
+  ASSERT_TRUE(compressing);
+  int64_t identity_bytes = 0;
+  const inference::ModelInferResponse identity =
+      call(compressing->grpc_port, std::nullopt, false, &identity_bytes);
+  EXPECT_EQ(identity.SerializeAsString(), plain.SerializeAsString());
+  EXPECT_GT(identity_bytes, static_cast<int64_t>(plain.ByteSizeLong()));
+  for (const auto algorithm : {GRPC_COMPRESS_GZIP, GRPC_COMPRESS_DEFLATE}) {
+    const inference::ModelInferResponse r = call(compressing->grpc_port, algorithm, true, &bytes);
+    EXPECT_EQ(r.SerializeAsString(), plain.SerializeAsString()) << algorithm;
+    EXPECT_LT(bytes * 2, identity_bytes) << "the answer is compressed";
+  }
+}
+
+// A `stop` through non-streaming /generate answered 200 with an error body ("generate expects
+// model to produce exactly 1 response"): its one (empty) response is the answer, as for /infer.
+TEST_F(ServerLimitsTest, StopThroughGenerateGetsItsEmptyResponse) {
+  int status = 0;
+  json r = PostJson("/v2/models/tensorrt_llm_sync/generate",
+                    {{"id", "to-stop"},
+                     {"input_ids", {1, 2, 3}},
+                     {"input_lengths", 3},
+                     {"request_output_len", 4},
+                     {"stop", true}},
+                    &status);
+  EXPECT_EQ(status, 200) << r.dump();
+  EXPECT_FALSE(r.contains("error")) << r.dump();
+  EXPECT_EQ(r["id"], "to-stop") << r.dump();
+  EXPECT_EQ(r["model_name"], "tensorrt_llm_sync") << r.dump();
+  // Without an id it is the request's error, with its status.
+  r = PostJson(
+      "/v2/models/tensorrt_llm_sync/generate",
+      {{"input_ids", {1, 2, 3}}, {"input_lengths", 3}, {"request_output_len", 4}, {"stop", true}},
+      &status);
+  EXPECT_GE(status, 400) << r.dump();
+  EXPECT_NE(r.value("error", "").find("request ID is not provided"), std::string::npos) << r.dump();
 }
 
 // Triton's system shared-memory extension (tritonclient.utils.shared_memory): inputs read
@@ -709,8 +1023,10 @@ TEST_F(ServerLimitsTest, SlowReadersAreCancelledAndCostABoundedAmount) {
   EXPECT_NE(got.find("too slowly", error), std::string::npos) << got.substr(error);
 }
 
-// The same bound on a gRPC stream (the sync server buffered without limit), and open
-// streams do not hold threads: 300 of them wait while a unary call is answered at once.
+// The same bound on a gRPC stream (the sync server buffered without limit): a reader that
+// reads nothing pauses its request, which is cancelled after 5 s paused and the call ends
+// with RESOURCE_EXHAUSTED. Open streams do not hold threads: 300 of them wait while a unary
+// call is answered at once.
 TEST_F(ServerLimitsTest, GrpcStreamsAreBoundedAndHoldNoThreads) {
   auto stub = GrpcStub();
   const double canceled_before = Canceled("tensorrt_llm");

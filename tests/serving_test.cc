@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backends/llm/llm_backend.h"
 #include "frontends/kserve_json.h"
 #include "serving/model_config_util.h"
 #include "serving/server.h"
@@ -138,6 +139,7 @@ class DetokenizerStreamTest : public ::testing::Test {
         << tokenizer << "\" } }\n";
     ServerOptions o;
     o.repository = dir_.string();
+    o.backends = LlmBackendFactories();
     o.allowed_model_paths = {
         fs::path(tokenizer).parent_path().string()};  // the tokenizer lies outside the repository
     auto s = Server::Create(o);

@@ -46,6 +46,7 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
         BlockManagerConfig{draft_runner_->num_kv_blocks(), config.tokens_per_block, false});
     draft_block_counts_ = draft_blocks_->counts();
   }
+  waker_->executor = this;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -255,14 +256,7 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
   const RequestId id = next_id_++;
   if (!request.output) {
     request.output = std::make_shared<OutputStream>(config_.max_unread_output_bytes);
-    if (request.on_result) {
-      // The stream is owned by the request state while the engine pushes into it.
-      request.output->SetNotify([s = request.output.get(), fn = request.on_result] {
-        for (Result& r : s->Take()) fn(std::move(r));
-      });
-    } else {
-      streams_[id] = request.output;
-    }
+    streams_[id] = request.output;
   }
   submissions_.emplace_back(id, std::move(request));
   ++num_queued_;
@@ -304,6 +298,8 @@ void Executor::Shutdown() {
     wake_.notify_one();
   }
   if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(waker_->mu);
+  waker_->executor = nullptr;
 }
 
 std::vector<IterationStats> Executor::GetLatestIterationStats() {
@@ -335,9 +331,17 @@ void Executor::Loop() {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] {
-        return stop_ || !submissions_.empty() || !cancels_.empty() || !requests_.empty();
-      });
+      auto ready = [&] {
+        return stop_ || !submissions_.empty() || !cancels_.empty() ||
+               (!requests_.empty() && !AllOutputPaused());
+      };
+      if (requests_.empty()) {
+        wake_.wait(lock, ready);
+      } else {
+        // Every request is paused for its client (back-pressure): a credit's release wakes
+        // the loop; the timeout still ends requests whose deadline passes meanwhile.
+        wake_.wait_for(lock, std::chrono::milliseconds(100), ready);
+      }
       stopping = stop_;
       submissions.swap(submissions_);
       cancels.swap(cancels_);
@@ -369,6 +373,14 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
     rs->stats.arrival_time = r.arrival_time;
     rs->stats.num_prompt_tokens = static_cast<int32_t>(r.prompt_ids.size());
     if (r.timeout_ms > 0) rs->deadline = r.arrival_time + std::chrono::milliseconds(r.timeout_ms);
+    if (const auto& credit = r.output->credit()) {
+      credit->SetOnResume([w = waker_] {
+        std::lock_guard<std::mutex> lock(w->mu);
+        if (w->executor == nullptr) return;
+        std::lock_guard<std::mutex> executor_lock(w->executor->mu_);
+        w->executor->wake_.notify_one();
+      });
+    }
     SamplingParams sampling = r.sampling;
     sampling.compute_logprobs = r.return_log_probs;  // nothing else reads them
     auto seq = std::make_unique<Sequence>(rs.get(), 0, sampling);
@@ -415,10 +427,37 @@ void Executor::HandleCancellationsAndTimeouts(const std::vector<RequestId>& canc
       end_request(rs.get(), FinishReason::kTimedOut);
     }
   }
+  // A request paused for its client too long ends (cancelled, as a client that went away): it
+  // holds KV blocks and a batch slot.
+  for (auto& [id, rs] : requests_) {
+    const auto& credit = rs->request.output->credit();
+    if (credit && rs->num_finished < static_cast<int32_t>(rs->sequences.size()) &&
+        credit->stalled(now)) {
+      FailRequest(
+          rs.get(),
+          CancelledError("the client read the stream too slowly (generation paused for more than " +
+                         std::to_string(credit->max_stall().count()) + " ms with more than " +
+                         std::to_string(credit->pause_bytes()) + " bytes unread)"));
+    }
+  }
+}
+
+bool Executor::AllOutputPaused() const {
+  for (const auto& [id, rs] : requests_) {
+    const auto& credit = rs->request.output->credit();
+    if (!credit || !credit->paused()) return false;
+  }
+  return true;
 }
 
 void Executor::RunStep() {
   const Clock::time_point start = Clock::now();
+  // Requests whose client has not read its output past the credit's bound sit this step out
+  // (they keep their KV blocks); decided once per step so a request's beams agree.
+  for (auto& [id, rs] : requests_) {
+    const auto& credit = rs->request.output->credit();
+    rs->output_paused = credit && credit->paused();
+  }
   ProposeDrafts();
   const ScheduleOutput& out = scheduler_.Step();
   ++iteration_;

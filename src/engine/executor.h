@@ -174,6 +174,14 @@ class Executor {
   // Shared with other threads.
   mutable std::mutex mu_;
   std::condition_variable wake_;
+  // What the output credits of paused requests call when their client has read enough; it
+  // may outlive the executor (a frontend holds the credit), so it is cut off at shutdown.
+  struct Waker {
+    std::mutex mu;
+    Executor* executor = nullptr;
+  };
+  std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
+  bool AllOutputPaused() const;  // every request waits for its client to read (engine thread)
   std::vector<std::pair<RequestId, Request>> submissions_;
   std::vector<RequestId> cancels_;
   std::unordered_map<RequestId, std::shared_ptr<OutputStream>> streams_;  // for AwaitResponses

@@ -17,7 +17,9 @@ bool OutputStream::Push(Result&& result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const bool was_empty = queue_.empty();
-    unread_ += ResultBytes(result);
+    const size_t bytes = ResultBytes(result);
+    unread_ += bytes;
+    if (credit_) credit_->Add(static_cast<int64_t>(bytes));
     final_ = final_ || result.is_final;
     if (max_unread_ > 0 && unread_ > max_unread_ && !overflowed_) {
       overflowed_ = true;
@@ -31,14 +33,27 @@ bool OutputStream::Push(Result&& result) {
   return within_bound;
 }
 
-std::vector<Result> OutputStream::Take() {
-  std::lock_guard<std::mutex> lock(mu_);
+std::vector<Result> OutputStream::Take(bool keep_credit) {
   std::vector<Result> out;
-  out.reserve(queue_.size());
-  for (Result& r : queue_) out.push_back(std::move(r));
-  queue_.clear();
-  unread_ = 0;
+  std::shared_ptr<OutputCredit> release;
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.reserve(queue_.size());
+    for (Result& r : queue_) out.push_back(std::move(r));
+    queue_.clear();
+    bytes = unread_;
+    unread_ = 0;
+    if (!keep_credit) release = credit_;
+  }
+  // Outside the lock: ending a pause wakes the engine.
+  if (release && bytes > 0) release->Release(static_cast<int64_t>(bytes));
   return out;
+}
+
+void OutputStream::SetCredit(std::shared_ptr<OutputCredit> credit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  credit_ = std::move(credit);
 }
 
 std::vector<Result> OutputStream::Wait(std::chrono::milliseconds timeout) {

@@ -88,12 +88,9 @@ struct Request {
   std::shared_ptr<const std::vector<float>> prompt_table;
   // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
   Clock::time_point arrival_time{};
-  // Where the results go. Left null, Enqueue makes one (read by AwaitResponses, or drained
-  // into on_result when that is set).
+  // Where the results go, read on the consumer's own threads (the engine thread only pushes).
+  // Left null, Enqueue makes one, read by AwaitResponses.
   std::shared_ptr<OutputStream> output;
-  // Convenience for tools and benchmarks: results handed to this on the engine thread (keep
-  // it short); serving code consumes `output` on its own threads instead.
-  std::function<void(struct Result&&)> on_result;
 };
 
 // Times and counters of one request, filled as it runs.

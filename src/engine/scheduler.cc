@@ -168,6 +168,7 @@ void Scheduler::ScheduleRunning(int32_t& budget) {
   for (Sequence* seq : order_scratch_) {
     if (seq->state != SequenceState::kRunning) continue;  // paused earlier in this loop
     if (seq->num_uncomputed() == 0) continue;             // a beam waiting for its siblings
+    if (seq->request->output_paused) continue;            // its client is not reading
     if (static_cast<int32_t>(out_.chunks.size()) >= config_.max_batch_size) {
       ++out_.waiting_for_max_batch_size;
       continue;

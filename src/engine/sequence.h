@@ -91,6 +91,8 @@ struct RequestState {
   std::vector<float> context_logits;  // [prompt_len, vocab] when requested
   int32_t num_context_logits = 0;     // rows filled so far
   bool context_logits_sent = false;
+  // Its client is behind on reading its output (OutputCredit paused): not scheduled this step.
+  bool output_paused = false;
   std::vector<BeamHypothesis> beam_hypotheses;  // best score first, at most beam_width
 
   int64_t mark = -1;     // the scheduler's per-step walks

@@ -55,7 +55,8 @@ std::optional<std::string> ParseService(const std::string& b) {
 // PERMISSION_DENIED for a key without the right to the group. No detail either way.
 std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access,
                                                       serving::ApiGroup group,
-                                                      const grpc::ServerContextBase& ctx) {
+                                                      const grpc::ServerContextBase& ctx,
+                                                      bool server_probe) {
   const auto& md = ctx.client_metadata();
   const auto lookup = [&md](std::string_view name) -> std::optional<std::string> {
     auto it = md.find(grpc::string_ref(name.data(), name.size()));
@@ -63,7 +64,8 @@ std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access
     return std::string(it->second.data(), it->second.size());
   };
   const std::string authorization = lookup("authorization").value_or("");
-  auto result = access.auth->Check(serving::Protocol::kGrpc, group, authorization, lookup);
+  auto result =
+      access.auth->Check(serving::Protocol::kGrpc, group, authorization, lookup, server_probe);
   if (auto* p = std::get_if<serving::Principal>(&result)) {
     // "ipv4:10.0.0.1:5000" / "ipv6:[::1]:5000": the bare address, as HTTP names it, so one
     // client is one tenant over both protocols.
@@ -89,7 +91,8 @@ class HealthService::Call final : public grpc::ServerGenericBidiReactor {
       Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, ""));
       return;
     }
-    auto who = AuthorizeGrpc(owner_->access_, serving::ApiGroup::kHealth, *ctx);
+    auto who = AuthorizeGrpc(owner_->access_, serving::ApiGroup::kHealth, *ctx,
+                             /*server_probe=*/true);
     if (auto* refusal = std::get_if<grpc::Status>(&who)) {
       Finish(*refusal);
       return;

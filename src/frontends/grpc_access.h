@@ -16,9 +16,12 @@ namespace inflight::frontends {
 
 // The caller's tenant, or the status that refuses it: UNAUTHENTICATED without a valid key,
 // PERMISSION_DENIED for a key without the right to the group. No detail either way.
+// `server_probe`: the server's liveness/readiness (not a model's), open without a key unless
+// the server says otherwise (serving::AuthOptions::health_needs_key).
 std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access,
                                                       serving::ApiGroup group,
-                                                      const grpc::ServerContextBase& ctx);
+                                                      const grpc::ServerContextBase& ctx,
+                                                      bool server_probe = false);
 
 // grpc.health.v1.Health (Check and Watch) on the generic API; every other method no service
 // implements ends UNIMPLEMENTED. Its messages are one-field protobufs, encoded here:

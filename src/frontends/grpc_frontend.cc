@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/output_credit.h"
 #include "frontends/grpc_access.h"
 #include "frontends/log_settings.h"
 #include "grpc_service.grpc.pb.h"
@@ -325,11 +326,19 @@ class InferReactor final : public grpc::ServerUnaryReactor {
   std::optional<InferResponse> data_;
 };
 
+// A ModelStreamInfer call whose client reads nothing pauses its requests at half the unread
+// bound; paused this long, they end with an error (they hold KV-cache blocks).
+constexpr std::chrono::milliseconds kStreamStallLimit{5000};
+
 // The reactor of one ModelStreamInfer call. Requests are read one at a time and run
 // concurrently; their responses are written in arrival order, one write in flight. Output
-// the client has not read is bounded: past the bound its requests are cancelled and the call
-// ends with RESOURCE_EXHAUSTED. The call ends once the client stopped sending and every
-// request has its final response written (or the call was cancelled).
+// the client has not read is bounded: past half the bound the engine pauses the call's
+// requests until the client reads (back-pressure; paused for kStreamStallLimit, a request
+// ends with a "too slowly" error); past the bound (output that was already on its way) its
+// requests are cancelled and the call ends with RESOURCE_EXHAUSTED. The call ends once the
+// client stopped sending and every request has its final response written (or the call was
+// cancelled).
+
 class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
                                                            inference::ModelStreamInferResponse> {
  public:
@@ -338,6 +347,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
       : s_(s),
         shm_(shm),
         max_unread_(max_unread_bytes),
+        credit_(std::make_shared<OutputCredit>(static_cast<int64_t>(max_unread_bytes / 2),
+                                               kStreamStallLimit)),
         access_(*access),
         tenant_(std::move(tenant)) {
     StartRead(&request_);
@@ -380,6 +391,9 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
       e.model_version = version;
       push(std::move(e));
     } else {
+      // Back-pressure: the engine pauses the call's requests while the call's unread output
+      // (counted in credit_ until written) is past half the bound.
+      r->output_credit = credit_;
       s_->Infer(std::move(r).value(), HoldUntilFinal(std::move(admitted.ticket), push));
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -389,12 +403,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
-    unread_ -= queue_.front().ByteSizeLong();
+    const size_t written = queue_.front().ByteSizeLong();
+    unread_ -= written;
+    credit_->Release(static_cast<int64_t>(written));
     queue_.pop_front();
     if (!ok) {
       // The client is gone: nothing more can be written.
       broken_ = true;
       queue_.clear();
+      credit_->Release(static_cast<int64_t>(unread_));
       unread_ = 0;
       CancelAllLocked();
     }
@@ -433,9 +450,17 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
     (*out.mutable_infer_response()->mutable_parameters())["triton_final_response"].set_bool_param(
         final);
     std::lock_guard<std::mutex> lock(mu_);
+    if (!resp.error.ok() && !overflowed_ && credit_->stalled(OutputCredit::Clock::now())) {
+      // The engine ended a request the client left paused too long: the call ends as past
+      // the bound.
+      overflowed_ = true;
+      CancelAllLocked();
+    }
     const bool keep = !resp.empty() || !resp.error.ok() || empty_final;
     if (keep && !broken_) {
-      unread_ += out.ByteSizeLong();
+      const size_t bytes = out.ByteSizeLong();
+      unread_ += bytes;
+      credit_->Add(static_cast<int64_t>(bytes));
       queue_.push_back(std::move(out));
       if (unread_ > max_unread_ && !overflowed_) {
         overflowed_ = true;
@@ -474,6 +499,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
   serving::Server* s_;
   const SharedMemoryRegistry& shm_;
   const size_t max_unread_;
+  const std::shared_ptr<OutputCredit> credit_;  // the call's unread output, for back-pressure
   const AccessPolicy& access_;
   const std::string tenant_;
   inference::ModelInferRequest request_;  // the read in flight
@@ -502,8 +528,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   // A reactor already finished with UNAUTHENTICATED / PERMISSION_DENIED, or null when the
   // caller may go on (its tenant in *tenant).
   grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx, serving::ApiGroup group,
-                                   std::string* tenant = nullptr) {
-    auto who = AuthorizeGrpc(access_, group, *ctx);
+                                   std::string* tenant = nullptr, bool server_probe = false) {
+    auto who = AuthorizeGrpc(access_, group, *ctx, server_probe);
     if (auto* t = std::get_if<std::string>(&who)) {
       if (tenant) *tenant = std::move(*t);
       return nullptr;
@@ -523,7 +549,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* r) override {
-    if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth)) return refused;
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth, nullptr, /*server_probe=*/true))
+      return refused;
     return Unary(ctx, [&] {
       r->set_live(s_->live());
       return grpc::Status::OK;
@@ -532,7 +559,8 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
                                         const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* r) override {
-    if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth)) return refused;
+    if (auto* refused = Refuse(ctx, serving::ApiGroup::kHealth, nullptr, /*server_probe=*/true))
+      return refused;
     return Unary(ctx, [&] {
       r->set_ready(s_->ready());
       return grpc::Status::OK;
@@ -621,7 +649,23 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
     if (auto* refused = Refuse(ctx, serving::ApiGroup::kModelRepository)) return refused;
     std::optional<std::string> config;
     auto it = q->parameters().find("config");
-    if (it != q->parameters().end()) config = it->second.string_param();
+    if (it != q->parameters().end()) {
+      if (it->second.parameter_choice_case() != inference::ModelRepositoryParameter::kStringParam)
+        return Unary(ctx, [] {
+          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "load parameter 'config' must be a string");
+        });
+      config = it->second.string_param();
+    }
+    // The same answer as HTTP's (501 there): Triton's override files are not supported.
+    for (const auto& [k, v] : q->parameters()) {
+      if (k.rfind("file:", 0) == 0) {
+        return Unary(ctx, [&k = k] {
+          return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                              "load parameter '" + k + "': file overrides are not supported");
+        });
+      }
+    }
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     std::thread([this, reactor, name = q->model_name(), config] {
       reactor->Finish(ToGrpc(s_->LoadModel(name, config)));
@@ -880,6 +924,13 @@ StatusOr<int> GrpcFrontend::Start() {
   builder.AddListeningPort(address_ + ":" + std::to_string(port_), credentials, &bound);
   builder.RegisterService(service_.get());
   builder.RegisterCallbackGenericService(health_.get());
+  // tritonclient's compression_algorithm: gzip/deflate requests are decompressed. Responses
+  // are compressed at --grpc-infer-response-compression-level (Triton's option; none by
+  // default) with an algorithm the client accepts (its grpc-accept-encoding).
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, true);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, true);
+  if (response_compression_level_ != GRPC_COMPRESS_LEVEL_NONE)
+    builder.SetDefaultCompressionLevel(response_compression_level_);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   grpc_ = builder.BuildAndStart();

@@ -3,6 +3,8 @@
 // ModelStreamInfer with triton_final_response and a bound on output the client has not read.
 #pragma once
 
+#include <grpc/impl/codegen/compression_types.h>
+
 #include <memory>
 #include <string>
 
@@ -34,6 +36,11 @@ class GrpcFrontend {
   // Returns the bound port (port 0 picks a free one); UNAVAILABLE when it cannot bind,
   // INVALID_ARGUMENT for TLS files that cannot be read.
   StatusOr<int> Start();
+  // Compression of responses (before Start): none, or an algorithm the client accepts at
+  // this level (Triton's --grpc-infer-response-compression-level).
+  void set_response_compression_level(grpc_compression_level level) {
+    response_compression_level_ = level;
+  }
   // grpc.health.v1 answers NOT_SERVING from now on (the server is draining).
   void SetNotServing();
   void Stop();
@@ -46,6 +53,7 @@ class GrpcFrontend {
   size_t max_stream_buffer_bytes_;
   AccessPolicy access_;
   TlsFiles tls_;
+  grpc_compression_level response_compression_level_ = GRPC_COMPRESS_LEVEL_NONE;
   std::unique_ptr<GrpcService> service_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> grpc_;

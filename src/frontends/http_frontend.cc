@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/logging.h"
+#include "frontends/compression.h"
 #include "frontends/kserve_json.h"
 #include "frontends/log_settings.h"
 #include "frontends/openai_json.h"
@@ -94,9 +95,10 @@ std::vector<std::string> Split(const std::string& path) {
   return out;
 }
 
-// Collects one request's responses. The serving core calls the sink on whatever thread
-// produced a response (the engine's, for LLM steps); each response is handed to the
-// connection's strand, where it is encoded and written.
+// Collects one request's responses. The serving core calls the sink on whatever serving thread
+// produced a response (an LLM model's delivery thread, for LLM steps; never the engine
+// thread); each response is handed to the connection's strand, where it is encoded and
+// written.
 template <typename OnResponse>
 serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply,
                                    OnResponse on_response) {
@@ -104,6 +106,31 @@ serving::ResponseSink SinkOnStrand(const std::shared_ptr<HttpReply>& reply,
   return [reply, handler](InferResponse&& r) {
     auto resp = std::make_shared<InferResponse>(std::move(r));
     reply->Post([handler, resp] { (*handler)(std::move(*resp)); });
+  };
+}
+
+// As SinkOnStrand for a streamed reply, with back-pressure: a response counts in the reply's
+// output credit from the moment it is produced until it has been encoded and queued (its
+// encoded chunk counts from then until written), so the engine pauses the request while its
+// client is behind instead of responses piling up on the strand.
+constexpr int64_t kJsonExpansion = 4;
+template <typename OnResponse>
+serving::ResponseSink CreditedSinkOnStrand(const std::shared_ptr<HttpReply>& reply,
+                                           OnResponse on_response) {
+  auto handler = std::make_shared<OnResponse>(std::move(on_response));
+  std::shared_ptr<OutputCredit> credit = reply->output_credit();
+  return [reply, handler, credit](InferResponse&& r) {
+    // Counted at what it may become as JSON (a 4-byte float is up to ~15 characters), so the
+    // responses waiting here cannot outgrow the stream buffer's bound once encoded.
+    int64_t bytes = static_cast<int64_t>(sizeof(InferResponse));
+    for (const serving::InferTensor& t : r.outputs)
+      bytes += kJsonExpansion * static_cast<int64_t>(t.data.size());
+    credit->Add(bytes);
+    auto resp = std::make_shared<InferResponse>(std::move(r));
+    reply->Post([handler, resp, credit, bytes] {
+      (*handler)(std::move(*resp));
+      credit->Release(bytes);
+    });
   };
 }
 
@@ -116,19 +143,22 @@ HttpResponse RateLimited(const Admitted& a) {
 class Handlers {
  public:
   Handlers(serving::Server* s, SharedMemoryRegistry* shm, std::shared_ptr<OpenAiFrontend> openai,
-           std::shared_ptr<WebFrontend> web, AccessPolicy access)
+           std::shared_ptr<WebFrontend> web, AccessPolicy access, size_t max_body_bytes)
       : s_(s),
         shm_(*shm),
         openai_(std::move(openai)),
         web_(std::move(web)),
-        access_(std::move(access)) {}
+        access_(std::move(access)),
+        max_body_bytes_(max_body_bytes) {}
 
   void Dispatch(HttpRequest req, std::shared_ptr<HttpReply> reply) {
     const auto seg = Split(req.path);
     // Credentials first: without them a caller learns nothing, not even which models exist.
     std::string tenant;
     if (const auto group = HttpApiGroup(seg)) {
-      auto who = AuthorizeHttp(access_, *group, req, !seg.empty() && seg[0] == "v1");
+      // Kubernetes probes carry no key: the server's liveness/readiness is open by default.
+      const bool probe = seg.size() == 3 && seg[0] == "v2" && seg[1] == "health";
+      auto who = AuthorizeHttp(access_, *group, req, !seg.empty() && seg[0] == "v1", probe);
       if (auto* refusal = std::get_if<HttpResponse>(&who)) return reply->Send(std::move(*refusal));
       tenant = std::get<std::string>(std::move(who));
     }
@@ -205,7 +235,7 @@ class Handlers {
         return;
       }
       if (!method(post)) return;
-      if (r->action == "infer") return Infer(*r, req, tenant, std::move(reply));
+      if (r->action == "infer") return Infer(*r, std::move(req), tenant, std::move(reply));
       return Generate(*r, req, tenant, std::move(reply), r->action == "generate_stream");
     }
     reply->Send(Error(404, "Not Found"));
@@ -406,7 +436,7 @@ class Handlers {
     reply->Send(Error(404, "Not Found"));
   }
 
-  void Infer(const Route& route, const HttpRequest& req, const std::string& tenant,
+  void Infer(const Route& route, HttpRequest req, const std::string& tenant,
              std::shared_ptr<HttpReply> reply) {
     auto config = s_->GetModelConfig(route.model, route.version);
     if (!config.ok()) return reply->Send(Error(config.status()));
@@ -414,6 +444,23 @@ class Handlers {
       return reply->Send(
           Error(501, "HTTP end point doesn't support models with decoupled transaction policy"));
     }
+    // tritonclient's request_compression_algorithm: the body (binary data included) is
+    // compressed, and Inference-Header-Content-Length counts the decompressed JSON header.
+    // The decompressed body is held to the same bound as a plain one.
+    auto coding = ParseContentEncoding(req.Header("Content-Encoding"));
+    if (!coding.ok()) return reply->Send(Error(coding.status()));
+    if (*coding != ContentCoding::kIdentity) {
+      auto body = Decompress(req.body, *coding, max_body_bytes_);
+      if (!body.ok()) {
+        return reply->Send(Error(400, body.status().code() == StatusCode::kResourceExhausted
+                                          ? "request exceeds the maximum allowed input size"
+                                          : body.status().message()));
+      }
+      req.body = std::move(body).value();
+    }
+    // response_compression_algorithm: Accept-Encoding asks for a compressed answer (the
+    // Inference-Header-Content-Length of a binary one still counts the plain JSON header).
+    const ContentCoding answer_coding = PreferredCoding(req.Header("Accept-Encoding"));
     int64_t header_len = -1;
     if (req.HasHeader("Inference-Header-Content-Length")) {
       const std::string v = req.Header("Inference-Header-Content-Length");
@@ -443,8 +490,8 @@ class Handlers {
     s_->Infer(
         std::move(r),
         HoldUntilFinal(
-            std::move(admitted.ticket),
-            SinkOnStrand(reply, [this, reply, responses, shape](InferResponse&& resp) {
+            std::move(admitted.ticket), SinkOnStrand(reply, [this, reply, responses, shape,
+                                                             answer_coding](InferResponse&& resp) {
               const bool final = resp.final;
               responses->push_back(std::move(resp));
               if (!final) return;
@@ -465,11 +512,19 @@ class Handlers {
               }
               std::string binary;
               const std::string header = Dump(InferResponseToJson(*data, *shape, &binary));
-              if (binary.empty()) return reply->Send({200, "application/json", header, {}});
-              reply->Send({200,
-                           "application/octet-stream",
-                           header + binary,
-                           {{"Inference-Header-Content-Length", std::to_string(header.size())}}});
+              HttpResponse out{200, "application/json", header, {}};
+              if (!binary.empty()) {
+                out.content_type = "application/octet-stream";
+                out.body += binary;
+                out.headers.emplace_back("Inference-Header-Content-Length",
+                                         std::to_string(header.size()));
+              }
+              if (answer_coding != ContentCoding::kIdentity) {
+                out.body = Compress(out.body, answer_coding);
+                out.headers.emplace_back("Content-Encoding",
+                                         std::string(CodingName(answer_coding)));
+              }
+              reply->Send(std::move(out));
             })));
   }
 
@@ -487,6 +542,13 @@ class Handlers {
     InferRequest r = std::move(parsed).value();
     r.model_name = route.model;
     r.model_version = route.version.empty() ? -1 : std::stoll(route.version);
+    // A TensorRT-LLM `stop` request (stop=true, the id of the request to stop): the backend
+    // answers it with one empty final response, which is the answer here too.
+    bool stop_request = false;
+    if (const serving::InferTensor* t = r.FindInput("stop")) {
+      auto v = t->AsInt64();
+      stop_request = v.ok() && !v->empty() && v->front() != 0;
+    }
     Admitted admitted = AdmitInference(access_, tenant, &r);
     if (!admitted.ticket) return reply->Send(RateLimited(admitted));
     auto ticket = std::move(admitted.ticket);
@@ -502,10 +564,12 @@ class Handlers {
       s_->Infer(
           std::move(r),
           HoldUntilFinal(
-              std::move(ticket), SinkOnStrand(reply, [reply, data](InferResponse&& resp) {
+              std::move(ticket),
+              SinkOnStrand(reply, [reply, data, stop_request](InferResponse&& resp) {
                 if (!resp.error.ok() && data->empty()) return reply->Send(Error(resp.error));
                 const bool final = resp.final;
-                if (!resp.empty()) data->push_back(std::move(resp));
+                if (!resp.empty() || (final && stop_request && data->empty()))
+                  data->push_back(std::move(resp));
                 if (!final) return;
                 if (data->size() != 1) {
                   return reply->Send(Json(
@@ -519,31 +583,31 @@ class Handlers {
       return;
     }
     auto started = std::make_shared<bool>(false);
-    s_->Infer(
-        std::move(r),
-        HoldUntilFinal(std::move(ticket),
-                       SinkOnStrand(reply, [reply, started, gone_reason](InferResponse&& resp) {
-                         if (!*started) {
-                           // A request refused before any output (config checks, the engine's
-                           // refusals) is a plain JSON error with its status, as the reference
-                           // answers.
-                           if (!resp.error.ok() && resp.final)
-                             return reply->Send(Error(resp.error));
-                           reply->StartStream(200, "text/event-stream; charset=utf-8");
-                           *started = true;
-                         }
-                         if (!resp.error.ok()) {
-                           // Ended by an error after output started (shutdown, a slow reader, an
-                           // engine error): the stream says so in a last event instead of looking
-                           // complete.
-                           const std::string message =
-                               gone_reason->empty() ? resp.error.message() : *gone_reason;
-                           reply->Write(SseEvent(json{{"error", message}}), /*force=*/true);
-                         } else if (!resp.empty()) {
-                           reply->Write(SseEvent(GenerateResponseToJson(resp)));
-                         }
-                         if (resp.final) reply->EndStream();
-                       })));
+    r.output_credit = reply->output_credit();  // the engine pauses while the client is behind
+    s_->Infer(std::move(r),
+              HoldUntilFinal(
+                  std::move(ticket),
+                  CreditedSinkOnStrand(reply, [reply, started, gone_reason](InferResponse&& resp) {
+                    if (!*started) {
+                      // A request refused before any output (config checks, the engine's
+                      // refusals) is a plain JSON error with its status, as the reference
+                      // answers.
+                      if (!resp.error.ok() && resp.final) return reply->Send(Error(resp.error));
+                      reply->StartStream(200, "text/event-stream; charset=utf-8");
+                      *started = true;
+                    }
+                    if (!resp.error.ok()) {
+                      // Ended by an error after output started (shutdown, a slow reader, an
+                      // engine error): the stream says so in a last event instead of looking
+                      // complete.
+                      const std::string message =
+                          gone_reason->empty() ? resp.error.message() : *gone_reason;
+                      reply->Write(SseEvent(json{{"error", message}}), /*force=*/true);
+                    } else if (!resp.empty()) {
+                      reply->Write(SseEvent(GenerateResponseToJson(resp)));
+                    }
+                    if (resp.final) reply->EndStream();
+                  })));
   }
 
   serving::Server* s_;
@@ -551,6 +615,7 @@ class Handlers {
   std::shared_ptr<OpenAiFrontend> openai_;
   std::shared_ptr<WebFrontend> web_;
   const AccessPolicy access_;
+  const size_t max_body_bytes_;  // also the bound of a decompressed body
 };
 
 }  // namespace
@@ -586,13 +651,14 @@ std::optional<serving::ApiGroup> HttpApiGroup(const std::vector<std::string>& se
 
 std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access,
                                                       serving::ApiGroup group,
-                                                      const HttpRequest& req, bool openai_errors) {
+                                                      const HttpRequest& req, bool openai_errors,
+                                                      bool server_probe) {
   const auto lookup = [&req](std::string_view name) -> std::optional<std::string> {
     if (!req.HasHeader(name)) return std::nullopt;
     return req.Header(name);
   };
-  auto result =
-      access.auth->Check(serving::Protocol::kHttp, group, req.Header("Authorization"), lookup);
+  auto result = access.auth->Check(serving::Protocol::kHttp, group, req.Header("Authorization"),
+                                   lookup, server_probe);
   if (auto* p = std::get_if<serving::Principal>(&result)) return TenantOf(*p, req.remote_address);
   // No detail: which keys exist, or which group needs which, is not the caller's business.
   const bool forbidden = std::get<serving::AuthFailure>(result) == serving::AuthFailure::kForbidden;
@@ -619,7 +685,8 @@ HttpFrontend::~HttpFrontend() { Stop(); }
 
 StatusOr<int> HttpFrontend::Start() {
   RETURN_IF_ERROR(openai_->Init());
-  auto handlers = std::make_shared<Handlers>(server_, shm_, openai_, web_, access_);
+  auto handlers =
+      std::make_shared<Handlers>(server_, shm_, openai_, web_, access_, options_.max_body_bytes);
   http_ = std::make_unique<HttpServer>(
       options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
         try {

@@ -65,8 +65,10 @@ class MetricsFrontend {
 std::optional<serving::ApiGroup> HttpApiGroup(const std::vector<std::string>& seg);
 
 // Checks the caller's credentials for `group`: the tenant, or a 401/403 response to send.
+// `server_probe`: /v2/health/live|ready, open without a key unless the server says otherwise.
 std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access,
                                                       serving::ApiGroup group,
-                                                      const HttpRequest& req, bool openai_errors);
+                                                      const HttpRequest& req, bool openai_errors,
+                                                      bool server_probe = false);
 
 }  // namespace inflight::frontends

@@ -145,7 +145,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   // Reply side (posted here by the Reply object).
   void Send(uint64_t gen, HttpResponse response);
   void StartStream(uint64_t gen, int status, std::string content_type);
-  void QueueChunk(uint64_t gen, std::string data);
+  void QueueChunk(uint64_t gen, std::string data, std::shared_ptr<OutputCredit> credit);
   void EndStream(uint64_t gen);
   void AddGoneCallback(uint64_t gen, std::function<void(const std::string&)> fn);
   void ClientGone(const std::string& reason);
@@ -191,7 +191,14 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   bool stream_ended_ = false;
   bool writing_ = false;
   bool close_after_write_ = false;
-  std::deque<std::string> out_;
+  // Bytes to write; `credited` of them count in `credit` (a streamed reply's chunk).
+  struct Pending {
+    std::string bytes;
+    int64_t credited = 0;
+    std::shared_ptr<OutputCredit> credit;
+  };
+  std::deque<Pending> out_;
+  std::vector<std::pair<std::shared_ptr<OutputCredit>, int64_t>> writing_credit_;  // in flight
   std::vector<std::function<void(const std::string&)>> gone_callbacks_;
   std::optional<std::string> gone_reason_;
   std::atomic<bool> gone_{false};
@@ -202,8 +209,17 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
 template <typename Stream>
 class Reply : public HttpReply {
  public:
-  Reply(std::shared_ptr<Session<Stream>> s, uint64_t gen, size_t bound)
-      : s_(std::move(s)), gen_(gen), bound_(bound) {}
+  // The credit pauses the reply's request at a quarter of the bound (results the engine has
+  // produced still grow when encoded, up to ~4x for floats as JSON: they must not reach the
+  // bound) and ends it after half the write timeout paused (before the stalled write closes
+  // the connection, so a client that comes back still reads why).
+  Reply(std::shared_ptr<Session<Stream>> s, uint64_t gen, size_t bound,
+        std::chrono::milliseconds write_timeout)
+      : s_(std::move(s)),
+        gen_(gen),
+        bound_(bound),
+        credit_(
+            std::make_shared<OutputCredit>(static_cast<int64_t>(bound / 4), write_timeout / 2)) {}
 
   void Send(HttpResponse response) override {
     net::post(s_->strand(),
@@ -228,8 +244,9 @@ class Reply : public HttpReply {
       return false;
     }
     if (force) s_->unread_bytes().fetch_add(size);
-    net::post(s_->strand(), [s = s_, g = gen_, d = std::move(data)]() mutable {
-      s->QueueChunk(g, std::move(d));
+    credit_->Add(size);  // released when written (or dropped)
+    net::post(s_->strand(), [s = s_, g = gen_, d = std::move(data), c = credit_]() mutable {
+      s->QueueChunk(g, std::move(d), std::move(c));
     });
     return true;
   }
@@ -242,11 +259,13 @@ class Reply : public HttpReply {
     });
   }
   void Post(std::function<void()> fn) override { net::post(s_->strand(), std::move(fn)); }
+  std::shared_ptr<OutputCredit> output_credit() override { return credit_; }
 
  private:
   std::shared_ptr<Session<Stream>> s_;
   const uint64_t gen_;
   const size_t bound_;
+  const std::shared_ptr<OutputCredit> credit_;
 };
 
 template <typename Stream>
@@ -346,8 +365,9 @@ void Session<Stream>::Dispatch() {
   gone_reason_.reset();
   ++server_->busy;
   WatchForDisconnect();
-  server_->handler(std::move(req), std::make_shared<Reply<Stream>>(
-                                       Self(), generation_, options_.max_stream_buffer_bytes));
+  server_->handler(std::move(req), std::make_shared<Reply<Stream>>(Self(), generation_,
+                                                                   options_.max_stream_buffer_bytes,
+                                                                   options_.write_timeout));
 }
 
 template <typename Stream>
@@ -430,14 +450,17 @@ void Session<Stream>::StartStream(uint64_t gen, int status, std::string content_
   head += "Server: inflight\r\nContent-Type: " + content_type + "\r\nCache-Control: no-cache\r\n";
   head += "Transfer-Encoding: chunked\r\n";
   head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-  out_.push_back(std::move(head));
+  out_.push_back({std::move(head)});
   Flush();
 }
 
 template <typename Stream>
-void Session<Stream>::QueueChunk(uint64_t gen, std::string data) {
+void Session<Stream>::QueueChunk(uint64_t gen, std::string data,
+                                 std::shared_ptr<OutputCredit> credit) {
+  const int64_t credited = static_cast<int64_t>(data.size());
   if (gen != generation_ || !streaming_ || stream_ended_ || closed_) {
-    if (gen == generation_) unread_bytes_ -= static_cast<int64_t>(data.size());
+    if (gen == generation_) unread_bytes_ -= credited;
+    credit->Release(credited);
     return;
   }
   if (data.empty()) return;
@@ -445,7 +468,7 @@ void Session<Stream>::QueueChunk(uint64_t gen, std::string data) {
   std::snprintf(size, sizeof size, "%zx\r\n", data.size());
   data.insert(0, size);
   data += "\r\n";
-  out_.push_back(std::move(data));
+  out_.push_back({std::move(data), credited, std::move(credit)});
   Flush();
 }
 
@@ -453,7 +476,7 @@ template <typename Stream>
 void Session<Stream>::EndStream(uint64_t gen) {
   if (gen != generation_ || !streaming_ || stream_ended_ || closed_) return;
   stream_ended_ = true;
-  out_.push_back("0\r\n\r\n");
+  out_.push_back({"0\r\n\r\n"});
   Flush();
 }
 
@@ -471,7 +494,9 @@ void Session<Stream>::Flush() {
   writing_ = true;
   auto data = std::make_shared<std::string>();
   while (!out_.empty() && data->size() < (1 << 20)) {
-    *data += out_.front();
+    Pending& p = out_.front();
+    *data += p.bytes;
+    if (p.credit) writing_credit_.emplace_back(std::move(p.credit), p.credited);
     out_.pop_front();
   }
   Lowest().expires_after(options_.write_timeout);
@@ -484,6 +509,8 @@ template <typename Stream>
 void Session<Stream>::OnFlushed(beast::error_code ec, size_t n) {
   writing_ = false;
   unread_bytes_ -= static_cast<int64_t>(n);
+  for (auto& [credit, bytes] : writing_credit_) credit->Release(bytes);
+  writing_credit_.clear();
   if (ec) {
     ClientGone(ec == beast::error::timeout
                    ? "the client read nothing for " +
@@ -522,6 +549,9 @@ void Session<Stream>::Close() {
     --server_->busy;
   }
   gone_callbacks_.clear();
+  for (Pending& p : out_) {
+    if (p.credit) p.credit->Release(p.credited);
+  }
   out_.clear();
   beast::error_code ignored;
   Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);

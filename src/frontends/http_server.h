@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/output_credit.h"
 #include "base/status.h"
 
 namespace inflight::frontends {
@@ -76,6 +77,11 @@ class HttpReply {
   // `force` skips the bound (for a last small error event).
   virtual bool Write(std::string data, bool force = false) = 0;
   virtual void EndStream() = 0;
+  // Back-pressure of a streamed reply: its chunks count in this credit from Write until they
+  // are written to the socket; it pauses at a quarter of max_stream_buffer_bytes, stalls after
+  // half of write_timeout paused (a handler adds what it holds for the reply too, and hands
+  // the credit to the engine's request).
+  virtual std::shared_ptr<OutputCredit> output_credit() = 0;
   // fn(reason) runs once if the client disconnects, a write times out or the stream bound
   // is passed before the reply is complete; at once if that has already happened.
   virtual void OnClientGone(std::function<void(const std::string& reason)> fn) = 0;

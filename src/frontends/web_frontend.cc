@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-json StepJson(const IterationStats& s) {
+json StepJson(const serving::EngineStep& s) {
   return {{"iteration", s.iteration},
           {"step_ms", s.step_ms},
           {"forward_ms", s.forward_ms},
@@ -44,7 +44,7 @@ std::string WebFrontend::SnapshotJson(const std::vector<serving::LlmLiveSnapshot
               {"models", json::array()}};
   for (const serving::LlmLiveSnapshot& m : models) {
     json steps = json::array();
-    for (const IterationStats& s : m.steps) steps.push_back(StepJson(s));
+    for (const serving::EngineStep& s : m.steps) steps.push_back(StepJson(s));
     // Requests running = holding state (not queued); paused ones are queued again under
     // max_utilization and show in the last step's count.
     out["models"].push_back({{"model", m.model},

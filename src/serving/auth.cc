@@ -164,7 +164,8 @@ const Authenticator::StoredKey* Authenticator::FindKey(std::string_view presente
 
 std::variant<Principal, AuthFailure> Authenticator::Check(Protocol protocol, ApiGroup group,
                                                           std::string_view authorization,
-                                                          const HeaderLookup& header) const {
+                                                          const HeaderLookup& header,
+                                                          bool server_probe) const {
   const auto& restricted =
       protocol == Protocol::kHttp ? options_.http_restricted : options_.grpc_restricted;
   const StoredKey* key = nullptr;
@@ -181,6 +182,9 @@ std::variant<Principal, AuthFailure> Authenticator::Check(Protocol protocol, Api
     return key ? AuthFailure::kForbidden : AuthFailure::kUnauthenticated;
   }
   if (!keys_required()) return Principal{};
+  if (server_probe && !options_.health_needs_key) {
+    return key ? Principal{key->tenant, key->admin} : Principal{};
+  }
   if (!key) return AuthFailure::kUnauthenticated;
   if (!key->admin && options_.admin_groups.count(group) != 0) return AuthFailure::kForbidden;
   return Principal{key->tenant, key->admin};

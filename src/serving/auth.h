@@ -9,6 +9,9 @@
 //     public or an admin key, and the admin groups (model control, metrics, ... by default)
 //     need an admin key.
 //  3. With no keys and no restriction, everything is open (the tenant is anonymous).
+//  The server's own liveness and readiness probes (not a model's readiness) are open without
+//  a key unless health_needs_key (Kubernetes probes carry none); a restriction of the health
+//  group (rule 1) still applies to them.
 // Keys are kept as SHA-256 digests and compared in constant time.
 #pragma once
 
@@ -67,6 +70,7 @@ struct AuthOptions {
                                      ApiGroup::kStatistics,      ApiGroup::kTrace,
                                      ApiGroup::kLogging,         ApiGroup::kMetrics};
   std::vector<RestrictedApi> http_restricted, grpc_restricted;
+  bool health_needs_key = false;  // --api-key-health: server probes need a key too
 };
 
 enum class Protocol { kHttp, kGrpc };
@@ -90,9 +94,11 @@ class Authenticator {
   // Looks up a header (HTTP) or metadata entry (gRPC) by lower-case name; nullopt if absent.
   using HeaderLookup = std::function<std::optional<std::string>(std::string_view)>;
   // The principal, or why not. `authorization` is the Authorization value ("" if absent).
+  // `server_probe`: the server's liveness/readiness (group kHealth), see the rules above.
   std::variant<Principal, AuthFailure> Check(Protocol protocol, ApiGroup group,
                                              std::string_view authorization,
-                                             const HeaderLookup& header) const;
+                                             const HeaderLookup& header,
+                                             bool server_probe = false) const;
 
  private:
   struct StoredKey {

@@ -1,9 +1,7 @@
 #include "serving/backend.h"
 
 #include "serving/ensemble_backend.h"
-#include "serving/llm_backend.h"
 #include "serving/model_config_util.h"
-#include "serving/text_backends.h"
 
 namespace inflight::serving {
 
@@ -15,20 +13,22 @@ InferResponse ErrorResponse(const Status& error) {
 }
 
 StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConfig& config,
-                                                      const BackendContext& context) {
-  switch (KindOf(config)) {
+                                                      const BackendContext& context,
+                                                      const BackendFactories& factories) {
+  const BackendKind kind = KindOf(config);
+  switch (kind) {
     case BackendKind::kEnsemble:
       if (!config.has_ensemble_scheduling())
         return InvalidArgumentError("platform 'ensemble' needs ensemble_scheduling");
       return CreateEnsembleBackend(config, context);
-    case BackendKind::kLlm:
-      return CreateLlmBackend(config, context);
-    case BackendKind::kTokenizer:
-      return CreateTokenizerBackend(config, context);
-    case BackendKind::kDetokenizer:
-      return CreateDetokenizerBackend(config, context);
     case BackendKind::kBls:
       return CreateBlsBackend(config, context);
+    case BackendKind::kLlm:
+    case BackendKind::kTokenizer:
+    case BackendKind::kDetokenizer:
+      if (auto it = factories.find(kind); it != factories.end() && it->second)
+        return it->second(config, context);
+      break;
     case BackendKind::kUnknown:
       break;
   }

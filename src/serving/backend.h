@@ -2,6 +2,8 @@
 // (preprocessing), the detokenizer (postprocessing) and the ensemble/BLS composer.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "base/status.h"
 #include "model_config.pb.h"
 #include "serving/infer.h"
+#include "serving/model_config_util.h"
 #include "serving/tenancy.h"
 
 namespace inflight {
@@ -62,11 +65,22 @@ class ModelBackend {
   virtual bool LiveSnapshot(LlmLiveSnapshot* /*out*/) const { return false; }
 };
 
-// Chooses the backend from the config: platform "ensemble"; backend "tensorrtllm" (or a python
-// model with the tensorrt_llm inputs); python models with the preprocessing, postprocessing or
-// tensorrt_llm_bls interfaces. INVALID_ARGUMENT naming the field for a bad config.
+// Makes the backend of one kind of model (see KindOf). INVALID_ARGUMENT naming the field for a
+// bad config.
+using BackendFactory = std::function<StatusOr<std::unique_ptr<ModelBackend>>(
+    const inference::ModelConfig& config, const BackendContext& context)>;
+// The backends the core does not implement itself, by kind: the LLM (tensorrtllm), the
+// preprocessing and the postprocessing models. Filled from outside the core (the app, e.g. with
+// LlmBackendFactories of src/backends/llm), so the core never includes a backend.
+using BackendFactories = std::map<BackendKind, BackendFactory>;
+
+// Chooses the backend from the config: platform "ensemble" and the tensorrt_llm_bls python model
+// (the core's own); backend "tensorrtllm" (or a python model with the tensorrt_llm inputs) and
+// python models with the preprocessing or postprocessing interfaces through `factories`.
+// INVALID_ARGUMENT naming the field for a bad config or a kind without a factory.
 StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConfig& config,
-                                                      const BackendContext& context);
+                                                      const BackendContext& context,
+                                                      const BackendFactories& factories);
 
 // Convenience for backends: an error response that ends the request.
 InferResponse ErrorResponse(const Status& error);

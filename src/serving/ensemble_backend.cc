@@ -11,7 +11,8 @@ namespace {
 
 using Step = inference::ModelEnsembling::Step;
 // Ensemble tensor name -> tensor. Shared, not copied: a chain copies its pool for every
-// response of a decoupled step, on the engine thread, and the prompt tensors ride along.
+// response of a decoupled step (on the LLM model's delivery thread), and the prompt tensors
+// ride along.
 using Pool = std::map<std::string, std::shared_ptr<const InferTensor>>;
 
 struct Job {
@@ -78,6 +79,7 @@ class EnsembleBackend : public ModelBackend {
     sub.context = job->request.context;
     sub.usage = job->request.usage;
     sub.tenant = job->request.tenant;
+    sub.output_credit = job->request.output_credit;  // the LLM step pauses on it
     for (const auto& [input, tensor] : step.input_map()) {
       auto it = pool.find(tensor);
       if (it == pool.end()) continue;  // an optional input the client left out

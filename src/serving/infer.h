@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/output_credit.h"
 #include "base/status.h"
 #include "serving/infer_tensor.h"
 
@@ -76,6 +77,10 @@ struct InferRequest {
   // Who sent it (the frontends' access layer: the API key's tenant, or the client address):
   // a `stop` request reaches only the same tenant's requests of that id.
   std::string tenant;
+  // The client's output on its way out (set by a streaming frontend; an ensemble passes it to
+  // its steps): the LLM backend counts its results in it and its engine pauses the request
+  // while the client is behind (see OutputCredit).
+  std::shared_ptr<OutputCredit> output_credit;
 
   const InferTensor* FindInput(const std::string& name) const;
 };
@@ -92,7 +97,8 @@ struct InferResponse {
 };
 
 // Receives a request's responses in order, exactly one with final set. May be called on any
-// thread (the engine thread for LLM responses); must not block for long.
+// serving thread (an LLM model's delivery thread for its responses; never the engine thread,
+// which only pushes into output streams); must not block for long.
 using ResponseSink = std::function<void(InferResponse&&)>;
 
 }  // namespace inflight::serving

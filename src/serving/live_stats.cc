@@ -10,11 +10,11 @@ constexpr auto kRateWindow = std::chrono::seconds(2);
 
 }  // namespace
 
-void LlmLiveStats::AddSteps(const std::vector<IterationStats>& steps) {
+void LlmLiveStats::AddSteps(const std::vector<EngineStep>& steps) {
   int64_t generated = 0;
-  for (const IterationStats& s : steps) generated += s.num_generation_tokens;
+  for (const EngineStep& s : steps) generated += s.num_generation_tokens;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const IterationStats& s : steps) {
+  for (const EngineStep& s : steps) {
     steps_.push_back(s);
     if (steps_.size() > kMaxSteps) steps_.pop_front();
   }
@@ -24,11 +24,11 @@ void LlmLiveStats::AddSteps(const std::vector<IterationStats>& steps) {
     generated_.pop_front();
 }
 
-void LlmLiveStats::AddFinished(const RequestStats& stats) {
-  const double ttft = stats.time_to_first_token_ms();
+void LlmLiveStats::AddFinished(const LlmRequestRecord& stats) {
+  const double ttft = stats.time_to_first_token_ms;
   std::lock_guard<std::mutex> lock(mu_);
   ++num_finished_;
-  if (stats.first_token_time == Clock::time_point{}) return;  // ended before its first token
+  if (ttft < 0) return;  // ended before its first token
   if (ttft_counts_.empty()) ttft_counts_.assign(std::size(kTtftBoundsMs) + 1, 0);
   const size_t bucket = std::lower_bound(std::begin(kTtftBoundsMs), std::end(kTtftBoundsMs), ttft) -
                         std::begin(kTtftBoundsMs);

@@ -11,9 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/executor_config.h"
-#include "engine/request.h"
-#include "kvcache/block_manager.h"
+#include "serving/llm_stats.h"
 
 namespace inflight::serving {
 
@@ -22,8 +20,8 @@ struct LlmLiveSnapshot {
   int32_t max_batch_size = 0, max_num_tokens = 0, tokens_per_block = 0;
   // Now (not per step): requests holding state or running, waiting to start, KV blocks.
   int64_t num_unfinished = 0, num_queued = 0;
-  BlockCounts blocks;
-  std::vector<IterationStats> steps;   // the most recent, oldest first
+  KvBlocks blocks;
+  std::vector<EngineStep> steps;       // the most recent, oldest first
   double generated_tokens_per_s = 0;   // decode tokens over the last two seconds
   int64_t num_finished = 0;            // requests finished since load
   std::vector<double> ttft_bounds_ms;  // histogram upper bounds; one more count for the rest
@@ -34,15 +32,15 @@ class LlmLiveStats {
  public:
   static constexpr size_t kMaxSteps = 120;
 
-  void AddSteps(const std::vector<IterationStats>& steps);
-  void AddFinished(const RequestStats& stats);
+  void AddSteps(const std::vector<EngineStep>& steps);
+  void AddFinished(const LlmRequestRecord& stats);
   // Fills the step, rate and histogram fields of `out`.
   void Fill(LlmLiveSnapshot* out) const;
 
  private:
   using Clock = std::chrono::steady_clock;
   mutable std::mutex mu_;
-  std::deque<IterationStats> steps_;
+  std::deque<EngineStep> steps_;
   std::deque<std::pair<Clock::time_point, int64_t>> generated_;  // (when, tokens) per AddSteps
   int64_t num_finished_ = 0;
   std::vector<int64_t> ttft_counts_;

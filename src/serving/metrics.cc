@@ -8,6 +8,7 @@
 #include <prometheus/text_serializer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -158,9 +159,9 @@ Metrics::Metrics()
 }
 
 void Metrics::RecordEngineSteps(const std::string& model, const std::string& version,
-                                const std::vector<IterationStats>& steps) {
+                                const std::vector<EngineStep>& steps) {
   double step_ms = 0, forward_ms = 0, n = 0;
-  for (const IterationStats& s : steps) {
+  for (const EngineStep& s : steps) {
     if (s.forward_ms <= 0) continue;  // idle loop turns
     step_ms += s.step_ms;
     forward_ms += s.forward_ms;
@@ -208,7 +209,7 @@ void Metrics::SetModelLoadDuration(const std::string& model, const std::string& 
 void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
                            const LlmGaugeInput& in) {
   const Labels l = ModelLabels(model, version);
-  const IterationStats& s = in.last;
+  const EngineStep& s = in.last;
   const int32_t scheduled = s.num_scheduled_context + s.num_scheduled_generation;
   auto req = [&](const char* type, double v) {
     f_->trt_request->Add(With(l, "request_type", type)).Set(v);
@@ -260,24 +261,21 @@ void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
 }
 
 void Metrics::ObserveLlmRequest(const std::string& model, const std::string& version,
-                                const RequestStats& st) {
+                                const LlmRequestRecord& st) {
   const Labels l = ModelLabels(model, version);
   f_->input_len->Add(With(l, "response_metric_type", "total_input_tokens"), kTokenBuckets)
       .Observe(st.num_prompt_tokens);
   f_->output_len->Add(With(l, "response_metric_type", "total_output_tokens"), kTokenBuckets)
       .Observe(st.num_generated_tokens);
-  if (st.first_scheduled_time != Clock::time_point{})
-    f_->queue->Add(l, kLatencyBuckets).Observe(st.queue_ms() / 1000);
+  if (st.queue_ms >= 0) f_->queue->Add(l, kLatencyBuckets).Observe(st.queue_ms / 1000);
   // Created at a model's first finished request, so both show (at 0) for every LLM model.
   f_->draft_tokens->Add(l).Increment(st.num_draft_tokens);
   f_->accepted_draft_tokens->Add(l).Increment(st.num_accepted_draft_tokens);
-  if (st.first_token_time != Clock::time_point{}) {
-    f_->ttft->Add(l, kLatencyBuckets).Observe(st.time_to_first_token_ms() / 1000);
-    f_->e2e->Add(l, kLatencyBuckets)
-        .Observe(std::chrono::duration<double>(st.last_token_time - st.arrival_time).count());
+  if (st.time_to_first_token_ms >= 0) {
+    f_->ttft->Add(l, kLatencyBuckets).Observe(st.time_to_first_token_ms / 1000);
+    f_->e2e->Add(l, kLatencyBuckets).Observe(st.end_to_end_ms / 1000);
     if (st.num_generated_tokens > 1) {
-      f_->itl->Add(l, kLatencyBuckets)
-          .Observe(st.decode_ms() / 1000 / (st.num_generated_tokens - 1));
+      f_->itl->Add(l, kLatencyBuckets).Observe(st.decode_ms / 1000 / (st.num_generated_tokens - 1));
     }
   }
 }

@@ -8,10 +8,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
-#include "engine/executor_config.h"
-#include "engine/request.h"
-#include "kvcache/block_manager.h"
+#include "serving/llm_stats.h"
 
 namespace prometheus {
 class Registry;
@@ -39,9 +38,9 @@ struct InferenceRecord {
 // What the LLM backend's stats thread reads from the executor.
 struct LlmGaugeInput {
   bool has_iteration = false;
-  IterationStats last;     // the newest step
+  EngineStep last;         // the newest step
   int32_t max_active = 0;  // max_batch_size of the executor
-  BlockCounts blocks;
+  KvBlocks blocks;
   int32_t tokens_per_block = 0;
   bool static_batching = false;
   int64_t num_queued = 0;
@@ -59,10 +58,10 @@ class Metrics {
   void SetLlmGauges(const std::string& model, const std::string& version, const LlmGaugeInput& in);
   // Engine steps since the last call: counts, step time and the forward pass's share of it.
   void RecordEngineSteps(const std::string& model, const std::string& version,
-                         const std::vector<IterationStats>& steps);
+                         const std::vector<EngineStep>& steps);
   // One finished LLM request: token-length and latency histograms.
   void ObserveLlmRequest(const std::string& model, const std::string& version,
-                         const RequestStats& stats);
+                         const LlmRequestRecord& stats);
 
   // The text exposition format (refreshes the CPU gauges first).
   std::string Serialize();

@@ -7,8 +7,10 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -21,6 +23,36 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// A failed load as a client sees it: paths inside the repository named relative to it (the
+// server's own log keeps the full ones), and a truncated or corrupt file (DATA_LOSS) an
+// INVALID_ARGUMENT like every other bad file of the repository (HTTP 400, not 500).
+Status ForClients(const Status& s, const std::string& repository) {
+  if (s.ok()) return s;
+  std::set<std::string, std::greater<>> prefixes;  // longer ones first, where one holds another
+  std::error_code ec;
+  for (fs::path p :
+       {fs::path(repository), fs::absolute(repository, ec), fs::weakly_canonical(repository, ec)}) {
+    std::string text = p.lexically_normal().string();
+    while (text.size() > 1 && text.back() == '/') text.pop_back();
+    if (!text.empty() && text != "." && text != "/") prefixes.insert(text + "/");
+  }
+  std::string m = s.message();
+  for (const std::string& prefix : prefixes) {
+    for (size_t at = m.find(prefix); at != std::string::npos; at = m.find(prefix, at)) {
+      const char before = at == 0 ? ' ' : m[at - 1];
+      if (std::isalnum(static_cast<unsigned char>(before)) || before == '_' || before == '-' ||
+          before == '.' || before == '/') {
+        at += prefix.size();
+        continue;
+      }
+      m.erase(at, prefix.size());
+    }
+  }
+  const StatusCode code =
+      s.code() == StatusCode::kDataLoss ? StatusCode::kInvalidArgument : s.code();
+  return Status(code, std::move(m));
+}
 
 uint64_t NsSince(Clock::time_point t) {
   return static_cast<uint64_t>(
@@ -309,7 +341,10 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
   std::shared_ptr<Entry> e = entry;
   // A failed load leaves a serving model as it was; a name with no folder in the repository
   // leaves no trace in the index.
-  auto fail = [&](const Status& s) {
+  auto fail = [&](const Status& full) {
+    if (full.message() != ForClients(full, options_.repository).message())
+      INFLIGHT_LOG(kWarning) << "failed to load '" << name << "': " << full.message();
+    const Status s = ForClients(full, options_.repository);
     std::error_code ec;
     if (!e->versions.empty()) return s;
     if (!fs::is_directory(dir, ec)) {
@@ -409,7 +444,7 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
     ctx.request_limits = options_.request_limits;
     // Backends load outside the lock (a model file may take seconds).
     lock.unlock();
-    auto backend = CreateBackend(config, ctx);
+    auto backend = CreateBackend(config, ctx, options_.backends);
     lock.lock();
     if (!backend.ok()) return fail(backend.status());
     auto l = std::make_shared<Loaded>();

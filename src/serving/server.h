@@ -35,6 +35,8 @@ struct ServerOptions {
   // Folders besides the repository that the files a model config names may lie in.
   std::vector<std::string> allowed_model_paths;
   RequestLimits request_limits;  // every LLM model checks its requests against these
+  // The backends besides the core's own (ensemble, BLS): e.g. LlmBackendFactories().
+  BackendFactories backends;
 };
 
 struct TensorMetadata {

@@ -5,7 +5,13 @@
 // exists and whose custom metric a prometheus-adapter rule makes from a series the server
 // exports, and a leader-mode hostfile with one line per StatefulSet pod.
 //
-//   node check_k8s_manifests.mjs DIR [--metrics FILE]   (FILE: a /metrics page of the server)
+// The server runs with API keys: its key file (--api-key-file) must lie in a mounted Secret
+// that the manifests define and that holds that file. With --server URL (a server started with
+// a key), every probe's health path is fetched WITHOUT a key and must answer 200, as a keyed
+// server's pods must become ready on probes that carry none.
+//
+//   node check_k8s_manifests.mjs DIR [--metrics FILE] [--server URL]
+//   (FILE: a /metrics page of the server; URL: e.g. http://127.0.0.1:8000 of a keyed server)
 // Exit 0 when every check passes; each failure is printed.
 import fs from "node:fs";
 import path from "node:path";
@@ -26,6 +32,7 @@ const models = {
 const args = process.argv.slice(2);
 const dir = args[0];
 const metricsFile = args.includes("--metrics") ? args[args.indexOf("--metrics") + 1] : null;
+const serverUrl = args.includes("--server") ? args[args.indexOf("--server") + 1] : null;
 const failures = [];
 let checks = 0;
 const check = (ok, what) => {
@@ -58,6 +65,9 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml")).sort()
 
 const workloads = docs.filter((d) => ["Deployment", "StatefulSet"].includes(d.obj.kind));
 const configMaps = docs.filter((d) => d.obj.kind === "ConfigMap");
+const secrets = docs.filter((d) => d.obj.kind === "Secret");
+// Health paths the probes fetch, to try on a real server: [where, path].
+const probePaths = [];
 
 // Probe helpers: an HTTP probe's path, or the command of an exec probe.
 const probeText = (p) => (p?.httpGet ? p.httpGet.path : (p?.exec?.command ?? []).join(" "));
@@ -80,6 +90,34 @@ for (const { where, obj } of workloads) {
   check(probeText(server.readinessProbe).includes("/v2/health/ready"), `${where}: the readiness probe must use /v2/health/ready`);
   for (const p of [server.livenessProbe, server.readinessProbe, server.startupProbe]) {
     if (p?.httpGet) check(portNumber(server, p.httpGet.port) === 8000, `${where}: an HTTP probe is not on the HTTP port 8000`);
+    for (const m of probeText(p).matchAll(/\/v2\/health\/[a-z]+/g)) probePaths.push([where, m[0]]);
+  }
+  // API keys: the server's command line (its args, or the script its command runs) names a key
+  // file inside a mounted Secret that holds it.
+  const script = (server.command ?? []).join(" ");
+  const scriptText = configMaps
+    .flatMap((c) => Object.entries(c.obj.data ?? {}))
+    .filter(([name]) => script.includes(name))
+    .map(([, text]) => text)
+    .join("\n");
+  const cmdline = [...(server.command ?? []), ...(server.args ?? [])].join(" ") + "\n" + scriptText;
+  const keyFile = /--api-key-file[= ]+["']?([^\s"']+)/.exec(cmdline)?.[1];
+  check(keyFile !== undefined, `${where}: the server runs without --api-key-file (anyone who reaches it may call it)`);
+  if (keyFile) {
+    const mounts = (server.volumeMounts ?? []).filter((m) => keyFile.startsWith(m.mountPath.replace(/\/?$/, "/")));
+    const mount = mounts.sort((a, b) => b.mountPath.length - a.mountPath.length)[0];
+    check(mount !== undefined, `${where}: the key file ${keyFile} is not under any volumeMount`);
+    const volume = mount && (spec.template.spec.volumes ?? []).find((v) => v.name === mount.name);
+    check(!mount || volume?.secret, `${where}: the key file ${keyFile} is not mounted from a Secret`);
+    if (volume?.secret) {
+      const secret = secrets.find((d) => d.obj.metadata?.name === volume.secret.secretName);
+      check(secret !== undefined, `${where}: the Secret ${volume.secret.secretName} of the key file is not defined`);
+      const file = keyFile.slice(mount.mountPath.replace(/\/?$/, "/").length);
+      const items = volume.secret.items;
+      const key = items ? items.find((i) => i.path === file)?.key : file;
+      const held = { ...(secret?.obj.data ?? {}), ...(secret?.obj.stringData ?? {}) };
+      check(!secret || (key !== undefined && key in held), `${where}: the Secret ${volume.secret.secretName} holds no ${file} (the key file ${keyFile})`);
+    }
   }
   if (obj.kind === "StatefulSet") {
     // Leader mode: the hostfile lists every pod, in rank order, by its stable name.
@@ -126,6 +164,17 @@ for (const { where, obj } of docs.filter((d) => d.obj.kind === "HorizontalPodAut
       const series = /^([a-zA-Z_:][a-zA-Z0-9_:]*)/.exec(rule.seriesQuery)[1];
       check(exported.has(series), `${where}: the server exports no series ${series}`);
     }
+  }
+}
+
+if (serverUrl) {
+  // The server under test requires a key (else this proves nothing)...
+  const guarded = await fetch(`${serverUrl}/v2`).then((r) => r.status, (e) => e.message);
+  check(guarded === 401, `${serverUrl}/v2 without a key answered ${guarded}, not 401: start the server with a key`);
+  // ...and still answers every probe, which carries none.
+  for (const [where, p] of probePaths) {
+    const status = await fetch(`${serverUrl}${p}`).then((r) => r.status, (e) => e.message);
+    check(status === 200, `${where}: the probe path ${p} answers ${status} without a key: a keyed server's pods would never become ready`);
   }
 }
 

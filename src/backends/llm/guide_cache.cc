@@ -1,4 +1,4 @@
-#include "serving/guide_cache.h"
+#include "backends/llm/guide_cache.h"
 
 #include "tokenizer/tokenizer.h"
 

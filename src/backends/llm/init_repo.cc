@@ -1,4 +1,4 @@
-#include "serving/init_repo.h"
+#include "backends/llm/init_repo.h"
 
 #include <filesystem>
 #include <fstream>

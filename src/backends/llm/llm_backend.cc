@@ -1,4 +1,4 @@
-#include "serving/llm_backend.h"
+#include "backends/llm/llm_backend.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +10,12 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backends/llm/guide_cache.h"
+#include "backends/llm/llm_inputs.h"
+#include "backends/llm/llm_params.h"
+#include "backends/llm/llm_stats.h"
+#include "backends/llm/lora_cache.h"
+#include "backends/llm/text_backends.h"
 #include "base/logging.h"
 #include "base/serial_worker.h"
 #include "engine/executor.h"
@@ -17,15 +23,11 @@
 #include "model/model.h"
 #include "parallel/mpi_process.h"
 #include "parallel/parallel_runner.h"
-#include "serving/guide_cache.h"
 #include "serving/live_stats.h"
-#include "serving/llm_inputs.h"
-#include "serving/lora_cache.h"
 #include "serving/metrics.h"
 #include "serving/model_config_util.h"
 #include "serving/model_paths.h"
 #include "serving/tenancy.h"
-#include "serving/text_backends.h"
 #include "serving/word_list.h"
 
 namespace inflight::serving {
@@ -107,15 +109,9 @@ void AddPerfMetrics(const RequestStats& st, InferResponse* resp) {
 // (it only falls that far behind when the process is starved; frontends bound their own
 // clients' unread output much lower).
 constexpr size_t kMaxUnreadResultBytes = 256 << 20;
-
-struct LlmParams {
-  ExecutorConfig executor;
-  int64_t lora_cache_bytes = int64_t{1} << 30;  // lora_cache_host_memory_bytes
-  bool exclude_input_in_output = false;
-  int64_t stats_period_ms = 100;
-  bool unbounded_queue = false;       // max_queue_size < 0
-  parallel::ParallelConfig parallel;  // tensor_parallel_size, pipeline_parallel_size, ...
-};
+// A request that came without an OutputCredit (no frontend counts its client's unread output)
+// still pauses while this much of its results waits for the delivery thread.
+constexpr int64_t kPauseUnreadResultBytes = 4 << 20;
 
 // What one Triton request became in the executor: one executor request per batch row.
 struct Pending {
@@ -186,7 +182,7 @@ class LlmBackend : public ModelBackend {
     out->tokens_per_block = params_.executor.tokens_per_block;
     out->num_unfinished = executor_->num_unfinished_requests();
     out->num_queued = executor_->num_queued_requests();
-    out->blocks = executor_->KvBlockCounts();
+    out->blocks = ToKvBlocks(executor_->KvBlockCounts());
     live_stats_.Fill(out);
     return true;
   }
@@ -328,6 +324,8 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   p->cancel = r.cancel;
   p->usage = r.usage;
   p->rows_outstanding = batch;
+  const std::shared_ptr<OutputCredit> credit =
+      r.output_credit ? r.output_credit : std::make_shared<OutputCredit>(kPauseUnreadResultBytes);
   for (int64_t b = 0; b < batch; ++b) {
     Request& row = rows[b];
     // Beam search returns its beams together in one response ([1, beams, L]).
@@ -335,12 +333,27 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     p->return_log_probs = row.return_log_probs;
     // The engine thread only pushes into the row's output stream; its notification schedules
     // the response path on delivery_ (weak: the stream must not own itself).
+    // Back-pressure: the row's results count in the request's output credit (the frontend's,
+    // which also counts what waits on the connection) from the engine's push until the
+    // response path has handed them on; the engine pauses the row while it is past its bound.
     auto stream = std::make_shared<OutputStream>(kMaxUnreadResultBytes);
+    stream->SetCredit(credit);
     stream->SetNotify([this, p, b, weak = std::weak_ptr<OutputStream>(stream)] {
       auto s = weak.lock();  // alive: the executor is pushing into it
       if (!s) return;
       delivery_.Post([this, p, b, s] {
-        for (Result& r : s->Take()) {
+        std::vector<Result> results = s->Take(/*keep_credit=*/true);
+        int64_t held = 0;
+        for (const Result& r : results) held += static_cast<int64_t>(OutputStream::ResultBytes(r));
+        // Released once the frontend has counted the responses (the sinks run synchronously).
+        struct ReleaseAtEnd {
+          OutputCredit* credit;
+          int64_t bytes;
+          ~ReleaseAtEnd() {
+            if (bytes > 0) credit->Release(bytes);
+          }
+        } release{s->credit().get(), held};
+        for (Result& r : results) {
           if (r.is_final && s->overflowed() && r.error.ok()) {
             r.error = ResourceExhaustedError("the server's response path fell behind (more than " +
                                              std::to_string(kMaxUnreadResultBytes) +
@@ -630,10 +643,9 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
         }
       }
     }
-    if (context_.metrics) {
-      context_.metrics->ObserveLlmRequest(p->model_name, p->version, res.stats);
-    }
-    live_stats_.AddFinished(res.stats);
+    const LlmRequestRecord record = ToRequestRecord(res.stats);
+    if (context_.metrics) context_.metrics->ObserveLlmRequest(p->model_name, p->version, record);
+    live_stats_.AddFinished(record);
     if (p->usage)
       p->usage->Add(static_cast<int64_t>(res.stats.num_prompt_tokens) +
                     res.stats.num_generated_tokens);
@@ -644,6 +656,8 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   } else if (res.finish_reason == FinishReason::kCancelled && unloading_ && p->failure.ok()) {
     p->failure =
         UnavailableError("the model was unloaded (server shutdown) before the request finished");
+  } else if (res.error.code() == StatusCode::kCancelled && p->failure.ok()) {
+    p->failure = res.error;  // its client left it paused too long (the reason is the message)
   } else if (!res.error.ok() && p->failure.ok()) {
     p->failure =
         InternalError("Executor failed process requestId " + std::to_string(res.request_id) +
@@ -732,14 +746,14 @@ void LlmBackend::StatsLoop() {
     stats_cv_.wait_for(lock, std::chrono::milliseconds(params_.stats_period_ms));
     if (stop_) break;
     lock.unlock();
-    auto stats = executor_->GetLatestIterationStats();
+    const std::vector<EngineStep> stats = ToEngineSteps(executor_->GetLatestIterationStats());
     live_stats_.AddSteps(stats);
     if (context_.metrics) {
       LlmGaugeInput g;
       g.has_iteration = !stats.empty();
       if (!stats.empty()) g.last = stats.back();
       g.max_active = params_.executor.max_batch_size;
-      g.blocks = executor_->KvBlockCounts();
+      g.blocks = ToKvBlocks(executor_->KvBlockCounts());
       g.tokens_per_block = params_.executor.tokens_per_block;
       g.static_batching = params_.executor.batching == BatchingStrategy::kStatic;
       g.num_queued = executor_->num_unfinished_requests();
@@ -751,123 +765,7 @@ void LlmBackend::StatsLoop() {
   }
 }
 
-StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
-  LlmParams p;
-  ExecutorConfig& e = p.executor;
-  auto type = GetParameter(config, "gpt_model_type");
-  if (!type)
-    return InvalidArgumentError("parameter gpt_model_type (batching_strategy) is required");
-  if (*type == "inflight_fused_batching" || *type == "inflight_batching") {
-    e.batching = BatchingStrategy::kInflight;
-  } else if (*type == "V1" || *type == "v1" || *type == "static") {
-    e.batching = BatchingStrategy::kStatic;
-  } else {
-    return InvalidArgumentError("parameter gpt_model_type: '" + *type +
-                                "' is not one of inflight_fused_batching, inflight_batching, V1");
-  }
-  if (auto policy = GetParameter(config, "batch_scheduler_policy")) {
-    auto pol = CapacityPolicyFromName(*policy);
-    if (!pol.ok())
-      return InvalidArgumentError("parameter batch_scheduler_policy: " + pol.status().message());
-    e.policy = *pol;
-  }
-  const int64_t max_beam_width = GetIntParameter(config, "max_beam_width", 1);
-  if (max_beam_width < 1 || max_beam_width > kMaxBeamWidth) {
-    return InvalidArgumentError("parameter max_beam_width: must be in [1, " +
-                                std::to_string(kMaxBeamWidth) + "]");
-  }
-  e.max_beam_width = static_cast<int32_t>(max_beam_width);
-  if (auto mode = GetParameter(config, "speculative_decoding_mode")) {
-    auto m = SpeculativeModeFromName(*mode);
-    if (!m.ok())
-      return InvalidArgumentError("parameter speculative_decoding_mode: " + m.status().message());
-    e.speculative_mode = *m;
-  }
-  e.max_draft_tokens =
-      static_cast<int32_t>(GetIntParameter(config, "max_draft_len", e.max_draft_tokens));
-  e.prompt_lookup_ngram = static_cast<int32_t>(
-      GetIntParameter(config, "prompt_lookup_max_ngram", e.prompt_lookup_ngram));
-  e.max_tokens_in_paged_kv_cache = GetIntParameter(config, "max_tokens_in_paged_kv_cache", 0);
-  e.kv_cache_free_mem_fraction = GetDoubleParameter(config, "kv_cache_free_gpu_mem_fraction", 0.9);
-  e.enable_kv_cache_reuse = GetBoolParameter(config, "enable_kv_cache_reuse", true);
-  e.enable_chunked_context = GetBoolParameter(config, "enable_chunked_context", false);
-  e.max_num_tokens =
-      static_cast<int32_t>(GetIntParameter(config, "max_num_tokens", e.max_num_tokens));
-  e.max_batch_size =
-      static_cast<int32_t>(GetIntParameter(config, "max_batch_size", e.max_batch_size));
-  e.tokens_per_block =
-      static_cast<int32_t>(GetIntParameter(config, "tokens_per_block", e.tokens_per_block));
-  e.num_threads = static_cast<int32_t>(
-      GetIntParameter(config, "num_threads", std::max(1u, std::thread::hardware_concurrency())));
-  const int64_t queue = config.has_dynamic_batching()
-                            ? config.dynamic_batching().default_queue_policy().max_queue_size()
-                            : 0;
-  e.max_queue_size = static_cast<int32_t>(GetIntParameter(config, "max_queue_size", queue));
-  p.unbounded_queue = e.max_queue_size < 0;
-  if (p.unbounded_queue) e.max_queue_size = 0;
-  if (auto kv = GetParameter(config, "kv_cache_dtype")) {
-    auto dt = DTypeFromName(*kv);
-    if (!dt)
-      return InvalidArgumentError("parameter kv_cache_dtype: '" + *kv +
-                                  "' is not f16, bf16 or f32");
-    e.kv_dtype = *dt;
-  }
-  p.exclude_input_in_output = GetBoolParameter(config, "exclude_input_in_output", false);
-  p.lora_cache_bytes = GetIntParameter(config, "lora_cache_host_memory_bytes", p.lora_cache_bytes);
-  if (p.lora_cache_bytes < 1)
-    return InvalidArgumentError("parameter lora_cache_host_memory_bytes must be >= 1");
-  p.stats_period_ms = std::max<int64_t>(10, GetIntParameter(config, "stats_check_period_ms", 100));
-  const auto int32_parameter = [&](const char* name, int64_t fallback, int32_t* out) -> Status {
-    const int64_t v = GetIntParameter(config, name, fallback);
-    if (v < 0 || v > 1 << 20)
-      return InvalidArgumentError(std::string("parameter ") + name + " is out of range");
-    *out = static_cast<int32_t>(v);
-    return OkStatus();
-  };
-  RETURN_IF_ERROR(int32_parameter("tensor_parallel_size", 1, &p.parallel.tp_size));
-  RETURN_IF_ERROR(int32_parameter("pipeline_parallel_size", 1, &p.parallel.pp_size));
-  RETURN_IF_ERROR(int32_parameter("pipeline_micro_batches", 0, &p.parallel.micro_batches));
-  p.parallel.share_host_cores = !GetParameter(config, "num_threads").has_value();
-  p.parallel.heartbeat_ms =
-      GetIntParameter(config, "parallel_heartbeat_ms", p.parallel.heartbeat_ms);
-  p.parallel.failure_timeout_ms =
-      GetIntParameter(config, "parallel_failure_timeout_ms", p.parallel.failure_timeout_ms);
-  if (Status ps = p.parallel.Validate(); !ps.ok())
-    return InvalidArgumentError("parameter " + ps.message());
-  Status s = e.Validate();
-  if (!s.ok()) return s;
-  return p;
-}
-
 }  // namespace
-
-// Leader mode (started by mpirun): the world's ranks; orchestrator mode: workers spawned
-// for this model (executor_worker_path, default this program).
-StatusOr<std::unique_ptr<parallel::ParallelModelRunner>> CreateParallelRunner(
-    const inference::ModelConfig& config, const BackendContext& context,
-    const std::string& model_path, const LlmParams& params, bool* holds_world) {
-  const int ranks = params.parallel.tp_size * params.parallel.pp_size;
-  MPI_Comm comm = MPI_COMM_NULL;
-  if (parallel::LaunchedByMpirun() && parallel::WorldSize() > 1) {
-    ASSIGN_OR_RETURN(comm, parallel::ClaimWorld(ranks, context.model_name));
-    *holds_world = true;
-  } else {
-    std::error_code ec;
-    std::string worker = fs::read_symlink("/proc/self/exe", ec).string();
-    if (auto p = GetParameter(config, "executor_worker_path"); p && !p->empty()) {
-      ASSIGN_OR_RETURN(worker, ConfinedPath("executor_worker_path", *p, context.model_dir,
-                                            context.allowed_roots));
-    }
-    ASSIGN_OR_RETURN(comm, parallel::SpawnWorkers(ranks - 1, worker));
-  }
-  auto runner =
-      parallel::ParallelModelRunner::Create(comm, model_path, params.executor, params.parallel);
-  if (!runner.ok() && *holds_world) {
-    parallel::ReleaseWorld();
-    *holds_world = false;
-  }
-  return runner;
-}
 
 StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelConfig& config,
                                                          const BackendContext& context) {
@@ -949,6 +847,12 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
                         << tok.status().message() << "): the OpenAI API cannot name it directly";
   }
   return std::unique_ptr<ModelBackend>(std::move(backend));
+}
+
+BackendFactories LlmBackendFactories() {
+  return {{BackendKind::kLlm, CreateLlmBackend},
+          {BackendKind::kTokenizer, CreateTokenizerBackend},
+          {BackendKind::kDetokenizer, CreateDetokenizerBackend}};
 }
 
 }  // namespace inflight::serving

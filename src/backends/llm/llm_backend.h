@@ -1,5 +1,6 @@
 // The `tensorrt_llm` model: tensors in, the in-flight batching executor, tensors out, with
-// the reference backend's input/output names, parameters, validation and messages.
+// the reference backend's input/output names, parameters, validation and messages. Also the
+// factories of every backend in src/backends/llm.
 #pragma once
 
 #include <memory>
@@ -12,5 +13,9 @@ namespace inflight::serving {
 // not load.
 StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelConfig& config,
                                                          const BackendContext& context);
+
+// The backends of this library for ServerOptions::backends: the tensorrt_llm model and the
+// preprocessing (tokenizer) and postprocessing (detokenizer) python models.
+BackendFactories LlmBackendFactories();
 
 }  // namespace inflight::serving

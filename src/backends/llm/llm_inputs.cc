@@ -1,4 +1,4 @@
-#include "serving/llm_inputs.h"
+#include "backends/llm/llm_inputs.h"
 
 #include <climits>
 #include <cmath>
@@ -87,8 +87,8 @@ Status ReadGuide(const InferRequest& r, int64_t row, GuideCache* guides, Request
   return OkStatus();
 }
 
-Status ReadLora(const InferRequest& r, int64_t row, const ModelConfig& c, LoraCache& loras,
-                Request* q) {
+Status ReadLora(const InferRequest& r, int64_t row, const inflight::ModelConfig& c,
+                LoraCache& loras, Request* q) {
   const InferTensor* id_t = r.FindInput("lora_task_id");
   const InferTensor* w_t = r.FindInput("lora_weights");
   const InferTensor* c_t = r.FindInput("lora_config");
@@ -163,7 +163,8 @@ Status ReadPromptTable(const InferRequest& r, int64_t row, int32_t hidden, Reque
   return OkStatus();
 }
 
-StatusOr<int> PrefetchLoras(const std::string& dir, const ModelConfig& c, LoraCache& loras) {
+StatusOr<int> PrefetchLoras(const std::string& dir, const inflight::ModelConfig& c,
+                            LoraCache& loras) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))

@@ -7,12 +7,12 @@
 #include <optional>
 #include <string>
 
+#include "backends/llm/guide_cache.h"
+#include "backends/llm/lora_cache.h"
 #include "base/status.h"
 #include "engine/request.h"
 #include "model/model_config.h"
-#include "serving/guide_cache.h"
 #include "serving/infer.h"
-#include "serving/lora_cache.h"
 
 namespace inflight::serving {
 
@@ -24,12 +24,13 @@ Status ReadDraftLogits(const InferRequest& r, int64_t row, int32_t vocab, Reques
 // guided_decoding_guide_type / guided_decoding_guide; `guides` null: no tokenizer.
 Status ReadGuide(const InferRequest& r, int64_t row, GuideCache* guides, Request* q);
 // lora_task_id (+ lora_weights and lora_config on first use, cached in `loras`).
-Status ReadLora(const InferRequest& r, int64_t row, const ModelConfig& c, LoraCache& loras,
-                Request* q);
+Status ReadLora(const InferRequest& r, int64_t row, const inflight::ModelConfig& c,
+                LoraCache& loras, Request* q);
 // prompt_embedding_table [rows, hidden] and prompt_vocab_size.
 Status ReadPromptTable(const InferRequest& r, int64_t row, int32_t hidden, Request* q);
 
 // lora_prefetch_dir: caches the PEFT adapter of every subfolder named by a task id.
-StatusOr<int> PrefetchLoras(const std::string& dir, const ModelConfig& c, LoraCache& loras);
+StatusOr<int> PrefetchLoras(const std::string& dir, const inflight::ModelConfig& c,
+                            LoraCache& loras);
 
 }  // namespace inflight::serving

@@ -1,4 +1,4 @@
-#include "serving/lora_cache.h"
+#include "backends/llm/lora_cache.h"
 
 namespace inflight::serving {
 

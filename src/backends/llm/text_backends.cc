@@ -1,4 +1,4 @@
-#include "serving/text_backends.h"
+#include "backends/llm/text_backends.h"
 
 #include <cmath>
 #include <filesystem>

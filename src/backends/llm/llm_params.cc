@@ -1,0 +1,129 @@
+#include "backends/llm/llm_params.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "parallel/mpi_process.h"
+#include "serving/model_config_util.h"
+#include "serving/model_paths.h"
+
+namespace inflight::serving {
+
+namespace fs = std::filesystem;
+
+StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
+  LlmParams p;
+  ExecutorConfig& e = p.executor;
+  auto type = GetParameter(config, "gpt_model_type");
+  if (!type)
+    return InvalidArgumentError("parameter gpt_model_type (batching_strategy) is required");
+  if (*type == "inflight_fused_batching" || *type == "inflight_batching") {
+    e.batching = BatchingStrategy::kInflight;
+  } else if (*type == "V1" || *type == "v1" || *type == "static") {
+    e.batching = BatchingStrategy::kStatic;
+  } else {
+    return InvalidArgumentError("parameter gpt_model_type: '" + *type +
+                                "' is not one of inflight_fused_batching, inflight_batching, V1");
+  }
+  if (auto policy = GetParameter(config, "batch_scheduler_policy")) {
+    auto pol = CapacityPolicyFromName(*policy);
+    if (!pol.ok())
+      return InvalidArgumentError("parameter batch_scheduler_policy: " + pol.status().message());
+    e.policy = *pol;
+  }
+  const int64_t max_beam_width = GetIntParameter(config, "max_beam_width", 1);
+  if (max_beam_width < 1 || max_beam_width > kMaxBeamWidth) {
+    return InvalidArgumentError("parameter max_beam_width: must be in [1, " +
+                                std::to_string(kMaxBeamWidth) + "]");
+  }
+  e.max_beam_width = static_cast<int32_t>(max_beam_width);
+  if (auto mode = GetParameter(config, "speculative_decoding_mode")) {
+    auto m = SpeculativeModeFromName(*mode);
+    if (!m.ok())
+      return InvalidArgumentError("parameter speculative_decoding_mode: " + m.status().message());
+    e.speculative_mode = *m;
+  }
+  e.max_draft_tokens =
+      static_cast<int32_t>(GetIntParameter(config, "max_draft_len", e.max_draft_tokens));
+  e.prompt_lookup_ngram = static_cast<int32_t>(
+      GetIntParameter(config, "prompt_lookup_max_ngram", e.prompt_lookup_ngram));
+  e.max_tokens_in_paged_kv_cache = GetIntParameter(config, "max_tokens_in_paged_kv_cache", 0);
+  e.kv_cache_free_mem_fraction = GetDoubleParameter(config, "kv_cache_free_gpu_mem_fraction", 0.9);
+  e.enable_kv_cache_reuse = GetBoolParameter(config, "enable_kv_cache_reuse", true);
+  e.enable_chunked_context = GetBoolParameter(config, "enable_chunked_context", false);
+  e.max_num_tokens =
+      static_cast<int32_t>(GetIntParameter(config, "max_num_tokens", e.max_num_tokens));
+  e.max_batch_size =
+      static_cast<int32_t>(GetIntParameter(config, "max_batch_size", e.max_batch_size));
+  e.tokens_per_block =
+      static_cast<int32_t>(GetIntParameter(config, "tokens_per_block", e.tokens_per_block));
+  e.num_threads = static_cast<int32_t>(
+      GetIntParameter(config, "num_threads", std::max(1u, std::thread::hardware_concurrency())));
+  const int64_t queue = config.has_dynamic_batching()
+                            ? config.dynamic_batching().default_queue_policy().max_queue_size()
+                            : 0;
+  e.max_queue_size = static_cast<int32_t>(GetIntParameter(config, "max_queue_size", queue));
+  p.unbounded_queue = e.max_queue_size < 0;
+  if (p.unbounded_queue) e.max_queue_size = 0;
+  if (auto kv = GetParameter(config, "kv_cache_dtype")) {
+    auto dt = DTypeFromName(*kv);
+    if (!dt)
+      return InvalidArgumentError("parameter kv_cache_dtype: '" + *kv +
+                                  "' is not f16, bf16 or f32");
+    e.kv_dtype = *dt;
+  }
+  p.exclude_input_in_output = GetBoolParameter(config, "exclude_input_in_output", false);
+  p.lora_cache_bytes = GetIntParameter(config, "lora_cache_host_memory_bytes", p.lora_cache_bytes);
+  if (p.lora_cache_bytes < 1)
+    return InvalidArgumentError("parameter lora_cache_host_memory_bytes must be >= 1");
+  p.stats_period_ms = std::max<int64_t>(10, GetIntParameter(config, "stats_check_period_ms", 100));
+  const auto int32_parameter = [&](const char* name, int64_t fallback, int32_t* out) -> Status {
+    const int64_t v = GetIntParameter(config, name, fallback);
+    if (v < 0 || v > 1 << 20)
+      return InvalidArgumentError(std::string("parameter ") + name + " is out of range");
+    *out = static_cast<int32_t>(v);
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(int32_parameter("tensor_parallel_size", 1, &p.parallel.tp_size));
+  RETURN_IF_ERROR(int32_parameter("pipeline_parallel_size", 1, &p.parallel.pp_size));
+  RETURN_IF_ERROR(int32_parameter("pipeline_micro_batches", 0, &p.parallel.micro_batches));
+  p.parallel.share_host_cores = !GetParameter(config, "num_threads").has_value();
+  p.parallel.heartbeat_ms =
+      GetIntParameter(config, "parallel_heartbeat_ms", p.parallel.heartbeat_ms);
+  p.parallel.failure_timeout_ms =
+      GetIntParameter(config, "parallel_failure_timeout_ms", p.parallel.failure_timeout_ms);
+  if (Status ps = p.parallel.Validate(); !ps.ok())
+    return InvalidArgumentError("parameter " + ps.message());
+  Status s = e.Validate();
+  if (!s.ok()) return s;
+  return p;
+}
+
+StatusOr<std::unique_ptr<parallel::ParallelModelRunner>> CreateParallelRunner(
+    const inference::ModelConfig& config, const BackendContext& context,
+    const std::string& model_path, const LlmParams& params, bool* holds_world) {
+  const int ranks = params.parallel.tp_size * params.parallel.pp_size;
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (parallel::LaunchedByMpirun() && parallel::WorldSize() > 1) {
+    ASSIGN_OR_RETURN(comm, parallel::ClaimWorld(ranks, context.model_name));
+    *holds_world = true;
+  } else {
+    std::error_code ec;
+    std::string worker = fs::read_symlink("/proc/self/exe", ec).string();
+    if (auto p = GetParameter(config, "executor_worker_path"); p && !p->empty()) {
+      ASSIGN_OR_RETURN(worker, ConfinedPath("executor_worker_path", *p, context.model_dir,
+                                            context.allowed_roots));
+    }
+    ASSIGN_OR_RETURN(comm, parallel::SpawnWorkers(ranks - 1, worker));
+  }
+  auto runner =
+      parallel::ParallelModelRunner::Create(comm, model_path, params.executor, params.parallel);
+  if (!runner.ok() && *holds_world) {
+    parallel::ReleaseWorld();
+    *holds_world = false;
+  }
+  return runner;
+}
+
+}  // namespace inflight::serving
