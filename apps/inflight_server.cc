@@ -66,6 +66,13 @@ int main(int argc, char** argv) {
   app.add_option("--http-port", http_port, "KServe HTTP port (0: any free port)")
       ->envname("INFLIGHT_HTTP_PORT");
   std::string grpc_compression = "none";
+  bool grpc_allow_compression = false;
+  app.add_flag("--grpc-allow-compression", grpc_allow_compression,
+               "Accept gzip/deflate-compressed gRPC requests and compress responses at "
+               "--grpc-infer-response-compression-level. Off by default: the gRPC library "
+               "inflates a compressed request without bounding its inflated size, so allow it "
+               "only for trusted clients")
+      ->envname("INFLIGHT_GRPC_ALLOW_COMPRESSION");
   app.add_option("--grpc-infer-response-compression-level", grpc_compression,
                  "Compress gRPC responses (Triton's option): none, low, medium or high, with "
                  "gzip or deflate as the client accepts")
@@ -424,6 +431,13 @@ int main(int argc, char** argv) {
                                          : grpc_compression == "medium" ? GRPC_COMPRESS_LEVEL_MED
                                          : grpc_compression == "low"    ? GRPC_COMPRESS_LEVEL_LOW
                                                                         : GRPC_COMPRESS_LEVEL_NONE);
+    grpc->set_allow_compression(grpc_allow_compression);
+    if (!grpc_allow_compression && grpc_compression != "none") {
+      INFLIGHT_LOG(kWarning)
+          << "--grpc-infer-response-compression-level " << grpc_compression
+          << " has no effect without --grpc-allow-compression: gRPC responses are "
+             "not compressed";
+    }
     auto port = grpc->Start();
     if (!port.ok()) return Fail(port.status());
     INFLIGHT_LOG(kInfo) << "Started GRPCInferenceService at " << grpc_address << ":" << *port;

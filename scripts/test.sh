@@ -69,7 +69,7 @@ release_build() {
   cmake --build build -j "$jobs"
 }
 stage release-build release_build
-stage release-ctest ctest --test-dir build --output-on-failure -j 2
+stage release-ctest ctest --test-dir build --output-on-failure --no-tests=error -j 2
 
 # The soak and chaos run (issue 14): mixed KServe HTTP, gRPC and OpenAI load with disconnects,
 # slow readers, cancels, bad requests, reloads and a SIGTERM; nothing lost, nothing leaked.

@@ -371,6 +371,52 @@ TEST_F(ExecutorTest, ConsumerBehindItsOutputBoundIsCancelled) {
   ExpectNoLeaks(*e);
 }
 
+// A request paused for its client (its output credit past the bound) holds the only batch
+// slot while another waits: the engine waits for the client instead of running empty steps
+// (it spun at 100% CPU), then both finish once the client reads, with their alone outputs.
+TEST_F(ExecutorTest, PausedRequestHoldingTheBatchDoesNotSpinTheEngine) {
+  ExecutorConfig c;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 1;
+  auto e = Make(c);
+  auto credit = std::make_shared<OutputCredit>(1);  // paused by its first unread result
+  auto stream = std::make_shared<OutputStream>();
+  stream->SetCredit(credit);
+  Request a = Greedy({3, 4, 5}, 6);
+  a.streaming = true;
+  a.output = stream;
+  ASSERT_TRUE(e->Enqueue(std::move(a)).ok());
+  for (int i = 0; i < 1000 && !credit->paused(); ++i) std::this_thread::sleep_for(milliseconds(2));
+  ASSERT_TRUE(credit->paused());
+  Request rb_request = Greedy({7, 8, 9}, 4);
+  rb_request.exclude_input_in_output = true;
+  auto b = e->Enqueue(std::move(rb_request));
+  ASSERT_TRUE(b.ok());
+  auto steps = [&] {
+    const std::vector<IterationStats> s = e->GetLatestIterationStats();
+    return s.empty() ? int64_t{0} : s.back().iteration;
+  };
+  const int64_t before = steps();
+  std::this_thread::sleep_for(milliseconds(300));  // the window the engine must stay quiet in
+  EXPECT_LT(steps() - before, 10) << "empty steps while every running request was paused";
+  // The client reads: the request resumes, and the waiting one runs after it.
+  std::vector<int32_t> tokens;
+  bool final = false;
+  for (int i = 0; i < 2000 && !final; ++i) {
+    for (Result& r : stream->Take()) {
+      tokens.insert(tokens.end(), r.output_token_ids.begin(), r.output_token_ids.end());
+      final = final || r.is_final;
+    }
+    if (!final) std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_TRUE(final);
+  EXPECT_EQ(tokens, Alone({3, 4, 5}, 6));
+  const std::vector<Result> rb = Collect(*e, *b);
+  ASSERT_FALSE(rb.empty());
+  EXPECT_EQ(rb.back().output_token_ids, Alone({7, 8, 9}, 4));
+  ExpectNoLeaks(*e);
+}
+
 // ---- Refusals: never left waiting ----
 
 // As TensorRT-LLM's executor: prompt + max_tokens beyond the context clamps max_tokens (the

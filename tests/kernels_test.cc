@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -428,15 +429,25 @@ TEST(QuantizeActivations, Int16BlocksMatchScalarTwin) {
   }
   for (int64_t c = 0; c < 64; ++c) x[c] = 0.0f;                             // an all-zero block
   for (int64_t c = 64; c < 128; ++c) x[c] = (c % 2 ? 0.5f : -1.5f) / 5791;  // ties at scale 1
+  // Non-finite blocks get a NaN scale and zero quants (their outputs are NaN, as in F32); a
+  // block too small to invert gets zero quants, never ones past the int32 bound.
+  x[cols + 3] = std::numeric_limits<float>::quiet_NaN();
+  x[cols + 64 + 5] = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 128; c < 192; ++c) x[cols + c] = 1e-39f * static_cast<float>(c % 3);
   std::vector<int16_t> qa(x.size()), qb(x.size(), 7);
   std::vector<float> da(x.size() / 64), db(x.size() / 64, 7);
   GetKernels(SimdLevel::kScalar).quantize_rows_i16(x.data(), tokens, cols, qa.data(), da.data());
   for (SimdLevel level : Levels()) {
     GetKernels(level).quantize_rows_i16(x.data(), tokens, cols, qb.data(), db.data());
     ASSERT_EQ(qa, qb) << SimdLevelName(level);
-    ASSERT_EQ(da, db) << SimdLevelName(level);
+    ASSERT_EQ(std::memcmp(da.data(), db.data(), da.size() * sizeof(float)), 0)
+        << SimdLevelName(level);  // bit for bit, NaN scales included
   }
   for (int16_t q : qa) ASSERT_LE(std::abs(q), 5792);  // the int32 bound of a block's dot
+  const int64_t nb = cols / 64;
+  EXPECT_TRUE(std::isnan(da[nb]));
+  EXPECT_TRUE(std::isnan(da[nb + 1]));
+  EXPECT_FALSE(std::isnan(da[nb + 2]));
 }
 
 TEST(VectorKernels, ArgMaxIsTheScalarFirstMaximum) {

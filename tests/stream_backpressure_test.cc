@@ -32,7 +32,16 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using testing::ServerProcess;
 
+// GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer) (the ASan tree is
+// built with clang).
 #if defined(__SANITIZE_ADDRESS__)
+#define INFLIGHT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define INFLIGHT_TEST_ASAN 1
+#endif
+#endif
+#if defined(INFLIGHT_TEST_ASAN)
 constexpr bool kAddressSanitizer = true;  // freed memory stays in ASan's quarantine
 #else
 constexpr bool kAddressSanitizer = false;

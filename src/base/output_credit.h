@@ -4,7 +4,7 @@
 // the sum covers the whole chain from the engine to the socket. Past `pause_bytes` the
 // engine stops generating for the request (back-pressure) until the client reads enough to
 // bring the sum back under it; the listener runs then (it wakes the engine). A request paused
-// for longer than `max_stall` without a break ends with an error (it holds KV-cache blocks).
+// for longer than `max_stall` with nothing read ends with an error (it holds KV-cache blocks).
 // Shared by the rows of one request (or the requests of one gRPC stream). Thread-safe.
 #pragma once
 
@@ -41,6 +41,10 @@ class OutputCredit {
       held_.store(before - bytes);
       if (pause_bytes_ > 0 && before > pause_bytes_ && before - bytes <= pause_bytes_)
         fn = on_resume_;
+      // Still over the bound, but the client read: the stall clock counts from its last read
+      // (a slow, steady reader is paced, never ended).
+      if (pause_bytes_ > 0 && bytes > 0 && before - bytes > pause_bytes_)
+        paused_since_ = Clock::now();
     }
     if (fn) fn();  // outside the lock: it takes the engine's
   }
@@ -48,7 +52,7 @@ class OutputCredit {
   int64_t pause_bytes() const { return pause_bytes_; }
   std::chrono::milliseconds max_stall() const { return max_stall_; }
   bool paused() const { return pause_bytes_ > 0 && held_.load() > pause_bytes_; }
-  // Paused without a break for longer than max_stall.
+  // Paused for longer than max_stall since the pause began or the client last read.
   bool stalled(Clock::time_point now) const {
     if (max_stall_.count() <= 0 || !paused()) return false;
     std::lock_guard<std::mutex> lock(mu_);

@@ -327,13 +327,16 @@ BlockCounts Executor::DraftKvBlockCounts() const {
 void Executor::Loop() {
   std::vector<std::pair<RequestId, Request>> submissions;
   std::vector<RequestId> cancels;
+  // The last step scheduled nothing (e.g. the requests holding the batch are all paused for
+  // their clients while others wait): wait for an event instead of spinning.
+  bool stalled = false;
   while (true) {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [&] {
-        return stop_ || !submissions_.empty() || !cancels_.empty() ||
-               (!requests_.empty() && !AllOutputPaused());
+        return stop_ || !submissions_.empty() || !cancels_.empty() || resumed_ ||
+               (!requests_.empty() && !stalled && !AllOutputPaused());
       };
       if (requests_.empty()) {
         wake_.wait(lock, ready);
@@ -342,6 +345,7 @@ void Executor::Loop() {
         // the loop; the timeout still ends requests whose deadline passes meanwhile.
         wake_.wait_for(lock, std::chrono::milliseconds(100), ready);
       }
+      resumed_ = false;
       stopping = stop_;
       submissions.swap(submissions_);
       cancels.swap(cancels_);
@@ -355,7 +359,7 @@ void Executor::Loop() {
     cancels.clear();
     RetireFinished();
     if (stopping) break;
-    if (!requests_.empty()) RunStep();
+    stalled = !requests_.empty() && !RunStep();
     RetireFinished();
     // Cancellations free blocks outside steps too: keep the snapshot exact when idle.
     std::lock_guard<std::mutex> lock(mu_);
@@ -378,6 +382,7 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
         std::lock_guard<std::mutex> lock(w->mu);
         if (w->executor == nullptr) return;
         std::lock_guard<std::mutex> executor_lock(w->executor->mu_);
+        w->executor->resumed_ = true;
         w->executor->wake_.notify_one();
       });
     }
@@ -450,7 +455,7 @@ bool Executor::AllOutputPaused() const {
   return true;
 }
 
-void Executor::RunStep() {
+bool Executor::RunStep() {
   const Clock::time_point start = Clock::now();
   // Requests whose client has not read its output past the credit's bound sit this step out
   // (they keep their KV blocks); decided once per step so a request's beams agree.
@@ -470,7 +475,7 @@ void Executor::RunStep() {
               "the request cannot be scheduled with the KV cache and token budget configured"));
     }
     RecordStats(out, start, 0, 0, 0);
-    return;
+    return false;
   }
   scheduler_.FinishCopies(
       [&](int32_t src, int32_t dst, int32_t n) { runner_->CopyBlockPrefix(src, dst, n); });
@@ -538,7 +543,7 @@ void Executor::RunStep() {
       if (c.seq->state != SequenceState::kFinished) FailRequest(c.seq->request, st);
     }
     RecordStats(out, start, context_seqs, context_tokens, gen_seqs);
-    return;
+    return true;  // the failed requests end: progress
   }
   int64_t row = 0;
   for (size_t i = 0; i < out.chunks.size(); ++i) {
@@ -557,6 +562,7 @@ void Executor::RunStep() {
   }
   touched_.clear();
   RecordStats(out, start, context_seqs, context_tokens, gen_seqs);
+  return true;
 }
 
 void Executor::ProcessChunk(const ScheduledChunk& c, int64_t context_rows, const float* logits,

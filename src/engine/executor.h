@@ -98,7 +98,8 @@ class Executor {
   void Loop();
   void Admit(std::vector<std::pair<RequestId, Request>>& submissions);
   void HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels);
-  void RunStep();
+  // One step; false when it scheduled nothing.
+  bool RunStep();
   void ProposeDrafts();
   int32_t DraftLength(const Sequence& seq) const;
   void ProposeWithDraftModel();
@@ -174,6 +175,7 @@ class Executor {
   // Shared with other threads.
   mutable std::mutex mu_;
   std::condition_variable wake_;
+  bool resumed_ = false;  // a paused request's client read enough since the loop last waited
   // What the output credits of paused requests call when their client has read enough; it
   // may outlive the executor (a frontend holds the credit), so it is cut off at shutdown.
   struct Waker {

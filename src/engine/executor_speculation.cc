@@ -81,6 +81,7 @@ void Executor::ProposeWithDraftModel() {
   int32_t most = 0;
   for (Sequence* seq : scheduler_.running()) {
     if (seq->num_uncomputed() != 1 || seq->num_generated() == 0 || budget <= 0) continue;
+    if (seq->request->output_paused) continue;  // sits this step out: no draft pass for it
     seq->draft.clear();
     const int32_t len = static_cast<int32_t>(seq->tokens.size());
     const int32_t k = std::min(DraftLength(*seq), draft_context - len + 1);
@@ -173,6 +174,7 @@ void Executor::ProposeDrafts() {
   }
   for (Sequence* seq : scheduler_.running()) {
     if (seq->num_uncomputed() != 1 || seq->num_generated() == 0) continue;  // not decoding
+    if (seq->request->output_paused) continue;                              // sits this step out
     const int32_t k = DraftLength(*seq);
     if (k <= 0) {
       seq->draft.clear();

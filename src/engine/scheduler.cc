@@ -262,9 +262,16 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     }
   }
   size_t i = 0;
+  size_t kept = 0;  // waiting_[0, kept): paused for their clients, they stay first in line
   int32_t* blocked_reason = nullptr;
   for (; i < waiting_.size(); ++i) {
     Sequence* seq = waiting_[i];
+    // Admitting a request whose client is not reading would only recompute its prompt to
+    // pause again (and, under max_utilization, evict others for it).
+    if (seq->request->output_paused) {
+      waiting_[kept++] = seq;
+      continue;
+    }
     if (static_cast<int32_t>(running_.size()) >= config_.max_batch_size ||
         static_cast<int32_t>(out_.chunks.size()) >= config_.max_batch_size) {
       blocked_reason = &out_.waiting_for_max_batch_size;
@@ -296,7 +303,9 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     if (n > 0) Schedule(seq, n, budget);
   }
   if (blocked_reason) *blocked_reason += static_cast<int32_t>(waiting_.size() - i);
-  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+  // [kept, i) were admitted; the paused ones moved to [0, kept) in their order.
+  waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(kept),
+                 waiting_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 const ScheduleOutput& Scheduler::Step() {

@@ -39,8 +39,11 @@ StatusOr<std::string> Inflate(std::string_view data, int window_bits, size_t max
     out.append(buf, n);
     if (rc == Z_OK && n == 0 && z.avail_in == 0) break;  // truncated input
   }
+  const bool trailing = rc == Z_STREAM_END && z.avail_in != 0;
   inflateEnd(&z);
   if (rc != Z_STREAM_END) return InvalidArgumentError("malformed compressed request body");
+  // Another gzip member or garbage after the stream: refused rather than silently dropped.
+  if (trailing) return InvalidArgumentError("data after the end of the compressed request body");
   return out;
 }
 

@@ -123,6 +123,11 @@ class HealthService::Call final : public grpc::ServerGenericBidiReactor {
       return StartWriteAndFinish(&out_, grpc::WriteOptions(), grpc::Status::OK);
     }
     if (owner_->shut_down_) return Finish(grpc::Status::OK);
+    // Probes need no key: bound what keyless Watch streams can hold open.
+    constexpr size_t kMaxWatchers = 1024;
+    if (owner_->watchers_.size() >= kMaxWatchers)
+      return Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "too many grpc.health.v1 Watch streams are open"));
     owner_->watchers_.insert(this);
     NotifyLocked(owner_->StatusLocked());
   }

@@ -924,12 +924,14 @@ StatusOr<int> GrpcFrontend::Start() {
   builder.AddListeningPort(address_ + ":" + std::to_string(port_), credentials, &bound);
   builder.RegisterService(service_.get());
   builder.RegisterCallbackGenericService(health_.get());
-  // tritonclient's compression_algorithm: gzip/deflate requests are decompressed. Responses
-  // are compressed at --grpc-infer-response-compression-level (Triton's option; none by
-  // default) with an algorithm the client accepts (its grpc-accept-encoding).
-  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, true);
-  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, true);
-  if (response_compression_level_ != GRPC_COMPRESS_LEVEL_NONE)
+  // tritonclient's compression_algorithm (with --grpc-allow-compression): gzip/deflate
+  // requests are decompressed, and responses are compressed at
+  // --grpc-infer-response-compression-level (Triton's option; none by default) with an
+  // algorithm the client accepts (its grpc-accept-encoding). Without it both algorithms are
+  // off: a compressed request is refused before it is inflated (see set_allow_compression).
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, allow_compression_);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, allow_compression_);
+  if (allow_compression_ && response_compression_level_ != GRPC_COMPRESS_LEVEL_NONE)
     builder.SetDefaultCompressionLevel(response_compression_level_);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(256 << 20);

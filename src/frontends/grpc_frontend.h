@@ -41,6 +41,11 @@ class GrpcFrontend {
   void set_response_compression_level(grpc_compression_level level) {
     response_compression_level_ = level;
   }
+  // gzip/deflate on the gRPC port at all (before Start). Off by default: the gRPC library
+  // (Debian 12's 1.51) checks a compressed request's size before inflating it, never after,
+  // so one 64 MiB message could inflate to tens of GiB; a client sending compressed requests
+  // to a server without it gets UNIMPLEMENTED. The same switch allows compressed responses.
+  void set_allow_compression(bool allow) { allow_compression_ = allow; }
   // grpc.health.v1 answers NOT_SERVING from now on (the server is draining).
   void SetNotServing();
   void Stop();
@@ -54,6 +59,7 @@ class GrpcFrontend {
   AccessPolicy access_;
   TlsFiles tls_;
   grpc_compression_level response_compression_level_ = GRPC_COMPRESS_LEVEL_NONE;
+  bool allow_compression_ = false;
   std::unique_ptr<GrpcService> service_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> grpc_;

@@ -71,15 +71,17 @@ TensorView I16Blocks(const TensorView& w, uint8_t* dst) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* rec = dst + (r / kInterleaveRows * nb + b) * kI16RecordBytes;
       float amax = 0.0f;
+      bool finite = true;
       for (int c = 0; c < kI16Block; ++c) {
         const uint16_t h = src[b * kI16Block + c];
         v[c] = f16 ? Fp16ToFp32(h) : Bf16ToFp32(h);
         amax = std::fmax(amax, std::fabs(v[c]));
+        finite = finite && std::isfinite(v[c]);
       }
-      const float s = I16Scale(amax), inv = I16Inverse(s);
+      const float s = I16Scale(amax, finite), inv = I16Inverse(s);
       std::memcpy(rec + 4 * lane, &s, 4);
       for (int c = 0; c < kI16Block; ++c) {
-        const int16_t q = I16Round(v[c] * inv);
+        const int16_t q = finite ? I16Round(v[c] * inv) : int16_t{0};
         std::memcpy(rec + I16WeightOffset(lane, c), &q, 2);
       }
     }

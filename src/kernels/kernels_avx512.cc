@@ -334,15 +334,24 @@ void MatMulInterleaved(const TensorView& w, int64_t row_begin, int64_t row_end,
 void QuantizeRowsI16Avx512(const float* x, int64_t num_tokens, int64_t cols, int16_t* q, float* d) {
   const int64_t nb = cols / kI16Block;
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 max_finite = _mm512_set1_ps(std::numeric_limits<float>::max());
   for (int64_t t = 0; t < num_tokens; ++t) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + t * cols + b * kI16Block;
       __m512 v[4], m = _mm512_setzero_ps();
+      __mmask16 non_finite = 0;  // NaN (unordered) or above FLT_MAX
       for (int i = 0; i < 4; ++i) {
         v[i] = _mm512_loadu_ps(xb + 16 * i);
-        m = _mm512_max_ps(m, _mm512_and_ps(v[i], abs_mask));
+        const __m512 a = _mm512_and_ps(v[i], abs_mask);
+        m = _mm512_max_ps(m, a);
+        non_finite |= _mm512_cmp_ps_mask(a, max_finite, _CMP_NLE_UQ);
       }
-      const float scale = I16Scale(_mm512_reduce_max_ps(m)), inv = I16Inverse(scale);
+      const float scale = I16Scale(_mm512_reduce_max_ps(m), non_finite == 0);
+      // A non-finite block's quants are 0 (its NaN scale carries it), as in the scalar twin.
+      const float inv = non_finite == 0 ? I16Inverse(scale) : 0.0f;
+      if (non_finite != 0) {
+        for (int i = 0; i < 4; ++i) v[i] = _mm512_setzero_ps();
+      }
       const __m512 vi = _mm512_set1_ps(inv);
       for (int i = 0; i < 4; ++i) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + t * cols + b * kI16Block + 16 * i),

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "kernels/kernels.h"
 
@@ -39,9 +40,17 @@ inline int16_t I16Round(float v) {
   if (r >= -2147483648.0f && r < 2147483648.0f) i = static_cast<int32_t>(r);
   return static_cast<int16_t>(std::clamp<int32_t>(i, -32768, 32767));
 }
-// The block's scale d = amax / 5791 and the multiplier of the quants (0 for an all-zero block).
-inline float I16Scale(float amax) { return amax / kI16Max; }
-inline float I16Inverse(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
+// The block's scale d = amax / 5791 (NaN for a block holding a NaN or an infinity, so the
+// outputs it touches are NaN, as in F32 arithmetic) and the multiplier of the quants: 0 for an
+// all-zero block, a non-finite scale, or one too small to invert (the quants would leave the
+// int16 range; such a block's products are below 1e-70 anyway).
+inline float I16Scale(float amax, bool finite = true) {
+  return finite ? amax / kI16Max : std::numeric_limits<float>::quiet_NaN();
+}
+inline float I16Inverse(float d) {
+  const float inv = 1.0f / d;
+  return d != 0.0f && std::isfinite(inv) ? inv : 0.0f;
+}
 
 struct PackedLayout;
 // The AVX-512 matmul over interleaved block-format records (kernels_avx512_packed.cc).

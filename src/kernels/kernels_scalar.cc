@@ -181,9 +181,15 @@ void QuantizeRowsI16Scalar(const float* x, int64_t num_tokens, int64_t cols, int
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + t * cols + b * kI16Block;
       float amax = 0.0f;
-      for (int c = 0; c < kI16Block; ++c) amax = std::fmax(amax, std::fabs(xb[c]));
-      const float scale = I16Scale(amax), inv = I16Inverse(scale);
-      for (int c = 0; c < kI16Block; ++c) q[t * cols + b * kI16Block + c] = I16Round(xb[c] * inv);
+      bool finite = true;
+      for (int c = 0; c < kI16Block; ++c) {
+        amax = std::fmax(amax, std::fabs(xb[c]));
+        finite = finite && std::isfinite(xb[c]);
+      }
+      const float scale = I16Scale(amax, finite), inv = I16Inverse(scale);
+      // A non-finite block's quants are 0 (its NaN scale carries it).
+      for (int c = 0; c < kI16Block; ++c)
+        q[t * cols + b * kI16Block + c] = finite ? I16Round(xb[c] * inv) : int16_t{0};
       d[t * nb + b] = scale;
     }
   }
