@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFLIGHT_BUILD_TESTS=OFF
+source scripts/ccache-env.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFLIGHT_BUILD_TESTS=OFF \
+  "${CMAKE_LAUNCHER_ARGS[@]}"
 cmake --build build -j "$(nproc)" --target inflight-server inflight-generate
 MODEL="${1:-models/demo/inflight-demo-q8_0.gguf}"
 REPO=build/model-repository
