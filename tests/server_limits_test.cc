@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "grpc_service.grpc.pb.h"
+#include "raw_connection.h"
 #include "server_harness.h"
 #include "test_util.h"
 
@@ -32,91 +33,15 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
+using testing::kAddressSanitizer;
 using testing::MetricValue;
+using testing::RawConnection;
+using testing::RssKb;
 using testing::ServerProcess;
 using testing::SseEvents;
 
 std::string DemoModel() { return testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf"; }
 constexpr int kDemoContext = 512;
-// GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer) (the ASan tree is
-// built with clang).
-#if defined(__SANITIZE_ADDRESS__)
-#define INFLIGHT_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define INFLIGHT_TEST_ASAN 1
-#endif
-#endif
-#if defined(INFLIGHT_TEST_ASAN)
-constexpr bool kAddressSanitizer = true;  // the server under test is built the same way
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-
-// A raw HTTP connection, for what a well-behaved client library will not send.
-class RawConnection {
- public:
-  explicit RawConnection(int port, int receive_buffer = 0) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    if (receive_buffer > 0)
-      setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
-  ~RawConnection() {
-    if (fd_ >= 0) close(fd_);
-  }
-  bool connected() const { return connected_; }
-  int fd() const { return fd_; }
-  // False once the peer has closed or reset the connection.
-  bool Send(std::string_view data) {
-    while (!data.empty()) {
-      const ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      data.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-  // Reads until the peer closes, `until` has arrived, or `timeout` passes.
-  std::string Read(milliseconds timeout, const std::string& until = "") {
-    std::string out;
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline && (until.empty() || out.find(until) == std::string::npos)) {
-      pollfd p{fd_, POLLIN, 0};
-      const int left = static_cast<int>(
-          std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
-      if (poll(&p, 1, std::max(1, left)) <= 0) continue;
-      char buf[65536];
-      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) {
-        closed_ = true;
-        break;
-      }
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
-  }
-  // True when the server has closed this connection (without reading what it sent).
-  bool ClosedByPeer(milliseconds timeout) {
-    Read(timeout);
-    return closed_;
-  }
-  // Still open and nothing to read.
-  bool OpenAndQuiet() {
-    char c;
-    const ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  }
-
- private:
-  int fd_ = -1;
-  bool connected_ = false;
-  bool closed_ = false;
-};
-
 // zlib for the client side of HTTP compression: window_bits 15 + 16 gzip, 15 zlib (HTTP's
 // "deflate"), -15 raw deflate.
 std::string Deflate(const std::string& data, int window_bits, int level = Z_DEFAULT_COMPRESSION) {
@@ -193,15 +118,6 @@ inference::InferTensorContents* AddTypedInput(inference::ModelInferRequest* q, c
   in->set_datatype(dtype);
   for (int64_t d : shape) in->add_shape(d);
   return in->mutable_contents();
-}
-
-int64_t RssKb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
 }
 
 std::string WriteRepository(const std::string& model, const std::string& tag) {

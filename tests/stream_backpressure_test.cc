@@ -20,6 +20,7 @@
 #include <future>
 
 #include "grpc_service.grpc.pb.h"
+#include "raw_connection.h"
 #include "server_harness.h"
 #include "test_util.h"
 
@@ -30,22 +31,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
+using testing::kAddressSanitizer;
+using testing::RawConnection;
+using testing::RssKb;
 using testing::ServerProcess;
-
-// GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer) (the ASan tree is
-// built with clang).
-#if defined(__SANITIZE_ADDRESS__)
-#define INFLIGHT_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define INFLIGHT_TEST_ASAN 1
-#endif
-#endif
-#if defined(INFLIGHT_TEST_ASAN)
-constexpr bool kAddressSanitizer = true;  // freed memory stays in ASan's quarantine
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 constexpr int64_t kVocab = 32000;
 constexpr int64_t kLogitsKbPerToken = kVocab * 4 / 1024;  // 125 KiB of floats
@@ -58,68 +47,6 @@ constexpr auto kWindow = milliseconds(3000);  // the observation window
 // generating would take one per token (hundreds a second here; 18 a second at the slowest
 // seen on a loaded machine).
 constexpr double kOtherRequestSteps = 24;
-
-int64_t RssKb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
-
-// A raw HTTP connection with a small receive buffer: the client's side holds little.
-class RawConnection {
- public:
-  explicit RawConnection(int port, int receive_buffer) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
-  ~RawConnection() {
-    if (fd_ >= 0) close(fd_);
-  }
-  bool connected() const { return connected_; }
-  bool Send(std::string_view data) {
-    while (!data.empty()) {
-      const ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      data.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-  // Reads until `done(all read so far)`, the peer closes, or `timeout` passes.
-  template <typename Done>
-  std::string ReadUntil(milliseconds timeout, Done done) {
-    std::string out;
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline && !done(out)) {
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 10) <= 0) continue;
-      char buf[65536];
-      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
-  }
-  void GrowReceiveBuffer() {
-    const int size = 1 << 20;
-    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
-  }
-  void Close() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-  bool connected_ = false;
-};
 
 size_t CountOf(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -241,7 +168,9 @@ class StreamBackpressureTest : public ::testing::Test {
                  what, static_cast<long long>(growth_kb), static_cast<long long>(kWindow.count()),
                  static_cast<long long>(kBoundKb), steps, tokens_per_s_,
                  static_cast<long long>(unbounded));
-    if (!kAddressSanitizer) EXPECT_LT(growth_kb, kBoundKb) << "kB held for one stalled stream";
+    if (!kAddressSanitizer) {
+      EXPECT_LT(growth_kb, kBoundKb) << "kB held for one stalled stream";
+    }
     EXPECT_LE(steps, kOtherRequestSteps) << "the stalled stream kept generating";
     if (unbounded <= kBoundKb) {
       std::fprintf(stderr, "[ %s ] (the engine is too slow here for RSS alone to tell)\n", what);
