@@ -52,6 +52,12 @@ inline float I16Inverse(float d) {
   return d != 0.0f && std::isfinite(inv) ? inv : 0.0f;
 }
 
+// The AVX-512 int16-block kernels (kernels_avx512_i16.cc): the activations' blocks, and the
+// matmul over kI16x16 weights with activations already in blocks.
+void QuantizeRowsI16Avx512(const float* x, int64_t num_tokens, int64_t cols, int16_t* q, float* d);
+void MatMulI16Avx512(const TensorView& w, int64_t row_begin, int64_t row_end, const int16_t* q,
+                     const float* d, int64_t num_tokens, float* y, int64_t y_stride);
+
 struct PackedLayout;
 // The AVX-512 matmul over interleaved block-format records (kernels_avx512_packed.cc).
 void MatMulPackedAvx512(const PackedLayout& l, const TensorView& w, int64_t row_begin,
