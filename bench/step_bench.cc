@@ -166,10 +166,10 @@ BENCHMARK(BM_PrefillStep)
     ->Unit(benchmark::kMillisecond);
 
 // y = x W^T for an interleaved quantized matrix (rows x cols, stored type `type`, a ggml id:
-// 8 Q8_0, 2 Q4_0, 12 Q4_K, ...) and `tokens` activation rows. cold = 1: the call cycles
-// through copies of the matrix totalling >= 96 MB, so the weights come from memory as in a
-// real step (the model is larger than the caches); cold = 0: one copy, cache-resident when
-// it fits.
+// 8 Q8_0, 2 Q4_0, 12 Q4_K, 20 IQ4_NL, 39 MXFP4, ...) and `tokens` activation rows. cold = 1: the
+// call cycles through copies of the matrix totalling >= 96 MB, so the weights come from memory as
+// in a real step (the model is larger than the caches); cold = 0: one copy, cache-resident when it
+// fits.
 void BM_MatMul(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
   const bool cold = state.range(3) != 0;
@@ -222,6 +222,9 @@ BENCHMARK(BM_MatMul)
     // A 512-token prompt: the activations no longer fit in L2 (wide matrices most of all).
     ->ArgsProduct({{5632}, {2048}, {512}, {0}, {8, 2, 12}})
     ->ArgsProduct({{2048}, {5632}, {128, 512}, {0}, {8, 2, 12}})
+    // gpt-oss's expert shape: MXFP4 against the other 4-bit formats (Q4_0, IQ4_NL), decode and
+    // a 512-token prompt.
+    ->ArgsProduct({{2880}, {2880}, {1, 512}, {1}, {2, 20, 39}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -1,7 +1,8 @@
-// libFuzzer target: arbitrary text through byte-level BPE (GPT-2 regex) and SentencePiece
-// tokenizers made from small in-file vocabularies; decode(encode(s)) must give s back (both
-// are lossless for any bytes: byte-level BPE maps every byte, SentencePiece has byte fallback
-// and no normaliser here). The incremental detokenizer must agree with Decode.
+// libFuzzer target: arbitrary text through byte-level BPE (GPT-2's regex; GPT-4o's with NFC as
+// Qwen normalizes) and SentencePiece tokenizers made from small in-file vocabularies;
+// decode(encode(s)) must give s back (NFC(s) with NFC: byte-level BPE maps every byte,
+// SentencePiece has byte fallback and no normaliser here). The incremental detokenizer must
+// agree with Decode, and NFC must be idempotent.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_nfc.h"
 
 namespace {
 
@@ -36,14 +38,23 @@ std::unique_ptr<inflight::Tokenizer> MakeSentencePiece() {
   return std::move(t).value();
 }
 
-std::unique_ptr<inflight::Tokenizer> MakeByteLevel() {
+constexpr const char kGpt2Regex[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+constexpr const char kGpt4oRegex[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+std::unique_ptr<inflight::Tokenizer> MakeByteLevel(const char* regex, bool nfc) {
   inflight::TokenizerSpec spec;
   spec.model = inflight::TokenizerModel::kByteLevelBpe;
   // GPT-2's byte-to-unicode alphabet as the base vocabulary.
+  int next = 256;
   for (int b = 0; b < 256; ++b) {
     int cp = b;
     if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
-      static int next = 256;
       cp = next++;
     }
     std::string s;
@@ -60,8 +71,8 @@ std::unique_ptr<inflight::Tokenizer> MakeByteLevel() {
   spec.merges = {"t h", "th e"};
   spec.byte_fallback = false;
   spec.add_space_prefix = false;
-  spec.pre_regexes = {
-      "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"};
+  spec.pre_regexes = {regex};
+  spec.nfc = nfc;
   auto t = inflight::Tokenizer::Create(std::move(spec));
   if (!t.ok()) {
     std::fprintf(stderr, "%s\n", t.status().ToString().c_str());
@@ -74,8 +85,16 @@ std::unique_ptr<inflight::Tokenizer> MakeByteLevel() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const auto spm = MakeSentencePiece();
-  static const auto bpe = MakeByteLevel();
+  static const auto bpe = MakeByteLevel(kGpt2Regex, false);
+  static const auto nfc_bpe = MakeByteLevel(kGpt4oRegex, true);
   const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string nfc = inflight::NfcNormalize(text);
+  if (inflight::NfcNormalize(nfc) != nfc) std::abort();
+  {
+    const std::vector<int32_t> ids =
+        nfc_bpe->Encode(text, /*add_special=*/false, /*parse_special=*/false);
+    if (nfc_bpe->Decode(ids, false) != nfc) std::abort();
+  }
   for (const inflight::Tokenizer* t : {spm.get(), bpe.get()}) {
     const std::vector<int32_t> ids =
         t->Encode(text, /*add_special=*/false, /*parse_special=*/false);

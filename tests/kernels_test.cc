@@ -260,24 +260,44 @@ struct PagedKv {
   std::vector<float> k, v;
 };
 
-// softmax(scale q . K_j) . V_j over j < len in double, from the rows as written.
+// The attention variants of one query head, as NaiveAttention takes them.
+struct Variant {
+  float softcap = 0.0f;
+  int32_t window = 0;
+  const float* sink = nullptr;  // this head's sink logit
+};
+
+// softmax(scale q . K_j) . V_j over j < len in double, from the rows as written; with a
+// variant, over the window's positions only, scores soft-capped, a sink in the denominator.
 std::vector<double> NaiveAttention(const PagedKv& kv, int32_t head, int32_t hd, int32_t len,
-                                   const float* q, float scale) {
+                                   const float* q, float scale, const Variant& var = {}) {
+  const int32_t lo = var.window > 0 ? std::max(0, len - var.window) : 0;
   std::vector<double> scores(len), out(hd, 0.0);
-  double mx = -INFINITY, sum = 0;
-  for (int32_t j = 0; j < len; ++j) {
+  double mx = var.sink != nullptr ? *var.sink : -INFINITY, sum = 0;
+  for (int32_t j = lo; j < len; ++j) {
     double s = 0;
     for (int32_t i = 0; i < hd; ++i)
       s += static_cast<double>(q[i]) * kv.k[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
     scores[j] = s * scale;
+    if (var.softcap > 0) scores[j] = var.softcap * std::tanh(scores[j] / var.softcap);
     mx = std::max(mx, scores[j]);
   }
-  for (double& s : scores) sum += s = std::exp(s - mx);
-  for (int32_t j = 0; j < len; ++j) {
+  if (var.sink != nullptr) sum = std::exp(*var.sink - mx);
+  for (int32_t j = lo; j < len; ++j) sum += scores[j] = std::exp(scores[j] - mx);
+  for (int32_t j = lo; j < len; ++j) {
     for (int32_t i = 0; i < hd; ++i)
       out[i] += scores[j] / sum * kv.v[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
   }
   return out;
+}
+
+// attend_rows arguments for `rows` query rows against K/V head `head` of `kv`.
+AttendRowsArgs RowArgs(const PagedKv& kv, int32_t head, float scale, int32_t rows,
+                       const int32_t* len, const float* const* q, float* const* out) {
+  AttendRowsArgs a;
+  a.block_table = kv.table.data(), a.kv_head = head, a.num_rows = rows;
+  a.len = len, a.q = q, a.out = out, a.scale = scale;
+  return a;
 }
 
 TEST(Attention, RowsMatchNaiveAttentionAndScalarTwinThroughShuffledBlockTables) {
@@ -305,8 +325,10 @@ TEST(Attention, RowsMatchNaiveAttentionAndScalarTwinThroughShuffledBlockTables) 
             for (float& v : q) v = nd(rng);
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
             GetKernels(SimdLevel::kScalar)
-                .attend_rows(kv.view, kv.table.data(), head, scale, rows, len.data(), q_rows.data(),
-                             want_rows.data(), scratch.data());
+                .attend_rows(
+                    kv.view,
+                    RowArgs(kv, head, scale, rows, len.data(), q_rows.data(), want_rows.data()),
+                    scratch.data());
             for (int32_t r = 0; r < rows; ++r) {
               const std::vector<double> ref =
                   NaiveAttention(kv, head, hd, len[r], q_rows[r], scale);
@@ -317,8 +339,10 @@ TEST(Attention, RowsMatchNaiveAttentionAndScalarTwinThroughShuffledBlockTables) 
             }
             for (SimdLevel level : Levels()) {
               const KernelTable& k = GetKernels(level);
-              k.attend_rows(kv.view, kv.table.data(), head, scale, rows, len.data(), q_rows.data(),
-                            got_rows.data(), scratch.data());
+              k.attend_rows(
+                  kv.view,
+                  RowArgs(kv, head, scale, rows, len.data(), q_rows.data(), got_rows.data()),
+                  scratch.data());
               for (int32_t i = 0; i < rows * hd; ++i) {
                 ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i])))
                     << DTypeName(dt) << " tpb " << tpb << " hd " << hd << " n " << n << " rows "
@@ -327,8 +351,8 @@ TEST(Attention, RowsMatchNaiveAttentionAndScalarTwinThroughShuffledBlockTables) 
               // A row's result does not depend on the rows it is computed with.
               for (int32_t r = 0; r < rows; ++r) {
                 float* one_row = one.data();
-                k.attend_rows(kv.view, kv.table.data(), head, scale, 1, &len[r], &q_rows[r],
-                              &one_row, scratch.data());
+                k.attend_rows(kv.view, RowArgs(kv, head, scale, 1, &len[r], &q_rows[r], &one_row),
+                              scratch.data());
                 for (int32_t i = 0; i < hd; ++i)
                   ASSERT_EQ(one[i], got[r * hd + i]) << "row " << r << " of " << rows;
               }
@@ -370,6 +394,201 @@ TEST(Attention, PagedAttentionMatchesNaiveAttentionForMixedSequences) {
           }
         }
       }
+    }
+  }
+}
+
+// The attention variants under test: each alone and all three together.
+struct VariantCase {
+  float softcap;
+  int32_t window;
+  bool sinks;
+};
+constexpr VariantCase kVariantCases[] = {{0, 1, false},    {0, 13, false},   {0, 40, false},
+                                         {0, 128, false},  {2.5f, 0, false}, {0, 0, true},
+                                         {2.5f, 13, true}, {2.5f, 100, true}};
+
+AttentionShape VariantShape(int32_t heads, int32_t kv_heads, int32_t hd, const VariantCase& c,
+                            const std::vector<float>& sinks) {
+  AttentionShape shape{heads, kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  shape.softcap = c.softcap, shape.window = c.window;
+  shape.sinks = c.sinks ? sinks.data() : nullptr;
+  return shape;
+}
+
+// Sink logits around the scores' range; head 1's outweighs every position.
+std::vector<float> RandomSinks(int32_t heads, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> sinks(heads);
+  for (float& x : sinks) x = nd(rng);
+  sinks[1] = 6.0f;
+  return sinks;
+}
+
+// NaiveAttention of every head of every new token of `seqs` (all reading kv's positions).
+std::vector<double> NaiveRows(const PagedKv& kv, const AttentionShape& shape,
+                              const std::vector<AttentionSeq>& seqs, const float* q) {
+  const int32_t heads = shape.num_heads, hd = shape.head_dim;
+  int64_t rows = 0;
+  for (const AttentionSeq& seq : seqs) rows = std::max(rows, seq.row_offset + seq.num_tokens);
+  std::vector<double> ref(rows * heads * hd);
+  for (const AttentionSeq& seq : seqs) {
+    for (int32_t t = 0; t < seq.num_tokens; ++t) {
+      for (int32_t h = 0; h < heads; ++h) {
+        const int64_t at = ((seq.row_offset + t) * heads + h) * hd;
+        const Variant var{shape.softcap, shape.window, shape.sinks ? shape.sinks + h : nullptr};
+        const std::vector<double> one =
+            NaiveAttention(kv, h / (heads / shape.num_kv_heads), hd, seq.start_pos + t + 1, q + at,
+                           shape.scale, var);
+        std::copy(one.begin(), one.end(), ref.begin() + at);
+      }
+    }
+  }
+  return ref;
+}
+
+// PagedAttention with each SIMD level's table against NaiveAttention: a prompt chunk across
+// blocks and decode rows late and early in a sequence, GQA (4 query heads per K/V head).
+TEST(Attention, WindowSoftcapAndSinksMatchNaiveAttention) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const int32_t heads = 8, kv_heads = 2;
+  const std::vector<float> sinks = RandomSinks(heads, rng);
+  struct Config {
+    DType dtype;
+    int32_t tokens_per_block, head_dim;
+  };
+  for (const auto [dt, tpb, hd] : {Config{DType::kF16, 8, 64}, Config{DType::kF32, 16, 256},
+                                   Config{DType::kBF16, 32, 128}, Config{DType::kF16, 16, 40}}) {
+    const PagedKv kv(dt, kv_heads, hd, tpb, 200, rng);
+    const std::vector<AttentionSeq> seqs = {
+        {kv.table.data(), 179, 21, 0}, {kv.table.data(), 150, 1, 21}, {kv.table.data(), 5, 1, 22}};
+    std::vector<float> q(23 * heads * hd), out(q.size());
+    for (float& x : q) x = nd(rng);
+    for (const VariantCase& c : kVariantCases) {
+      const AttentionShape shape = VariantShape(heads, kv_heads, hd, c, sinks);
+      const std::vector<double> ref = NaiveRows(kv, shape, seqs, q.data());
+      std::vector<float> scratch(AttentionScratchFloats(shape, pool.num_threads(), tpb));
+      for (SimdLevel level : Levels()) {
+        SetActiveSimdLevel(level);
+        PagedAttention(kv.view, shape, seqs.data(), 3, q.data(), out.data(), pool, scratch.data());
+        for (size_t i = 0; i < out.size(); ++i) {
+          ASSERT_NEAR(out[i], ref[i], 1e-5 * (1 + std::fabs(ref[i])))
+              << SimdLevelName(level) << " " << DTypeName(dt) << " tpb " << tpb << " hd " << hd
+              << " softcap " << c.softcap << " window " << c.window << " sinks " << c.sinks
+              << " row " << i / (heads * hd) << " head " << i / hd % heads;
+        }
+      }
+      SetActiveSimdLevel(BestSimdLevel());
+    }
+  }
+}
+
+// With windows a prompt tile's rows start and end at different blocks: each row's result is
+// bit for bit the same alone, in its tile (attend_rows) and beside other sequences
+// (PagedAttention).
+TEST(Attention, VariantRowsAreTheSameAloneAndInABatch) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const int32_t heads = 8, kv_heads = 2, hd = 64, tpb = 16;
+  const std::vector<float> sinks = RandomSinks(heads, rng);
+  const PagedKv kv(DType::kF16, kv_heads, hd, tpb, 300, rng);
+  const std::vector<int32_t> len = {300, 290, 251, 203, 180, 64, 17, 3};
+  const int32_t rows = static_cast<int32_t>(len.size());
+  const std::vector<float> row_sinks = RandomSinks(rows, rng);
+  std::vector<float> q(rows * hd), got(rows * hd), one(hd);
+  for (float& x : q) x = nd(rng);
+  std::vector<const float*> q_rows(rows);
+  std::vector<float*> got_rows(rows);
+  for (int32_t r = 0; r < rows; ++r)
+    q_rows[r] = q.data() + r * hd, got_rows[r] = got.data() + r * hd;
+  std::vector<float> scratch(AttendRowsScratchFloats(rows, hd, tpb));
+  for (const VariantCase& c : kVariantCases) {
+    for (SimdLevel level : Levels()) {
+      AttendRowsArgs args =
+          RowArgs(kv, 1, 0.125f, rows, len.data(), q_rows.data(), got_rows.data());
+      args.softcap = c.softcap;
+      args.window = c.window;
+      args.sinks = c.sinks ? row_sinks.data() : nullptr;
+      GetKernels(level).attend_rows(kv.view, args, scratch.data());
+      for (int32_t r = 0; r < rows; ++r) {
+        AttendRowsArgs alone = args;
+        float* one_row = one.data();
+        alone.num_rows = 1, alone.len = &len[r], alone.q = &q_rows[r], alone.out = &one_row;
+        alone.sinks = c.sinks ? &row_sinks[r] : nullptr;
+        GetKernels(level).attend_rows(kv.view, alone, scratch.data());
+        for (int32_t i = 0; i < hd; ++i)
+          ASSERT_EQ(one[i], got[r * hd + i])
+              << SimdLevelName(level) << " row " << r << " window " << c.window;
+      }
+    }
+  }
+  // A prompt chunk alone and beside two decode rows (other block tables into the same pool).
+  const std::vector<AttentionSeq> batch = {{kv.table.data() + 2, 20, 1, 0},
+                                           {kv.table.data(), 179, 21, 1},
+                                           {kv.table.data() + 1, 250, 1, 22}};
+  std::vector<float> qs(23 * heads * hd), together(qs.size()), alone(qs.size());
+  for (float& x : qs) x = nd(rng);
+  for (const VariantCase& c : kVariantCases) {
+    const AttentionShape shape = VariantShape(heads, kv_heads, hd, c, sinks);
+    std::vector<float> paged_scratch(AttentionScratchFloats(shape, pool.num_threads(), tpb));
+    for (SimdLevel level : Levels()) {
+      SetActiveSimdLevel(level);
+      PagedAttention(kv.view, shape, batch.data(), 3, qs.data(), together.data(), pool,
+                     paged_scratch.data());
+      PagedAttention(kv.view, shape, &batch[1], 1, qs.data(), alone.data(), pool,
+                     paged_scratch.data());
+      for (int64_t i = 1 * heads * hd; i < 22 * heads * hd; ++i)
+        ASSERT_EQ(alone[i], together[i]) << SimdLevelName(level) << " window " << c.window;
+    }
+    SetActiveSimdLevel(BestSimdLevel());
+  }
+}
+
+// Blocks wholly before every row's window go back to the pool while the sequence runs: their
+// table entries may be stale. Pointing them at a block of NaNs must not change the result,
+// nor pointing them far outside the cache (a read would fault).
+TEST(Attention, BlocksBehindEveryWindowAreNeverRead) {
+  std::mt19937 rng(37);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const int32_t heads = 8, kv_heads = 2, hd = 64;
+  const std::vector<float> sinks = RandomSinks(heads, rng);
+  for (int32_t tpb : {8, 16, 32}) {
+    const PagedKv kv(DType::kF16, kv_heads, hd, tpb, 300, rng);
+    const int32_t nan_block = kv.table.back();  // never written: every slot a NaN
+    for (int32_t window : {1, 44, 60}) {
+      // A prompt chunk at positions 290..299 and a decode row at 299: no row sees a position
+      // before 291 - window.
+      const int32_t stale_blocks = (291 - window) / tpb;
+      std::vector<int32_t> nan_table = kv.table, bad_table = kv.table;
+      for (int32_t b = 0; b < stale_blocks; ++b) nan_table[b] = nan_block, bad_table[b] = 1 << 28;
+      AttentionShape shape = VariantShape(heads, kv_heads, hd, {2.5f, window, true}, sinks);
+      std::vector<float> q(11 * heads * hd), out(q.size()), out_bad(q.size());
+      for (float& x : q) x = nd(rng);
+      const std::vector<double> ref = NaiveRows(
+          kv, shape, {{kv.table.data(), 290, 10, 0}, {kv.table.data(), 299, 1, 10}}, q.data());
+      std::vector<float> scratch(AttentionScratchFloats(shape, pool.num_threads(), tpb));
+      for (SimdLevel level : Levels()) {
+        SetActiveSimdLevel(level);
+        const std::vector<AttentionSeq> nan_seqs = {{nan_table.data(), 290, 10, 0},
+                                                    {nan_table.data(), 299, 1, 10}};
+        const std::vector<AttentionSeq> bad_seqs = {{bad_table.data(), 290, 10, 0},
+                                                    {bad_table.data(), 299, 1, 10}};
+        PagedAttention(kv.view, shape, nan_seqs.data(), 2, q.data(), out.data(), pool,
+                       scratch.data());
+        PagedAttention(kv.view, shape, bad_seqs.data(), 2, q.data(), out_bad.data(), pool,
+                       scratch.data());
+        for (size_t i = 0; i < out.size(); ++i) {
+          ASSERT_TRUE(std::isfinite(out[i])) << SimdLevelName(level) << " tpb " << tpb;
+          ASSERT_NEAR(out[i], ref[i], 1e-5 * (1 + std::fabs(ref[i])))
+              << SimdLevelName(level) << " tpb " << tpb << " window " << window;
+          ASSERT_EQ(out_bad[i], out[i]);
+        }
+      }
+      SetActiveSimdLevel(BestSimdLevel());
     }
   }
 }

@@ -43,8 +43,9 @@ inline std::shared_ptr<const LoraAdapter> ScenarioAdapter(const ModelConfig& c, 
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   const int32_t rank = 4;
-  const std::vector<std::pair<int32_t, int32_t>> targets = {{kLoraAttnQ, 0},
-                                                            {kLoraMlp4hToH, c.num_layers - 1}};
+  // (Mixture-of-experts models take adapters on attention only: the output projection there.)
+  const std::vector<std::pair<int32_t, int32_t>> targets = {
+      {kLoraAttnQ, 0}, {c.num_experts > 0 ? kLoraAttnDense : kLoraMlp4hToH, c.num_layers - 1}};
   int64_t cols = 0;
   for (const auto& [module, layer] : targets) {
     int32_t in = 0, out = 0;

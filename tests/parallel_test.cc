@@ -101,11 +101,19 @@ class ParallelTest : public ::testing::Test {
     params.seed = 21;
     model_ = TempPath("parallel_tiny") + ".gguf";
     ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), model_).ok());
+    auto moe = PresetConfig(Architecture::kQwen3Moe, "tiny");
+    ASSERT_TRUE(moe.ok());
+    params.config = *moe;
+    moe_model_ = TempPath("parallel_tiny_moe") + ".gguf";
+    ASSERT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), moe_model_).ok());
   }
-  static void TearDownTestSuite() { fs::remove(model_); }
-  static std::string model_;
+  static void TearDownTestSuite() {
+    fs::remove(model_);
+    fs::remove(moe_model_);
+  }
+  static std::string model_, moe_model_;
 };
-std::string ParallelTest::model_;
+std::string ParallelTest::model_, ParallelTest::moe_model_;
 
 TEST_F(ParallelTest, TensorParallelTwoRanksEqualsOneProcess) {
   REQUIRE_MPIRUN();
@@ -130,6 +138,22 @@ TEST_F(ParallelTest, StoriesTensorParallelEqualsOneProcess) {
   const std::string stories = testing::SharedDir() + "/models/llama2c/stories260K.bin";
   REQUIRE_SHARED_FILE(stories);
   ExpectSameRun(RunParallel(stories, 2, 1, "default"), RunLocal(stories, "default"));
+}
+
+// A mixture of experts (Qwen3-MoE shape: 16 experts, top 4, q/k norms): each rank computes
+// its columns of every chosen expert, the router runs whole on every rank.
+TEST_F(ParallelTest, MixtureOfExpertsTensorParallelEqualsOneProcess) {
+  REQUIRE_MPIRUN();
+  ExpectSameRun(RunParallel(moe_model_, 2, 1, "default"), RunLocal(moe_model_, "default"));
+}
+
+// A windowed family: Gemma 2 (llama.cpp's file: windows of 64 on alternate layers, attention
+// and final soft-caps, post-norms), prompts up to 190 tokens in chunks across the window edge.
+TEST_F(ParallelTest, Gemma2TensorParallelEqualsOneProcess) {
+  REQUIRE_MPIRUN();
+  const std::string gemma2 = testing::SharedDir() + "/golden/arch/gemma2-f16.gguf";
+  REQUIRE_SHARED_FILE(gemma2);
+  ExpectSameRun(RunParallel(gemma2, 2, 1, "default"), RunLocal(gemma2, "default"));
 }
 
 // Two hosts on one machine: network namespaces joined by a veth pair. mpirun runs on host A

@@ -207,6 +207,81 @@ bool StartsOrEnds(const std::string& s, const Value& what, bool starts) {
   return one(what);
 }
 
+// Python's str.format for what templates use: {} / {0} / {name} fields with an optional !s
+// or !r conversion, and "{{" / "}}". Format specs ("{:>8}") and attribute or index fields
+// ("{0.name}") fail naming themselves.
+Value Format(const std::string& s, const CallArgs& a) {
+  std::string out;
+  size_t next_auto = 0;
+  bool automatic = false, manual = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '}') {
+      if (i + 1 < s.size() && s[i + 1] == '}')
+        ++i;
+      else
+        Fail("Single '}' encountered in format string");
+      out += '}';
+      continue;
+    }
+    if (c != '{') {
+      out += c;
+      continue;
+    }
+    if (i + 1 < s.size() && s[i + 1] == '{') {
+      out += '{';
+      ++i;
+      continue;
+    }
+    const size_t close = s.find('}', i);
+    if (close == std::string::npos) Fail("Single '{' encountered in format string");
+    std::string field = s.substr(i + 1, close - i - 1);
+    i = close;
+    if (const size_t colon = field.find(':'); colon != std::string::npos) {
+      if (colon + 1 < field.size())
+        Fail("str.format: format specs ('" + field.substr(colon) + "') are not supported");
+      field.resize(colon);
+    }
+    std::string conversion;
+    if (const size_t bang = field.find('!'); bang != std::string::npos) {
+      conversion = field.substr(bang + 1);
+      field.resize(bang);
+      if (conversion != "s" && conversion != "r")
+        Fail("Unknown conversion specifier " + conversion);
+    }
+    Value arg;
+    if (field.empty() || std::all_of(field.begin(), field.end(), [](char d) {
+          return std::isdigit(static_cast<unsigned char>(d));
+        })) {
+      size_t index;
+      if (field.empty()) {
+        if (manual)
+          Fail("cannot switch from manual field specification to automatic field numbering");
+        automatic = true;
+        index = next_auto++;
+      } else {
+        if (automatic)
+          Fail("cannot switch from automatic field numbering to manual field specification");
+        manual = true;
+        index = field.size() > 6 ? SIZE_MAX : std::stoul(field);
+      }
+      if (index >= a.positional.size())
+        Fail("Replacement index " + field + " out of range for positional args tuple");
+      arg = a.positional[index];
+    } else if (field.find_first_of(".[") != std::string::npos) {
+      Fail("str.format: attribute and index fields ('" + field + "') are not supported");
+    } else {
+      const auto it = std::find_if(a.keyword.begin(), a.keyword.end(),
+                                   [&](const auto& kw) { return kw.first == field; });
+      if (it == a.keyword.end()) Fail("'" + field + "'");
+      arg = it->second;
+    }
+    out += conversion == "r" ? arg.Repr(kMaxMethodResultBytes) : arg.Str(kMaxMethodResultBytes);
+    if (out.size() > kMaxMethodResultBytes) throw LimitError{"format: the result is too large"};
+  }
+  return Value(std::move(out));
+}
+
 Value StringMethod(const std::string& s, const std::string& name) {
   auto bind = [&](auto fn) {
     return Value::Func(name, [s, fn](CallArgs& a) -> Value { return fn(s, a); });
@@ -271,6 +346,7 @@ Value StringMethod(const std::string& s, const std::string& name) {
       return Value(std::move(out));
     });
   }
+  if (name == "format") return bind([](const std::string& s, CallArgs& a) { return Format(s, a); });
   if (name == "isdigit" || name == "isspace" || name == "isalpha") {
     return bind([name](const std::string& s, CallArgs&) {
       auto pred = [&](unsigned char c) {
@@ -358,6 +434,7 @@ Value Attr(const Value& v, const std::string& path) {
 // select / reject / selectattr / rejectattr: keep items whose (attribute's) test is `keep`.
 Value SelectItems(const Value& seq, CallArgs& args, bool by_attr, bool keep, StepCounter& steps) {
   std::vector<Value> out;
+  if (!seq.Truthy()) return Value::List({});  // jinja2: "if value:" (none selects nothing)
   const std::vector<Value> items = IterItems(seq);
   steps.Charge(static_cast<int64_t>(items.size()));
   size_t next = 0;
@@ -425,9 +502,13 @@ std::vector<Value> IterItems(const Value& value) {
 
 Value GetAttribute(const Value& value, const std::string& name) {
   if (value.is_mapping()) {
-    Value v = value.Get(name);
-    if (!v.is_undefined() || value.kind() == Value::Kind::kNamespace) return v;
-    return DictMethod(value, name);
+    // jinja2 looks up d.name as an attribute first: a dict's methods win over its keys of
+    // the same name (a JSON schema's "items" key is read as d['items']).
+    if (value.kind() == Value::Kind::kDict) {
+      Value method = DictMethod(value, name);
+      if (!method.is_undefined()) return method;
+    }
+    return value.Get(name);
   }
   if (value.is_string()) return StringMethod(value.AsString(), name);
   if (value.is_undefined()) {
@@ -561,11 +642,29 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
   if (name == "safe") return v;
   if (name == "escape" || name == "e") return Value(HtmlEscape(v.Str(max)));
   if (name == "tojson") {
-    const Value indent = a.Get(0, "indent", Value::None());
+    // Hugging Face's tojson(x, ensure_ascii=False, indent=None, separators=None,
+    // sort_keys=False), which replaces jinja2's.
+    Value::JsonOptions options;
+    options.ensure_ascii = a.Get(0, "ensure_ascii", Value(false)).Truthy();
+    const Value indent = a.Get(1, "indent", Value::None());
+    if (indent.is_number()) {  // Python: that many spaces (none below 1), or the string itself
+      options.indent = std::string(std::clamp<int64_t>(indent.AsInt(), 0, 64), ' ');
+    } else if (indent.is_string()) {
+      options.indent = indent.AsString();
+    } else if (!indent.is_none() && !indent.is_undefined()) {
+      Fail(std::string("tojson: indent must be a number or a string, not ") + indent.TypeName());
+    }
+    const Value separators = a.Get(2, "separators", Value::None());
+    if (separators.is_list() && separators.Items().size() == 2 &&
+        separators.Items()[0].is_string() && separators.Items()[1].is_string()) {
+      options.separators.emplace(separators.Items()[0].AsString(),
+                                 separators.Items()[1].AsString());
+    } else if (!separators.is_none() && !separators.is_undefined()) {
+      Fail("tojson: separators must be a pair of strings");
+    }
+    options.sort_keys = a.Get(3, "sort_keys", Value(false)).Truthy();
     steps.Charge(1000);
-    StatusOr<std::string> json = v.ToJson(
-        indent.is_number() ? static_cast<int>(std::clamp<int64_t>(indent.AsInt(), 0, 64)) : -1,
-        max);
+    StatusOr<std::string> json = v.ToJson(options, max);
     if (!json.ok() && json.status().code() == StatusCode::kResourceExhausted)
       throw LimitError{json.status().message()};
     if (!json.ok()) Fail(json.status().message());
@@ -662,6 +761,7 @@ Value ApplyFilter(const std::string& name, const Value& v, CallArgs& a, StepCoun
   if (name == "map") {
     std::vector<Value> out;
     const Value attr = a.Get(99, "attribute");
+    if (!v.Truthy()) return Value::List({});  // jinja2: "if value:" (none maps to nothing)
     for (const Value& item : IterItems(v)) {
       steps.Charge(1);
       if (attr.is_string()) {

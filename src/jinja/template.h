@@ -1,7 +1,8 @@
 // Chat templates: a Jinja engine covering what the chat templates of Llama 3 / 3.1,
-// Qwen2.5 / Qwen3, Gemma 3, Mistral and similar models use (loops with loop controls,
-// conditionals, set and namespaces, macros, filters, tests, string and dict methods, slicing,
-// raise_exception, tojson), rendered the way Hugging Face's apply_chat_template renders them
+// Qwen2.5 / Qwen3, Gemma 2 / 3, Phi-3 / 4, Mistral / Mixtral, gpt-oss (harmony) and similar
+// models use (loops with loop controls, conditionals, set and namespaces, macros, filters,
+// tests, string methods with str.format, dict methods, slicing, raise_exception, tojson with
+// Hugging Face's arguments), rendered the way Hugging Face's apply_chat_template renders them
 // with Python's jinja2 (trim_blocks, lstrip_blocks, a sandbox without mutation). Anything
 // else fails with a message naming the construct. Rendering is bounded (output bytes,
 // statement steps, macro depth) so a hostile template or message cannot hang or exhaust the

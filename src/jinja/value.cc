@@ -173,9 +173,10 @@ std::string StringRepr(const std::string& s) {
   return out + quote;
 }
 
-void JsonString(const std::string& s, std::string& out) {
+void JsonString(const std::string& s, bool ensure_ascii, std::string& out) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
     switch (c) {
       case '"':
         out += "\\\"";
@@ -198,14 +199,39 @@ void JsonString(const std::string& s, std::string& out) {
       case '\f':
         out += "\\f";
         break;
-      default:
-        if (c < 0x20) {
-          char e[8];
+      default: {
+        char e[16];
+        if (c < 0x20 || (ensure_ascii && c == 0x7F)) {
           std::snprintf(e, sizeof e, "\\u%04x", c);
+          out += e;
+        } else if (ensure_ascii && c >= 0x80) {
+          // Python writes \uXXXX, a surrogate pair above U+FFFF; a malformed byte (which
+          // no JSON input can make) becomes U+FFFD.
+          size_t len = 0;
+          uint32_t cp = 0xFFFD;
+          if ((c & 0xE0) == 0xC0) len = 2;
+          if ((c & 0xF0) == 0xE0) len = 3;
+          if ((c & 0xF8) == 0xF0) len = 4;
+          bool ok = len > 0 && i + len <= s.size();
+          for (size_t k = 1; ok && k < len; ++k)
+            ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+          if (ok) {
+            cp = c & (0xFF >> (len + 1));
+            for (size_t k = 1; k < len; ++k)
+              cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+            i += len - 1;
+          }
+          if (cp >= 0x10000) {
+            const uint32_t v = cp - 0x10000;
+            std::snprintf(e, sizeof e, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+          } else {
+            std::snprintf(e, sizeof e, "\\u%04x", cp);
+          }
           out += e;
         } else {
           out += static_cast<char>(c);
         }
+      }
     }
   }
   out += '"';
@@ -213,17 +239,22 @@ void JsonString(const std::string& s, std::string& out) {
 
 constexpr int kMaxJsonDepth = 128;
 
-Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::string& out) {
+Status JsonDump(const Value& v, const Value::JsonOptions& o, int level, size_t max_bytes,
+                std::string& out) {
   if (level > kMaxJsonDepth) return InvalidArgumentError("tojson: value nested too deeply");
   if (out.size() > max_bytes)
     return ResourceExhaustedError("tojson: the JSON text is larger than " +
                                   std::to_string(max_bytes) + " bytes");
   auto newline = [&](int l) {
-    if (indent < 0) return;
+    if (!o.indent) return;
     out += '\n';
-    out.append(static_cast<size_t>(indent) * l, ' ');
+    for (int i = 0; i < l && out.size() <= max_bytes; ++i) out += *o.indent;
   };
-  const char* item_sep = indent < 0 ? ", " : ",";
+  const std::string_view item_sep = o.separators ? std::string_view(o.separators->first)
+                                    : !o.indent  ? std::string_view(", ")
+                                                 : std::string_view(",");
+  const std::string_view key_sep =
+      o.separators ? std::string_view(o.separators->second) : std::string_view(": ");
   switch (v.kind()) {
     case Value::Kind::kNone:
       out += "null";
@@ -242,7 +273,7 @@ Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::st
       return OkStatus();
     }
     case Value::Kind::kString:
-      JsonString(v.AsString(), out);
+      JsonString(v.AsString(), o.ensure_ascii, out);
       return OkStatus();
     case Value::Kind::kList: {
       if (v.Items().empty()) {
@@ -255,7 +286,7 @@ Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::st
         if (!first) out += item_sep;
         first = false;
         newline(level + 1);
-        RETURN_IF_ERROR(JsonDump(item, indent, level + 1, max_bytes, out));
+        RETURN_IF_ERROR(JsonDump(item, o, level + 1, max_bytes, out));
       }
       newline(level);
       out += ']';
@@ -269,13 +300,20 @@ Status JsonDump(const Value& v, int indent, int level, size_t max_bytes, std::st
       }
       out += '{';
       bool first = true;
-      for (const auto& [k, item] : v.Entries()) {
+      std::vector<const std::pair<std::string, Value>*> entries;
+      for (const auto& entry : v.Entries()) entries.push_back(&entry);
+      if (o.sort_keys) {
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto* a, const auto* b) { return a->first < b->first; });
+      }
+      for (const auto* entry : entries) {
+        const auto& [k, item] = *entry;
         if (!first) out += item_sep;
         first = false;
         newline(level + 1);
-        JsonString(k, out);
-        out += ": ";
-        RETURN_IF_ERROR(JsonDump(item, indent, level + 1, max_bytes, out));
+        JsonString(k, o.ensure_ascii, out);
+        out += key_sep;
+        RETURN_IF_ERROR(JsonDump(item, o, level + 1, max_bytes, out));
       }
       newline(level);
       out += '}';
@@ -340,9 +378,9 @@ std::string Value::Repr(size_t max_bytes) const {
   return "";
 }
 
-StatusOr<std::string> Value::ToJson(int indent, size_t max_bytes) const {
+StatusOr<std::string> Value::ToJson(const JsonOptions& options, size_t max_bytes) const {
   std::string out;
-  RETURN_IF_ERROR(JsonDump(*this, indent, 0, max_bytes, out));
+  RETURN_IF_ERROR(JsonDump(*this, options, 0, max_bytes, out));
   if (out.size() > max_bytes)
     return ResourceExhaustedError("tojson: the JSON text is larger than " +
                                   std::to_string(max_bytes) + " bytes");

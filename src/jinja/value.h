@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -105,10 +106,22 @@ class Value {
   // longer than max_bytes (a bound for the caller to check, not a truncation to rely on).
   std::string Str(size_t max_bytes = SIZE_MAX) const;
   std::string Repr(size_t max_bytes = SIZE_MAX) const;
-  // json.dumps(value, ensure_ascii=False, indent=indent (-1: none), sort_keys=False): what
-  // Hugging Face's tojson filter writes. Fails on undefined and functions, and when the text
-  // would pass max_bytes.
-  StatusOr<std::string> ToJson(int indent = -1, size_t max_bytes = SIZE_MAX) const;
+  // json.dumps(value, ensure_ascii=..., indent=..., separators=..., sort_keys=...): what
+  // Hugging Face's tojson filter writes (its defaults: ensure_ascii=False, sort_keys=False).
+  // Fails on undefined and functions, and when the text would pass max_bytes.
+  struct JsonOptions {
+    std::optional<std::string> indent;  // each level's indentation; none: one line
+    bool ensure_ascii = false;
+    bool sort_keys = false;
+    // Python's defaults: (", ", ": ") without indent, (",", ": ") with it.
+    std::optional<std::pair<std::string, std::string>> separators;
+  };
+  StatusOr<std::string> ToJson(const JsonOptions& options, size_t max_bytes = SIZE_MAX) const;
+  StatusOr<std::string> ToJson(int indent = -1, size_t max_bytes = SIZE_MAX) const {
+    JsonOptions options;
+    if (indent >= 0) options.indent = std::string(indent, ' ');
+    return ToJson(options, max_bytes);
+  }
   // Nesting of lists and dicts (0 for anything else; a namespace counts as 0: nothing walks
   // into it but tojson, which bounds itself).
   int Depth() const;

@@ -91,9 +91,9 @@ int32_t AttentionRowsPerItem(const AttentionShape& shape) {
 
 int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t tokens_per_block) {
   // Per row: a span's scores, the running output, max, sum, rescale factor and a block's
-  // valid positions; 64 floats of slack.
+  // first and end positions; 64 floats of slack.
   return static_cast<int64_t>(num_rows) *
-             (AttentionSpanPositions(tokens_per_block) + head_dim + 4) +
+             (AttentionSpanPositions(tokens_per_block) + head_dim + 5) +
          64;
 }
 
@@ -106,6 +106,7 @@ int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads,
 void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const AttentionSeq* seqs,
                     int num_seqs, const float* q, float* out, ThreadPool& pool, float* scratch) {
   INFLIGHT_CHECK(kv.head_dim == shape.head_dim && kv.kv_dim == shape.num_kv_heads * shape.head_dim);
+  INFLIGHT_CHECK(shape.window >= 0 && shape.softcap >= 0.0f);
   const KernelTable& k = ActiveKernels();
   const int32_t group = shape.num_heads / shape.num_kv_heads;
   const int32_t tile = TokensPerTile(shape);
@@ -127,6 +128,11 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
     std::vector<int32_t> len(AttentionRowsPerItem(shape));
     std::vector<const float*> q_rows(len.size());
     std::vector<float*> out_rows(len.size());
+    std::vector<float> sinks(shape.sinks != nullptr ? len.size() : 0);
+    AttendRowsArgs args;
+    args.scale = shape.scale, args.softcap = shape.softcap, args.window = shape.window;
+    args.len = len.data(), args.q = q_rows.data(), args.out = out_rows.data();
+    args.sinks = shape.sinks != nullptr ? sinks.data() : nullptr;
     for (;;) {
       const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
       if (begin >= total) return;
@@ -149,10 +155,11 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
             len[rows] = seq.start_pos + t + 1;
             q_rows[rows] = q + base + static_cast<int64_t>(g) * shape.head_dim;
             out_rows[rows] = out + base + static_cast<int64_t>(g) * shape.head_dim;
+            if (shape.sinks != nullptr) sinks[rows] = shape.sinks[kvh * group + g];
           }
         }
-        k.attend_rows(kv, seq.block_table, kvh, shape.scale, rows, len.data(), q_rows.data(),
-                      out_rows.data(), thread_scratch);
+        args.block_table = seq.block_table, args.kv_head = kvh, args.num_rows = rows;
+        k.attend_rows(kv, args, thread_scratch);
       }
     }
   });

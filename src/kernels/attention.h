@@ -43,10 +43,20 @@ struct AttentionShape {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  // Gemma 2 logit soft-capping: score = softcap * tanh(scale * q.k / softcap). 0: none.
+  float softcap = 0.0f;
+  // Sliding window (llama.cpp's LLAMA_SWA_TYPE_STANDARD): the token at position p sees only
+  // positions j with p - window < j <= p. 0: none. Blocks wholly before every window start
+  // of a call are never read, so their table entries may be stale once freed.
+  int32_t window = 0;
+  // gpt-oss attention sinks: [num_heads] one learned logit per query head (not scaled),
+  // an extra softmax-denominator term exp(sink - max) without a value. nullptr: none.
+  const float* sinks = nullptr;
 };
 
 // The new tokens of one sequence in a step: rows [row_offset, row_offset + num_tokens) of
-// q / out, at positions start_pos.. (they attend to positions 0..their own, causally).
+// q / out, at positions start_pos.. (they attend to positions 0..their own, causally, or to
+// the last `window` of them).
 struct AttentionSeq {
   const int32_t* block_table = nullptr;
   int32_t start_pos = 0;
@@ -57,7 +67,8 @@ struct AttentionSeq {
 // Stores k/v rows ([num_tokens, kv_dim] each, heads side by side) at the sequence's positions.
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v);
 
-// out[row, h * head_dim ..] = softmax(q . K^T * scale) V for every sequence's new tokens.
+// out[row, h * head_dim ..] = softmax(q . K^T * scale) V for every sequence's new tokens
+// (with the shape's window, soft-cap and sinks).
 // scratch: AttentionScratchFloats(shape, pool threads, tokens_per_block) floats (independent
 // of the context length).
 int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads,

@@ -95,7 +95,7 @@ TensorView I16Blocks(const TensorView& w, uint8_t* dst) {
 // One row's header fields of a record (kernels/packed_layout.h).
 void WriteHeader(const PackedLayout& l, const UnpackedBlock& b, int lane, uint8_t* h) {
   auto put16 = [&](int at, uint16_t v) { std::memcpy(h + at + 2 * lane, &v, 2); };
-  put16(0, b.d);
+  if (l.header != PackedHeader::kE8) put16(0, b.d);
   switch (l.header) {
     case PackedHeader::kD:
       break;
@@ -119,6 +119,9 @@ void WriteHeader(const PackedLayout& l, const UnpackedBlock& b, int lane, uint8_
       break;
     case PackedHeader::kXS:
       for (int j = 0; j < 8; ++j) h[32 + 16 * j + lane] = static_cast<uint8_t>(b.sc[j]);
+      break;
+    case PackedHeader::kE8:
+      h[lane] = b.e;
       break;
   }
 }
@@ -152,7 +155,8 @@ TensorView InterleaveBlockFormat(const PackedLayout& l, const TensorView& w, uin
       uint8_t* rec = dst + (g * nsb + sb) * l.record_bytes();
       for (int lane = 0; lane < kInterleaveRows; ++lane) {
         const int64_t r = g * kInterleaveRows + lane;
-        if (r >= w.rows) continue;  // padding rows: all zero (scale 0)
+        // Padding rows: all zero (scale 0; MXFP4: exponent 0 and quants of value 0).
+        if (r >= w.rows) continue;
         UnpackBlock(l.source, w.row(r) + sb * src_bytes, &b);
         WriteHeader(l, b, lane, rec);
         for (int blk = 0; blk < l.blocks_per_record; ++blk) {
@@ -176,7 +180,7 @@ int PackedQuant(const PackedLayout& l, const uint8_t* payload, int lane, int col
   if (l.crumb_at >= 0)
     u |= ((payload[l.crumb_at + 64 * (p / 4) + k] >> (2 * (p % 4))) & 3) << l.crumb_shift;
   if (l.bit_at >= 0) u |= ((payload[l.bit_at + 8 * p + k / 8] >> (k % 8)) & 1) << l.bit_shift;
-  return l.lut ? kIq4Unsigned[u] : u;
+  return l.lut != nullptr ? l.lut[u] : u;
 }
 
 void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, int lane, float* s,
@@ -186,9 +190,13 @@ void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, i
     std::memcpy(&v, h + at + 2 * lane, 2);
     return Fp16ToFp32(v);
   };
-  const float d = half(0);
   const int sub16 = 2 * block + sub;
   *o = 0.0f;
+  if (l.header == PackedHeader::kE8) {
+    *s = E8M0ToFp32Half(h[lane]);
+    return;
+  }
+  const float d = half(0);
   switch (l.header) {
     case PackedHeader::kD:
       *s = d;
@@ -212,6 +220,8 @@ void PackedScales(const PackedLayout& l, const uint8_t* h, int block, int sub, i
     case PackedHeader::kXS:
       *s = d * static_cast<float>(static_cast<int8_t>(h[32 + 16 * block + lane]));
       break;
+    case PackedHeader::kE8:
+      break;  // above
   }
 }
 

@@ -4,7 +4,7 @@
 // Q8_0: 8 quads x 16 rows x 4 bytes, each weight stored as w + 128 (unsigned for VNNI);
 // Q4_0: 4 quads x 16 rows x 4 bytes, each byte holding element 4q+i in its low nibble and
 //       element 16+4q+i in its high nibble (exactly the source byte qs[4q+i]).
-// The other block formats (Q4_1 ... IQ4_XS) use the records of kernels/packed_layout.h.
+// The other block formats (Q4_1 ... IQ4_XS, MXFP4) use the records of kernels/packed_layout.h.
 // F16 / BF16 (64-column multiples) become 16-row groups of int16 blocks (DType::kI16x16, see
 // kernels_internal.h), so one 64-byte load gives the 16 rows' weights of two columns for a
 // vpdpwssd against a broadcast pair of int16 activations.

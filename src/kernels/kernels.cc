@@ -238,6 +238,76 @@ void MatMulGroup(const MatMulTarget* targets, int num_targets, const float* x, i
   });
 }
 
+void MatMulSegments(const MatMulSegment* segments, int num_segments, const float* x, int64_t x_rows,
+                    ThreadPool& pool, MatMulScratch& scratch) {
+  if (num_segments == 0) return;
+  const TensorView& w0 = *segments[0].w;
+  const bool quantized = UsesQuantizedActivations(w0.dtype);
+  const bool i16 = w0.dtype == DType::kI16x16;
+  for (int i = 0; i < num_segments; ++i) {
+    const TensorView& w = *segments[i].w;
+    INFLIGHT_CHECK(w.cols == w0.cols && segments[i].x_row >= 0 &&
+                   segments[i].x_row + segments[i].num_rows <= x_rows);
+    if (UsesQuantizedActivations(w.dtype) != quantized || (w.dtype == DType::kI16x16) != i16) {
+      // Mixed activation formats: one pass per matrix.
+      for (int j = 0; j < num_segments; ++j) {
+        const MatMulSegment& g = segments[j];
+        if (g.num_rows > 0) MatMul(*g.w, x + g.x_row * w0.cols, g.num_rows, g.y, pool, scratch);
+      }
+      return;
+    }
+  }
+  const KernelTable& k = ActiveKernels();
+  const int64_t cols = w0.cols;
+  const QuantizedRows* xq = quantized ? scratch.Quantize(k, x, x_rows, cols, &pool)
+                            : i16     ? scratch.ToI16(k, x, x_rows, cols, &pool)
+                                      : nullptr;
+  // Work items of about equal cost (rows x tokens), each a whole number of 16-row groups.
+  struct Item {
+    int segment;
+    int64_t row_begin, row_end;
+  };
+  thread_local std::vector<Item> reused;  // the caller's (workers read it through `items`)
+  std::vector<Item>& items = reused;
+  items.clear();
+  int64_t total = 0;
+  for (int i = 0; i < num_segments; ++i) total += segments[i].w->rows * segments[i].num_rows;
+  const int64_t target = std::max<int64_t>(1, total / (16 * std::max(1, pool.num_threads())));
+  for (int i = 0; i < num_segments; ++i) {
+    const MatMulSegment& g = segments[i];
+    if (g.num_rows == 0) continue;
+    const int64_t rows = std::max<int64_t>(16, (target / g.num_rows + 15) / 16 * 16);
+    for (int64_t r = 0; r < g.w->rows; r += rows)
+      items.push_back({i, r, std::min(g.w->rows, r + rows)});
+  }
+  const int64_t chunk = TokenChunk(cols);
+  pool.ParallelFor(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t it = begin; it < end; ++it) {
+      const Item& item = items[it];
+      const MatMulSegment& g = segments[item.segment];
+      QuantizedRows part;
+      const QuantizedRows* gq = nullptr;
+      if (xq != nullptr) {
+        part = *xq;
+        const int64_t t0 = g.x_row;
+        if (xq->q16 != nullptr) {
+          part.q16 = xq->q16 + t0 * cols;
+          part.d16 = xq->d16 + t0 * (cols / kI16Block);
+        } else {
+          const int64_t nb = cols / kQBlock;
+          part.qs = xq->qs + t0 * cols, part.qu = xq->qu + t0 * cols;
+          part.d = xq->d + t0 * nb, part.sum = xq->sum + t0 * nb;
+          part.sum16 = xq->sum16 + 2 * t0 * nb, part.fsum = xq->fsum + t0 * nb;
+          part.fsum16 = xq->fsum16 + 2 * t0 * nb;
+        }
+        gq = &part;
+      }
+      MatMulRowsChunked(k, *g.w, item.row_begin, item.row_end, x + g.x_row * cols, gq, g.num_rows,
+                        g.y, chunk);
+    }
+  });
+}
+
 void DequantizeRow(const TensorView& w, int64_t row, float* out) {
   if (const PackedLayout* l = FindPackedLayout(w.dtype); l && l->packed == w.dtype) {
     const int64_t sb_cols = int64_t{kQBlock} * l->blocks_per_record, nsb = w.cols / sb_cols;

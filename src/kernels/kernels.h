@@ -47,6 +47,28 @@ struct QuantizedRows {
 
 struct KvLayerView;  // kernels/attention.h
 
+// The query rows of one attend_rows call. Row r sees positions j with
+// max(0, len[r] - window) <= j < len[r] (all of j < len[r] when window is 0), scores them
+// s_j = scale * q[r] . K_j, capped to softcap * tanh(s_j / softcap) when softcap > 0, and
+// adds exp(sinks[r]) to the softmax denominator when sinks is set (a logit without a value).
+struct AttendRowsArgs {
+  const int32_t* block_table = nullptr;
+  int32_t kv_head = 0;
+  int32_t num_rows = 0;
+  const int32_t* len = nullptr;     // [num_rows] causal lengths (position + 1)
+  const float* const* q = nullptr;  // [num_rows] -> [head_dim]
+  float* const* out = nullptr;      // [num_rows] -> [head_dim]
+  float scale = 1.0f;
+  float softcap = 0.0f;          // 0: no capping
+  int32_t window = 0;            // 0: no sliding window
+  const float* sinks = nullptr;  // [num_rows] sink logits (unscaled), or null: none
+
+  // The first position row r sees.
+  int32_t FirstSeen(int32_t r) const {
+    return window > 0 ? (len[r] > window ? len[r] - window : 0) : 0;
+  }
+};
+
 struct KernelTable {
   SimdLevel level;
   // x: [num_tokens, cols] -> out (buffers sized by the caller, cols % 32 == 0).
@@ -63,15 +85,14 @@ struct KernelTable {
   void (*axpy_f16)(float* y, float a, const uint16_t* x, int64_t n);
   // sum_i exp(x[i] - max), with max >= every x[i] (log-softmax normalisers).
   float (*sum_exp)(const float* x, int64_t n, float max);
-  // Query rows against one K/V head: out[r] = softmax(scale * q[r] . K_j) . V_j over
-  // positions j < len[r], reached through the block table (head `kv_head`'s tiles, see
+  // Query rows against one K/V head (AttendRowsArgs): out[r] = softmax(s_r) . V over the
+  // positions row r sees, reached through the block table (head `kv_head`'s tiles, see
   // attention.h). The rows are the query heads sharing the K/V head, for one token or a few
   // consecutive tokens of a sequence (causal lengths); K/V is read once for all of them.
-  // Each row's result is the same whatever rows share the call.
+  // Each row's result is the same whatever rows share the call. Blocks no row sees (behind
+  // every row's window) are never read, nor are their block-table entries.
   // scratch: AttendRowsScratchFloats(num_rows, head_dim, tokens_per_block) floats.
-  void (*attend_rows)(const KvLayerView& kv, const int32_t* block_table, int32_t kv_head,
-                      float scale, int32_t num_rows, const int32_t* len, const float* const* q,
-                      float* const* out, float* scratch);
+  void (*attend_rows)(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch);
   // gate[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   // out[i] = x[i] as IEEE half, rounded to nearest even (the K/V store).
@@ -144,6 +165,22 @@ struct MatMulTarget {
 // (at most 8 matrices). Each output row is computed exactly as MatMul computes it.
 void MatMulGroup(const MatMulTarget* targets, int num_targets, const float* x, int64_t num_tokens,
                  ThreadPool& pool, MatMulScratch& scratch);
+
+// One matrix of a MatMulSegments call, applied to its own rows of the shared input.
+struct MatMulSegment {
+  const TensorView* w;
+  int64_t x_row = 0;     // first row of x
+  int64_t num_rows = 0;  // rows of x (tokens)
+  float* y = nullptr;    // [num_rows, w->rows]
+};
+
+// Many matrices, each over its own range of x's rows (a mixture of experts: every chosen
+// expert's gate and up over the rows routed to it): x [x_rows, cols] is converted once, and
+// the rows of all matrices are split over the pool in one pass, in pieces of about equal
+// work, instead of one pass (and one synchronisation) per matrix. Each output row is computed
+// exactly as MatMul computes it.
+void MatMulSegments(const MatMulSegment* segments, int num_segments, const float* x, int64_t x_rows,
+                    ThreadPool& pool, MatMulScratch& scratch);
 
 // Dequantize one row of any weight type to F32 (embedding lookup, tests).
 void DequantizeRow(const TensorView& w, int64_t row, float* out);

@@ -1,5 +1,5 @@
 // AVX-512 VNNI matmul over the interleaved block-format records of kernels/packed_layout.h
-// (Q4_1 ... IQ4_XS), one instantiation per format. Built with AVX-512 flags; only called
+// (Q4_1 ... IQ4_XS, MXFP4), one instantiation per format. Built with AVX-512 flags; only called
 // after the CPU check in kernels.cc. Every (row, token) result follows the scalar twin's
 // float operations exactly (kernels_scalar.cc, MatMulPackedScalar): lanes are rows, and a
 // row's sums never meet another row's or token's, so results are bit-identical to the twin
@@ -45,8 +45,14 @@ inline __m512 Negate(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.0f));
 template <int kIdx>
 inline void Scales(const uint8_t* rec, int blk, __m512* sa, __m512* sb, __m512* oa, __m512* ob) {
   constexpr const PackedLayout& L = kPackedLayouts[kIdx];
-  const __m512 d = HalfVector(rec);
   *oa = *ob = _mm512_setzero_ps();
+  if constexpr (L.header == PackedHeader::kE8) {
+    // 2^(e - 128) by vscalefps: exact, subnormal for e < 2 as E8M0ToFp32Half.
+    *sa = *sb = _mm512_scalef_ps(_mm512_set1_ps(1.0f),
+                                 _mm512_sub_ps(U8Vector(rec), _mm512_set1_ps(128.0f)));
+    return;
+  }
+  const __m512 d = HalfVector(rec);
   if constexpr (L.header == PackedHeader::kD) {
     *sa = *sb = d;
   } else if constexpr (L.header == PackedHeader::kDM) {
@@ -114,9 +120,9 @@ inline void Unpack(const uint8_t* payload, __m512i* u) {
       u[p] = _mm512_mask_add_epi8(u[p], _cvtu64_mask64(m), u[p], bit);
     }
   }
-  if constexpr (L.lut) {
+  if constexpr (L.lut != nullptr) {
     const __m512i table =
-        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Unsigned)));
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(L.lut)));
     for (int p = 0; p < 8; ++p) u[p] = _mm512_shuffle_epi8(table, u[p]);
   }
 }
@@ -203,6 +209,76 @@ inline void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t b0, in
   }
 }
 
+// MXFP4 (nibbles through a table, one power-of-two scale per 32 columns) in the shape of the Q4_0
+// kernel (kernels_avx512.cc, InterleavedGroup): one 64-byte quad of nibbles unpacked at a time
+// and consumed at once, one dot chain per (group, token). PackedTile unpacks a block's 8 vectors
+// per group first (16 live vectors at G = 2, some spilled) and keeps two chains per token: this
+// shape measured ~7% faster for MXFP4 at 512 tokens (2880 x 2880, one thread). The int32 dot
+// equals PackedTile's and the float operations are the same, so the results are too.
+template <int kIdx, int G, int NT>
+inline void NibbleLutTile(const uint8_t* group, int64_t group_bytes, int64_t b0, int64_t b1,
+                          const QuantizedRows& x, int64_t t0, float* partial, int pf_phase,
+                          int pf_period) {
+  constexpr const PackedLayout& L = kPackedLayouts[kIdx];
+  static_assert(L.blocks_per_record == 1 && L.nib_at == 0 && L.crumb_at < 0 && L.bit_at < 0 &&
+                L.lut != nullptr && !L.sub16 && !L.has_min);
+  constexpr int64_t kRecord = L.record_bytes();
+  constexpr int64_t kAhead = 32;  // blocks: one column tile ahead
+  const int64_t cols = x.cols, nb = cols / kQBlock;
+  const __m512i low4 = _mm512_set1_epi8(15);
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(L.lut)));
+  __m512 acc[G][NT];
+  for (int g = 0; g < G; ++g) {
+    for (int k = 0; k < NT; ++k)
+      acc[g][k] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * (G * k + g));
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* rec[G];
+    __m512 s[G], unused;
+    for (int g = 0; g < G; ++g) {
+      rec[g] = group + g * group_bytes + b * kRecord;
+      if (b % pf_period == pf_phase) {
+        for (int64_t off = 0; off < kRecord; off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(rec[g] + kAhead * kRecord + off), _MM_HINT_T1);
+      }
+      Scales<kIdx>(rec[g], 0, &s[g], &unused, &unused, &unused);
+    }
+    // Each dot starts at minus the zero-point correction, as in PackedTile.
+    __m512i dot[G][NT];
+    for (int k = 0; k < NT; ++k) {
+      const __m512i start = _mm512_set1_epi32(-L.offset * x.sum[(t0 + k) * nb + b]);
+      for (int g = 0; g < G; ++g) dot[g][k] = start;
+    }
+    for (int q = 0; q < 4; ++q) {
+      __m512i lo[G], hi[G];
+      for (int g = 0; g < G; ++g) {
+        const __m512i v = _mm512_loadu_si512(rec[g] + L.header_bytes + 64 * q);
+        lo[g] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low4));
+        hi[g] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+      }
+      for (int k = 0; k < NT; ++k) {
+        const int8_t* xs = x.qs + (t0 + k) * cols + b * kQBlock;
+        const __m512i xlo = Broadcast4(xs + 4 * q), xhi = Broadcast4(xs + 16 + 4 * q);
+        for (int g = 0; g < G; ++g) {
+          dot[g][k] = _mm512_dpbusd_epi32(dot[g][k], lo[g], xlo);
+          dot[g][k] = _mm512_dpbusd_epi32(dot[g][k], hi[g], xhi);
+        }
+      }
+    }
+    for (int k = 0; k < NT; ++k) {
+      const __m512 dx = _mm512_set1_ps(x.d[(t0 + k) * nb + b]);
+      for (int g = 0; g < G; ++g) {
+        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(dot[g][k]), s[g]);
+        acc[g][k] = _mm512_fmadd_ps(v, dx, acc[g][k]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int k = 0; k < NT; ++k) _mm512_storeu_ps(partial + 16 * (G * k + g), acc[g][k]);
+  }
+}
+
 template <int kIdx>
 void MatMulPacked(const TensorView& w, int64_t row_begin, int64_t row_end, const QuantizedRows& x,
                   int64_t num_tokens, float* y, int64_t y_stride) {
@@ -218,8 +294,13 @@ void MatMulPacked(const TensorView& w, int64_t row_begin, int64_t row_end, const
                  const uint8_t* group = base + first_group * group_bytes;
                  ForTokenPasses<kPassTokens>(
                      num_tokens, [&]<int N>(int64_t t, int pf_phase, int pf_period) {
-                       PackedTile<kIdx, G, N>(group, group_bytes, b0, b1, x, t,
-                                              partial + 16 * G * t, pf_phase, pf_period);
+                       if constexpr (L.header == PackedHeader::kE8) {
+                         NibbleLutTile<kIdx, G, N>(group, group_bytes, b0, b1, x, t,
+                                                   partial + 16 * G * t, pf_phase, pf_period);
+                       } else {
+                         PackedTile<kIdx, G, N>(group, group_bytes, b0, b1, x, t,
+                                                partial + 16 * G * t, pf_phase, pf_period);
+                       }
                      });
                });
 }

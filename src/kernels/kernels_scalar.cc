@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "base/fp16.h"
@@ -281,10 +282,13 @@ float SumExpScalar(const float* x, int64_t n, float mx) {
 
 // Block by block with an online softmax, as the SIMD kernels do: per block the rows' scores,
 // then each row's running max / sum update and its rescaled output plus the block's p . V.
-void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_head, float scale,
-                      int32_t num_rows, const int32_t* len, const float* const* q,
-                      float* const* out, float* scratch) {
-  const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim;
+// The walk starts at the first block a row sees. A sink starts its row's running max and sum
+// (a logit whose value is zero), so it joins the softmax like any position.
+void AttendRowsScalar(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch) {
+  const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim, num_rows = args.num_rows;
+  const int32_t* len = args.len;
+  const float* const* q = args.q;
+  const float scale = args.scale, softcap = args.softcap;
   auto load = [&](const void* base, int64_t i) {
     switch (kv.dtype) {
       case DType::kF32:
@@ -297,31 +301,35 @@ void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_he
   };
   float* probs = scratch;                                     // [rows][tpb]
   float* acc = probs + static_cast<int64_t>(num_rows) * tpb;  // [rows][hd]
-  int32_t n = 0;
-  for (int32_t r = 0; r < num_rows; ++r) n = std::max(n, len[r]);
+  int32_t n = 0, first = std::numeric_limits<int32_t>::max();
+  for (int32_t r = 0; r < num_rows; ++r)
+    n = std::max(n, len[r]), first = std::min(first, args.FirstSeen(r));
   float* mx = acc + static_cast<int64_t>(num_rows) * hd;
   float* sum = mx + num_rows;
-  std::fill(mx, mx + num_rows, -INFINITY);
-  std::fill(sum, sum + num_rows, 0.0f);
+  for (int32_t r = 0; r < num_rows; ++r) {
+    mx[r] = args.sinks != nullptr ? args.sinks[r] : -INFINITY;
+    sum[r] = args.sinks != nullptr ? 1.0f : 0.0f;
+  }
   std::fill(acc, acc + static_cast<int64_t>(num_rows) * hd, 0.0f);
-  for (int32_t b = 0, p0 = 0; p0 < n; ++b, p0 += tpb) {
-    const int64_t tile = kv.TileOffset(table[b], kv_head);
+  for (int32_t b = first / tpb, p0 = b * tpb; p0 < n; ++b, p0 += tpb) {
+    const int64_t tile = kv.TileOffset(args.block_table[b], args.kv_head);
     for (int32_t r = 0; r < num_rows; ++r) {
-      const int32_t valid = std::min(tpb, len[r] - p0);
-      if (valid <= 0) continue;
+      const int32_t lo = std::max(0, args.FirstSeen(r) - p0), valid = std::min(tpb, len[r] - p0);
+      if (valid <= lo) continue;
       float* p = probs + static_cast<int64_t>(r) * tpb;
       float block_max = -INFINITY;
-      for (int32_t j = 0; j < valid; ++j) {
+      for (int32_t j = lo; j < valid; ++j) {
         float s = 0;
         for (int32_t i = 0; i < hd; ++i)
           s += q[r][i] * load(kv.k, tile + static_cast<int64_t>(i) * tpb + j);
         p[j] = s * scale;
+        if (softcap > 0.0f) p[j] = softcap * std::tanh(p[j] / softcap);
         block_max = std::fmax(block_max, p[j]);
       }
       const float new_max = std::fmax(mx[r], block_max);
       const float alpha = std::exp(mx[r] - new_max);
       float block_sum = 0;
-      for (int32_t j = 0; j < valid; ++j) {
+      for (int32_t j = lo; j < valid; ++j) {
         p[j] = std::exp(p[j] - new_max);
         block_sum += p[j];
       }
@@ -329,7 +337,7 @@ void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_he
       mx[r] = new_max;
       float* a = acc + static_cast<int64_t>(r) * hd;
       for (int32_t i = 0; i < hd; ++i) a[i] *= alpha;
-      for (int32_t j = 0; j < valid; ++j) {
+      for (int32_t j = lo; j < valid; ++j) {
         for (int32_t i = 0; i < hd; ++i)
           a[i] += p[j] * load(kv.v, tile + static_cast<int64_t>(j) * hd + i);
       }
@@ -337,7 +345,7 @@ void AttendRowsScalar(const KvLayerView& kv, const int32_t* table, int32_t kv_he
   }
   for (int32_t r = 0; r < num_rows; ++r) {
     const float inv = 1.0f / sum[r];
-    for (int32_t i = 0; i < hd; ++i) out[r][i] = acc[static_cast<int64_t>(r) * hd + i] * inv;
+    for (int32_t i = 0; i < hd; ++i) args.out[r][i] = acc[static_cast<int64_t>(r) * hd + i] * inv;
   }
 }
 

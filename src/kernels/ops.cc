@@ -1,5 +1,6 @@
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/kernels.h"
@@ -53,6 +54,26 @@ void GeluTanh(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     x[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void GatedActivation(FfnActivation kind, float* gate, const float* up, int64_t n) {
+  switch (kind) {
+    case FfnActivation::kSilu:
+      return SiluMul(gate, up, n);
+    case FfnActivation::kGeluTanh:
+      GeluTanh(gate, n);
+      for (int64_t i = 0; i < n; ++i) gate[i] *= up[i];
+      return;
+    case FfnActivation::kSwigluOai: {
+      constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = std::min(gate[i], kLimit);
+        const float u = std::clamp(up[i], -kLimit, kLimit);
+        gate[i] = g / (1.0f + std::exp(-kAlpha * g)) * (u + 1.0f);
+      }
+      return;
+    }
   }
 }
 

@@ -20,6 +20,14 @@ void AddInPlace(float* x, const float* y, int64_t n);
 void SiluMul(float* gate, const float* up, int64_t n);
 // x = gelu(x), tanh approximation (GPT-2)
 void GeluTanh(float* x, int64_t n);
+
+// The activation of a gated FFN: gate = act(gate) * up.
+enum class FfnActivation {
+  kSilu,       // SwiGLU
+  kGeluTanh,   // GeGLU with the tanh GELU (Gemma)
+  kSwigluOai,  // gpt-oss: g = min(g, 7), u = clamp(u, -7, 7): g * sigmoid(1.702 g) * (u + 1)
+};
+void GatedActivation(FfnActivation kind, float* gate, const float* up, int64_t n);
 // In-place softmax over n values; returns nothing, x sums to 1.
 void Softmax(float* x, int64_t n);
 

@@ -1,4 +1,4 @@
-// Interleaved layouts of the block formats of kernels/quant_blocks.h (Q4_1 ... IQ4_XS) for the
+// Interleaved layouts of the block formats of kernels/quant_blocks.h (Q4_1 ... MXFP4) for the
 // VNNI matmul, built once at load time (kernels/interleave.h). A matrix is stored as groups of
 // 16 rows; a group as one record per super-block (256 columns, or 32 for the 32-weight
 // formats): a header with the 16 rows' scales unpacked to bytes, then per 32-column block a
@@ -9,8 +9,9 @@
 //            column 16+4q+i in its high nibble (vectors p = q and p = q + 4);
 //   crumbs:  2 x 64 bytes; vector c's byte k holds 2 bits of vector 4c+q's byte k at bits 2q;
 //   bits:    8 x 64-bit masks; mask p has one bit per byte of vector p.
-// The value of a weight is s * (u - offset) - o with u the unpacked quant (through the IQ4
-// table, +128, for IQ4), s and o the scale and min of its sub-block (16 or 32 columns).
+// The value of a weight is s * (u - offset) - o with u the unpacked quant (through the format's
+// table shifted by +128, for IQ4 and MXFP4), s and o the scale and min of its sub-block (16 or
+// 32 columns).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,15 @@ enum class PackedHeader {
   kK6,  // d f16[16], sc i8[16][16]                     (s = d sc per 16 columns)
   kK2,  // d f16[16], dmin f16[16], scm u8[16][16]      (s = d (scm & 15), o = dmin (scm >> 4))
   kXS,  // d f16[16], sc i8[8][16]                      (s = d sc)
+  kE8,  // e u8[16]                                     (s = 2^(e - 128), E8M0ToFp32Half)
 };
+
+// The IQ4 and MXFP4 tables shifted to unsigned bytes (kIq4Values + 128, kMxfp4Values + 128),
+// for the lookup.
+inline constexpr uint8_t kIq4Unsigned[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                             129, 141, 153, 166, 181, 197, 217, 241};
+inline constexpr uint8_t kMxfp4Unsigned[16] = {128, 129, 130, 131, 132, 134, 136, 140,
+                                               128, 127, 126, 125, 124, 122, 120, 116};
 
 struct PackedLayout {
   DType source;
@@ -36,7 +45,7 @@ struct PackedLayout {
   int block_bytes;               // payload per 16-row group and 32-column block
   int nib_at, crumb_at, bit_at;  // payload offsets of the planes, -1 when absent
   int crumb_shift, bit_shift;    // bit position of the crumbs / the bit in the quant
-  bool lut;                      // IQ4: u = kIq4Values[quant] + 128
+  const uint8_t* lut;            // IQ4 / MXFP4: u = lut[quant] (the table + 128), else null
   int offset;                    // subtracted from u (the integer zero point)
   bool sub16;                    // scales per 16 columns (else per 32)
   bool has_min;
@@ -46,26 +55,29 @@ struct PackedLayout {
 
 inline constexpr PackedLayout kPackedLayouts[] = {
     // source        packed               blk hdr  pay  nib  crm  bit cs bs  lut   off  s16    min
-    {DType::kQ4_1, DType::kQ4_1x16, 1, 64, 256, 0, -1, -1, 0, 0, false, 0, false, true,
+    {DType::kQ4_1, DType::kQ4_1x16, 1, 64, 256, 0, -1, -1, 0, 0, nullptr, 0, false, true,
      PackedHeader::kDM},
-    {DType::kQ5_0, DType::kQ5_0x16, 1, 32, 320, 64, -1, 0, 0, 4, false, 16, false, false,
+    {DType::kQ5_0, DType::kQ5_0x16, 1, 32, 320, 64, -1, 0, 0, 4, nullptr, 16, false, false,
      PackedHeader::kD},
-    {DType::kQ5_1, DType::kQ5_1x16, 1, 64, 320, 64, -1, 0, 0, 4, false, 0, false, true,
+    {DType::kQ5_1, DType::kQ5_1x16, 1, 64, 320, 64, -1, 0, 0, 4, nullptr, 0, false, true,
      PackedHeader::kDM},
-    {DType::kIQ4_NL, DType::kIQ4_NLx16, 1, 32, 256, 0, -1, -1, 0, 0, true, 128, false, false,
-     PackedHeader::kD},
-    {DType::kQ2_K, DType::kQ2_Kx16, 8, 320, 128, -1, 0, -1, 0, 0, false, 0, true, true,
+    {DType::kIQ4_NL, DType::kIQ4_NLx16, 1, 32, 256, 0, -1, -1, 0, 0, kIq4Unsigned, 128, false,
+     false, PackedHeader::kD},
+    {DType::kQ2_K, DType::kQ2_Kx16, 8, 320, 128, -1, 0, -1, 0, 0, nullptr, 0, true, true,
      PackedHeader::kK2},
-    {DType::kQ3_K, DType::kQ3_Kx16, 8, 288, 192, -1, 0, 128, 0, 2, false, 4, true, false,
+    {DType::kQ3_K, DType::kQ3_Kx16, 8, 288, 192, -1, 0, 128, 0, 2, nullptr, 4, true, false,
      PackedHeader::kK6},
-    {DType::kQ4_K, DType::kQ4_Kx16, 8, 320, 256, 0, -1, -1, 0, 0, false, 0, false, true,
+    {DType::kQ4_K, DType::kQ4_Kx16, 8, 320, 256, 0, -1, -1, 0, 0, nullptr, 0, false, true,
      PackedHeader::kK4},
-    {DType::kQ5_K, DType::kQ5_Kx16, 8, 320, 320, 64, -1, 0, 0, 4, false, 0, false, true,
+    {DType::kQ5_K, DType::kQ5_Kx16, 8, 320, 320, 64, -1, 0, 0, 4, nullptr, 0, false, true,
      PackedHeader::kK4},
-    {DType::kQ6_K, DType::kQ6_Kx16, 8, 288, 384, 0, 256, -1, 4, 0, false, 32, true, false,
+    {DType::kQ6_K, DType::kQ6_Kx16, 8, 288, 384, 0, 256, -1, 4, 0, nullptr, 32, true, false,
      PackedHeader::kK6},
-    {DType::kIQ4_XS, DType::kIQ4_XSx16, 8, 160, 256, 0, -1, -1, 0, 0, true, 128, false, false,
-     PackedHeader::kXS},
+    {DType::kIQ4_XS, DType::kIQ4_XSx16, 8, 160, 256, 0, -1, -1, 0, 0, kIq4Unsigned, 128, false,
+     false, PackedHeader::kXS},
+    // 16 exponent bytes + 256 nibble bytes: the source's 17 bytes per row and block.
+    {DType::kMXFP4, DType::kMXFP4x16, 1, 16, 256, 0, -1, -1, 0, 0, kMxfp4Unsigned, 128, false,
+     false, PackedHeader::kE8},
 };
 
 // The layout whose source or packed type is t; null when none.
@@ -76,12 +88,8 @@ inline const PackedLayout* FindPackedLayout(DType t) {
   return nullptr;
 }
 
-// The IQ4 table shifted to unsigned bytes (kIq4Values + 128), for the lookup.
-inline constexpr uint8_t kIq4Unsigned[16] = {1,   24,  45,  63,  79,  93,  106, 118,
-                                             129, 141, 153, 166, 181, 197, 217, 241};
-
 // Scalar access to a record, for the scalar twin, dequantization and tests.
-// Unsigned quant u (after the IQ4 table) of row `lane`, column `col` (0..31) of block payload.
+// Unsigned quant u (after the lookup table) of row `lane`, column `col` (0..31) of block payload.
 int PackedQuant(const PackedLayout& l, const uint8_t* payload, int lane, int col);
 // Scale and min of row `lane`'s sub-block `sub` (16 columns when l.sub16, else 32) of block
 // `block` (0..blocks_per_record-1) of a record's header.

@@ -110,6 +110,7 @@ bool IsBlockFormat(DType t) {
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kIQ4_XS:
+    case DType::kMXFP4:
       return true;
     default:
       return false;
@@ -137,6 +138,10 @@ void UnpackBlock(DType t, const uint8_t* s, UnpackedBlock* out) {
     case DType::kIQ4_NL:  // d, qs[16]
       out->d = Load16(s);
       UnpackNibbles32(s + 2, out->q);
+      return;
+    case DType::kMXFP4:  // e, qs[16]
+      out->e = s[0];
+      UnpackNibbles32(s + 1, out->q);
       return;
     case DType::kQ2_K: {  // scales[16], qs[64], d, dmin
       for (int j = 0; j < 16; ++j) {
@@ -222,6 +227,10 @@ void PackBlock(DType t, const UnpackedBlock& in, uint8_t* s) {
       Store16(s, in.d);
       PackNibbles32(in.q, s + 2);
       return;
+    case DType::kMXFP4:
+      s[0] = in.e;
+      PackNibbles32(in.q, s + 1);
+      return;
     case DType::kQ2_K:
       for (int j = 0; j < 16; ++j)
         s[j] = static_cast<uint8_t>((in.sc[j] & 15) | ((in.m[j] & 15) << 4));
@@ -298,6 +307,11 @@ void DequantizeBlock(DType t, const uint8_t* s, float* y) {
     case DType::kIQ4_NL:
       for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(kIq4Values[b.q[j]]);
       return;
+    case DType::kMXFP4: {
+      const float e = E8M0ToFp32Half(b.e);
+      for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(kMxfp4Values[b.q[j]]) * e;
+      return;
+    }
     case DType::kQ2_K: {
       const float dmin = Half(b.dmin);
       for (int i = 0; i < 256; ++i) {
@@ -337,6 +351,12 @@ void DequantizeBlock(DType t, const uint8_t* s, float* y) {
 }
 
 int64_t FirstNonFiniteBlock(DType t, const uint8_t* data, int64_t num_blocks) {
+  if (t == DType::kMXFP4) {
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      if (data[b * DTypeBlockBytes(t)] == 0xff) return b;
+    }
+    return -1;
+  }
   // Byte offsets of the F16 fields in each block (ggml-common.h).
   int at[2] = {0, -1};
   switch (t) {
@@ -437,6 +457,36 @@ float BestIq4Scale(const float* x) {
   return best;
 }
 
+// ggml's best_index_mxfp4: the first table entry nearest to x at scale d, the distance
+// computed as |value * d - x| in float.
+uint8_t NearestMxfp4(float x, float d) {
+  int best = 0;
+  float best_err = std::fabs(static_cast<float>(kMxfp4Values[0]) * d - x);
+  for (int i = 1; i < 16; ++i) {
+    const float err = std::fabs(static_cast<float>(kMxfp4Values[i]) * d - x);
+    if (err < best_err) best = i, best_err = err;
+  }
+  return static_cast<uint8_t>(best);
+}
+
+// ggml's quantize_row_mxfp4_ref for one block: e = floor(log2(amax)) - 2 + 127, which puts
+// amax at 8 to 16 times the scale 2^(e - 128) (the table ends at 12: the top of that range
+// saturates), then every weight to its nearest value.
+// Where ggml converts an out-of-range float to uint8_t (undefined: amax below 2^-125, or
+// infinite) the exponent is clamped to 0..254.
+void QuantizeMxfp4(const float* x, UnpackedBlock* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]);
+  }
+  if (amax > 0.0f) {
+    const float e = std::floor(std::log2(amax)) - 2 + 127;
+    b->e = static_cast<uint8_t>(e < 0.0f ? 0.0f : e > 254.0f ? 254.0f : e);
+  }
+  const float d = E8M0ToFp32Half(b->e);
+  for (int j = 0; j < 32; ++j) b->q[j] = NearestMxfp4(x[j], d);
+}
+
 // K-quant style: per sub-block affine ranges, integer sub-scales and sub-mins of `bits` bits
 // against F16 super-scales, then quants re-rounded to 0..nmax against the final values.
 void QuantizeAffineK(const float* x, int sub, int nmax, int scale_max, UnpackedBlock* b) {
@@ -522,6 +572,9 @@ void QuantizeBlock(DType t, const float* x, uint8_t* dst) {
       }
       break;
     }
+    case DType::kMXFP4:
+      QuantizeMxfp4(x, &b);
+      break;
     case DType::kQ2_K:
       QuantizeAffineK(x, 16, 3, 15, &b);
       break;

@@ -30,6 +30,11 @@ void WriteModelMetadata(const ModelConfig& c, const std::string& name, GgufWrite
       w.SetF32(a + ".rope.scaling.factor", c.rope_linear_scale);
     }
   }
+  if (c.num_experts > 0) {
+    w.SetU32(a + ".expert_count", c.num_experts);
+    w.SetU32(a + ".expert_used_count", c.experts_per_token);
+    w.SetU32(a + ".expert_feed_forward_length", c.expert_ffn_size);
+  }
 }
 
 void WriteTokenizerMetadata(const TokenizerSpec& t, GgufWriter& w) {
@@ -48,12 +53,16 @@ void WriteTokenizerMetadata(const TokenizerSpec& t, GgufWriter& w) {
   w.SetI32Array("tokenizer.ggml.token_type", types);
   if (!t.merges.empty()) w.SetStringArray("tokenizer.ggml.merges", t.merges);
   if (!spm || t.scores.empty()) {
-    // The pre-tokenizer by its regex (the three this engine knows).
-    std::string pre = "gpt-2";
-    if (!t.pre_regexes.empty() && t.pre_regexes[0].find("\\p{N}{1,3}") != std::string::npos)
-      pre = "llama-bpe";
-    else if (!t.pre_regexes.empty() && t.pre_regexes[0].find("(?i:'s") != std::string::npos)
-      pre = "qwen2";
+    // The pre-tokenizer by its regex (the four this engine knows by name), else by the old guess
+    // from pieces of it.
+    std::string pre = GgufPreTokenizerName(t);
+    if (pre.empty()) {
+      pre = "gpt-2";
+      if (!t.pre_regexes.empty() && t.pre_regexes[0].find("\\p{N}{1,3}") != std::string::npos)
+        pre = "llama-bpe";
+      else if (!t.pre_regexes.empty() && t.pre_regexes[0].find("(?i:'s") != std::string::npos)
+        pre = "qwen2";
+    }
     w.SetString("tokenizer.ggml.pre", pre);
   }
   if (t.bos_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", t.bos_id);

@@ -81,6 +81,11 @@ Status LoraAdapter::Add(const ModelConfig& c, int32_t layer, int32_t module, Lor
                                 " is not one this model has (0-" +
                                 std::to_string(c.gelu_ffn ? 6 : 7) + ")");
   }
+  if (c.num_experts > 0 && module >= kLoraMlpHTo4h) {
+    return UnimplementedError(std::string("LoRA ") + ModuleName(module) +
+                              ": adapters on the FFN of a mixture-of-experts model are not "
+                              "supported (attention modules are)");
+  }
   if (layer < 0 || layer >= c.num_layers) {
     return InvalidArgumentError("LoRA layer " + std::to_string(layer) + " is outside the model's " +
                                 std::to_string(c.num_layers) + " layers");

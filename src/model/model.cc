@@ -13,6 +13,7 @@
 #include "base/thread_pool.h"
 #include "kernels/interleave.h"
 #include "kernels/ops.h"
+#include "model/families.h"
 
 namespace inflight {
 
@@ -55,7 +56,7 @@ void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int32_t t
                            num_tokens * c.ffn_size,
                            num_tokens * c.ffn_size,
                            num_tokens * c.hidden_size,
-                           num_tokens * c.rope_dim};
+                           num_tokens * c.rope_dim * 2};
   int64_t total = 0;
   for (int64_t s : sizes) total += (s + 15) / 16 * 16;
   buffer_.Resize(total * sizeof(float));
@@ -120,8 +121,11 @@ void InterleaveWeights(Model* model, bool exact_f16) {
   plan(w.token_embedding);
   plan(w.output);
   for (LayerWeights& l : w.layers) {
-    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down})
+    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down,
+                          &l.router, &l.shared_gate, &l.shared_up, &l.shared_down})
       plan(*v);
+    for (auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (TensorView& v : *experts) plan(v);
   }
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -154,12 +158,47 @@ Status FinishModel(Model* model, const ModelLoadOptions& options) {
   RETURN_IF_ERROR(CutToShard(options.shard, model));
   InterleaveWeights(model, options.exact_f16);
   const ModelConfig& c = model->config_;
+  if (model->family_ == nullptr) model->family_ = &FamilyFor(c.arch);
+  model->rope_tables_.clear();
   if (c.learned_positions) return OkStatus();
-  model->rope_inv_freq_.resize(c.rope_dim / 2);
+  Model::RopeTable global;
+  global.inv_freq.resize(c.rope_dim / 2);
   kernels::RopeInvFreq(c.rope_base, c.rope_dim,
                        c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(),
-                       c.rope_linear_scale, model->rope_inv_freq_.data());
+                       c.rope_linear_scale, global.inv_freq.data());
+  global.attn_factor = c.rope_attn_factor;
+  if (c.rope_yarn_factor > 0) {
+    // YaRN as ggml computes it: dimension pairs rotating fewer than beta_slow times over the
+    // original context are interpolated (frequency / factor), those rotating more than
+    // beta_fast times kept, a linear ramp between; cos and sin grow by 1 + 0.1 ln(factor).
+    const double n = c.rope_dim, orig = c.rope_original_context, base = c.rope_base;
+    auto corr_dim = [&](double rotations) {
+      return n * std::log(orig / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    const double low = std::max(0.0, std::floor(corr_dim(c.rope_yarn_beta_fast)));
+    const double high = std::min(n - 1, std::ceil(corr_dim(c.rope_yarn_beta_slow)));
+    const double freq_scale = 1.0 / c.rope_yarn_factor;
+    for (int i = 0; i < c.rope_dim / 2; ++i) {
+      const double y = (i - low) / std::max(0.001, high - low);
+      const double extrapolate = 1 - std::min(1.0, std::max(0.0, y));
+      const double extrap = std::pow(base, -2.0 * i / n);
+      global.inv_freq[i] =
+          static_cast<float>(extrap * (freq_scale * (1 - extrapolate) + extrapolate));
+    }
+    global.attn_factor *= static_cast<float>(1 + 0.1 * std::log(c.rope_yarn_factor));
+  }
+  model->rope_tables_.push_back(std::move(global));
+  if (c.rope_window_base > 0) {
+    Model::RopeTable local;
+    local.inv_freq.resize(c.rope_dim / 2);
+    kernels::RopeInvFreq(c.rope_window_base, c.rope_dim, nullptr, 1.0f, local.inv_freq.data());
+    model->rope_tables_.push_back(std::move(local));
+  }
   return OkStatus();
+}
+
+int Model::RopeTableOf(int layer) const {
+  return rope_tables_.size() > 1 && config_.is_window_layer(layer) ? 1 : 0;
 }
 
 std::string Model::Describe() const {
@@ -167,7 +206,13 @@ std::string Model::Describe() const {
   const ModelConfig& c = config_;
   os << ArchitectureName(c.arch) << ": " << c.num_layers << " layers, hidden " << c.hidden_size
      << ", heads " << c.num_heads << "/" << c.num_kv_heads << " x " << c.head_dim << ", ffn "
-     << c.ffn_size << ", vocab " << c.vocab_size << ", context " << c.context_length << ", weights";
+     << c.ffn_size << ", vocab " << c.vocab_size << ", context " << c.context_length;
+  if (c.num_experts > 0) {
+    os << ", experts " << c.experts_per_token << " of " << c.num_experts << " x "
+       << c.expert_ffn_size;
+  }
+  if (c.sliding_window > 0) os << ", sliding window " << c.sliding_window;
+  os << ", weights";
   // Every stored type of the matrices with its count (a llama-quantize mix has several).
   std::map<std::string, int> types;
   for (const LayerWeights& l : weights_.layers) {
@@ -175,6 +220,9 @@ std::string Model::Describe() const {
          {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
       if (!t->empty()) ++types[DTypeName(t->dtype)];
     }
+    // An expert tensor counts once, as the file stores it.
+    for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      if (!experts->empty()) ++types[DTypeName(experts->front().dtype)];
   }
   ++types[DTypeName(weights_.output.dtype)];
   for (const auto& [name, count] : types) os << " " << name << " x" << count;
@@ -184,9 +232,13 @@ std::string Model::Describe() const {
 int64_t Model::DecodeWeightBytes() const {
   int64_t bytes = weights_.output.num_bytes() + weights_.token_embedding.row_bytes();
   for (const auto& l : weights_.layers) {
-    for (const TensorView* t :
-         {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wqkv, &l.w_gate, &l.w_up, &l.w_down,
+                                &l.router, &l.shared_gate, &l.shared_up, &l.shared_down}) {
       if (!t->empty()) bytes += t->num_bytes();
+    }
+    // A decode step of one token reads only its experts_per_token experts.
+    for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down}) {
+      if (!experts->empty()) bytes += experts->front().num_bytes() * config_.experts_per_token;
     }
   }
   return bytes;
@@ -369,13 +421,14 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
     row += ch.num_tokens;
   }
   const kernels::KvLayerView& kv_layer = kv.layers[local];
+  const float* rope_angles = s.rope_angles + RopeTableOf(layer) * T * c.rope_dim;
   // RoPE and the K/V store, sequence by sequence on the pool (each writes its own slots).
   pool.ParallelFor(static_cast<int64_t>(seqs.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t si = begin; si < end; ++si) {
       const kernels::AttentionSeq& seq = seqs[si];
       if (!c.learned_positions) {
         for (int64_t row = seq.row_offset; row < seq.row_offset + seq.num_tokens; ++row) {
-          const float* cos = s.rope_angles + row * c.rope_dim;
+          const float* cos = rope_angles + row * c.rope_dim;
           const float* sin = cos + c.rope_dim / 2;
           kernels::ApplyRopeAngles(q + row * qd, sh.num_heads, c.head_dim, c.rope_dim, c.rope_style,
                                    cos, sin);
@@ -386,8 +439,12 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
       kernels::WriteKv(kv_layer, seq, k + seq.row_offset * kvd, v + seq.row_offset * kvd);
     }
   });
-  const kernels::AttentionShape shape{sh.num_heads, sh.num_kv_heads, c.head_dim,
-                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  kernels::AttentionShape shape{
+      sh.num_heads, sh.num_kv_heads, c.head_dim,
+      c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  shape.softcap = c.attn_logit_softcap;
+  shape.window = c.is_window_layer(layer) ? c.sliding_window : 0;
+  shape.sinks = lw.attn_sinks.empty() ? nullptr : lw.attn_sinks.data();
   kernels::PagedAttention(kv_layer, shape, seqs.data(), static_cast<int>(seqs.size()), q, s.attn,
                           pool, s.attention);
   // The output projection reads every head: gather them first under tensor parallelism.
@@ -402,18 +459,21 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
   if (!lw.bo.empty()) kernels::AddBias(s.out, lw.bo.data(), T, lh);
   ApplyLora(layer, kLoraAttnDense, attn, c.q_dim(), s.out, lh,
             static_cast<int32_t>(sh.hidden.begin), lh, s, pool, T);
-  return AddOutputToResidual(s, pool, T, tp);
+  return OkStatus();
 }
 
 Status Model::AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t T,
-                                  TensorParallelGroup* tp) const {
+                                  TensorParallelGroup* tp,
+                                  const std::vector<float>* post_norm) const {
   const int64_t H = config_.hidden_size;
-  const float* out = s.out;
+  float* out = s.out;
   if (tp != nullptr) {
     float* full = Grow(s.tp_full, T * H);
     RETURN_IF_ERROR(GatherColumns(tp, s.out, T, shard_.hidden_sizes, full, s));
     out = full;
   }
+  // A post-norm needs whole rows: under TP it runs after the gather, on every rank alike.
+  if (post_norm != nullptr && !post_norm->empty()) Norm(*post_norm, {}, out, out, T, pool);
   AddResidual(s.x, out, T, H, pool);
   return OkStatus();
 }
@@ -452,6 +512,7 @@ Status Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_
   const ModelConfig& c = config_;
   const ShardLayout& sh = shard_;
   const LayerWeights& lw = weights_.layers[layer - sh.layer_begin];
+  if (lw.has_experts()) return MixtureOfExperts(layer, s, pool, T, tp);
   // This rank's FFN columns and output rows (all of them without tensor parallelism).
   const int32_t H = c.hidden_size, F = c.ffn_size;
   const int32_t lf = static_cast<int32_t>(sh.ffn.size()),
@@ -470,7 +531,7 @@ Status Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_
     ApplyLora(layer, kLoraMlpHTo4h, s.h, H, s.gate, lf, f0, lf, s, pool, T);
     ApplyLora(layer, kLoraMlpGate, s.h, H, s.up, lf, f0, lf, s, pool, T);
     pool.ParallelFor(T, 1, [&](int64_t t0, int64_t t1) {
-      kernels::SiluMul(s.gate + t0 * lf, s.up + t0 * lf, (t1 - t0) * lf);
+      kernels::GatedActivation(c.ffn_activation, s.gate + t0 * lf, s.up + t0 * lf, (t1 - t0) * lf);
     });
   }
   const float* down_in = act;
@@ -482,7 +543,7 @@ Status Model::FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_
   kernels::MatMul(lw.w_down, down_in, T, s.out, pool, s.matmul);
   ApplyLora(layer, kLoraMlp4hToH, down_in, F, s.out, lh, h0, lh, s, pool, T);
   if (!lw.b_down.empty()) kernels::AddBias(s.out, lw.b_down.data(), T, lh);
-  return AddOutputToResidual(s, pool, T, tp);
+  return OkStatus();
 }
 
 Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T,
@@ -519,6 +580,17 @@ Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T,
         std::memcpy(s.x + t * H, all + (s.tp_owner[t] * T + t) * H, H * sizeof(float));
     }
   }
+  if (c.embedding_scale != 1.0f) {
+    // Gemma scales token embeddings (not p-tuning rows, which are already in model space).
+    row = 0;
+    for (const SequenceChunk& ch : plan.chunks) {
+      for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
+        if (ch.token_ids[i] >= c.vocab_size) continue;
+        float* xr = s.x + row * H;
+        for (int64_t j = 0; j < H; ++j) xr[j] *= c.embedding_scale;
+      }
+    }
+  }
   if (c.learned_positions) {
     row = 0;
     for (const SequenceChunk& ch : plan.chunks) {
@@ -546,13 +618,23 @@ Status Model::Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool,
     row += ch.num_tokens;
   }
   Norm(weights_.output_norm, weights_.output_norm_bias, s.h, s.h, out_rows, pool);
+  // Gemma 2: logits = cap * tanh(logits / cap).
+  auto soft_cap = [&](float* rows, int64_t n) {
+    const float cap = c.final_logit_softcap;
+    if (cap <= 0) return;
+    pool.ParallelFor(n, 1024, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) rows[i] = cap * std::tanh(rows[i] / cap);
+    });
+  };
   if (tp == nullptr) {
     kernels::MatMul(weights_.output, s.h, out_rows, logits, pool, s.matmul);
+    soft_cap(logits, out_rows * c.vocab_size);
     return OkStatus();
   }
   // Each rank projects onto its vocabulary rows; TP rank 0 assembles whole rows.
   float* local = Grow(s.tp_logits, out_rows * shard_.vocab.size());
   kernels::MatMul(weights_.output, s.h, out_rows, local, pool, s.matmul);
+  soft_cap(local, out_rows * shard_.vocab.size());
   return GatherColumns(tp, local, out_rows, shard_.vocab_sizes, logits, s, /*only_first=*/true);
 }
 
@@ -597,29 +679,61 @@ Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, Forward
   } else {
     RETURN_IF_ERROR(Embed(plan, s, T, tp));
   }
-  // RoPE angles of every token, once for all layers.
-  if (!c.learned_positions) {
+  // RoPE angles of every token, once per table for all layers.
+  for (size_t table = 0; table < rope_tables_.size(); ++table) {
+    const RopeTable& rope = rope_tables_[table];
     int64_t row = 0;
     for (const SequenceChunk& ch : plan.chunks) {
       for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
-        float* cos = s.rope_angles + row * c.rope_dim;
-        kernels::RopeAngles(rope_inv_freq_.data(), c.rope_dim, ch.start_pos + i, cos,
+        float* cos = s.rope_angles + (table * T + row) * c.rope_dim;
+        kernels::RopeAngles(rope.inv_freq.data(), c.rope_dim, ch.start_pos + i, cos,
                             cos + c.rope_dim / 2);
+        if (rope.attn_factor != 1.0f) {
+          for (int32_t j = 0; j < c.rope_dim; ++j) cos[j] *= rope.attn_factor;
+        }
       }
     }
   }
+  LayerPass pass;
+  pass.model_ = this;
+  pass.plan_ = &plan;
+  pass.kv_ = &kv;
+  pass.scratch_ = &s;
+  pass.pool_ = &pool;
+  pass.num_tokens_ = T;
+  pass.tp_ = tp;
   for (int layer = sh.layer_begin; layer < sh.layer_end; ++layer) {
-    const LayerWeights& lw = weights_.layers[layer - sh.layer_begin];
-    Norm(lw.attn_norm, lw.attn_norm_bias, s.x, s.h, T, pool);
-    RETURN_IF_ERROR(Attention(layer, plan, kv, s, pool, T, tp));
-    Norm(lw.ffn_norm, lw.ffn_norm_bias, s.x, s.h, T, pool);
-    RETURN_IF_ERROR(FeedForward(layer, s, pool, T, tp));
+    pass.layer_ = layer;
+    pass.weights_ = &weights_.layers[layer - sh.layer_begin];
+    RETURN_IF_ERROR(family_->RunLayer(pass));
   }
   if (!last) {
     std::memcpy(io.hidden_out, s.x, T * c.hidden_size * sizeof(float));
     return OkStatus();
   }
   return Logits(plan, s, pool, tp, io.logits);
+}
+
+}  // namespace inflight
+
+namespace inflight {
+
+const ModelConfig& LayerPass::config() const { return model_->config_; }
+
+void LayerPass::NormInput(const std::vector<float>& weight, const std::vector<float>& bias) {
+  model_->Norm(weight, bias, scratch_->x, scratch_->h, num_tokens_, *pool_);
+}
+
+Status LayerPass::Attention() {
+  return model_->Attention(layer_, *plan_, *kv_, *scratch_, *pool_, num_tokens_, tp_);
+}
+
+Status LayerPass::FeedForward() {
+  return model_->FeedForward(layer_, *scratch_, *pool_, num_tokens_, tp_);
+}
+
+Status LayerPass::AddToResidual(const std::vector<float>* post_norm) {
+  return model_->AddOutputToResidual(*scratch_, *pool_, num_tokens_, tp_, post_norm);
 }
 
 }  // namespace inflight

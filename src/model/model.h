@@ -21,6 +21,8 @@
 namespace inflight {
 
 class ThreadPool;
+class ModelFamily;
+class Model;
 
 struct LayerWeights {
   std::vector<float> attn_norm, attn_norm_bias;  // [hidden]
@@ -31,6 +33,21 @@ struct LayerWeights {
   std::vector<float> ffn_norm, ffn_norm_bias;    // [hidden]
   TensorView w_gate, w_up, w_down;               // [ffn, hidden], [ffn, hidden], [hidden, ffn]
   std::vector<float> b_up, b_down;
+  // Gemma: norms of each block's output before it joins the residual (empty when absent).
+  std::vector<float> attn_post_norm, ffn_post_norm;
+  std::vector<float> attn_sinks;  // gpt-oss: one softmax logit per query head (this rank's)
+
+  // Mixture of experts (empty router: a dense FFN). Expert e's matrices are views of its slice
+  // of the file's 3-D tensors: gate/up [expert_ffn, hidden], down [hidden, expert_ffn].
+  TensorView router;               // [experts, hidden]
+  std::vector<float> router_bias;  // [experts] (gpt-oss)
+  std::vector<TensorView> expert_gate, expert_up, expert_down;
+  std::vector<float> expert_gate_bias, expert_up_bias;  // [experts, expert_ffn] (gpt-oss)
+  std::vector<float> expert_down_bias;                  // [experts, hidden]
+  // Qwen2-MoE's shared expert, added to every token with weight sigmoid(shared_gate . h).
+  TensorView shared_gate, shared_up, shared_down;
+  std::vector<float> shared_expert_gate;  // [hidden]
+  bool has_experts() const { return !router.empty(); }
 };
 
 // A shard (model/shard.h) holds only its own rows: the layers of its pipeline stage, and in
@@ -78,18 +95,25 @@ struct KvCacheView {
 class ForwardScratch {
  public:
   void Reserve(const ModelConfig& c, int64_t num_tokens, int32_t tokens_per_block, int num_threads);
-  float* x = nullptr;            // [T, hidden] residual stream
-  float* h = nullptr;            // [T, max(hidden, q_dim)] normed input / attention output
-  float* q = nullptr;            // [T, q_dim + 2 * kv_dim] (q | k | v, fused for GPT-2)
-  float* k = nullptr;            // [T, kv_dim]
-  float* v = nullptr;            // [T, kv_dim]
-  float* attn = nullptr;         // [T, q_dim]
-  float* gate = nullptr;         // [T, ffn]
-  float* up = nullptr;           // [T, ffn]
-  float* out = nullptr;          // [T, hidden]
-  float* attention = nullptr;    // kernels::AttentionScratchFloats
-  float* rope_angles = nullptr;  // [T, rope_dim]: cos then sin of each token's RoPE angles
+  float* x = nullptr;          // [T, hidden] residual stream
+  float* h = nullptr;          // [T, max(hidden, q_dim)] normed input / attention output
+  float* q = nullptr;          // [T, q_dim + 2 * kv_dim] (q | k | v, fused for GPT-2)
+  float* k = nullptr;          // [T, kv_dim]
+  float* v = nullptr;          // [T, kv_dim]
+  float* attn = nullptr;       // [T, q_dim]
+  float* gate = nullptr;       // [T, ffn]
+  float* up = nullptr;         // [T, ffn]
+  float* out = nullptr;        // [T, hidden]
+  float* attention = nullptr;  // kernels::AttentionScratchFloats
+  // [tables, T, rope_dim]: cos then sin of each token's RoPE angles, per RoPE table.
+  float* rope_angles = nullptr;
   kernels::MatMulScratch matmul;
+  // Mixture of experts (model_moe.cc): routing, then each expert's rows gathered together.
+  std::vector<float> moe_logits;      // [T, experts]
+  std::vector<int32_t> moe_choice;    // [T, k]: the experts of each token, best first
+  std::vector<float> moe_weight;      // [T, k]
+  std::vector<int32_t> moe_pair_row;  // [T * k]: row of (token, slot) in moe_out
+  std::vector<float> moe_in, moe_gate, moe_up, moe_act, moe_out;
   std::vector<const LoraAdapter*> row_lora;  // [T]: each token's adapter (LoRA)
   bool any_lora = false;
   // Tensor parallel: the gathered activations and the raw all-gather results.
@@ -130,6 +154,38 @@ struct ShardIo {
   float* logits = nullptr;            // last stage: [logit rows, vocab] (TP: on TP rank 0 only)
 };
 
+// One layer of one forward pass: the shared blocks a family's file composes into its layer
+// (model/families.h). The blocks read and write the step's scratch: NormInput fills the block
+// input from the residual stream, Attention / FeedForward compute a block's output, and
+// AddToResidual adds it (normalized first where the family has post-norms).
+class LayerPass {
+ public:
+  int layer() const { return layer_; }
+  const LayerWeights& weights() const { return *weights_; }
+  const ModelConfig& config() const;
+  // block input = norm(residual): RMSNorm, or LayerNorm when the config says so (bias optional).
+  void NormInput(const std::vector<float>& weight, const std::vector<float>& bias = {});
+  // block output = self-attention of the block input (the layer's window, RoPE, sinks).
+  Status Attention();
+  // block output = the dense MLP, or the mixture of experts when the layer has experts.
+  Status FeedForward();
+  // residual += post_norm(block output) (no norm when post_norm is null or empty).
+  Status AddToResidual(const std::vector<float>* post_norm = nullptr);
+
+ private:
+  friend class Model;
+  LayerPass() = default;
+  const Model* model_ = nullptr;
+  int layer_ = 0;
+  const LayerWeights* weights_ = nullptr;
+  const BatchPlan* plan_ = nullptr;
+  const KvCacheView* kv_ = nullptr;
+  ForwardScratch* scratch_ = nullptr;
+  ThreadPool* pool_ = nullptr;
+  int64_t num_tokens_ = 0;
+  TensorParallelGroup* tp_ = nullptr;
+};
+
 class Model {
  public:
   // Loads a .gguf file, a llama2.c .bin, or a Hugging Face folder (config.json +
@@ -167,21 +223,34 @@ class Model {
   std::vector<std::shared_ptr<MappedFile>> files_;  // keep mapped weights alive
   std::vector<AlignedBuffer> owned_;                // converted weights
   std::string path_;
-  std::vector<float> rope_inv_freq_;
+  // RoPE tables: [0] every layer's, [1] the window layers' own base when it differs.
+  struct RopeTable {
+    std::vector<float> inv_freq;  // [rope_dim / 2]
+    float attn_factor = 1.0f;     // cos and sin scale
+  };
+  std::vector<RopeTable> rope_tables_;
+  int RopeTableOf(int layer) const;
+  const ModelFamily* family_ = nullptr;
   ShardLayout shard_;
 
  private:
+  friend class LayerPass;
   Status ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const;
   // `layer` is the global id; weights_.layers and kv.layers hold this stage's only.
   Status Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
                    ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
   Status FeedForward(int layer, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens,
                      TensorParallelGroup* tp) const;
+  // s.out = the layer's mixture of experts over s.h (model_moe.cc).
+  Status MixtureOfExperts(int layer, ForwardScratch& s, ThreadPool& pool, int64_t num_tokens,
+                          TensorParallelGroup* tp) const;
   Status Embed(const BatchPlan& plan, ForwardScratch& s, int64_t num_tokens,
                TensorParallelGroup* tp) const;
-  // x += out: a block's output projection (this rank's rows of it, gathered under TP).
+  // x += post_norm(out): a block's output projection (this rank's rows of it, gathered under
+  // TP), normalized first when post_norm is given.
   Status AddOutputToResidual(ForwardScratch& s, ThreadPool& pool, int64_t num_tokens,
-                             TensorParallelGroup* tp) const;
+                             TensorParallelGroup* tp,
+                             const std::vector<float>* post_norm = nullptr) const;
   Status Logits(const BatchPlan& plan, ForwardScratch& s, ThreadPool& pool, TensorParallelGroup* tp,
                 float* logits) const;
   // Under TP: out[T, sum(sizes)] = every rank's local[T, sizes[rank]] side by side (only_first:

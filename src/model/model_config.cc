@@ -14,6 +14,18 @@ const char* ArchitectureName(Architecture a) {
       return "qwen3";
     case Architecture::kGpt2:
       return "gpt2";
+    case Architecture::kQwen2Moe:
+      return "qwen2moe";
+    case Architecture::kQwen3Moe:
+      return "qwen3moe";
+    case Architecture::kGemma2:
+      return "gemma2";
+    case Architecture::kGemma3:
+      return "gemma3";
+    case Architecture::kPhi3:
+      return "phi3";
+    case Architecture::kGptOss:
+      return "gpt-oss";
   }
   return "?";
 }
@@ -48,6 +60,37 @@ Status ModelConfig::Validate() const {
                                   std::to_string(rope_dim / 2));
     }
   }
+  if (num_experts < 0 || num_experts > 1024) {
+    return InvalidArgumentError("expert count " + std::to_string(num_experts) +
+                                " is out of range (0..1024)");
+  }
+  if (num_experts > 0) {
+    if (experts_per_token < 1 || experts_per_token > num_experts) {
+      return InvalidArgumentError("experts used per token " + std::to_string(experts_per_token) +
+                                  " must be between 1 and the expert count " +
+                                  std::to_string(num_experts));
+    }
+    RETURN_IF_ERROR(positive("expert_feed_forward_length", expert_ffn_size));
+  }
+  if (shared_expert_ffn_size < 0) return InvalidArgumentError("shared expert size is negative");
+  if (sliding_window < 0) return InvalidArgumentError("sliding window is negative");
+  if (sliding_window > context_length) {
+    return InvalidArgumentError("sliding window " + std::to_string(sliding_window) +
+                                " is larger than the context length " +
+                                std::to_string(context_length));
+  }
+  if (!layer_window.empty() && static_cast<int32_t>(layer_window.size()) != num_layers) {
+    return InvalidArgumentError("the sliding-window layer pattern has " +
+                                std::to_string(layer_window.size()) + " entries for " +
+                                std::to_string(num_layers) + " layers");
+  }
+  for (float v : {rope_attn_factor, rope_yarn_factor, rope_window_base, attention_scale,
+                  attn_logit_softcap, final_logit_softcap, embedding_scale}) {
+    if (!std::isfinite(v) || v < 0)
+      return InvalidArgumentError("a scale or soft-cap is negative or not finite");
+  }
+  if (rope_yarn_factor > 0 && rope_original_context <= 0)
+    return InvalidArgumentError("YaRN needs the original context length");
   if (!(norm_eps > 0) || !std::isfinite(norm_eps))
     return InvalidArgumentError("norm epsilon must be positive");
   if (num_layers > 1024 || hidden_size > (1 << 20) || vocab_size > (1 << 24) ||

@@ -4,6 +4,7 @@
 #include "base/fp16.h"
 #include "format/gguf.h"
 #include "kernels/kernels.h"
+#include "model/families.h"
 #include "model/model.h"
 #include "model/weight_utils.h"
 
@@ -32,6 +33,50 @@ class GgufWeightReader : public WeightSource {
   const GgufFile& f_;
 };
 
+// The hyper-parameters every family stores under the same keys.
+Status ReadCommonConfig(const GgufConfigReader& meta, ModelConfig* c) {
+  RETURN_IF_ERROR(meta.Int("embedding_length", true, &c->hidden_size));
+  RETURN_IF_ERROR(meta.Int("block_count", true, &c->num_layers));
+  RETURN_IF_ERROR(meta.Int("feed_forward_length", true, &c->ffn_size));
+  RETURN_IF_ERROR(meta.Int("attention.head_count", true, &c->num_heads));
+  c->num_kv_heads = c->num_heads;
+  RETURN_IF_ERROR(meta.Int("attention.head_count_kv", false, &c->num_kv_heads));
+  RETURN_IF_ERROR(meta.Int("context_length", false, &c->context_length));
+  if (c->num_heads <= 0) return InvalidArgumentError("attention.head_count must be positive");
+  c->head_dim = c->hidden_size / c->num_heads;
+  RETURN_IF_ERROR(meta.Int("attention.key_length", false, &c->head_dim));
+  int32_t value_length = c->head_dim;
+  RETURN_IF_ERROR(meta.Int("attention.value_length", false, &value_length));
+  if (value_length != c->head_dim) {
+    return UnimplementedError("attention.value_length " + std::to_string(value_length) +
+                              " differs from attention.key_length " + std::to_string(c->head_dim) +
+                              " (not supported)");
+  }
+  c->rope_dim = c->head_dim;
+  RETURN_IF_ERROR(meta.Int("rope.dimension_count", false, &c->rope_dim));
+  RETURN_IF_ERROR(meta.Float("rope.freq_base", &c->rope_base));
+  RETURN_IF_ERROR(meta.Float("attention.layer_norm_rms_epsilon", &c->norm_eps));
+  RETURN_IF_ERROR(meta.Float("rope.scaling.attn_factor", &c->rope_attn_factor));
+  RETURN_IF_ERROR(
+      meta.Int("rope.scaling.original_context_length", false, &c->rope_original_context));
+  ASSIGN_OR_RETURN(std::optional<std::string> scaling, meta.String("rope.scaling.type"));
+  float factor = 0.0f;
+  RETURN_IF_ERROR(meta.Float("rope.scaling.factor", &factor));
+  if (scaling && *scaling == "linear" && factor > 0) c->rope_linear_scale = factor;
+  if (scaling && *scaling == "yarn" && factor > 1) {
+    c->rope_yarn_factor = factor;
+    if (c->rope_original_context == 0) c->rope_original_context = c->context_length;
+    RETURN_IF_ERROR(meta.Float("rope.scaling.yarn_beta_fast", &c->rope_yarn_beta_fast));
+    RETURN_IF_ERROR(meta.Float("rope.scaling.yarn_beta_slow", &c->rope_yarn_beta_slow));
+  }
+  RETURN_IF_ERROR(meta.Int("expert_count", false, &c->num_experts));
+  RETURN_IF_ERROR(meta.Int("expert_used_count", false, &c->experts_per_token));
+  c->expert_ffn_size = c->ffn_size;
+  RETURN_IF_ERROR(meta.Int("expert_feed_forward_length", false, &c->expert_ffn_size));
+  RETURN_IF_ERROR(meta.Int("attention.sliding_window", false, &c->sliding_window));
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path,
@@ -47,70 +92,18 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path,
 
   ASSIGN_OR_RETURN(std::optional<std::string> arch_name, gguf->GetString("general.architecture"));
   if (!arch_name) return fail(InvalidArgumentError("general.architecture is missing"));
-  ModelConfig& c = model->config_;
   const std::string& a = *arch_name;
-  if (a == "llama" || a == "mistral")
-    c.arch = Architecture::kLlama;
-  else if (a == "qwen2")
-    c.arch = Architecture::kQwen2;
-  else if (a == "qwen3")
-    c.arch = Architecture::kQwen3;
-  else if (a == "gpt2")
-    c.arch = Architecture::kGpt2;
-  else
-    return fail(UnimplementedError("architecture '" + a +
-                                   "' is not supported (llama, mistral, qwen2, qwen3, gpt2)"));
-
-  auto get_int = [&](const std::string& key, bool required, int32_t* out) -> Status {
-    auto v = gguf->GetInt(a + "." + key);
-    if (!v.ok()) return v.status();
-    if (!v->has_value()) {
-      if (required) return InvalidArgumentError("metadata " + a + "." + key + " is missing");
-      return OkStatus();
-    }
-    if (**v < 0 || **v > (int64_t{1} << 30))
-      return InvalidArgumentError("metadata " + a + "." + key + " is out of range");
-    *out = static_cast<int32_t>(**v);
-    return OkStatus();
-  };
-  auto get_float = [&](const std::string& key, float* out) -> Status {
-    auto v = gguf->GetFloat(a + "." + key);
-    if (!v.ok()) return v.status();
-    if (v->has_value()) *out = static_cast<float>(**v);
-    return OkStatus();
-  };
-  Status st;
-  if (!(st = get_int("embedding_length", true, &c.hidden_size)).ok()) return fail(st);
-  if (!(st = get_int("block_count", true, &c.num_layers)).ok()) return fail(st);
-  if (!(st = get_int("feed_forward_length", true, &c.ffn_size)).ok()) return fail(st);
-  if (!(st = get_int("attention.head_count", true, &c.num_heads)).ok()) return fail(st);
-  c.num_kv_heads = c.num_heads;
-  if (!(st = get_int("attention.head_count_kv", false, &c.num_kv_heads)).ok()) return fail(st);
-  if (!(st = get_int("context_length", false, &c.context_length)).ok()) return fail(st);
-  if (c.num_heads <= 0) return fail(InvalidArgumentError("attention.head_count must be positive"));
-  c.head_dim = c.hidden_size / c.num_heads;
-  if (!(st = get_int("attention.key_length", false, &c.head_dim)).ok()) return fail(st);
-  c.rope_dim = c.head_dim;
-  if (!(st = get_int("rope.dimension_count", false, &c.rope_dim)).ok()) return fail(st);
-  if (!(st = get_float("rope.freq_base", &c.rope_base)).ok()) return fail(st);
-  if (c.arch == Architecture::kGpt2) {
-    c.layer_norm = true;
-    c.gelu_ffn = true;
-    c.learned_positions = true;
-    if (!(st = get_float("attention.layer_norm_epsilon", &c.norm_eps)).ok()) return fail(st);
-  } else {
-    if (!(st = get_float("attention.layer_norm_rms_epsilon", &c.norm_eps)).ok()) return fail(st);
-    c.rope_style = c.arch == Architecture::kLlama ? kernels::RopeStyle::kAdjacentPairs
-                                                  : kernels::RopeStyle::kHalves;
+  const ModelFamily* family = FamilyForGguf(a);
+  if (family == nullptr) {
+    return fail(UnimplementedError("architecture '" + a + "' is not supported (" +
+                                   SupportedGgufArchitectures() + ")"));
   }
-  {
-    auto type = gguf->GetString(a + ".rope.scaling.type");
-    if (type.ok() && type->has_value() && **type == "linear") {
-      float factor = 1.0f;
-      if (!(st = get_float("rope.scaling.factor", &factor)).ok()) return fail(st);
-      if (factor > 0) c.rope_linear_scale = factor;
-    }
-  }
+  model->family_ = family;
+  ModelConfig& c = model->config_;
+  c.arch = family->arch();
+  const GgufConfigReader meta(*gguf, a);
+  if (Status st = ReadCommonConfig(meta, &c); !st.ok()) return fail(st);
+  if (Status st = family->ReadGgufConfig(meta, &c); !st.ok()) return fail(st);
 
   GgufWeightReader reader(*gguf);
   // Llama 3 style frequency factors are stored as a tensor.
@@ -119,6 +112,7 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path,
     if (!f.ok()) return fail(f.status());
     c.rope_freq_factors = std::move(f).value();
   }
+  if (Status st = family->ReadConfigTensors(reader, &c); !st.ok()) return fail(st);
   const GgufTensorInfo* embd = gguf->FindTensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2)
     return fail(InvalidArgumentError("tensor 'token_embd.weight' is missing or not 2-D"));

@@ -74,6 +74,15 @@ void CutLayer(const ModelConfig& c, const ShardLayout& s, LayerWeights& l, Model
   l.w_gate = SliceRows(l.w_gate, s.ffn);
   l.w_up = SliceRows(l.w_up, s.ffn), l.b_up = SliceVector(l.b_up, s.ffn);
   l.w_down = SliceRows(l.w_down, s.hidden), l.b_down = SliceVector(l.b_down, s.hidden);
+  l.attn_sinks = SliceVector(l.attn_sinks, {s.head_begin, s.head_begin + s.num_heads});
+  // Experts split like dense FFNs (the router stays whole: every rank routes alike). Biases
+  // stay whole too: the block indexes them by expert and by this rank's ranges.
+  for (TensorView& w : l.expert_gate) w = SliceRows(w, s.expert_ffn);
+  for (TensorView& w : l.expert_up) w = SliceRows(w, s.expert_ffn);
+  for (TensorView& w : l.expert_down) w = SliceRows(w, s.hidden);
+  l.shared_gate = SliceRows(l.shared_gate, s.shared_ffn);
+  l.shared_up = SliceRows(l.shared_up, s.shared_ffn);
+  l.shared_down = SliceRows(l.shared_down, s.hidden);
 }
 
 }  // namespace
@@ -112,10 +121,18 @@ Status CutToShard(const ModelShard& shard, Model* model) {
     s.hidden_sizes.push_back(SplitRows(c.hidden_size, tp, r).size());
     s.vocab_sizes.push_back(SplitRows(c.vocab_size, tp, r).size());
   }
+  const int64_t shared = c.shared_expert_ffn_size > 0 ? c.shared_expert_ffn_size : c.ffn_size;
+  for (int32_t r = 0; r < tp; ++r) {
+    s.expert_ffn_sizes.push_back(SplitRows(c.expert_ffn_size, tp, r).size());
+    s.shared_ffn_sizes.push_back(SplitRows(shared, tp, r).size());
+  }
+  s.expert_ffn = SplitRows(c.expert_ffn_size, tp, rank);
+  s.shared_ffn = SplitRows(shared, tp, rank);
   s.ffn = SplitRows(c.ffn_size, tp, rank);
   s.hidden = SplitRows(c.hidden_size, tp, rank);
   s.vocab = SplitRows(c.vocab_size, tp, rank);
-  for (const auto* sizes : {&s.ffn_sizes, &s.hidden_sizes, &s.vocab_sizes}) {
+  for (const auto* sizes : {&s.ffn_sizes, &s.hidden_sizes, &s.vocab_sizes,
+                            c.num_experts > 0 ? &s.expert_ffn_sizes : &s.ffn_sizes}) {
     if (std::find(sizes->begin(), sizes->end(), 0) != sizes->end()) {
       return InvalidArgumentError("tensor_parallel_size " + std::to_string(tp) +
                                   " leaves a rank with no rows of the model");

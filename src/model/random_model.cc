@@ -1,5 +1,6 @@
 #include "model/random_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -15,7 +16,9 @@ StatusOr<Architecture> ArchitectureFromName(const std::string& name) {
   if (name == "qwen2") return Architecture::kQwen2;
   if (name == "qwen3") return Architecture::kQwen3;
   if (name == "gpt2") return Architecture::kGpt2;
-  return InvalidArgumentError("unknown architecture '" + name + "' (llama, qwen2, qwen3, gpt2)");
+  if (name == "qwen3moe") return Architecture::kQwen3Moe;
+  return InvalidArgumentError("unknown architecture '" + name +
+                              "' (llama, qwen2, qwen3, gpt2, qwen3moe)");
 }
 
 StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset) {
@@ -46,6 +49,13 @@ StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset)
                                                 : kernels::RopeStyle::kHalves;
     c.rope_base = arch == Architecture::kLlama ? 10000.0f : 1000000.0f;
     c.norm_eps = arch == Architecture::kLlama ? 1e-5f : 1e-6f;
+  }
+  if (arch == Architecture::kQwen3Moe) {
+    // Qwen3-30B-A3B's routing (128 experts, top 8) scaled down: 16 experts, top 4, each a
+    // quarter of the dense FFN.
+    c.num_experts = 16, c.experts_per_token = 4;
+    c.expert_ffn_size = std::max(32, c.ffn_size / 4 / 32 * 32);
+    c.normalize_expert_weights = true;
   }
   return c;
 }
@@ -108,7 +118,7 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
         RETURN_IF_ERROR(add(p + "attn_k.bias", {KV}, 0.02f, 0, false));
         RETURN_IF_ERROR(add(p + "attn_v.bias", {KV}, 0.02f, 0, false));
       }
-      if (c.arch == Architecture::kQwen3) {
+      if (c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe) {
         RETURN_IF_ERROR(add(p + "attn_q_norm.weight", {c.head_dim}, 0.1f, 1, false));
         RETURN_IF_ERROR(add(p + "attn_k_norm.weight", {c.head_dim}, 0.1f, 1, false));
       }
@@ -118,6 +128,16 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "attn_output.bias", {H}, 0.02f, 0, false));
     RETURN_IF_ERROR(add(p + "ffn_norm.weight", {H}, 0, 1, false));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_norm.bias", {H}, 0.02f, 0, false));
+    if (c.num_experts > 0) {
+      // Router logits of a few units so routing depends on the token; experts as 3-D tensors.
+      const int64_t E = c.num_experts, FE = c.expert_ffn_size;
+      RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", {H, E}, 3 * proj_std(H), 0, false));
+      RETURN_IF_ERROR(add(p + "ffn_gate_exps.weight", {H, FE, E}, proj_std(H), 0, true));
+      RETURN_IF_ERROR(add(p + "ffn_up_exps.weight", {H, FE, E}, proj_std(H), 0, true));
+      RETURN_IF_ERROR(add(p + "ffn_down_exps.weight", {FE, H, E},
+                          proj_std(FE) * params.block_output_scale, 0, true));
+      continue;
+    }
     if (!c.gelu_ffn) RETURN_IF_ERROR(add(p + "ffn_gate.weight", {H, F}, proj_std(H), 0, true));
     RETURN_IF_ERROR(add(p + "ffn_up.weight", {H, F}, proj_std(H), 0, true));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_up.bias", {F}, 0.02f, 0, false));

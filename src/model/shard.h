@@ -46,8 +46,10 @@ struct ShardLayout {
   RowRange ffn;                                 // FFN columns (rows of gate/up)
   RowRange hidden;                              // rows of attn_output / ffn_down
   RowRange vocab;                               // rows of the embedding and output matrices
+  RowRange expert_ffn;                          // columns of each expert's FFN
+  RowRange shared_ffn;                          // columns of the shared expert's FFN
   // Per TP rank, the sizes of the split dimensions (all-gather layouts).
-  std::vector<int64_t> ffn_sizes, hidden_sizes, vocab_sizes;
+  std::vector<int64_t> ffn_sizes, hidden_sizes, vocab_sizes, expert_ffn_sizes, shared_ffn_sizes;
 
   int32_t tp_size() const { return shard.tp_size; }
   int32_t num_layers() const { return layer_end - layer_begin; }

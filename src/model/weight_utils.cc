@@ -3,6 +3,7 @@
 #include "base/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
+#include "model/families.h"
 
 namespace inflight {
 namespace {
@@ -67,53 +68,17 @@ StatusOr<TensorView> LoadMatrix(const WeightSource& src, const std::string& name
 Status LoadStandardWeights(const WeightSource& src, Model* model) {
   const ModelConfig& c = model->config_;
   ModelWeights& w = model->weights_;
-  const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size;
+  const int64_t H = c.hidden_size;
   ASSIGN_OR_RETURN(w.token_embedding, LoadMatrix(src, "token_embd.weight", c.vocab_size, H));
   if (c.learned_positions) {
     ASSIGN_OR_RETURN(w.position_embedding,
                      LoadMatrix(src, "position_embd.weight", c.context_length, H));
   }
-  auto optional_vector = [&](const std::string& name, int64_t n,
-                             std::vector<float>* out) -> Status {
-    if (!src.Has(name)) return OkStatus();
-    ASSIGN_OR_RETURN(*out, LoadVector(src, name, n));
-    return OkStatus();
-  };
+  const ModelFamily& family = model->family_ ? *model->family_ : FamilyFor(c.arch);
   w.layers.resize(c.num_layers);
-  for (int i = 0; i < c.num_layers; ++i) {
-    LayerWeights& l = w.layers[i];
-    const std::string p = "blk." + std::to_string(i) + ".";
-    ASSIGN_OR_RETURN(l.attn_norm, LoadVector(src, p + "attn_norm.weight", H));
-    ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(src, p + "ffn_norm.weight", H));
-    RETURN_IF_ERROR(optional_vector(p + "attn_norm.bias", H, &l.attn_norm_bias));
-    RETURN_IF_ERROR(optional_vector(p + "ffn_norm.bias", H, &l.ffn_norm_bias));
-    if (src.Has(p + "attn_qkv.weight")) {
-      ASSIGN_OR_RETURN(l.wqkv, LoadMatrix(src, p + "attn_qkv.weight", Q + 2 * KV, H));
-      RETURN_IF_ERROR(optional_vector(p + "attn_qkv.bias", Q + 2 * KV, &l.bqkv));
-    } else {
-      ASSIGN_OR_RETURN(l.wq, LoadMatrix(src, p + "attn_q.weight", Q, H));
-      ASSIGN_OR_RETURN(l.wk, LoadMatrix(src, p + "attn_k.weight", KV, H));
-      ASSIGN_OR_RETURN(l.wv, LoadMatrix(src, p + "attn_v.weight", KV, H));
-      RETURN_IF_ERROR(optional_vector(p + "attn_q.bias", Q, &l.bq));
-      RETURN_IF_ERROR(optional_vector(p + "attn_k.bias", KV, &l.bk));
-      RETURN_IF_ERROR(optional_vector(p + "attn_v.bias", KV, &l.bv));
-    }
-    ASSIGN_OR_RETURN(l.wo, LoadMatrix(src, p + "attn_output.weight", H, Q));
-    RETURN_IF_ERROR(optional_vector(p + "attn_output.bias", H, &l.bo));
-    if (c.arch == Architecture::kQwen3) {
-      ASSIGN_OR_RETURN(l.q_norm, LoadVector(src, p + "attn_q_norm.weight", c.head_dim));
-      ASSIGN_OR_RETURN(l.k_norm, LoadVector(src, p + "attn_k_norm.weight", c.head_dim));
-    }
-    if (!c.gelu_ffn) {
-      ASSIGN_OR_RETURN(l.w_gate, LoadMatrix(src, p + "ffn_gate.weight", F, H));
-    }
-    ASSIGN_OR_RETURN(l.w_up, LoadMatrix(src, p + "ffn_up.weight", F, H));
-    ASSIGN_OR_RETURN(l.w_down, LoadMatrix(src, p + "ffn_down.weight", H, F));
-    RETURN_IF_ERROR(optional_vector(p + "ffn_up.bias", F, &l.b_up));
-    RETURN_IF_ERROR(optional_vector(p + "ffn_down.bias", H, &l.b_down));
-  }
+  for (int i = 0; i < c.num_layers; ++i) RETURN_IF_ERROR(family.LoadLayer(src, c, i, &w.layers[i]));
   ASSIGN_OR_RETURN(w.output_norm, LoadVector(src, "output_norm.weight", H));
-  RETURN_IF_ERROR(optional_vector("output_norm.bias", H, &w.output_norm_bias));
+  RETURN_IF_ERROR(LoadOptionalVector(src, "output_norm.bias", H, &w.output_norm_bias));
   if (src.Has("output.weight")) {
     ASSIGN_OR_RETURN(w.output, LoadMatrix(src, "output.weight", c.vocab_size, H));
     model->config_.tied_embeddings = false;

@@ -30,6 +30,8 @@ StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std::stri
 // A 2-D matrix [rows, cols] (ggml dims {cols, rows}) as a view; shape checked.
 StatusOr<TensorView> LoadMatrix(const WeightSource& src, const std::string& name, int64_t rows,
                                 int64_t cols);
+// DATA_LOSS when a quantized tensor has a NaN or infinite block scale (a corrupt file).
+Status CheckBlockScales(const std::string& name, const RawTensor& t, int64_t num_elements);
 // Reads every tensor of model->config_ by llama.cpp names (token_embd, blk.N.attn_q, ...).
 Status LoadStandardWeights(const WeightSource& src, Model* model);
 

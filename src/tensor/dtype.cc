@@ -31,6 +31,7 @@ constexpr DTypeInfo kInfo[] = {
     {DType::kQ6_K, "q6_k", 256, 210, true},
     {DType::kIQ4_NL, "iq4_nl", 32, 18, true},
     {DType::kIQ4_XS, "iq4_xs", 256, 136, true},
+    {DType::kMXFP4, "mxfp4", 32, 17, true},
     {DType::kI8, "i8", 1, 1, true},
     {DType::kI32, "i32", 1, 4, true},
     {DType::kQ8_0x16, "q8_0x16", 32, 34, false},
@@ -45,6 +46,7 @@ constexpr DTypeInfo kInfo[] = {
     {DType::kQ6_Kx16, "q6_kx16", 256, 210, false},
     {DType::kIQ4_NLx16, "iq4_nlx16", 32, 18, false},
     {DType::kIQ4_XSx16, "iq4_xsx16", 256, 138, false},
+    {DType::kMXFP4x16, "mxfp4x16", 32, 17, false},
     {DType::kF16x16, "f16x16", 1, 2, false},
     {DType::kBF16x16, "bf16x16", 1, 2, false},
     {DType::kI16x16, "i16x16", 64, 132, false},
@@ -88,10 +90,13 @@ std::optional<DType> DTypeFromGgmlId(uint32_t id) {
 
 std::string GgmlTypeName(uint32_t id) {
   static const char* kNames[] = {
-      "f32",     "f16",    "q4_0",    "q4_1",  "q4_2",   "q4_3",  "q5_0",  "q5_1",
-      "q8_0",    "q8_1",   "q2_K",    "q3_K",  "q4_K",   "q5_K",  "q6_K",  "q8_K",
-      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl", "iq3_s", "iq2_s", "iq4_xs",
-      "i8",      "i16",    "i32",     "i64",   "f64",    "iq1_m", "bf16"};
+      "f32",   "f16",        "q4_0",       "q4_1",       "q4_2",     "q4_3",     "q5_0",
+      "q5_1",  "q8_0",       "q8_1",       "q2_K",       "q3_K",     "q4_K",     "q5_K",
+      "q6_K",  "q8_K",       "iq2_xxs",    "iq2_xs",     "iq3_xxs",  "iq1_s",    "iq4_nl",
+      "iq3_s", "iq2_s",      "iq4_xs",     "i8",         "i16",      "i32",      "i64",
+      "f64",   "iq1_m",      "bf16",       "q4_0_4_4",   "q4_0_4_8", "q4_0_8_8", "tq1_0",
+      "tq2_0", "iq4_nl_4_4", "iq4_nl_4_8", "iq4_nl_8_8", "mxfp4",    "nvfp4",    "q1_0",
+      "q2_0"};
   if (id < sizeof(kNames) / sizeof(kNames[0])) return kNames[id];
   return "type#" + std::to_string(id);
 }
@@ -108,7 +113,7 @@ std::optional<DType> DTypeFromName(std::string_view name) {
 
 const char* WeightDTypeNames() {
   return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, "
-         "iq4_xs";
+         "iq4_xs, mxfp4";
 }
 
 }  // namespace inflight

@@ -27,6 +27,9 @@ enum class DType : uint32_t {
   kBF16 = 30,
   kI8 = 24,   // ggml GGML_TYPE_I8
   kI32 = 26,  // ggml GGML_TYPE_I32
+  // OCP microscaling FP4 (gpt-oss experts): 32 E2M1 weights sharing one E8M0 exponent
+  // (kernels/quant_blocks.h).
+  kMXFP4 = 39,
   // Engine-internal layouts (never in files): quantized matrices with 16 rows interleaved per
   // block for the VNNI kernels (see kernels/interleave.h). A partial last group is padded with
   // zero rows. Q8_0x16 / Q4_0x16 keep their source's bytes per element; the others hold the
@@ -51,6 +54,8 @@ enum class DType : uint32_t {
   // 16-row group and 64-column block, the 16 rows' F32 scales, then 32 column pairs x 16 rows
   // x 2 int16 (|q| <= 5791). Bytes per row and block: 132.
   kI16x16 = 1014,
+  // MXFP4 in the block-format records of kernels/packed_layout.h (its 17 bytes per block).
+  kMXFP4x16 = 1015,
 };
 constexpr int kInterleaveRows = 16;
 
@@ -80,7 +85,8 @@ inline int64_t DTypeRowBytes(DType t, int64_t n) {
   return n / DTypeBlockSize(t) * DTypeBlockBytes(t);
 }
 const char* DTypeName(DType t);
-// Whether t is a quantized type stored in files (Q4_0 ... IQ4_XS, not F16 or the x16 layouts).
+// Whether t is a quantized type stored in files (Q4_0 ... IQ4_XS, MXFP4; not F16 or the x16
+// layouts).
 bool IsQuantizedFileType(DType t);
 // nullopt for ids this engine does not support (IQ2/IQ3 and others).
 std::optional<DType> DTypeFromGgmlId(uint32_t id);

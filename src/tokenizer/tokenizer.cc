@@ -7,6 +7,7 @@
 #include <cstring>
 #include <queue>
 
+#include "tokenizer/unicode_nfc.h"
 #include "tokenizer/utf8.h"
 
 namespace inflight {
@@ -192,6 +193,12 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special,
 
 void Tokenizer::EncodeText(std::string_view text, bool first_fragment,
                            std::vector<int32_t>* out) const {
+  // The normalizer runs on each stretch of text between added tokens (Hugging Face's order).
+  std::string normalized;
+  if (spec_.nfc) {
+    normalized = NfcNormalize(text);
+    text = normalized;
+  }
   if (spec_.model == TokenizerModel::kSentencePiece) {
     EncodeSentencePiece(text, first_fragment, out);
   } else {

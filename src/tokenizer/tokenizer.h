@@ -51,7 +51,7 @@ struct TokenizerSpec {
   bool byte_fallback = true;             // unknown characters become <0xXX> tokens
   bool add_space_prefix = true;          // SentencePiece "dummy prefix"
   bool ignore_merges = false;            // a whole pre-token in the vocab is taken as is (Llama 3)
-  bool nfc = false;                      // NFC normalisation requested (see Tokenizer::Encode)
+  bool nfc = false;                      // NFC-normalize text between added tokens (Qwen)
   bool add_bos = false;
   bool add_eos = false;
   int32_t bos_id = -1;
@@ -148,6 +148,11 @@ class IncrementalDetokenizer {
   bool first_;
   std::string pending_;
 };
+
+// The llama.cpp name of a byte-level spec's pre-tokenizer (GGUF tokenizer.ggml.pre, the
+// inverse of what SpecFromGguf reads): "gpt-2", "llama-bpe", "qwen2" or "gpt-4o"; empty when
+// its regexes are none of these.
+std::string GgufPreTokenizerName(const TokenizerSpec& spec);
 
 // Length of the longest prefix of s that is complete UTF-8 (a truncated final character is
 // left out; invalid bytes count as complete single characters).

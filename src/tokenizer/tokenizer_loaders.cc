@@ -1,5 +1,7 @@
 // Building a TokenizerSpec from GGUF metadata (tokenizer.ggml.*) or from Hugging Face
 // tokenizer.json + tokenizer_config.json.
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,20 +18,39 @@ constexpr const char kLlama3Regex[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// GPT-4o's o200k (gpt-oss, Phi-4-mini): letter runs split at case changes, a contraction
+// joined to the word, digits in threes, "/" and line breaks kept after punctuation.
+constexpr const char kGpt4oRegex[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char kQwen2Regex[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 // Texts of control tokens that end a turn in common chat formats.
-constexpr const char* kEndOfTurnTexts[] = {"<|eot_id|>",    "<|im_end|>",    "<|end_of_text|>",
-                                           "<|endoftext|>", "<end_of_turn>", "<|end|>",
-                                           "<|eom_id|>"};
+constexpr const char* kEndOfTurnTexts[] = {
+    "<|eot_id|>",    "<|im_end|>", "<|end_of_text|>", "<|endoftext|>",
+    "<end_of_turn>", "<|end|>",    "<|eom_id|>",
+    "<|return|>",  // harmony (gpt-oss): the final answer is done
+    "<|call|>"};   // harmony: a tool call is done
 
 void AddEndOfTurnIds(TokenizerSpec* spec) {
+  // In harmony, <|end|> closes one message of a turn (the analysis before the final answer),
+  // not the turn: with <|return|> and <|call|> in the vocabulary it does not stop generation
+  // (as llama.cpp decides too).
+  const auto has = [&](std::string_view text) {
+    return std::find(spec->tokens.begin(), spec->tokens.end(), text) != spec->tokens.end();
+  };
+  const bool harmony = has("<|return|>") && has("<|call|>");
   for (int32_t id = 0; id < static_cast<int32_t>(spec->tokens.size()); ++id) {
     for (const char* t : kEndOfTurnTexts) {
-      if (spec->tokens[id] == t && id != spec->eos_id) spec->extra_eos_ids.push_back(id);
+      if (spec->tokens[id] != t || id == spec->eos_id) continue;
+      if (harmony && spec->tokens[id] == "<|end|>") continue;
+      spec->extra_eos_ids.push_back(id);
     }
   }
 }
@@ -92,11 +113,17 @@ StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& gguf) {
       spec.ignore_merges = true;
     } else if (p == "qwen2" || p == "deepseek-r1-qwen") {
       spec.pre_regexes = {kQwen2Regex};
+      // Qwen's tokenizer.json normalizes to NFC first; llama.cpp skips that, we follow HF.
+      spec.nfc = true;
+    } else if (p == "gpt-4o") {
+      // gpt-oss and Phi-4-mini. Their tokenizer.json sets ignore_merges, as tiktoken does.
+      spec.pre_regexes = {kGpt4oRegex};
+      spec.ignore_merges = true;
     } else if (p == "gpt-2" || p == "default" || p == "gpt2") {
       spec.pre_regexes = {kGpt2Regex};
     } else {
       return UnimplementedError("pre-tokenizer '" + p +
-                                "' is not supported (gpt-2, llama-bpe, qwen2)");
+                                "' is not supported (gpt-2, llama-bpe, qwen2, gpt-4o)");
     }
   }
   auto get_id = [&](const char* key, int32_t* out) -> Status {
@@ -120,8 +147,39 @@ StatusOr<TokenizerSpec> Tokenizer::SpecFromGguf(const GgufFile& gguf) {
   ASSIGN_OR_RETURN(std::optional<std::string> chat_template,
                    gguf.GetString("tokenizer.chat_template"));
   if (chat_template) spec.chat_template = std::move(*chat_template);
+  const StatusOr<std::optional<std::string>> name = gguf.GetString("general.name");
+  std::string lower_name = name.ok() ? name->value_or("") : "";
+  std::transform(lower_name.begin(), lower_name.end(), lower_name.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (spec.model == TokenizerModel::kSentencePiece && !spec.types.empty() &&
+      (lower_name.find("phi-3") != std::string::npos ||
+       lower_name.find("phi3") != std::string::npos)) {
+    // Phi-3's tokenizer.json strips the whitespace after its special tokens ("<|user|>\nHi"
+    // encodes as <|user|> "Hi") except after <unk>, <s> and <|endoftext|>. GGUF keeps no strip
+    // flags, so llama.cpp recognizes Phi-3 by its name; we do the same.
+    for (int32_t id = 0; id < static_cast<int32_t>(spec.tokens.size()); ++id) {
+      const TokenType t = spec.types[id];
+      const std::string& text = spec.tokens[id];
+      if (text.empty() ||
+          (t != TokenType::kControl && t != TokenType::kUserDefined && t != TokenType::kUnknown)) {
+        continue;
+      }
+      const bool keep = text == "<unk>" || text == "<s>" || text == "<|endoftext|>";
+      spec.added.push_back({text, id, t != TokenType::kUserDefined, false, !keep});
+    }
+  }
   AddEndOfTurnIds(&spec);
   return spec;
+}
+
+std::string GgufPreTokenizerName(const TokenizerSpec& spec) {
+  if (spec.pre_regexes.size() != 1) return "";
+  const std::string& re = spec.pre_regexes[0];
+  if (re == kGpt2Regex) return "gpt-2";
+  if (re == kLlama3Regex) return "llama-bpe";
+  if (re == kQwen2Regex) return "qwen2";
+  if (re == kGpt4oRegex) return "gpt-4o";
+  return "";
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
