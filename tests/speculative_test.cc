@@ -611,8 +611,11 @@ TEST_F(SpeculativeTest, AdaptiveDraftLengthStopsDraftsThatFail) {
   EXPECT_EQ(res.output_token_ids, alone);
   std::printf("a draft that never agrees: %d drafts, %d accepted\n", res.stats.num_draft_tokens,
               res.stats.num_accepted_draft_tokens);
-  EXPECT_LE(res.stats.num_draft_tokens, 4 + 80 / 16)
-      << "a few in the first step, then one tried after 32 tokens";
+  // The draft length weighs the measured cost of a draft pass against a target pass, so a
+  // noisy machine (sanitizers, other jobs) can make a failing draft look cheap for a step or
+  // two: allow that, not drafting throughout (every step would give ~4 x 80).
+  EXPECT_LE(res.stats.num_draft_tokens, 4 + 80 / 8)
+      << "a few in the first step, then one tried now and then";
   Request fixed = Greedy(kPrompt, 41);
   fixed.num_draft_tokens = 4;
   const Result forced = RunOne(*e, fixed);
