@@ -1,7 +1,10 @@
-// libFuzzer target: arbitrary bytes as a GGUF file, then its tensors as weights. Every input
-// must end in a Status (never a crash, an out-of-bounds read or a leak under ASan/UBSan); a
-// quantized tensor with finite scales must dequantize to the same values through its native
-// blocks and through the kernels' interleaved layout.
+// libFuzzer target: arbitrary bytes as a GGUF file, then its metadata through the model's config
+// readers (the common keys and each family's own: experts, sliding windows and their per-layer
+// patterns, YaRN / LongRoPE, soft-caps, then ModelConfig::Validate), a file they accept loaded
+// whole (every layer's tensors by name and shape, 3-D experts sliced per expert), and its
+// tensors as weights. Every input must end in a Status (never a crash, an out-of-bounds read or a
+// leak under ASan/UBSan); a quantized tensor with finite scales must dequantize to the same values
+// through its native blocks and through the kernels' interleaved layout.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include "kernels/interleave.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -26,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto ids = (*tok)->Encode("Hello, world! \xE4\xBD\xA0\xE5\xA5\xBD 123");
     (void)(*tok)->Decode(ids);
   }
+  if (inflight::ReadGgufModelConfig(**gguf).ok()) (void)inflight::LoadGgufModel(file);
   for (const auto& t : (*gguf)->tensors()) {
     // Every accepted tensor's bytes lie inside the file: touch the first and last.
     if (t.num_bytes > 0) {

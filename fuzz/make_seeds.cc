@@ -1,9 +1,15 @@
 // Writes small valid inputs for the fuzz targets' seed corpora: a GGUF with metadata of
-// every kind, a SentencePiece-style vocabulary and two tensors; a safetensors file.
+// every kind, a SentencePiece-style vocabulary and two tensors; tiny whole models of the
+// families with their own metadata (qwen3moe and qwen2moe experts, gemma3 windows and a
+// per-layer window pattern, gpt-oss sinks, YaRN and biased experts, phi3 LongRoPE), each
+// under libFuzzer's 8 KB input limit; a safetensors file.
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "base/fp16.h"
 #include "format/gguf.h"
 #include "kernels/quantize.h"
 #include "parallel/wire.h"
@@ -35,6 +41,157 @@ bool WriteParallelSeed(const std::string& path) {
   return true;
 }
 
+// A tiny model in GGUF: hidden 4, 2 heads of 2 (one KV head), 2 layers, vocabulary 8; matrices
+// F16, vectors F32, small non-zero values.
+class SeedModel {
+ public:
+  static constexpr int64_t kHidden = 4, kQ = 4, kKv = 2, kFfn = 8, kVocab = 8, kLayers = 2;
+  static constexpr int64_t kExperts = 4, kExpertFfn = 4;
+
+  explicit SeedModel(const std::string& arch) : arch_(arch) {
+    w_.SetString("general.architecture", arch);
+    U32("embedding_length", kHidden);
+    U32("block_count", kLayers);
+    U32("feed_forward_length", kFfn);
+    U32("attention.head_count", 2);
+    U32("attention.head_count_kv", 1);
+    U32("context_length", 128);
+    w_.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-6f);
+    Add("token_embd.weight", {kHidden, kVocab});
+    Add("output_norm.weight", {kHidden});
+  }
+  void U32(const std::string& key, uint32_t v) { w_.SetU32(arch_ + "." + key, v); }
+  void F32(const std::string& key, float v) { w_.SetF32(arch_ + "." + key, v); }
+  inflight::GgufWriter& writer() { return w_; }
+  // dims in ggml order; 1-D tensors are F32, the others F16.
+  void Add(const std::string& name, std::vector<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    const bool vec = dims.size() == 1;
+    std::vector<uint8_t> bytes(n * (vec ? 4 : 2));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = vec ? 1.0f + 0.125f * static_cast<float>(i % 3)
+                          : 0.25f * static_cast<float>((i * 7) % 11 - 5);
+      if (vec) {
+        std::memcpy(bytes.data() + 4 * i, &v, 4);
+      } else {
+        const uint16_t h = inflight::Fp32ToFp16(v);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    ok_ = ok_ && w_.AddTensor(name, vec ? inflight::DType::kF32 : inflight::DType::kF16, dims,
+                              std::move(bytes))
+                     .ok();
+  }
+  // Each layer's attention (with biases, q/k norms, sinks when asked) and norms; the FFN is the
+  // caller's.
+  void Attention(const std::string& p, bool biases, bool qk_norm, bool sinks) {
+    Add(p + "attn_norm.weight", {kHidden});
+    Add(p + "attn_q.weight", {kHidden, kQ});
+    Add(p + "attn_k.weight", {kHidden, kKv});
+    Add(p + "attn_v.weight", {kHidden, kKv});
+    Add(p + "attn_output.weight", {kQ, kHidden});
+    if (biases) {
+      Add(p + "attn_q.bias", {kQ});
+      Add(p + "attn_k.bias", {kKv});
+      Add(p + "attn_v.bias", {kKv});
+      Add(p + "attn_output.bias", {kHidden});
+    }
+    if (qk_norm) {
+      Add(p + "attn_q_norm.weight", {2});
+      Add(p + "attn_k_norm.weight", {2});
+    }
+    if (sinks) Add(p + "attn_sinks.weight", {2});
+  }
+  void Experts(const std::string& p, bool biases) {
+    Add(p + "ffn_gate_inp.weight", {kHidden, kExperts});
+    Add(p + "ffn_gate_exps.weight", {kHidden, kExpertFfn, kExperts});
+    Add(p + "ffn_up_exps.weight", {kHidden, kExpertFfn, kExperts});
+    Add(p + "ffn_down_exps.weight", {kExpertFfn, kHidden, kExperts});
+    if (biases) {
+      Add(p + "ffn_gate_inp.bias", {kExperts});
+      Add(p + "ffn_gate_exps.bias", {kExpertFfn, kExperts});
+      Add(p + "ffn_up_exps.bias", {kExpertFfn, kExperts});
+      Add(p + "ffn_down_exps.bias", {kHidden, kExperts});
+    }
+  }
+  void DenseFfn(const std::string& p) {
+    Add(p + "ffn_gate.weight", {kHidden, kFfn});
+    Add(p + "ffn_up.weight", {kHidden, kFfn});
+    Add(p + "ffn_down.weight", {kFfn, kHidden});
+  }
+  bool Write(const std::string& path) { return ok_ && w_.WriteFile(path).ok(); }
+
+ private:
+  std::string arch_;
+  inflight::GgufWriter w_;
+  bool ok_ = true;
+};
+
+std::string Blk(int64_t l) { return "blk." + std::to_string(l) + "."; }
+
+void SetExpertCounts(SeedModel& m) {
+  m.U32("expert_count", SeedModel::kExperts);
+  m.U32("expert_used_count", 2);
+  m.U32("expert_feed_forward_length", SeedModel::kExpertFfn);
+}
+
+// The families' own metadata and tensors, one small whole model each.
+bool WriteFamilySeeds(const std::string& dir) {
+  SeedModel qwen3moe("qwen3moe");
+  SetExpertCounts(qwen3moe);
+  qwen3moe.U32("attention.key_length", 2);
+  qwen3moe.U32("attention.value_length", 2);
+  qwen3moe.F32("rope.freq_base", 1e6f);
+  SeedModel qwen2moe("qwen2moe");
+  SetExpertCounts(qwen2moe);
+  qwen2moe.U32("expert_shared_feed_forward_length", 4);
+  SeedModel gemma3("gemma3");
+  gemma3.U32("attention.sliding_window", 16);
+  gemma3.F32("rope.freq_base_swa", 10000.0f);
+  gemma3.writer().SetI32Array("gemma3.attention.sliding_window_pattern", {1, 0});
+  SeedModel gpt_oss("gpt-oss");
+  SetExpertCounts(gpt_oss);
+  gpt_oss.U32("attention.sliding_window", 8);
+  gpt_oss.writer().SetString("gpt-oss.rope.scaling.type", "yarn");
+  gpt_oss.F32("rope.scaling.factor", 4.0f);
+  gpt_oss.U32("rope.scaling.original_context_length", 32);
+  SeedModel phi3("phi3");
+  phi3.U32("rope.scaling.original_context_length", 64);
+  phi3.F32("rope.scaling.attn_factor", 1.19f);
+  phi3.Add("rope_factors_long.weight", {1});
+  phi3.Add("rope_factors_short.weight", {1});
+  for (int64_t l = 0; l < SeedModel::kLayers; ++l) {
+    const std::string p = Blk(l);
+    qwen3moe.Attention(p, false, true, false);
+    qwen3moe.Add(p + "ffn_norm.weight", {SeedModel::kHidden});
+    qwen3moe.Experts(p, false);
+    qwen2moe.Attention(p, true, false, false);
+    qwen2moe.Add(p + "ffn_norm.weight", {SeedModel::kHidden});
+    qwen2moe.Experts(p, false);
+    qwen2moe.Add(p + "ffn_gate_inp_shexp.weight", {SeedModel::kHidden});
+    qwen2moe.Add(p + "ffn_gate_shexp.weight", {SeedModel::kHidden, 4});
+    qwen2moe.Add(p + "ffn_up_shexp.weight", {SeedModel::kHidden, 4});
+    qwen2moe.Add(p + "ffn_down_shexp.weight", {4, SeedModel::kHidden});
+    gemma3.Attention(p, false, true, false);
+    gemma3.Add(p + "ffn_norm.weight", {SeedModel::kHidden});
+    gemma3.DenseFfn(p);
+    gemma3.Add(p + "post_attention_norm.weight", {SeedModel::kHidden});
+    gemma3.Add(p + "post_ffw_norm.weight", {SeedModel::kHidden});
+    gpt_oss.Attention(p, true, false, true);
+    gpt_oss.Add(p + "post_attention_norm.weight", {SeedModel::kHidden});
+    gpt_oss.Experts(p, true);
+    phi3.Attention(p, false, false, false);
+    phi3.Add(p + "ffn_norm.weight", {SeedModel::kHidden});
+    phi3.Add(p + "ffn_up.weight", {SeedModel::kHidden, 2 * SeedModel::kFfn});
+    phi3.Add(p + "ffn_down.weight", {SeedModel::kFfn, SeedModel::kHidden});
+  }
+  return qwen3moe.Write(dir + "/gguf-seed-qwen3moe.gguf") &&
+         qwen2moe.Write(dir + "/gguf-seed-qwen2moe.gguf") &&
+         gemma3.Write(dir + "/gguf-seed-gemma3.gguf") &&
+         gpt_oss.Write(dir + "/gguf-seed-gpt-oss.gguf") && phi3.Write(dir + "/gguf-seed-phi3.gguf");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,6 +201,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   if (!WriteParallelSeed(dir + "/parallel-step-seed.bin")) return 1;
+  if (!WriteFamilySeeds(dir)) return 1;
   inflight::GgufWriter w;
   w.SetString("general.architecture", "llama");
   w.SetU32("llama.block_count", 1);

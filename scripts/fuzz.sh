@@ -20,7 +20,7 @@ cmake --build "$build" -j "$(nproc)" --target $fuzz_targets
 seeds="$build/seeds"
 rm -rf "$seeds" && mkdir -p "$seeds"/{gguf,safetensors,tokenizer,parallel_wire}
 "./$build/fuzz/make_seeds" "$seeds"
-mv "$seeds/gguf-seed.gguf" "$seeds/gguf/"
+mv "$seeds"/gguf-seed*.gguf "$seeds/gguf/"
 mv "$seeds/seed.safetensors" "$seeds/safetensors/"
 mv "$seeds/text-seed.txt" "$seeds/tokenizer/"
 mv "$seeds/parallel-step-seed.bin" "$seeds/parallel_wire/"

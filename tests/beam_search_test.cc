@@ -2,7 +2,9 @@
 // re-runs its whole sequence through the model (teacher-forced logits, no KV cache, the full
 // vocabulary ranked in double precision) and the next beams are chosen among all (beam,
 // token) pairs. Beam requests share steps with each other and with plain requests, under both
-// capacity policies; beams share KV blocks (counts asserted) and leave none behind.
+// capacity policies; beams share KV blocks (counts asserted) and leave none behind. On the
+// mixture-of-experts and sliding-window files of ../shared/golden/arch, beams in a batch equal
+// the same request's beams alone, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "engine/executor.h"
 #include "engine/generate.h"
 #include "engine_test_util.h"
+#include "test_util.h"
 
 namespace inflight {
 namespace {
@@ -525,6 +528,102 @@ TEST_F(BeamSearchTest, BadBeamRequestsAreRefused) {
   bad.max_beam_width = 0;
   EXPECT_FALSE(bad.Validate().ok());
 }
+
+// Beam search on a mixture-of-experts model (qwen3moe: 16 experts, top 4) and a sliding-window
+// one (gemma3: windows of 64 on 7 of 8 layers), prompts of 70-110 tokens (beyond the window),
+// chunked over steps: each beam request's beams, log-probs and scores in a batch with other
+// beam and plain requests are those it gets alone, bit for bit, and no block leaks.
+class BeamSearchArchTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BeamSearchArchTest, BeamsInABatchEqualBeamsAlone) {
+  const std::string path = testing::SharedDir() + "/golden/arch/" + GetParam() + ".gguf";
+  REQUIRE_SHARED_FILE(path);
+  auto loaded = Model::Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const Model& model = **loaded;
+  ExecutorConfig c;
+  c.num_threads = 1;  // a second thread's spinning costs more than it gains on these models
+  c.max_beam_width = 3;
+  c.tokens_per_block = 16;
+  c.max_tokens_in_paged_kv_cache = 16 * 256;
+  c.enable_chunked_context = true;
+  c.max_num_tokens = 48;  // prompts are split, chunks end inside and beyond the window
+  std::mt19937 rng(17);
+  auto prompt = [&](int len) {
+    std::vector<int32_t> p(len);
+    for (auto& t : p) t = static_cast<int32_t>(3 + rng() % 31000);
+    return p;
+  };
+  std::vector<Request> beams;
+  for (int i = 0; i < 3; ++i) {
+    Request r;
+    r.prompt_ids = prompt(70 + 20 * i);
+    r.max_tokens = 5 + i;
+    r.sampling.temperature = 0;
+    r.beam_width = 2 + i % 2;
+    r.num_return_sequences = r.beam_width;
+    r.exclude_input_in_output = true;
+    r.return_log_probs = true;
+    beams.push_back(r);
+  }
+  auto run = [&](const std::vector<Request>& requests, size_t plain) {
+    std::vector<Result> out;
+    auto e = Executor::Create(model, c);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    if (!e.ok()) return out;
+    std::vector<RequestId> ids;
+    for (const Request& r : requests) {
+      auto id = (*e)->Enqueue(r);
+      EXPECT_TRUE(id.ok()) << id.status().ToString();
+      ids.push_back(id.ok() ? *id : 0);
+    }
+    std::vector<RequestId> plain_ids;
+    for (size_t i = 0; i < plain; ++i) {
+      Request p;
+      p.prompt_ids = prompt(30 + 40 * static_cast<int>(i));
+      p.max_tokens = 8;
+      p.sampling.temperature = 0;
+      auto id = (*e)->Enqueue(p);
+      EXPECT_TRUE(id.ok());
+      if (id.ok()) plain_ids.push_back(*id);
+    }
+    for (RequestId id : ids) {
+      const std::vector<Result> rs = testing::CollectResults(**e, id);
+      EXPECT_FALSE(rs.empty());
+      if (!rs.empty()) out.push_back(rs.back());
+    }
+    for (RequestId id : plain_ids) testing::CollectResults(**e, id);
+    testing::ExpectNoKvLeaks(**e);
+    return out;
+  };
+  const std::vector<Result> batched = run(beams, 2);
+  ASSERT_EQ(batched.size(), beams.size());
+  for (size_t i = 0; i < beams.size(); ++i) {
+    const std::vector<Result> alone = run({beams[i]}, 0);
+    ASSERT_EQ(alone.size(), 1u);
+    ASSERT_TRUE(alone[0].error.ok()) << alone[0].error.ToString();
+    ASSERT_TRUE(batched[i].error.ok()) << batched[i].error.ToString();
+    ASSERT_EQ(alone[0].beams.size(), static_cast<size_t>(beams[i].beam_width));
+    ASSERT_EQ(batched[i].beams.size(), alone[0].beams.size());
+    for (size_t b = 0; b < alone[0].beams.size(); ++b) {
+      const BeamOutput &x = alone[0].beams[b], &y = batched[i].beams[b];
+      EXPECT_EQ(x.output_token_ids, y.output_token_ids) << "request " << i << " beam " << b;
+      EXPECT_EQ(x.log_probs, y.log_probs) << "request " << i << " beam " << b;
+      EXPECT_EQ(x.cum_log_prob, y.cum_log_prob) << "request " << i << " beam " << b;
+      EXPECT_EQ(x.score, y.score) << "request " << i << " beam " << b;
+      EXPECT_EQ(x.finish_reason, y.finish_reason) << "request " << i << " beam " << b;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, BeamSearchArchTest,
+                         ::testing::Values("qwen3moe-f16", "gemma3-f16"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace inflight

@@ -82,10 +82,29 @@ std::string ShapeString(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-// A 3-D [experts, rows, cols] tensor (ggml dims {cols, rows, experts}) as one 2-D view per
-// expert.
-Status LoadExpertMatrices(const WeightSource& src, const std::string& name, int64_t experts,
-                          int64_t rows, int64_t cols, std::vector<TensorView>* out) {
+// Expert matrices of one kind ("gate", "up", "down") as one 2-D [rows, cols] view per expert:
+// slices of the 3-D [experts, rows, cols] tensor ffn_<kind>_exps (ggml dims {cols, rows,
+// experts}), or, when a file has none, one 2-D tensor per expert ffn_<kind>.<e> (llama.cpp's
+// first Mixtral files; the Hugging Face loader's names for its per-expert tensors).
+Status LoadExpertMatrices(const WeightSource& src, const std::string& p, const std::string& kind,
+                          int64_t experts, int64_t rows, int64_t cols,
+                          std::vector<TensorView>* out) {
+  const std::string name = p + "ffn_" + kind + "_exps.weight";
+  auto expert_name = [&](int64_t e) {
+    return p + "ffn_" + kind + "." + std::to_string(e) + ".weight";
+  };
+  out->clear();
+  if (!src.Has(name) && src.Has(expert_name(0))) {
+    for (int64_t e = 0; e < experts; ++e) {
+      ASSIGN_OR_RETURN(TensorView v, LoadMatrix(src, expert_name(e), rows, cols));
+      out->push_back(v);
+    }
+    if (src.Has(expert_name(experts))) {
+      return InvalidArgumentError("tensor '" + expert_name(experts) + "' is beyond the " +
+                                  std::to_string(experts) + " experts the metadata declares");
+    }
+    return OkStatus();
+  }
   ASSIGN_OR_RETURN(RawTensor t, src.Get(name));
   if (t.dims.size() != 3 || t.dims[0] != cols || t.dims[1] != rows || t.dims[2] != experts) {
     return InvalidArgumentError("tensor '" + name + "' has shape " + ShapeString(t.dims) +
@@ -101,7 +120,6 @@ Status LoadExpertMatrices(const WeightSource& src, const std::string& name, int6
   }
   RETURN_IF_ERROR(CheckBlockScales(name, t, experts * rows * cols));
   const int64_t expert_bytes = rows * DTypeRowBytes(t.dtype, cols);
-  out->clear();
   for (int64_t e = 0; e < experts; ++e) {
     out->push_back(
         TensorView{static_cast<const uint8_t*>(t.data) + e * expert_bytes, t.dtype, rows, cols});
@@ -173,9 +191,9 @@ Status LoadExperts(const WeightSource& src, const ModelConfig& c, const std::str
   }
   ASSIGN_OR_RETURN(l->router, LoadMatrix(src, p + "ffn_gate_inp.weight", E, H));
   RETURN_IF_ERROR(LoadOptionalVector(src, p + "ffn_gate_inp.bias", E, &l->router_bias));
-  RETURN_IF_ERROR(LoadExpertMatrices(src, p + "ffn_gate_exps.weight", E, F, H, &l->expert_gate));
-  RETURN_IF_ERROR(LoadExpertMatrices(src, p + "ffn_up_exps.weight", E, F, H, &l->expert_up));
-  RETURN_IF_ERROR(LoadExpertMatrices(src, p + "ffn_down_exps.weight", E, H, F, &l->expert_down));
+  RETURN_IF_ERROR(LoadExpertMatrices(src, p, "gate", E, F, H, &l->expert_gate));
+  RETURN_IF_ERROR(LoadExpertMatrices(src, p, "up", E, F, H, &l->expert_up));
+  RETURN_IF_ERROR(LoadExpertMatrices(src, p, "down", E, H, F, &l->expert_down));
   RETURN_IF_ERROR(LoadOptionalVector(src, p + "ffn_gate_exps.bias", E * F, &l->expert_gate_bias));
   RETURN_IF_ERROR(LoadOptionalVector(src, p + "ffn_up_exps.bias", E * F, &l->expert_up_bias));
   RETURN_IF_ERROR(LoadOptionalVector(src, p + "ffn_down_exps.bias", E * H, &l->expert_down_bias));
@@ -193,7 +211,8 @@ Status LoadExperts(const WeightSource& src, const ModelConfig& c, const std::str
 Status LoadFeedForward(const WeightSource& src, const ModelConfig& c, const std::string& p,
                        LayerWeights* l) {
   if (src.Has(p + "ffn_gate_inp.weight")) return LoadExperts(src, c, p, l);
-  if (c.num_experts > 0 && src.Has(p + "ffn_gate_exps.weight")) {
+  if (c.num_experts > 0 &&
+      (src.Has(p + "ffn_gate_exps.weight") || src.Has(p + "ffn_gate.0.weight"))) {
     return InvalidArgumentError("layer " + p + " has expert tensors but no router (" + p +
                                 "ffn_gate_inp.weight)");
   }

@@ -72,8 +72,8 @@ Status LoadFeedForward(const WeightSource& src, const ModelConfig& c, const std:
 // An optional F32 vector of n elements (absent: *out stays empty).
 Status LoadOptionalVector(const WeightSource& src, const std::string& name, int64_t n,
                           std::vector<float>* out);
-// Experts of one layer: router, 3-D gate/up/down tensors sliced per expert (with biases when
-// present) and the shared expert.
+// Experts of one layer: router, 3-D gate/up/down tensors sliced per expert, or one 2-D tensor
+// per expert (ffn_gate.<e>.weight ...), with biases when present, and the shared expert.
 Status LoadExperts(const WeightSource& src, const ModelConfig& c, const std::string& prefix,
                    LayerWeights* l);
 // Every other layer a window layer: window layers are those with layer % period < period - 1

@@ -18,7 +18,13 @@ void WriteModelMetadata(const ModelConfig& c, const std::string& name, GgufWrite
   w.SetU32(a + ".feed_forward_length", c.ffn_size);
   w.SetU32(a + ".attention.head_count", c.num_heads);
   w.SetU32(a + ".attention.head_count_kv", c.num_kv_heads);
-  if (c.head_dim != c.hidden_size / c.num_heads) w.SetU32(a + ".attention.key_length", c.head_dim);
+  if (c.head_dim != c.hidden_size / c.num_heads) {
+    // llama.cpp defaults value_length to n_embd / n_head too, not to key_length.
+    w.SetU32(a + ".attention.key_length", c.head_dim);
+    w.SetU32(a + ".attention.value_length", c.head_dim);
+  }
+  // The window's pattern is the family's default (model/families.h ReadWindowPattern).
+  if (c.sliding_window > 0) w.SetU32(a + ".attention.sliding_window", c.sliding_window);
   if (c.layer_norm) {
     w.SetF32(a + ".attention.layer_norm_epsilon", c.norm_eps);
   } else {
@@ -28,6 +34,13 @@ void WriteModelMetadata(const ModelConfig& c, const std::string& name, GgufWrite
     if (c.rope_linear_scale != 1.0f) {
       w.SetString(a + ".rope.scaling.type", "linear");
       w.SetF32(a + ".rope.scaling.factor", c.rope_linear_scale);
+    }
+    if (c.rope_yarn_factor > 0) {
+      w.SetString(a + ".rope.scaling.type", "yarn");
+      w.SetF32(a + ".rope.scaling.factor", c.rope_yarn_factor);
+      w.SetU32(a + ".rope.scaling.original_context_length", c.rope_original_context);
+      w.SetF32(a + ".rope.scaling.yarn_beta_fast", c.rope_yarn_beta_fast);
+      w.SetF32(a + ".rope.scaling.yarn_beta_slow", c.rope_yarn_beta_slow);
     }
   }
   if (c.num_experts > 0) {

@@ -21,6 +21,7 @@
 namespace inflight {
 
 class ThreadPool;
+class GgufFile;
 class ModelFamily;
 class Model;
 
@@ -114,6 +115,12 @@ class ForwardScratch {
   std::vector<float> moe_weight;      // [T, k]
   std::vector<int32_t> moe_pair_row;  // [T * k]: row of (token, slot) in moe_out
   std::vector<float> moe_in, moe_gate, moe_up, moe_act, moe_out;
+  std::vector<int32_t> moe_count, moe_first, moe_next;  // [experts + 1]: rows per expert
+  std::vector<kernels::MatMulSegment> moe_segments;
+  // [layers] by global layer id: how many distinct experts the tokens of the last forward pass
+  // chose in each MoE layer (the experts it read; untouched for dense layers). For benchmarks'
+  // bytes-read accounting.
+  std::vector<int32_t> moe_experts_used;
   std::vector<const LoraAdapter*> row_lora;  // [T]: each token's adapter (LoRA)
   bool any_lora = false;
   // Tensor parallel: the gathered activations and the raw all-gather results.
@@ -271,6 +278,14 @@ class Model {
 // Loaders (model_loader_*.cc).
 StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path,
                                                const ModelLoadOptions& options = {});
+// The same from a file already mapped (or bytes in memory); errors start with file->path().
+StatusOr<std::unique_ptr<Model>> LoadGgufModel(std::shared_ptr<MappedFile> file,
+                                               const ModelLoadOptions& options = {});
+// A GGUF file's hyper-parameters as LoadGgufModel reads them (general.architecture's family,
+// the common and the family's own "<arch>.*" keys, config tensors such as rope factors, the
+// vocabulary of token_embd), checked by ModelConfig::Validate; no layer weights are read.
+// INVALID_ARGUMENT / UNIMPLEMENTED naming the key or tensor on failure.
+StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& gguf);
 StatusOr<std::unique_ptr<Model>> LoadLlama2cModel(const std::string& path,
                                                   const ModelLoadOptions& options = {});
 StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir,

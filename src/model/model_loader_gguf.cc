@@ -33,10 +33,18 @@ class GgufWeightReader : public WeightSource {
   const GgufFile& f_;
 };
 
+constexpr int32_t kMaxLayers = 1024;  // as ModelConfig::Validate
+
 // The hyper-parameters every family stores under the same keys.
 Status ReadCommonConfig(const GgufConfigReader& meta, ModelConfig* c) {
   RETURN_IF_ERROR(meta.Int("embedding_length", true, &c->hidden_size));
   RETURN_IF_ERROR(meta.Int("block_count", true, &c->num_layers));
+  // Per-layer tables (window patterns) are sized by it before ModelConfig::Validate runs.
+  if (c->num_layers > kMaxLayers) {
+    return InvalidArgumentError("metadata " + meta.arch() + ".block_count " +
+                                std::to_string(c->num_layers) + " is more than " +
+                                std::to_string(kMaxLayers) + " layers");
+  }
   RETURN_IF_ERROR(meta.Int("feed_forward_length", true, &c->ffn_size));
   RETURN_IF_ERROR(meta.Int("attention.head_count", true, &c->num_heads));
   c->num_kv_heads = c->num_heads;
@@ -77,50 +85,68 @@ Status ReadCommonConfig(const GgufConfigReader& meta, ModelConfig* c) {
   return OkStatus();
 }
 
+// The family named by general.architecture and the config of its keys and config tensors;
+// errors name the key or tensor.
+Status ReadFamilyAndConfig(const GgufFile& gguf, const ModelFamily** family, ModelConfig* c) {
+  ASSIGN_OR_RETURN(std::optional<std::string> arch_name, gguf.GetString("general.architecture"));
+  if (!arch_name) return InvalidArgumentError("general.architecture is missing");
+  const std::string& a = *arch_name;
+  *family = FamilyForGguf(a);
+  if (*family == nullptr) {
+    return UnimplementedError("architecture '" + a + "' is not supported (" +
+                              SupportedGgufArchitectures() + ")");
+  }
+  c->arch = (*family)->arch();
+  const GgufConfigReader meta(gguf, a);
+  RETURN_IF_ERROR(ReadCommonConfig(meta, c));
+  RETURN_IF_ERROR((*family)->ReadGgufConfig(meta, c));
+
+  GgufWeightReader reader(gguf);
+  // Llama 3 style frequency factors are stored as a tensor.
+  if (reader.Has("rope_freqs.weight")) {
+    ASSIGN_OR_RETURN(c->rope_freq_factors,
+                     LoadVector(reader, "rope_freqs.weight", c->rope_dim / 2));
+  }
+  RETURN_IF_ERROR((*family)->ReadConfigTensors(reader, c));
+  const GgufTensorInfo* embd = gguf.FindTensor("token_embd.weight");
+  if (!embd || embd->dims.size() != 2)
+    return InvalidArgumentError("tensor 'token_embd.weight' is missing or not 2-D");
+  if (embd->dims[1] <= 0 || embd->dims[1] > (int64_t{1} << 30))
+    return InvalidArgumentError("tensor 'token_embd.weight' has a bad vocabulary size");
+  c->vocab_size = static_cast<int32_t>(embd->dims[1]);
+  return c->Validate();
+}
+
 }  // namespace
+
+StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& gguf) {
+  const ModelFamily* family = nullptr;
+  ModelConfig c;
+  RETURN_IF_ERROR(ReadFamilyAndConfig(gguf, &family, &c));
+  return c;
+}
 
 StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::string& path,
                                                const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
+  return LoadGgufModel(std::move(file), options);
+}
+
+StatusOr<std::unique_ptr<Model>> LoadGgufModel(std::shared_ptr<MappedFile> file,
+                                               const ModelLoadOptions& options) {
+  const std::string path = file->path();
+  auto fail = [&](const Status& s) { return Status(s.code(), path + ": " + s.message()); };
   auto parsed = GgufFile::Parse(file);
-  if (!parsed.ok()) return Status(parsed.status().code(), path + ": " + parsed.status().message());
+  if (!parsed.ok()) return fail(parsed.status());
   std::unique_ptr<GgufFile> gguf = std::move(parsed).value();
   auto model = std::make_unique<Model>();
   model->path_ = path;
   model->files_.push_back(file);
-  auto fail = [&](const Status& s) { return Status(s.code(), path + ": " + s.message()); };
-
-  ASSIGN_OR_RETURN(std::optional<std::string> arch_name, gguf->GetString("general.architecture"));
-  if (!arch_name) return fail(InvalidArgumentError("general.architecture is missing"));
-  const std::string& a = *arch_name;
-  const ModelFamily* family = FamilyForGguf(a);
-  if (family == nullptr) {
-    return fail(UnimplementedError("architecture '" + a + "' is not supported (" +
-                                   SupportedGgufArchitectures() + ")"));
-  }
-  model->family_ = family;
   ModelConfig& c = model->config_;
-  c.arch = family->arch();
-  const GgufConfigReader meta(*gguf, a);
-  if (Status st = ReadCommonConfig(meta, &c); !st.ok()) return fail(st);
-  if (Status st = family->ReadGgufConfig(meta, &c); !st.ok()) return fail(st);
-
-  GgufWeightReader reader(*gguf);
-  // Llama 3 style frequency factors are stored as a tensor.
-  if (reader.Has("rope_freqs.weight")) {
-    auto f = LoadVector(reader, "rope_freqs.weight", c.rope_dim / 2);
-    if (!f.ok()) return fail(f.status());
-    c.rope_freq_factors = std::move(f).value();
-  }
-  if (Status st = family->ReadConfigTensors(reader, &c); !st.ok()) return fail(st);
-  const GgufTensorInfo* embd = gguf->FindTensor("token_embd.weight");
-  if (!embd || embd->dims.size() != 2)
-    return fail(InvalidArgumentError("tensor 'token_embd.weight' is missing or not 2-D"));
-  c.vocab_size = static_cast<int32_t>(embd->dims[1]);
-  Status valid = c.Validate();
-  if (!valid.ok()) return fail(valid);
+  if (Status st = ReadFamilyAndConfig(*gguf, &model->family_, &c); !st.ok()) return fail(st);
 
   if (Status o = ApplyLoadOptions(options, &model->config_); !o.ok()) return fail(o);
+  GgufWeightReader reader(*gguf);
   Status w = LoadStandardWeights(reader, model.get());
   if (!w.ok()) return fail(w);
 

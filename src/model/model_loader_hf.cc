@@ -1,5 +1,6 @@
 // Hugging Face model folders: config.json, model.safetensors or sharded
 // model-0000N-of-0000M.safetensors with model.safetensors.index.json, tokenizer.json.
+// Llama/Mistral/Mixtral, Qwen2/3 and their MoE variants, GPT-2.
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -26,9 +27,12 @@ StatusOr<json> ReadJson(const std::string& path) {
 }
 
 // Maps HF names onto llama.cpp names; GPT-2 Conv1D weights are transposed into owned copies.
+// Experts are one 2-D tensor per expert in HF: they take llama.cpp's per-expert names
+// (blk.N.ffn_gate.E.weight), which LoadExperts reads when a file has no 3-D ffn_gate_exps.
 class HfWeightSource : public WeightSource {
  public:
-  HfWeightSource(Model* model, bool gpt2) : model_(model), gpt2_(gpt2) {}
+  HfWeightSource(Model* model, bool gpt2, bool mixtral)
+      : model_(model), gpt2_(gpt2), mixtral_(mixtral) {}
   std::map<std::string, const SafetensorsTensor*> by_hf_name;
   std::vector<std::unique_ptr<SafetensorsFile>> files;
 
@@ -100,6 +104,8 @@ class HfWeightSource : public WeightSource {
       } else {
         for (auto& [g, h] : kLlama)
           if (rest == g) return "model.layers." + layer + "." + h;
+        if (std::string e = HfExpertName(rest); !e.empty())
+          return "model.layers." + layer + "." + e;
       }
       return n;
     }
@@ -116,6 +122,28 @@ class HfWeightSource : public WeightSource {
     if (n == "output.weight") return "lm_head.weight";
     return n;
   }
+  // "ffn_gate_inp.weight", "ffn_up.3.weight", ... of a layer's experts under their HF names
+  // (Mixtral: block_sparse_moe with w1/w3/w2; Qwen-MoE: mlp with the *_proj names and the
+  // shared expert); empty when `rest` is not an expert tensor.
+  std::string HfExpertName(const std::string& rest) const {
+    if (rest == "ffn_gate_inp.weight")
+      return mixtral_ ? "block_sparse_moe.gate.weight" : "mlp.gate.weight";
+    if (rest == "ffn_gate_inp_shexp.weight") return "mlp.shared_expert_gate.weight";
+    for (const char* kind : {"gate", "up", "down"}) {
+      const std::string k = kind;
+      if (rest == "ffn_" + k + "_shexp.weight") return "mlp.shared_expert." + k + "_proj.weight";
+      const std::string head = "ffn_" + k + ".", tail = ".weight";
+      if (rest.size() <= head.size() + tail.size() || rest.compare(0, head.size(), head) != 0 ||
+          rest.compare(rest.size() - tail.size(), tail.size(), tail) != 0)
+        continue;
+      const std::string expert = rest.substr(head.size(), rest.size() - head.size() - tail.size());
+      if (expert.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (!mixtral_) return "mlp.experts." + expert + "." + k + "_proj.weight";
+      const char* w = k == "gate" ? "w1" : k == "up" ? "w3" : "w2";
+      return "block_sparse_moe.experts." + expert + "." + w + ".weight";
+    }
+    return "";
+  }
   const SafetensorsTensor* Resolve(const std::string& name) const {
     const std::string hf = HfName(name);
     for (const std::string& candidate : {hf, "transformer." + hf}) {
@@ -125,7 +153,7 @@ class HfWeightSource : public WeightSource {
     return nullptr;
   }
   Model* model_;
-  bool gpt2_;
+  bool gpt2_, mixtral_;
 };
 
 template <typename T>
@@ -139,19 +167,48 @@ T JsonGet(const json& j, const char* key, T fallback) {
   return fallback;
 }
 
+// Mixtral (num_local_experts; its intermediate_size is each expert's; top-k weights
+// renormalized) and Qwen2/3-MoE (num_experts, moe_intermediate_size, norm_topk_prob, Qwen2's
+// shared expert): softmax routing over all experts. Which layers have experts follows from
+// their tensors (Qwen's mlp_only_layers / decoder_sparse_step keep a dense mlp).
+Status ExpertsFromJson(const json& j, const std::string& type, ModelConfig* c) {
+  c->expert_gating = ExpertGating::kSoftmax;
+  if (type == "mixtral") {
+    c->num_experts = JsonGet<int32_t>(j, "num_local_experts", 0);
+    c->experts_per_token = JsonGet<int32_t>(j, "num_experts_per_tok", 0);
+    c->expert_ffn_size = c->ffn_size;
+    c->normalize_expert_weights = true;
+    if (c->num_experts <= 0)
+      return InvalidArgumentError("config.json: num_local_experts is missing");
+  } else if (type == "qwen2_moe" || type == "qwen3_moe") {
+    c->num_experts = JsonGet<int32_t>(j, "num_experts", 0);
+    c->experts_per_token = JsonGet<int32_t>(j, "num_experts_per_tok", 0);
+    c->expert_ffn_size = JsonGet<int32_t>(j, "moe_intermediate_size", 0);
+    c->normalize_expert_weights = JsonGet<bool>(j, "norm_topk_prob", false);
+    c->shared_expert_ffn_size = JsonGet<int32_t>(j, "shared_expert_intermediate_size", 0);
+    if (c->num_experts <= 0) return InvalidArgumentError("config.json: num_experts is missing");
+  }
+  return OkStatus();
+}
+
 Status ConfigFromJson(const json& j, ModelConfig* c) {
   const std::string type = JsonGet<std::string>(j, "model_type", "");
-  if (type == "llama" || type == "mistral")
+  if (type == "llama" || type == "mistral" || type == "mixtral")
     c->arch = Architecture::kLlama;
   else if (type == "qwen2")
     c->arch = Architecture::kQwen2;
   else if (type == "qwen3")
     c->arch = Architecture::kQwen3;
+  else if (type == "qwen2_moe")
+    c->arch = Architecture::kQwen2Moe;
+  else if (type == "qwen3_moe")
+    c->arch = Architecture::kQwen3Moe;
   else if (type == "gpt2")
     c->arch = Architecture::kGpt2;
   else
-    return UnimplementedError("config.json model_type '" + type +
-                              "' is not supported (llama, mistral, qwen2, qwen3, gpt2)");
+    return UnimplementedError(
+        "config.json model_type '" + type +
+        "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe, gpt2)");
   c->vocab_size = JsonGet<int32_t>(j, "vocab_size", 0);
   if (c->arch == Architecture::kGpt2) {
     c->hidden_size = JsonGet<int32_t>(j, "n_embd", 0);
@@ -178,6 +235,7 @@ Status ConfigFromJson(const json& j, ModelConfig* c) {
   c->rope_dim = c->head_dim;
   c->rope_style = kernels::RopeStyle::kHalves;  // HF checkpoints are not permuted
   c->tied_embeddings = JsonGet<bool>(j, "tie_word_embeddings", false);
+  RETURN_IF_ERROR(ExpertsFromJson(j, type, c));
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
     const json& rs = j["rope_scaling"];
     const std::string rt =
@@ -209,7 +267,7 @@ StatusOr<std::unique_ptr<Model>> LoadHuggingFaceModel(const std::string& dir,
   Status st = ConfigFromJson(*cfg, &model->config_);
   if (!st.ok()) return fail(st);
   const bool gpt2 = model->config_.arch == Architecture::kGpt2;
-  HfWeightSource src(model.get(), gpt2);
+  HfWeightSource src(model.get(), gpt2, JsonGet<std::string>(*cfg, "model_type", "") == "mixtral");
   std::set<std::string> shard_names;
   if (auto index = ReadJson(dir + "/model.safetensors.index.json"); index.ok()) {
     if (!index->contains("weight_map") || !(*index)["weight_map"].is_object())

@@ -72,14 +72,22 @@ Status Model::MixtureOfExperts(int layer, ForwardScratch& s, ThreadPool& pool, i
   for (int64_t t = 0; t < T; ++t) Route(c, logits + t * E, choice + t * K, weight + t * K);
 
   // 2. The (token, slot) pairs grouped by expert, tokens in order within an expert.
-  std::vector<int32_t> count(E + 1, 0);
+  // Scratch vectors keep their capacity: no allocation per step once warm.
+  std::vector<int32_t>& count = s.moe_count;
+  count.assign(E + 1, 0);
   for (int64_t i = 0; i < T * K; ++i) ++count[choice[i] + 1];
-  std::vector<int32_t> first(count);
+  std::vector<int32_t>& first = s.moe_first;
+  first.assign(count.begin(), count.end());
   std::partial_sum(first.begin(), first.end(), first.begin());
+  if (s.moe_experts_used.size() < static_cast<size_t>(c.num_layers))
+    s.moe_experts_used.resize(c.num_layers);
+  s.moe_experts_used[layer] = static_cast<int32_t>(
+      std::count_if(count.begin() + 1, count.end(), [](int32_t n) { return n > 0; }));
   const int64_t P = T * K;
   int32_t* pair_row = Reserve(s.moe_pair_row, P);
   {
-    std::vector<int32_t> next(first.begin(), first.end() - 1);
+    std::vector<int32_t>& next = s.moe_next;
+    next.assign(first.begin(), first.end() - 1);
     for (int64_t i = 0; i < P; ++i) pair_row[i] = next[choice[i]]++;
   }
   float* in = Reserve(s.moe_in, P * H);
@@ -89,7 +97,8 @@ Status Model::MixtureOfExperts(int layer, ForwardScratch& s, ThreadPool& pool, i
   // 3. Each chosen expert over its rows: gate/up, activation (biases first where present).
   float* gate = Reserve(s.moe_gate, P * lf);
   float* up = Reserve(s.moe_up, P * lf);
-  std::vector<kernels::MatMulSegment> segments;
+  std::vector<kernels::MatMulSegment>& segments = s.moe_segments;
+  segments.clear();
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = first[e], n = first[e + 1] - first[e];
     if (n == 0) continue;

@@ -50,7 +50,8 @@ QuantMix QuantMix::Uniform(DType type) {
 const char* QuantMix::Names() {
   return "a weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, "
          "q6_k, iq4_nl, "
-         "iq4_xs) or a llama-quantize mix (q4_k_m, q5_k_m, q3_k_m, q2_k_mix, q4_0_mix, iq4_xs_mix)";
+         "iq4_xs, mxfp4) or a llama-quantize mix (q4_k_m, q5_k_m, q3_k_m, q2_k_mix, q4_0_mix, "
+         "iq4_xs_mix, mxfp4_moe)";
 }
 
 StatusOr<QuantMix> QuantMix::FromName(const std::string& name) {
@@ -61,6 +62,16 @@ StatusOr<QuantMix> QuantMix::FromName(const std::string& name) {
   static const Mix kMixes[] = {{"q4_k_m", DType::kQ4_K},   {"q5_k_m", DType::kQ5_K},
                                {"q3_k_m", DType::kQ3_K},   {"q2_k_mix", DType::kQ2_K},
                                {"q4_0_mix", DType::kQ4_0}, {"iq4_xs_mix", DType::kIQ4_XS}};
+  if (name == "mxfp4_moe") {
+    // llama-quantize's MXFP4_MOE: 3-D expert tensors MXFP4, every other matrix Q8_0 (the
+    // output and token embedding included); routers, norms and biases stay F32.
+    QuantMix m;
+    m.name_ = name;
+    m.base_ = m.output_ = DType::kQ8_0;
+    m.experts_ = DType::kMXFP4;
+    m.mix_ = true;
+    return m;
+  }
   for (const Mix& mix : kMixes) {
     if (name == mix.name) {
       QuantMix m;
@@ -80,9 +91,14 @@ DType QuantMix::TypeFor(const std::string& tensor, int64_t cols, int num_layers,
   DType t = base_;
   if (mix_) {
     const int layer = LayerOf(tensor);
-    const bool v = EndsWith(tensor, "attn_v.weight"), down = EndsWith(tensor, "ffn_down.weight");
+    // llama-quantize's categories go by substring: "ffn_down" is also ffn_down_exps (a layer's
+    // experts, placed by the layer in their name) and ffn_down_shexp.
+    const bool v = EndsWith(tensor, "attn_v.weight");
+    const bool down = tensor.find("ffn_down") != std::string::npos;
     const bool out = EndsWith(tensor, "attn_output.weight");
-    if (tensor == "output.weight" || (tied_output && tensor == "token_embd.weight")) {
+    if (experts_ != DType::kF32) {
+      if (tensor.find("_exps.") != std::string::npos) t = experts_;
+    } else if (tensor == "output.weight" || (tied_output && tensor == "token_embd.weight")) {
       t = output_;
     } else if (base_ == DType::kQ4_K || base_ == DType::kQ5_K) {
       if ((v || down) && MoreBits(layer, num_layers)) t = DType::kQ6_K;

@@ -15,7 +15,8 @@ class QuantMix {
  public:
   // A type name ("q8_0", "q4_k", "f16", ...) or a mix: q4_k_m, q5_k_m, q3_k_m, q2_k_mix
   // (llama-quantize's "Q2_K"), q4_0_mix (Q4_0 with a Q6_K output, llama-quantize's "Q4_0"),
-  // iq4_xs_mix. INVALID_ARGUMENT for anything else, naming the choices.
+  // iq4_xs_mix, mxfp4_moe (MXFP4 experts, Q8_0 elsewhere). INVALID_ARGUMENT for anything else,
+  // naming the choices.
   static StatusOr<QuantMix> FromName(const std::string& name);
   static QuantMix Uniform(DType type);
   static const char* Names();
@@ -31,6 +32,7 @@ class QuantMix {
   std::string name_;
   DType base_ = DType::kF16;
   DType output_ = DType::kF16;
+  DType experts_ = DType::kF32;  // mxfp4_moe: the 3-D expert tensors' type (F32: no rule)
   bool mix_ = false;
 };
 

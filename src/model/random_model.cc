@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "format/gguf.h"
 #include "kernels/quantize.h"
@@ -17,11 +18,48 @@ StatusOr<Architecture> ArchitectureFromName(const std::string& name) {
   if (name == "qwen3") return Architecture::kQwen3;
   if (name == "gpt2") return Architecture::kGpt2;
   if (name == "qwen3moe") return Architecture::kQwen3Moe;
+  if (name == "gpt-oss") return Architecture::kGptOss;
   return InvalidArgumentError("unknown architecture '" + name +
-                              "' (llama, qwen2, qwen3, gpt2, qwen3moe)");
+                              "' (llama, qwen2, qwen3, gpt2, qwen3moe, gpt-oss)");
 }
 
+namespace {
+
+// The released mixture-of-experts models' shapes (their config.json / GGUF metadata).
+StatusOr<ModelConfig> RealMoeConfig(Architecture arch, const std::string& preset) {
+  ModelConfig c;
+  c.arch = arch;
+  c.rope_style = kernels::RopeStyle::kHalves;
+  if (preset == "qwen3-30b-a3b" && arch == Architecture::kQwen3Moe) {
+    c.vocab_size = 151936, c.hidden_size = 2048, c.num_layers = 48, c.num_heads = 32,
+    c.num_kv_heads = 4, c.head_dim = 128, c.ffn_size = 6144, c.context_length = 40960;
+    c.rope_base = 1000000.0f, c.norm_eps = 1e-6f;
+    c.num_experts = 128, c.experts_per_token = 8, c.expert_ffn_size = 768;
+    c.expert_gating = ExpertGating::kSoftmax;
+    c.normalize_expert_weights = true;
+  } else if (preset == "gpt-oss-20b" && arch == Architecture::kGptOss) {
+    c.vocab_size = 201088, c.hidden_size = 2880, c.num_layers = 24, c.num_heads = 64,
+    c.num_kv_heads = 8, c.head_dim = 64, c.ffn_size = 2880, c.context_length = 131072;
+    c.rope_base = 150000.0f, c.norm_eps = 1e-5f;
+    c.rope_yarn_factor = 32.0f, c.rope_original_context = 4096;
+    c.sliding_window = 128;
+    c.layer_window.resize(c.num_layers);
+    for (int l = 0; l < c.num_layers; ++l) c.layer_window[l] = l % 2 == 0;
+    c.num_experts = 32, c.experts_per_token = 4, c.expert_ffn_size = 2880;
+    c.expert_gating = ExpertGating::kSoftmaxSelected;
+    c.ffn_activation = kernels::FfnActivation::kSwigluOai;
+  } else {
+    return InvalidArgumentError("preset '" + preset + "' needs arch " +
+                                (preset == "gpt-oss-20b" ? "gpt-oss" : "qwen3moe"));
+  }
+  c.rope_dim = c.head_dim;
+  return c;
+}
+
+}  // namespace
+
 StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset) {
+  if (preset == "qwen3-30b-a3b" || preset == "gpt-oss-20b") return RealMoeConfig(arch, preset);
   ModelConfig c;
   c.arch = arch;
   if (preset == "tiny") {
@@ -35,7 +73,8 @@ StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset)
     c.ffn_size = 5632;
     c.context_length = 2048;
   } else {
-    return InvalidArgumentError("unknown preset '" + preset + "' (tiny, small, tinyllama-1.1b)");
+    return InvalidArgumentError("unknown preset '" + preset +
+                                "' (tiny, small, tinyllama-1.1b, qwen3-30b-a3b, gpt-oss-20b)");
   }
   c.head_dim = c.hidden_size / c.num_heads;
   c.rope_dim = c.head_dim;
@@ -68,10 +107,44 @@ StatusOr<TokenizerSpec> LoadTokenizerSpecFile(const std::string& path) {
   return (*tok)->spec();
 }
 
-Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tokenizer,
+void PadVocabulary(TokenizerSpec* spec, int32_t vocab_size) {
+  const size_t n = spec->tokens.size();
+  if (n >= static_cast<size_t>(vocab_size)) return;
+  if (spec->types.empty()) spec->types.assign(n, TokenType::kNormal);
+  for (size_t id = n; id < static_cast<size_t>(vocab_size); ++id) {
+    spec->tokens.push_back("[PAD" + std::to_string(id) + "]");
+    spec->types.push_back(TokenType::kUnused);
+    if (!spec->scores.empty()) spec->scores.push_back(-1e9f);
+  }
+}
+
+namespace {
+
+// Quantizes `rows` rows of `cols` floats into `out`, the rows split over all cores.
+void QuantizeRows(DType dt, const float* f, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t row_bytes = DTypeRowBytes(dt, cols);
+  const int64_t threads =
+      rows * cols < (int64_t{1} << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+  auto run = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      kernels::QuantizeRow(dt, f + r * cols, cols, out + r * row_bytes);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t)
+    pool.emplace_back(run, rows * t / threads, rows * (t + 1) / threads);
+  run(0, rows / threads);
+  for (std::thread& th : pool) th.join();
+}
+
+}  // namespace
+
+Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tokenizer_in,
                        const std::string& path) {
   ModelConfig c = params.config;
+  TokenizerSpec tokenizer = tokenizer_in;
   if (c.vocab_size == 0) c.vocab_size = static_cast<int32_t>(tokenizer.tokens.size());
+  PadVocabulary(&tokenizer, c.vocab_size);
+  if (!c.layer_window.empty()) c.layer_window.resize(c.num_layers);
   RETURN_IF_ERROR(c.Validate());
   GgufWriter w;
   WriteModelMetadata(c, std::string("inflight random ") + ArchitectureName(c.arch), w);
@@ -92,9 +165,7 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
     const DType dt =
         matrix ? mix.TypeFor(name, dims[0], c.num_layers, params.tied_embeddings) : DType::kF32;
     std::vector<uint8_t> bytes(DTypeRowBytes(dt, dims[0]) * (n / dims[0]));
-    for (int64_t r = 0; r < n / dims[0]; ++r)
-      kernels::QuantizeRow(dt, f.data() + r * dims[0], dims[0],
-                           bytes.data() + r * DTypeRowBytes(dt, dims[0]));
+    QuantizeRows(dt, f.data(), n / dims[0], dims[0], bytes.data());
     return w.AddTensor(name, dt, dims, std::move(bytes));
   };
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size;
@@ -102,6 +173,7 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
   RETURN_IF_ERROR(add("token_embd.weight", {H, c.vocab_size}, params.embedding_std, 0, true));
   if (c.learned_positions)
     RETURN_IF_ERROR(add("position_embd.weight", {H, c.context_length}, 0.1f, 0, false));
+  const bool gpt_oss = c.arch == Architecture::kGptOss;
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     RETURN_IF_ERROR(add(p + "attn_norm.weight", {H}, 0, 1, false));
@@ -113,7 +185,7 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
       RETURN_IF_ERROR(add(p + "attn_q.weight", {H, Q}, proj_std(H), 0, true));
       RETURN_IF_ERROR(add(p + "attn_k.weight", {H, KV}, proj_std(H), 0, true));
       RETURN_IF_ERROR(add(p + "attn_v.weight", {H, KV}, proj_std(H), 0, true));
-      if (c.arch == Architecture::kQwen2) {
+      if (c.arch == Architecture::kQwen2 || gpt_oss) {
         RETURN_IF_ERROR(add(p + "attn_q.bias", {Q}, 0.02f, 0, false));
         RETURN_IF_ERROR(add(p + "attn_k.bias", {KV}, 0.02f, 0, false));
         RETURN_IF_ERROR(add(p + "attn_v.bias", {KV}, 0.02f, 0, false));
@@ -125,17 +197,26 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
     }
     RETURN_IF_ERROR(
         add(p + "attn_output.weight", {Q, H}, proj_std(Q) * params.block_output_scale, 0, true));
-    if (c.layer_norm) RETURN_IF_ERROR(add(p + "attn_output.bias", {H}, 0.02f, 0, false));
-    RETURN_IF_ERROR(add(p + "ffn_norm.weight", {H}, 0, 1, false));
+    if (c.layer_norm || gpt_oss) RETURN_IF_ERROR(add(p + "attn_output.bias", {H}, 0.02f, 0, false));
+    // gpt-oss: a learned softmax logit per head; its pre-FFN norm is named post_attention_norm.
+    if (gpt_oss) RETURN_IF_ERROR(add(p + "attn_sinks.weight", {c.num_heads}, 1.0f, 0, false));
+    RETURN_IF_ERROR(
+        add(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {H}, 0, 1, false));
     if (c.layer_norm) RETURN_IF_ERROR(add(p + "ffn_norm.bias", {H}, 0.02f, 0, false));
     if (c.num_experts > 0) {
       // Router logits of a few units so routing depends on the token; experts as 3-D tensors.
       const int64_t E = c.num_experts, FE = c.expert_ffn_size;
       RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", {H, E}, 3 * proj_std(H), 0, false));
+      if (gpt_oss) RETURN_IF_ERROR(add(p + "ffn_gate_inp.bias", {E}, 0.5f, 0, false));
       RETURN_IF_ERROR(add(p + "ffn_gate_exps.weight", {H, FE, E}, proj_std(H), 0, true));
       RETURN_IF_ERROR(add(p + "ffn_up_exps.weight", {H, FE, E}, proj_std(H), 0, true));
       RETURN_IF_ERROR(add(p + "ffn_down_exps.weight", {FE, H, E},
                           proj_std(FE) * params.block_output_scale, 0, true));
+      if (gpt_oss) {
+        RETURN_IF_ERROR(add(p + "ffn_gate_exps.bias", {FE, E}, 0.02f, 0, false));
+        RETURN_IF_ERROR(add(p + "ffn_up_exps.bias", {FE, E}, 0.02f, 0, false));
+        RETURN_IF_ERROR(add(p + "ffn_down_exps.bias", {H, E}, 0.02f, 0, false));
+      }
       continue;
     }
     if (!c.gelu_ffn) RETURN_IF_ERROR(add(p + "ffn_gate.weight", {H, F}, proj_std(H), 0, true));

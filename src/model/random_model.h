@@ -26,12 +26,23 @@ struct RandomModelParams {
   float block_output_scale = 1.0f;
 };
 
-// Architecture presets: "tiny" (a few MB), "small" (~25M params), "tinyllama-1.1b".
+// Architecture presets: "tiny" (a few MB), "small" (~25M params), "tinyllama-1.1b"; and the
+// real mixture-of-experts shapes "qwen3-30b-a3b" (arch qwen3moe: 48 layers, 128 experts top 8,
+// vocab 151,936) and "gpt-oss-20b" (arch gpt-oss: 24 layers, 32 experts top 4, sinks, biases,
+// window 128 on even layers, YaRN x32, vocab 201,088, untied output). Benchmarks may cut
+// num_layers of these to fit memory (layer_window follows num_layers when it is written).
 StatusOr<ModelConfig> PresetConfig(Architecture arch, const std::string& preset);
 StatusOr<Architecture> ArchitectureFromName(const std::string& name);
 // Loads a tokenizer spec from tokenizer.model (SentencePiece) or tokenizer.json (HF).
 StatusOr<TokenizerSpec> LoadTokenizerSpecFile(const std::string& path);
 
+// Appends "[PAD<id>]" tokens (unused) up to vocab_size tokens, as released GGUFs pad their
+// vocabulary to the embedding's rows (Qwen's 151,936); nothing when it is already that long.
+void PadVocabulary(TokenizerSpec* spec, int32_t vocab_size);
+
+// config.vocab_size 0: the tokenizer's; larger than the tokenizer: the tokenizer is padded
+// (PadVocabulary). Matrices are quantized on all cores; the random draws are sequential, so
+// a seed writes the same file on any machine.
 Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tokenizer,
                        const std::string& path);
 

@@ -37,6 +37,9 @@ StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std::stri
     return InvalidArgumentError("tensor '" + name + "' has shape " + ShapeString(t.dims) +
                                 ", expected " + std::to_string(expected) + " elements");
   }
+  // Integer tensors have no dequantization (a file whose norm or bias is I8 reached a CHECK).
+  if (t.dtype == DType::kI8 || t.dtype == DType::kI32)
+    return UnimplementedError("tensor '" + name + "' has integer type " + DTypeName(t.dtype));
   std::vector<float> out(n);
   TensorView view{t.data, t.dtype, 1, n};
   if (n % DTypeBlockSize(t.dtype) != 0)
