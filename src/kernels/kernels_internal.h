@@ -58,6 +58,9 @@ void QuantizeRowsI16Avx512(const float* x, int64_t num_tokens, int64_t cols, int
 void MatMulI16Avx512(const TensorView& w, int64_t row_begin, int64_t row_end, const int16_t* q,
                      const float* d, int64_t num_tokens, float* y, int64_t y_stride);
 
+// The AVX-512 attention kernel (kernels_avx512_attention.cc).
+void AttendRowsAvx512(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch);
+
 struct PackedLayout;
 // The AVX-512 matmul over interleaved block-format records (kernels_avx512_packed.cc).
 void MatMulPackedAvx512(const PackedLayout& l, const TensorView& w, int64_t row_begin,
