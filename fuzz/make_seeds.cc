@@ -35,8 +35,12 @@ bool WriteParallelSeed(const std::string& path) {
   SequenceChunk a{tokens.data(), 4, 0, blocks.data(), 2, 1};
   a.prompt_table = table.data(), a.prompt_table_rows = 1;
   plan.chunks.push_back(a);
-  plan.chunks.push_back(SequenceChunk{tokens.data(), 1, 17, blocks.data(), 2, 1});
-  parallel::EncodeStep({{0, 1}}, plan, 16, c.vocab_size, c.hidden_size, {(*adapter)->id(), 0}, &w);
+  SequenceChunk b{tokens.data(), 1, 17, blocks.data(), 2, 1};
+  const std::vector<int32_t> window_blocks = {-1, 3};  // a window group's table
+  b.window_block_table = window_blocks.data(), b.num_window_blocks = 2;
+  plan.chunks.push_back(b);
+  parallel::EncodeStep({{0, 0, 1}, {1, 2, 3}}, plan, 16, c.vocab_size, c.hidden_size,
+                       {(*adapter)->id(), 0}, &w);
   std::ofstream(path, std::ios::binary) << w.bytes();
   return true;
 }

@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint64_t> drops;
   std::vector<std::pair<uint64_t, std::shared_ptr<const LoraAdapter>>> fresh;
   if (!parallel::DecodeAdapters(in, c, &drops, &fresh).ok()) return 0;
-  std::vector<std::pair<int32_t, int32_t>> copies;
+  std::vector<parallel::BlockCopy> copies;
   parallel::OwnedPlan plan;
   if (!parallel::DecodeStep(in, c.hidden_size, &copies, &plan).ok()) return 0;
   // What decoded must be self-consistent views of the owned arrays.
@@ -25,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (v.num_tokens != static_cast<int32_t>(plan.chunks[i].tokens.size())) __builtin_trap();
     for (int32_t t = 0; t < v.num_tokens; ++t) (void)v.token_ids[t];
     for (int32_t b = 0; b < v.num_blocks; ++b) (void)v.block_table[b];
+    for (int32_t b = 0; b < v.num_window_blocks; ++b) (void)v.window_block_table[b];
   }
   return 0;
 }

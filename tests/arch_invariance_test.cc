@@ -108,6 +108,55 @@ TEST_P(ArchInvarianceTest, EveryRequestGetsItsAloneOutput) {
   testing::ExpectNoKvLeaks(e);
 }
 
+// A sliding-window model's KV use stays bounded by its window while a long sequence decodes
+// (measured in blocks of the window group), and its output equals the one-table path's.
+TEST(WindowKvGroup, LongDecodeHoldsOnlyTheWindowAndKeepsItsOutput) {
+  const std::string path = testing::SharedDir() + "/golden/arch/gemma3-f16.gguf";
+  REQUIRE_SHARED_FILE(path);
+  auto loaded = Model::Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const Model& model = **loaded;
+  ASSERT_EQ(model.config().sliding_window, 64);
+  ThreadPool pool(2);
+  ExecutorConfig c;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 4;
+  c.max_num_tokens = 64;  // the prompt runs in chunks across the window edge
+  c.enable_chunked_context = true;
+  c.max_tokens_in_paged_kv_cache = 4096;
+  auto created = Executor::Create(model, c);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Executor& e = **created;
+  ASSERT_GT(e.WindowKvBlockCounts().total, 0) << "gemma3's window layers have their own group";
+  std::mt19937 rng(11);
+  std::vector<int32_t> prompt(200);
+  for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % 400);
+  Request r;
+  r.prompt_ids = prompt;
+  r.max_tokens = 300;
+  r.sampling.temperature = 0;
+  r.exclude_input_in_output = true;
+  auto id = e.Enqueue(std::move(r));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  std::vector<Result> rs = testing::CollectResults(e, *id);
+  ASSERT_FALSE(rs.empty());
+  ASSERT_TRUE(rs.back().error.ok()) << rs.back().error.ToString();
+  EXPECT_EQ(rs.back().output_token_ids, testing::GreedyAlone(model, pool, prompt, 300));
+  int32_t most_window = 0, most_full = 0, steps = 0;
+  for (const IterationStats& s : e.GetLatestIterationStats()) {
+    most_window = std::max(most_window, s.window_kv_blocks_used);
+    most_full = std::max(most_full, s.kv_blocks_used);
+    ++steps;
+    EXPECT_EQ(s.kv_window, 64);
+  }
+  ASSERT_GT(steps, 300);
+  // After each step the sequence holds the blocks of its last 63 positions: at most
+  // ceil(63 / 16) + 1 = 5, while the full-attention layer's table grows to ceil(499 / 16).
+  EXPECT_LE(most_window, 5);
+  EXPECT_GE(most_full, 31);
+  testing::ExpectNoKvLeaks(e);
+}
+
 std::vector<ArchCase> Cases() {
   std::vector<ArchCase> v;
   // gpt-oss with MXFP4 experts: MoE, windows of 32, sinks. gemma3: windows of 64, two RoPE

@@ -63,13 +63,18 @@ inline std::vector<Result> CollectResults(Executor& e, RequestId id) {
 // Nothing unfinished, no KV block (nor draft-model block) held.
 inline void ExpectNoKvLeaks(const Executor& e) {
   // The counts are a snapshot the engine thread refreshes after each loop: poll briefly.
-  for (int i = 0; i < 200 && (e.num_unfinished_requests() > 0 || e.KvBlockCounts().used > 0); ++i) {
+  for (int i = 0; i < 200 && (e.num_unfinished_requests() > 0 || e.KvBlockCounts().used > 0 ||
+                              e.WindowKvBlockCounts().used > 0);
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(e.num_unfinished_requests(), 0);
   const BlockCounts c = e.KvBlockCounts();
   EXPECT_EQ(c.used, 0);
   EXPECT_EQ(c.free + c.cached, c.total);
+  const BlockCounts w = e.WindowKvBlockCounts();
+  EXPECT_EQ(w.used, 0) << "window group blocks";
+  EXPECT_EQ(w.free + w.cached, w.total) << "window group blocks";
   const BlockCounts d = e.DraftKvBlockCounts();
   EXPECT_EQ(d.used, 0) << "draft model blocks";
   EXPECT_EQ(d.free, d.total);

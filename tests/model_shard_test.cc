@@ -78,7 +78,8 @@ std::unique_ptr<Runner> Open(const std::string& path, ModelShard shard = {}) {
   r->model = std::move(m).value();
   ExecutorConfig config;
   config.tokens_per_block = 16;
-  r->storage = std::make_unique<KvStorage>(KvStorageConfigFor(*r->model, 64, config));
+  r->storage =
+      std::make_unique<KvStorage>(KvStorageConfigFor(*r->model, KvCacheSizes{64, 0}, config));
   r->view.layers = r->storage->LayerViews();
   r->view.num_blocks = 64;
   return r;
@@ -259,7 +260,7 @@ TEST(ModelShardTest, ImpossibleShardsAreRefusedByName) {
   ASSERT_TRUE(shard.ok());
   ASSERT_TRUE((*shard)->sharded());
   ExecutorConfig config;
-  KvStorage storage(KvStorageConfigFor(**shard, 4, config));
+  KvStorage storage(KvStorageConfigFor(**shard, KvCacheSizes{4, 0}, config));
   KvCacheView view{storage.LayerViews(), 4};
   ForwardScratch scratch;
   ThreadPool pool(1);

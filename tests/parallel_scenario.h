@@ -172,6 +172,8 @@ inline nlohmann::json RunScenario(Executor& executor, const ScenarioConfig& s,
   out["reused_blocks"] = reused;
   out["max_context_tokens"] = max_context_tokens;
   out["kv_used_at_end"] = executor.KvBlockCounts().used;
+  out["window_kv_used_at_end"] = executor.WindowKvBlockCounts().used;
+  out["window_kv_blocks"] = executor.WindowKvBlockCounts().total;
   out["unfinished_at_end"] = executor.num_unfinished_requests();
   return out;
 }

@@ -86,6 +86,8 @@ void ExpectSameRun(const nlohmann::json& parallel, const nlohmann::json& local) 
   EXPECT_LE(parallel["max_context_tokens"].get<int64_t>(), 96)
       << "prompts of up to 190 tokens must run in chunks";
   EXPECT_EQ(parallel["kv_used_at_end"], 0);
+  EXPECT_EQ(parallel["window_kv_used_at_end"], 0);
+  EXPECT_EQ(parallel["window_kv_blocks"], local["window_kv_blocks"]) << "the same window group";
   EXPECT_EQ(parallel["unfinished_at_end"], 0);
   EXPECT_GT(parallel["comm"]["bytes"].get<int64_t>(), 0);
 }
@@ -153,7 +155,21 @@ TEST_F(ParallelTest, Gemma2TensorParallelEqualsOneProcess) {
   REQUIRE_MPIRUN();
   const std::string gemma2 = testing::SharedDir() + "/golden/arch/gemma2-f16.gguf";
   REQUIRE_SHARED_FILE(gemma2);
-  ExpectSameRun(RunParallel(gemma2, 2, 1, "default"), RunLocal(gemma2, "default"));
+  const nlohmann::json parallel = RunParallel(gemma2, 2, 1, "default");
+  ExpectSameRun(parallel, RunLocal(gemma2, "default"));
+  EXPECT_GT(parallel["window_kv_blocks"].get<int64_t>(), 0) << "no window group";
+}
+
+// Pipeline stages of a windowed model with KV cache groups: Gemma 3's first stage (layers
+// 0-3) has only window layers, its second the one global layer; both keep their window
+// layers' K/V in the window group, the tables and window-group copies go over the wire.
+TEST_F(ParallelTest, Gemma3PipelineStagesWithWindowGroupEqualOneProcess) {
+  REQUIRE_MPIRUN();
+  const std::string gemma3 = testing::SharedDir() + "/golden/arch/gemma3-f16.gguf";
+  REQUIRE_SHARED_FILE(gemma3);
+  const nlohmann::json parallel = RunParallel(gemma3, 1, 2, "max_utilization");
+  ExpectSameRun(parallel, RunLocal(gemma3, "max_utilization"));
+  EXPECT_GT(parallel["window_kv_blocks"].get<int64_t>(), 0);
 }
 
 // Two hosts on one machine: network namespaces joined by a veth pair. mpirun runs on host A

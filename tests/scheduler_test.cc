@@ -9,15 +9,23 @@
 #include <memory>
 #include <string>
 
+#include "kvcache/kv_storage.h"
+
 namespace inflight {
 namespace {
 
 class FakeEngine {
  public:
-  FakeEngine(ExecutorConfig config, int32_t num_blocks)
+  // window_blocks > 0: a window group of that many blocks for a sliding window of `window`.
+  FakeEngine(ExecutorConfig config, int32_t num_blocks, int32_t window_blocks = 0,
+             int32_t window = 0)
       : config_(config),
         blocks_({num_blocks, config.tokens_per_block, config.enable_kv_cache_reuse}),
-        scheduler_(config_, blocks_) {}
+        window_(window_blocks > 0
+                    ? std::make_unique<KvBlockManager>(BlockManagerConfig{
+                          window_blocks, config.tokens_per_block, config.enable_kv_cache_reuse})
+                    : nullptr),
+        scheduler_(config_, blocks_, window_.get(), window) {}
 
   // Adds a request named `name` with a prompt of `prompt` tokens (ids 100.. unless given).
   Sequence* Add(const std::string& name, int32_t prompt, int32_t max_tokens,
@@ -42,7 +50,8 @@ class FakeEngine {
   // One step; returns "A:8 B:1" (chunks in schedule order) and fills paused names.
   std::string Step(std::string* paused = nullptr) {
     const ScheduleOutput& out = scheduler_.Step();
-    scheduler_.FinishCopies([&](int32_t src, int32_t dst, int32_t n) {
+    scheduler_.FinishCopies([&](int32_t group, int32_t src, int32_t dst, int32_t n) {
+      if (group != kFullGroup) copies_ += "w";
       copies_ += std::to_string(src) + "->" + std::to_string(dst) + ":" + std::to_string(n) + " ";
     });
     last_ = out;
@@ -66,6 +75,10 @@ class FakeEngine {
       }
     }
     EXPECT_EQ(blocks_.CheckInvariants(), "");
+    if (window_) {
+      EXPECT_EQ(window_->CheckInvariants(), "");
+      for (Sequence* q : scheduler_.running()) CheckWindowTable(*q);
+    }
     return s;
   }
 
@@ -81,10 +94,30 @@ class FakeEngine {
   }
   const ScheduleOutput& last() const { return last_; }
   KvBlockManager& blocks() { return blocks_; }
+  KvBlockManager& window_blocks() { return *window_; }
+  Scheduler& scheduler() { return scheduler_; }
+
+  // A running sequence's window table between steps: as long as its full table, a block
+  // exactly where its next token's window (or a later one) can see, -1 elsewhere.
+  void CheckWindowTable(const Sequence& q) const {
+    ASSERT_EQ(q.window_blocks.size(), q.blocks.size()) << names_.at(&q);
+    const int64_t first = FirstWindowBlock(q.num_computed, window_size(), config_.tokens_per_block);
+    for (size_t i = 0; i < q.window_blocks.size(); ++i) {
+      if (static_cast<int64_t>(i) < first) {
+        EXPECT_EQ(q.window_blocks[i], -1) << names_.at(&q) << " block " << i;
+      } else {
+        EXPECT_GE(q.window_blocks[i], 0) << names_.at(&q) << " block " << i;
+      }
+    }
+  }
+  int32_t window_size() const { return window_size_; }
+  void set_window_size(int32_t w) { window_size_ = w; }
 
  private:
   ExecutorConfig config_;
   KvBlockManager blocks_;
+  std::unique_ptr<KvBlockManager> window_;
+  int32_t window_size_ = 0;
   Scheduler scheduler_;
   std::vector<std::unique_ptr<RequestState>> requests_;
   std::map<const Sequence*, std::string> names_;
@@ -238,6 +271,86 @@ TEST(Scheduler, PrefixReuseSkipsCachedBlocksButRecomputesTheLastToken) {
   EXPECT_EQ(f.last().num_reused_blocks, 1);
   EXPECT_EQ(f.last().num_partially_reused_tokens, 3);
   EXPECT_EQ(f.copies_, "1->2:3 ");  // A held 0, 1, 2; 2 was freed uncached
+}
+
+// KV cache groups: a window layer's table keeps only what its window sees.
+TEST(Scheduler, WindowGroupHoldsOnlyTheBlocksTheWindowSees) {
+  ExecutorConfig c = Config(CapacityPolicy::kGuaranteedNoEvict, 8, /*chunked=*/true);
+  const int32_t window = 8;  // tokens_per_block 4: a window spans at most 3 blocks
+  // Per sequence WindowBlocksPerSequence(8, 4) = 5, a step's tokens 2: two sequences fit 12.
+  FakeEngine f(c, 64, 12, window);
+  f.set_window_size(window);
+  Sequence* a = f.Add("A", 30, 40);
+  Sequence* b = f.Add("B", 6, 40);
+  int32_t most_window = 0, most_full = 0;
+  for (int i = 0; i < 80 && !f.Running().empty() + !f.Waiting().empty(); ++i) {
+    f.Step();
+    most_window = std::max(most_window, f.window_blocks().counts().used);
+    most_full = std::max(most_full, f.blocks().counts().used);
+  }
+  EXPECT_EQ(f.Running(), "");
+  EXPECT_EQ(a->num_generated(), 40);
+  EXPECT_EQ(b->num_generated(), 40);
+  // Between steps each holds the blocks of its last 7 positions: at most 3 (plus none here).
+  EXPECT_LE(most_window, 2 * 3);
+  EXPECT_GE(most_full, (70 + 46) / 4 - 1);  // the full group holds every position
+  EXPECT_EQ(f.window_blocks().counts().used, 0);
+  EXPECT_EQ(f.blocks().counts().used, 0);
+}
+
+TEST(Scheduler, NoEvictAdmitsByTheWindowGroupsReservation) {
+  ExecutorConfig c = Config(CapacityPolicy::kGuaranteedNoEvict, 8, /*chunked=*/true);
+  FakeEngine f(c, 64, 11, 8);  // 2 + 5 + 5 > 11: one sequence at a time
+  f.set_window_size(8);
+  f.Add("A", 4, 4);
+  f.Add("B", 4, 4);
+  EXPECT_EQ(f.Step(), "A:4");
+  EXPECT_EQ(f.Waiting(), "B");
+  EXPECT_EQ(f.last().waiting_for_kv_cache, 1);
+  for (int i = 0; i < 4; ++i) f.Step();
+  EXPECT_EQ(f.Running(), "B");
+}
+
+TEST(Scheduler, MaxUtilizationPausesForWindowBlocks) {
+  ExecutorConfig c = Config(CapacityPolicy::kMaxUtilization, 64);
+  FakeEngine f(c, 64, 4, 8);  // plenty of full blocks, 4 window blocks
+  f.set_window_size(8);
+  f.Add("A", 12, 6);
+  f.Add("B", 4, 6);
+  EXPECT_EQ(f.Step(), "A:12 B:4");  // 3 + 1 window blocks; then A's block 0 leaves its window
+  std::string paused;
+  // A's 13th token takes the last window block; B's 5th finds none and nobody else to pause.
+  EXPECT_EQ(f.Step(&paused), "A:1");
+  EXPECT_EQ(paused, "B");
+  for (int i = 0; i < 16 && !f.Running().empty() + !f.Waiting().empty(); ++i) f.Step();
+  EXPECT_EQ(f.Running(), "");
+  EXPECT_EQ(f.Waiting(), "");
+}
+
+TEST(Scheduler, WindowGroupPrefixReuseNeedsTheBlocksTheWindowSees) {
+  ExecutorConfig c = Config(CapacityPolicy::kGuaranteedNoEvict, 64);
+  c.enable_kv_cache_reuse = true;
+  FakeEngine f(c, 64, 32, 8);  // the step's reservation alone is 16 window blocks
+  f.set_window_size(8);
+  f.Add("A", 24, 1);
+  EXPECT_EQ(f.Step(), "A:24");
+  // 23 usable tokens = 5 full blocks; the next token (position 20) sees 13..20: blocks 3, 4
+  // of the window group, still cached.
+  f.Add("B", 24, 1);
+  EXPECT_EQ(f.Step(), "B:1");
+  EXPECT_EQ(f.last().num_reused_blocks, 5);
+  EXPECT_EQ(f.last().num_partially_reused_tokens, 3);
+  EXPECT_EQ(f.copies_, "5->6:3 w5->6:3 ");  // both groups copy the same slots
+  EXPECT_EQ(f.Running(), "");
+  // Evict every cached window block: the full group still caches the prefix, but what its
+  // window sees is gone, so the whole prompt is recomputed.
+  std::vector<int32_t> all;
+  while (auto blk = f.window_blocks().Allocate()) all.push_back(*blk);
+  f.window_blocks().Release(all);
+  EXPECT_GT(f.blocks().counts().cached, 5);
+  f.Add("C", 24, 1);
+  EXPECT_EQ(f.Step(), "C:24");
+  EXPECT_EQ(f.last().num_reused_blocks, 0);
 }
 
 }  // namespace

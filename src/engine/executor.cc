@@ -37,9 +37,18 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
       context_length_(runner_->context_length()),
       num_kv_blocks_(runner_->num_kv_blocks()),
       blocks_({num_kv_blocks_, config.tokens_per_block, config.enable_kv_cache_reuse}),
-      scheduler_(config, blocks_) {
+      window_blocks_(runner_->num_window_kv_blocks() > 0
+                         ? std::make_unique<KvBlockManager>(BlockManagerConfig{
+                               runner_->num_window_kv_blocks(), config.tokens_per_block,
+                               config.enable_kv_cache_reuse})
+                         : nullptr),
+      scheduler_(config, blocks_, window_blocks_.get(), runner_->kv_window()) {
   sample_row_.resize(vocab_size_);
+  copy_block_ = [this](int32_t group, int32_t src, int32_t dst, int32_t n) {
+    runner_->CopyBlockPrefix(group, src, dst, n);
+  };
   block_counts_ = blocks_.counts();
+  if (window_blocks_) window_block_counts_ = window_blocks_->counts();
   if (draft && config.speculative_mode == SpeculativeMode::kDraftModel) {
     draft_runner_ = std::move(draft);
     draft_blocks_ = std::make_unique<KvBlockManager>(
@@ -74,7 +83,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
     ExecutorConfig dc = config;
     dc.max_tokens_in_paged_kv_cache =
         static_cast<int64_t>(runner->num_kv_blocks()) * config.tokens_per_block;
-    draft = std::make_unique<LocalModelRunner>(*draft_model, dc, runner->pool());
+    draft = std::make_unique<LocalModelRunner>(*draft_model, dc, runner->pool(),
+                                               /*kv_window_group=*/false);
   }
   return std::make_unique<Executor>(std::move(runner), config, std::move(draft));
 }
@@ -216,6 +226,20 @@ Status Executor::Validate(const Request& r) const {
         "the request needs " + std::to_string(need) + " KV cache blocks of " + std::to_string(tpb) +
         " tokens but the whole cache has " + std::to_string(num_kv_blocks_));
   }
+  if (window_blocks_ && config_.policy == CapacityPolicy::kGuaranteedNoEvict) {
+    // The window group's reservation (engine/scheduler.h).
+    const int64_t window_need = static_cast<int64_t>(WindowBlocksPerSequence(
+                                    runner_->kv_window(), config_.tokens_per_block)) *
+                                    std::max(r.beam_width, r.num_return_sequences) +
+                                WindowBlocksPerStep(config_);
+    if (window_need > window_blocks_->config().num_blocks) {
+      return InvalidArgumentError("the request's " +
+                                  std::to_string(std::max(r.beam_width, r.num_return_sequences)) +
+                                  " sequences need " + std::to_string(window_need) +
+                                  " blocks of the KV cache's sliding-window group but it has " +
+                                  std::to_string(window_blocks_->config().num_blocks));
+    }
+  }
   return OkStatus();
 }
 
@@ -319,6 +343,11 @@ BlockCounts Executor::KvBlockCounts() const {
   return block_counts_;
 }
 
+BlockCounts Executor::WindowKvBlockCounts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return window_block_counts_;
+}
+
 BlockCounts Executor::DraftKvBlockCounts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return draft_block_counts_;
@@ -364,6 +393,7 @@ void Executor::Loop() {
     // Cancellations free blocks outside steps too: keep the snapshot exact when idle.
     std::lock_guard<std::mutex> lock(mu_);
     block_counts_ = blocks_.counts();
+    if (window_blocks_) window_block_counts_ = window_blocks_->counts();
     if (draft_blocks_) draft_block_counts_ = draft_blocks_->counts();
   }
 }
@@ -477,8 +507,7 @@ bool Executor::RunStep() {
     RecordStats(out, start, 0, 0, 0);
     return false;
   }
-  scheduler_.FinishCopies(
-      [&](int32_t src, int32_t dst, int32_t n) { runner_->CopyBlockPrefix(src, dst, n); });
+  scheduler_.FinishCopies(copy_block_);
   plan_.chunks.clear();
   context_rows_.clear();
   int64_t rows = 0;
@@ -504,6 +533,8 @@ bool Executor::RunStep() {
     }
     ch.block_table = seq->blocks.data();
     ch.num_blocks = static_cast<int32_t>(seq->blocks.size());
+    ch.window_block_table = seq->window_blocks.data();
+    ch.num_window_blocks = static_cast<int32_t>(seq->window_blocks.size());
     // Context logits of the prompt's first pass; the last token's row and each draft's row
     // choose tokens.
     const bool all_logits = seq->index == 0 && seq->request->request.return_context_logits &&
@@ -727,22 +758,14 @@ void Executor::Fork(Sequence* parent, const float* logits_row) {
     seq->sampler.AddPromptTokens(seq->tokens.data(), seq->prompt_len);
     if (rs->request.guide) seq->constraint = rs->request.guide->Clone();
     seq->ever_scheduled = true;
-    std::optional<int32_t> copy;
-    if (partial > 0) copy = blocks_.Allocate();
-    if (partial > 0 && !copy) {
+    // The prompt's full blocks are shared; the partly filled last one is copied.
+    scheduler_.ShareBlocks(*parent, seq.get(), static_cast<size_t>(full + (partial > 0 ? 1 : 0)));
+    if (!scheduler_.CopyLastBlock(seq.get(), partial, copy_block_)) {
       // No block for the copy (max_utilization under pressure): recompute the prompt later.
+      scheduler_.DropBlocks(seq.get());
       scheduler_.AddWaiting(seq.get());
       rs->sequences.push_back(std::move(seq));
       continue;
-    }
-    for (int32_t b = 0; b < full; ++b) {
-      blocks_.AddRef(parent->blocks[b]);
-      seq->blocks.push_back(parent->blocks[b]);
-    }
-    if (copy) {
-      runner_->CopyBlockPrefix(parent->blocks[full], *copy, partial);
-      seq->blocks.push_back(*copy);
-      rs->stats.num_allocated_blocks++;
     }
     seq->num_computed = seq->prompt_len;
     seq->num_committed = std::min(parent->num_committed, full);
@@ -865,6 +888,10 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   const BlockCounts c = blocks_.counts();
   s.kv_blocks_total = c.total, s.kv_blocks_free = c.free, s.kv_blocks_used = c.used,
   s.kv_blocks_cached = c.cached;
+  const BlockCounts w = window_blocks_ ? window_blocks_->counts() : BlockCounts{};
+  s.window_kv_blocks_total = w.total, s.window_kv_blocks_free = w.free,
+  s.window_kv_blocks_used = w.used, s.window_kv_blocks_cached = w.cached;
+  s.kv_window = window_blocks_ ? runner_->kv_window() : 0;
   s.kv_blocks_reused = out.num_reused_blocks;
   s.kv_tokens_partially_reused = out.num_partially_reused_tokens;
   s.waiting_for_kv_cache = out.waiting_for_kv_cache;
@@ -875,6 +902,7 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   num_queued_ = s.num_queued + static_cast<int64_t>(submissions_.size());
   last_stats_ = s;
   block_counts_ = c;
+  window_block_counts_ = w;
   if (draft_blocks_) draft_block_counts_ = draft_blocks_->counts();
   stats_.push_back(s);
   if (stats_.size() > kMaxStatsKept) stats_.pop_front();

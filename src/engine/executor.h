@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,6 +83,8 @@ class Executor {
   std::vector<IterationStats> GetLatestIterationStats();
   IterationStats LastIterationStats() const;
   BlockCounts KvBlockCounts() const;
+  // The window group's blocks (sliding-window layers; all 0 when the cache has none).
+  BlockCounts WindowKvBlockCounts() const;
   // The draft model's KV blocks (all free when it has none).
   BlockCounts DraftKvBlockCounts() const;
   int32_t num_kv_blocks() const { return num_kv_blocks_; }
@@ -145,6 +148,10 @@ class Executor {
 
   // Engine-thread state.
   KvBlockManager blocks_;
+  // The window group's blocks (sliding-window layers), when the runner's cache has one.
+  std::unique_ptr<KvBlockManager> window_blocks_;
+  // copy(group, src, dst, tokens): the runner's block copy, for the scheduler's copy-on-write.
+  std::function<void(int32_t, int32_t, int32_t, int32_t)> copy_block_;
   std::unique_ptr<ModelRunner> draft_runner_;
   std::unique_ptr<KvBlockManager> draft_blocks_;
   BatchPlan draft_plan_;
@@ -191,6 +198,7 @@ class Executor {
   IterationStats last_stats_;
   BlockCounts block_counts_;
   BlockCounts draft_block_counts_;
+  BlockCounts window_block_counts_;
   RequestId next_id_ = 1;
   bool stop_ = false;
   std::atomic<int64_t> num_queued_{0};

@@ -172,7 +172,7 @@ void Executor::AdvanceBeams(RequestState* rs) {
     if (!spare.empty()) {
       seq = spare.back();
       spare.pop_back();
-      blocks_.Release(seq->blocks);  // a parent without children: nothing refers to them
+      scheduler_.DropBlocks(seq);  // a parent without children: nothing refers to them
     } else {
       SamplingParams sp = r.sampling;
       sp.compute_logprobs = r.return_log_probs;
@@ -189,11 +189,10 @@ void Executor::AdvanceBeams(RequestState* rs) {
     seq->prompt_len = parent->prompt_len;
     seq->log_probs = parent->log_probs;
     seq->cum_log_prob = parent->cum_log_prob;
+    scheduler_.ShareBlocks(*parent, seq, parent->blocks.size());
     seq->num_computed = parent->num_computed;
     seq->num_committed = parent->num_committed;
     seq->last_key = parent->last_key;
-    seq->blocks = parent->blocks;
-    for (int32_t block : seq->blocks) blocks_.AddRef(block);
     target[j] = seq;
   }
   // Fewer continuations than beams (stop words ended several): the rest end here.
@@ -213,16 +212,8 @@ void Executor::AdvanceBeams(RequestState* rs) {
   for (size_t j = 0; j < next.size(); ++j) {
     Sequence* seq = target[j];
     const int32_t used = seq->num_computed % tpb;
-    if (used == 0 || seq->blocks.empty() || blocks_.RefCount(seq->blocks.back()) == 1) continue;
-    const std::optional<int32_t> copy = blocks_.Allocate();
-    if (!copy) {
+    if (!scheduler_.CopyLastBlock(seq, used, copy_block_))
       scheduler_.Requeue(seq);  // max_utilization, out of blocks: recompute this beam later
-      continue;
-    }
-    runner_->CopyBlockPrefix(seq->blocks.back(), *copy, used);
-    blocks_.Release({seq->blocks.back()});
-    seq->blocks.back() = *copy;
-    rs->stats.num_allocated_blocks++;
   }
   rs->forked = true;
   if (r.streaming) PublishBeams(rs, false);

@@ -86,6 +86,10 @@ struct IterationStats {
   int32_t num_paused = 0;                 // paused during this step
   int64_t num_paused_total = 0;           // since start
   int32_t kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+  // The window group's blocks (sliding-window layers' K/V; all 0 when the cache has none).
+  int32_t window_kv_blocks_total = 0, window_kv_blocks_free = 0, window_kv_blocks_used = 0,
+          window_kv_blocks_cached = 0;
+  int32_t kv_window = 0;                   // the window group's sliding window (tokens)
   int32_t kv_blocks_reused = 0;            // prefix blocks served from the cache this step
   int32_t kv_tokens_partially_reused = 0;  // slots copied from partly matching cached blocks
   // Why sequences that could have run did not (counts this step).

@@ -20,13 +20,17 @@ class ModelRunner {
   virtual int32_t vocab_size() const = 0;
   virtual int32_t context_length() const = 0;
   virtual int32_t num_kv_blocks() const = 0;
+  // The KV cache's window group (kvcache/kv_storage.h): its blocks and its sliding window in
+  // tokens; 0 and 0 when every layer keeps its K/V in group 0.
+  virtual int32_t num_window_kv_blocks() const { return 0; }
+  virtual int32_t kv_window() const { return 0; }
   virtual int32_t num_layers() const = 0;
   virtual int32_t hidden_size() const = 0;
   // Logits [plan.num_logit_rows(), vocab]; K/V of the new tokens go to their blocks.
   virtual Status Forward(const BatchPlan& plan, float* logits) = 0;
-  // Copies the K/V of the first num_tokens slots of block src into block dst (the rest of
-  // dst may be overwritten too).
-  virtual void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) = 0;
+  // Copies the K/V of the first num_tokens slots of block src into block dst of KV cache
+  // group `group` (the rest of dst may be overwritten too).
+  virtual void CopyBlockPrefix(int32_t group, int32_t src, int32_t dst, int32_t num_tokens) = 0;
   // The compute pool, for per-sequence work between forward passes; null: run it inline.
   virtual ThreadPool* pool() { return nullptr; }
   // OK while the runner can run steps; an error (e.g. a parallel rank died) is final.
@@ -40,25 +44,41 @@ class ModelRunner {
 // ever serve as prefix cache). At least one full-context sequence when the memory allows.
 // A shard (tensor/pipeline parallel) counts only its own layers and K/V heads; memory_share is
 // the part of this host's memory the process may take (ranks sharing a host split it).
-int32_t ComputeNumKvBlocks(const Model& model, const ExecutorConfig& config,
-                           double memory_share = 1.0);
-// The paged pool of a model or of its shard: its layers, its K/V heads.
-KvStorageConfig KvStorageConfigFor(const Model& model, int32_t num_blocks,
+//
+// KV cache groups: when window_group is set and the model (or shard) has sliding-window
+// layers, those keep their K/V in a window group sized for max_batch_size sequences' windows
+// plus one step's tokens (engine/scheduler.h), never more blocks
+// than those layers would have had in group 0; group 0 (the full-attention layers) takes the
+// rest of the budget. max_tokens_in_paged_kv_cache caps group 0 (the window group is bounded
+// by its own formula).
+struct KvCacheSizes {
+  int32_t num_blocks = 0;
+  int32_t num_window_blocks = 0;  // 0: no window group
+};
+KvCacheSizes ComputeKvCacheSizes(const Model& model, const ExecutorConfig& config,
+                                 double memory_share = 1.0, bool window_group = true);
+// The paged pool of a model or of its shard: its layers, its K/V heads; with
+// num_window_blocks > 0 its sliding-window layers go to the window group.
+KvStorageConfig KvStorageConfigFor(const Model& model, const KvCacheSizes& sizes,
                                    const ExecutorConfig& config);
 
 class LocalModelRunner : public ModelRunner {
  public:
   // shared_pool: run on another runner's compute threads (a draft model beside its target:
   // two pools would fight over the same cores); null: own config.num_threads threads.
+  // kv_window_group: keep the sliding-window layers' K/V in a window group (a draft model
+  // keeps one table).
   LocalModelRunner(const Model& model, const ExecutorConfig& config,
-                   ThreadPool* shared_pool = nullptr);
+                   ThreadPool* shared_pool = nullptr, bool kv_window_group = true);
   int32_t vocab_size() const override { return model_.config().vocab_size; }
   int32_t context_length() const override { return model_.config().context_length; }
   int32_t num_kv_blocks() const override { return storage_.config().num_blocks; }
+  int32_t num_window_kv_blocks() const override { return storage_.config().num_window_blocks; }
+  int32_t kv_window() const override { return view_.window; }
   int32_t num_layers() const override { return model_.config().num_layers; }
   int32_t hidden_size() const override { return model_.config().hidden_size; }
   Status Forward(const BatchPlan& plan, float* logits) override;
-  void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) override;
+  void CopyBlockPrefix(int32_t group, int32_t src, int32_t dst, int32_t num_tokens) override;
   ThreadPool* pool() override { return pool_; }
 
  private:

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <tuple>
 
 #include "base/check.h"
+#include "kvcache/kv_storage.h"
 
 namespace inflight {
 namespace {
@@ -19,8 +21,46 @@ bool ServedBefore(const Sequence* a, const Sequence* b) {
 
 }  // namespace
 
-Scheduler::Scheduler(const ExecutorConfig& config, KvBlockManager& blocks)
-    : config_(config), blocks_(blocks) {}
+int32_t WindowBlocksPerSequence(int32_t window, int32_t tokens_per_block) {
+  return (window - 1 + tokens_per_block - 1) / tokens_per_block + 3;
+}
+
+int32_t WindowBlocksPerStep(const ExecutorConfig& config) {
+  return (config.max_num_tokens + config.tokens_per_block - 1) / config.tokens_per_block;
+}
+
+Scheduler::Scheduler(const ExecutorConfig& config, KvBlockManager& blocks,
+                     KvBlockManager* window_blocks, int32_t window)
+    : config_(config), blocks_(blocks), window_blocks_(window_blocks), window_(window) {
+  INFLIGHT_CHECK(window_blocks_ == nullptr || window_ > 0);
+}
+
+int64_t Scheduler::NumAvailable() const {
+  const int64_t full = blocks_.NumAvailable();
+  return window_blocks_ ? std::min<int64_t>(full, window_blocks_->NumAvailable()) : full;
+}
+
+void Scheduler::ReleaseWindow(Sequence* seq, size_t from) {
+  // Last one first, as KvBlockManager::Release does (leaves evicted before their parents).
+  while (seq->window_blocks.size() > from) {
+    const int32_t b = seq->window_blocks.back();
+    seq->window_blocks.pop_back();
+    if (b >= 0) window_blocks_->Release({b});
+  }
+}
+
+void Scheduler::ReleaseBehindWindow(Sequence* seq) {
+  if (!window_blocks_) return;
+  const int64_t first =
+      std::min<int64_t>(FirstWindowBlock(seq->num_computed, window_, config_.tokens_per_block),
+                        static_cast<int64_t>(seq->window_blocks.size()));
+  for (int64_t i = seq->window_first; i < first; ++i) {
+    int32_t& b = seq->window_blocks[static_cast<size_t>(i)];
+    if (b >= 0) window_blocks_->Release({b});
+    b = -1;
+  }
+  seq->window_first = static_cast<int32_t>(std::max<int64_t>(seq->window_first, first));
+}
 
 void Scheduler::AddWaiting(Sequence* seq) {
   seq->state = SequenceState::kWaiting;
@@ -38,6 +78,12 @@ void Scheduler::DropBlocks(Sequence* seq) {
     seq->copy_src = -1;
     seq->copy_tokens = 0;
   }
+  if (seq->window_copy_src >= 0) {
+    window_blocks_->Release({seq->window_copy_src});
+    seq->window_copy_src = -1;
+  }
+  if (window_blocks_) ReleaseWindow(seq, 0);
+  seq->window_first = 0;
   blocks_.Release(seq->blocks);
   seq->blocks.clear();
   seq->num_computed = 0;
@@ -58,12 +104,60 @@ void Scheduler::Remove(Sequence* seq) {
 void Scheduler::CommitFullBlocks(Sequence* seq) {
   const int32_t tpb = config_.tokens_per_block;
   while ((seq->num_committed + 1) * tpb <= seq->num_computed) {
+    const uint64_t parent = seq->last_key;
     seq->last_key =
         blocks_.Commit(seq->blocks[seq->num_committed], seq->last_key,
                        seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
                        seq->request->request.kv_retention_priority);
+    // The window group's copy under the same key (its parent key is the same chain's).
+    const int32_t w = window_blocks_ ? seq->window_blocks[seq->num_committed] : -1;
+    if (w >= 0)
+      window_blocks_->Commit(w, parent,
+                             seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
+                             seq->request->request.kv_retention_priority);
     ++seq->num_committed;
   }
+  ReleaseBehindWindow(seq);
+}
+
+void Scheduler::ShareBlocks(const Sequence& from, Sequence* to, size_t count) {
+  INFLIGHT_CHECK(to->blocks.empty() && to->window_blocks.empty() && count <= from.blocks.size());
+  for (size_t i = 0; i < count; ++i) {
+    blocks_.AddRef(from.blocks[i]);
+    to->blocks.push_back(from.blocks[i]);
+  }
+  if (!window_blocks_) return;
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t b = from.window_blocks[i];
+    if (b >= 0) window_blocks_->AddRef(b);
+    to->window_blocks.push_back(b);
+  }
+  to->window_first = std::min(from.window_first, static_cast<int32_t>(count));
+}
+
+bool Scheduler::CopyLastBlock(Sequence* seq, int32_t used,
+                              const std::function<void(int32_t, int32_t, int32_t, int32_t)>& copy) {
+  if (used == 0 || seq->blocks.empty()) return true;
+  const bool full_shared = blocks_.RefCount(seq->blocks.back()) > 1;
+  const int32_t w = window_blocks_ ? seq->window_blocks.back() : -1;
+  const bool window_shared = w >= 0 && window_blocks_->RefCount(w) > 1;
+  if ((full_shared && blocks_.NumAvailable() < 1) ||
+      (window_shared && window_blocks_->NumAvailable() < 1))
+    return false;
+  if (full_shared) {
+    const int32_t fresh = *blocks_.Allocate();
+    copy(kFullGroup, seq->blocks.back(), fresh, used);
+    blocks_.Release({seq->blocks.back()});
+    seq->blocks.back() = fresh;
+    seq->request->stats.num_allocated_blocks++;
+  }
+  if (window_shared) {
+    const int32_t fresh = *window_blocks_->Allocate();
+    copy(kWindowGroup, w, fresh, used);
+    window_blocks_->Release({w});
+    seq->window_blocks.back() = fresh;
+  }
+  return true;
 }
 
 int32_t Scheduler::ChunkSize(const Sequence& seq, int32_t budget) const {
@@ -80,11 +174,16 @@ bool Scheduler::EnsureBlocks(Sequence* seq, int64_t num_tokens) {
   const int64_t tpb = config_.tokens_per_block;
   const int64_t need = (num_tokens + tpb - 1) / tpb - static_cast<int64_t>(seq->blocks.size());
   if (need <= 0) return true;
-  if (need > blocks_.NumAvailable()) return false;
+  if (need > NumAvailable()) return false;
   for (int64_t i = 0; i < need; ++i) {
     auto b = blocks_.Allocate();
     INFLIGHT_CHECK(b.has_value());
     seq->blocks.push_back(*b);
+    if (window_blocks_) {
+      b = window_blocks_->Allocate();
+      INFLIGHT_CHECK(b.has_value());
+      seq->window_blocks.push_back(*b);
+    }
   }
   seq->request->stats.num_allocated_blocks += static_cast<int32_t>(need);
   return true;
@@ -130,7 +229,7 @@ int32_t Scheduler::FitDrafts(Sequence* seq, int32_t n, int32_t budget) {
   const int64_t need = (end + tpb - 1) / tpb - static_cast<int64_t>(seq->blocks.size());
   const int64_t keep_free =
       config_.policy == CapacityPolicy::kMaxUtilization ? static_cast<int64_t>(running_.size()) : 0;
-  if (need > 0 && (need > blocks_.NumAvailable() - keep_free || !EnsureBlocks(seq, end))) {
+  if (need > 0 && (need > NumAvailable() - keep_free || !EnsureBlocks(seq, end))) {
     const int64_t held = static_cast<int64_t>(seq->blocks.size()) * tpb - seq->num_computed - n;
     d = static_cast<int32_t>(std::clamp<int64_t>(held, 0, d));
   }
@@ -156,6 +255,7 @@ void Scheduler::TrimBlocks(Sequence* seq) {
   blocks_.Release(std::vector<int32_t>(seq->blocks.begin() + static_cast<std::ptrdiff_t>(keep),
                                        seq->blocks.end()));
   seq->blocks.resize(keep);
+  if (window_blocks_) ReleaseWindow(seq, keep);
 }
 
 void Scheduler::ScheduleRunning(int32_t& budget) {
@@ -194,6 +294,24 @@ void Scheduler::ScheduleRunning(int32_t& budget) {
   }
 }
 
+int32_t Scheduler::AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t>& keys,
+                                       int32_t num_blocks) {
+  const int32_t tpb = config_.tokens_per_block;
+  const int64_t first = FirstWindowBlock(static_cast<int64_t>(num_blocks) * tpb, window_, tpb);
+  seq->window_blocks.assign(static_cast<size_t>(num_blocks), -1);
+  seq->window_first = static_cast<int32_t>(std::min<int64_t>(first, num_blocks));
+  for (int64_t i = first; i < num_blocks; ++i) {
+    const int32_t b = window_blocks_->AcquireCommitted(keys[static_cast<size_t>(i)],
+                                                       seq->tokens.data() + i * tpb);
+    if (b < 0) {
+      ReleaseWindow(seq, 0);
+      return static_cast<int32_t>(i);
+    }
+    seq->window_blocks[static_cast<size_t>(i)] = b;
+  }
+  return num_blocks;
+}
+
 void Scheduler::TakePrefix(Sequence* seq) {
   if (!config_.enable_kv_cache_reuse || seq->request->request.return_context_logits ||
       !seq->blocks.empty())
@@ -202,42 +320,71 @@ void Scheduler::TakePrefix(Sequence* seq) {
   const int64_t usable = static_cast<int64_t>(seq->tokens.size()) - 1;
   const uint64_t root = KvBlockManager::RootKey(seq->request->request.cache_salt);
   seq->blocks = blocks_.AcquirePrefix(seq->tokens.data(), usable, INT32_MAX, root);
-  const int32_t n = static_cast<int32_t>(seq->blocks.size());
+  int32_t n = static_cast<int32_t>(seq->blocks.size());
   const int32_t tpb = config_.tokens_per_block;
+  // keys_scratch_[i]: the chain key of the prefix before block i.
+  keys_scratch_.assign(1, root);
+  for (int32_t i = 0; i < n; ++i)
+    keys_scratch_.push_back(
+        blocks_.ChainKey(keys_scratch_.back(), seq->tokens.data() + static_cast<int64_t>(i) * tpb));
+  if (window_blocks_) {
+    // The prefix is usable only as far as the window group still has what its window sees:
+    // a block it lacks at i leaves a prefix of at most i blocks (whose window may not need it).
+    for (;;) {
+      const int32_t lacking = AcquireWindowPrefix(seq, keys_scratch_, n);
+      if (lacking == n) break;
+      blocks_.Release(std::vector<int32_t>(seq->blocks.begin() + lacking, seq->blocks.end()));
+      seq->blocks.resize(static_cast<size_t>(lacking));
+      n = lacking;
+    }
+  }
   seq->num_computed = n * tpb;
   seq->num_committed = n;
-  seq->last_key = root;
-  for (int32_t i = 0; i < n; ++i)
-    seq->last_key =
-        blocks_.ChainKey(seq->last_key, seq->tokens.data() + static_cast<int64_t>(i) * tpb);
+  seq->last_key = keys_scratch_[static_cast<size_t>(n)];
   // The next block may match in part: copying its matching slots beats recomputing them.
   const int64_t rest = usable - static_cast<int64_t>(n) * tpb;
   if (rest <= 0) return;
-  const auto [src, len] =
+  auto [src, len] =
       blocks_.AcquirePartial(seq->last_key, seq->tokens.data() + static_cast<int64_t>(n) * tpb,
                              static_cast<int32_t>(std::min<int64_t>(rest, tpb)));
   if (src < 0) return;
-  const std::optional<int32_t> dst = blocks_.Allocate();
-  if (!dst) {
-    blocks_.Release({src});
-    return;
+  int32_t window_src = -1;
+  if (window_blocks_) {
+    // Copied slots must hold the same tokens in both groups: the shorter match wins.
+    int32_t window_len = 0;
+    std::tie(window_src, window_len) = window_blocks_->AcquirePartial(
+        seq->last_key, seq->tokens.data() + static_cast<int64_t>(n) * tpb, len);
+    len = std::min(len, window_len);
   }
+  auto give_up = [&] {
+    blocks_.Release({src});
+    if (window_src >= 0) window_blocks_->Release({window_src});
+  };
+  if (window_blocks_ && window_src < 0) return give_up();
+  if (NumAvailable() < 1) return give_up();
   seq->copy_index = static_cast<int32_t>(seq->blocks.size());
-  seq->blocks.push_back(*dst);
+  seq->blocks.push_back(*blocks_.Allocate());
+  if (window_blocks_) seq->window_blocks.push_back(*window_blocks_->Allocate());
   seq->copy_src = src;
+  seq->window_copy_src = window_src;
   seq->copy_tokens = len;
   seq->num_computed += len;
   seq->request->stats.num_allocated_blocks++;
 }
 
-void Scheduler::FinishCopies(const std::function<void(int32_t, int32_t, int32_t)>& copy) {
+void Scheduler::FinishCopies(const std::function<void(int32_t, int32_t, int32_t, int32_t)>& copy) {
   for (const ScheduledChunk& ch : out_.chunks) {
     Sequence* seq = ch.seq;
     if (seq->copy_src < 0) continue;
-    copy(seq->copy_src, seq->blocks[seq->copy_index], seq->copy_tokens);
-    out_.num_partially_reused_tokens += seq->copy_tokens;
+    copy(kFullGroup, seq->copy_src, seq->blocks[seq->copy_index], seq->copy_tokens);
     blocks_.Release({seq->copy_src});
-    seq->copy_src = -1;
+    if (seq->window_copy_src >= 0) {
+      copy(kWindowGroup, seq->window_copy_src, seq->window_blocks[seq->copy_index],
+           seq->copy_tokens);
+      window_blocks_->Release({seq->window_copy_src});
+    }
+    out_.num_partially_reused_tokens += seq->copy_tokens;
+    seq->copy_src = seq->window_copy_src = -1;
     seq->copy_tokens = 0;
   }
 }
@@ -254,11 +401,16 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
       config_.batching == BatchingStrategy::kStatic;  // running_ is empty here
   const int32_t tpb = config_.tokens_per_block;
   int64_t reserved = 0;
+  // Window group: every admitted request's live sequences hold at most per_sequence blocks
+  // beside one step's tokens (see the header).
+  const int64_t per_sequence = window_blocks_ ? WindowBlocksPerSequence(window_, tpb) : 0;
+  int64_t window_reserved = window_blocks_ ? WindowBlocksPerStep(config_) : 0;
   if (no_evict) {
     for (Sequence* s : running_) {
       if (s->request->mark == step_) continue;
       s->request->mark = step_;
       reserved += s->request->OutstandingBlocks(tpb);
+      window_reserved += per_sequence * s->request->MaxLiveSequences();
     }
   }
   size_t i = 0;
@@ -283,10 +435,16 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     // cannot start now join anyway and run their prompts in the next steps.
     if (n == 0 && !forming_static_batch) blocked_reason = &out_.waiting_for_max_num_tokens;
     int64_t outstanding = 0;
+    int64_t window_need = 0;
     if (!blocked_reason && no_evict) {
       outstanding = seq->request->OutstandingBlocks(tpb);
       if (outstanding > blocks_.NumAvailable() - reserved)
         blocked_reason = &out_.waiting_for_kv_cache;
+      if (window_blocks_ && seq->request->mark != step_) {
+        window_need = per_sequence * seq->request->MaxLiveSequences();
+        if (window_reserved + window_need > window_blocks_->config().num_blocks)
+          blocked_reason = &out_.waiting_for_kv_cache;
+      }
     }
     const size_t held = seq->blocks.size();
     if (!blocked_reason && n > 0 && !EnsureBlocks(seq, seq->num_computed + n))
@@ -295,7 +453,11 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
       DropBlocks(seq);
       break;
     }
-    if (no_evict) reserved += outstanding - static_cast<int64_t>(seq->blocks.size() - held);
+    if (no_evict) {
+      reserved += outstanding - static_cast<int64_t>(seq->blocks.size() - held);
+      window_reserved += window_need;
+      seq->request->mark = step_;
+    }
     out_.num_reused_blocks += seq->num_committed;
     seq->request->stats.num_reused_blocks += seq->num_committed;
     seq->state = SequenceState::kRunning;

@@ -10,8 +10,21 @@
 // skipping ahead, so nobody starves): guaranteed_no_evict admits only when every block the
 // request could ever need is free beside what running requests have reserved; max_utilization
 // when this step's blocks are free. Static batching admits only when nothing is running.
+//
+// KV cache groups (a model with sliding-window layers, kvcache/kv_storage.h): each sequence
+// has a second block table, index for index with its first, in the window group. A step
+// allocates a block in both groups; after the step the window-group blocks that no later
+// token's window can see go back to the pool, so a window layer holds about window /
+// tokens_per_block blocks per sequence however long it runs. Between steps a sequence holds at
+// most WindowBlocksPerSequence - 2 window blocks and a step adds at most one block per
+// sequence beyond its chunk's tokens, so guaranteed_no_evict admits a request when every
+// admitted request's live sequences times WindowBlocksPerSequence, plus one step's tokens
+// (WindowBlocksPerStep), fit the group: steps never run short of window blocks.
+// max_utilization pauses for window blocks as for full ones. Prefix reuse takes a cached
+// prefix only as far as the window group still caches the blocks its window sees.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -21,6 +34,19 @@
 #include "kvcache/block_manager.h"
 
 namespace inflight {
+
+// The window group's reservations: blocks one sequence may hold during a step beyond its
+// share of the step's tokens (the blocks of its last window - 1 positions, the partly filled
+// block its chunk starts in, a partial-block copy's source), and the blocks of one step's
+// tokens.
+int32_t WindowBlocksPerSequence(int32_t window, int32_t tokens_per_block);
+int32_t WindowBlocksPerStep(const ExecutorConfig& config);
+
+// The first block a sequence that has computed num_computed tokens still needs in the window
+// group: the first one the window of its next token (position num_computed) sees.
+inline int64_t FirstWindowBlock(int64_t num_computed, int32_t window, int32_t tokens_per_block) {
+  return std::max<int64_t>(0, num_computed - window + 1) / tokens_per_block;
+}
 
 struct ScheduledChunk {
   Sequence* seq = nullptr;
@@ -42,7 +68,10 @@ struct ScheduleOutput {
 
 class Scheduler {
  public:
-  Scheduler(const ExecutorConfig& config, KvBlockManager& blocks);
+  // window_blocks: the window group's blocks and `window` its sliding window in tokens; null
+  // when the cache has no window group.
+  Scheduler(const ExecutorConfig& config, KvBlockManager& blocks,
+            KvBlockManager* window_blocks = nullptr, int32_t window = 0);
 
   // A new or paused sequence; kept in (priority desc, arrival asc) order.
   void AddWaiting(Sequence* seq);
@@ -57,12 +86,28 @@ class Scheduler {
   const std::vector<Sequence*>& waiting() const { return waiting_; }
   int64_t num_paused_total() const { return num_paused_total_; }
 
-  // Runs the partial-block copies this step's admissions asked for: copy(src, dst, tokens)
-  // before the forward pass; then drops the hold on each source block.
-  void FinishCopies(const std::function<void(int32_t, int32_t, int32_t)>& copy);
+  // Runs the partial-block copies this step's admissions asked for: copy(group, src, dst,
+  // tokens) before the forward pass; then drops the hold on each source block.
+  void FinishCopies(const std::function<void(int32_t, int32_t, int32_t, int32_t)>& copy);
 
-  // Commits the sequence's newly filled blocks for prefix reuse (after its step ran).
+  // After its step ran: commits the sequence's newly filled blocks for prefix reuse, and
+  // returns the window-group blocks no window sees any more to the pool.
   void CommitFullBlocks(Sequence* seq);
+
+  // Releases every block the sequence holds (all groups) and resets it to nothing computed.
+  void DropBlocks(Sequence* seq);
+
+  // `to` takes a reference to the first `count` blocks of `from` in every group (a fork or a
+  // beam continuing another); its window_first follows.
+  void ShareBlocks(const Sequence& from, Sequence* to, size_t count);
+
+  // Copy-on-write of the sequence's last block, in each group where another sequence shares
+  // it: a fresh block gets its first `used` slots through copy(group, src, dst, used). false
+  // (nothing changed) when a group has no free block.
+  bool CopyLastBlock(Sequence* seq, int32_t used,
+                     const std::function<void(int32_t, int32_t, int32_t, int32_t)>& copy);
+
+  bool has_window_group() const { return window_blocks_ != nullptr; }
 
   // Drops a running sequence's blocks and queues it to be recomputed (a beam that found no
   // block for its copy-on-write copy).
@@ -74,17 +119,26 @@ class Scheduler {
  private:
   int32_t ChunkSize(const Sequence& seq, int32_t budget) const;
   bool EnsureBlocks(Sequence* seq, int64_t num_tokens);
+  // Blocks an allocation in every group can have now.
+  int64_t NumAvailable() const;
+  void ReleaseBehindWindow(Sequence* seq);
+  // The window blocks of a cached prefix of num_blocks blocks (chain keys[i] before block i):
+  // acquires those its window sees; returns the first block it lacks, or num_blocks.
+  int32_t AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t>& keys, int32_t num_blocks);
+  void ReleaseWindow(Sequence* seq, size_t from);
   void Pause(Sequence* seq);
   Sequence* PickVictim(const Sequence* exclude) const;
   void ScheduleRunning(int32_t& budget);
   void AdmitWaiting(int32_t& budget);
   void TakePrefix(Sequence* seq);
-  void DropBlocks(Sequence* seq);
   void Schedule(Sequence* seq, int32_t n, int32_t& budget);
   int32_t FitDrafts(Sequence* seq, int32_t n, int32_t budget);
 
   ExecutorConfig config_;
   KvBlockManager& blocks_;
+  KvBlockManager* window_blocks_;
+  int32_t window_;
+  std::vector<uint64_t> keys_scratch_;
   std::vector<Sequence*> running_;  // in start order
   std::vector<Sequence*> waiting_;
   std::vector<Sequence*> order_scratch_;

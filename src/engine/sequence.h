@@ -28,14 +28,20 @@ struct Sequence {
   SequenceState state = SequenceState::kWaiting;
   std::vector<int32_t> tokens;  // prompt + generated
   int32_t prompt_len = 0;
-  int32_t num_computed = 0;                      // tokens whose K/V are in the cache
-  std::vector<int32_t> blocks;                   // block table
+  int32_t num_computed = 0;     // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;  // block table
+  // Its blocks in the KV cache's window group (sliding-window layers; when the model has
+  // them), index for index with `blocks`: -1 where no window sees the block any more (it went
+  // back to the pool). Entries before window_first are all -1.
+  std::vector<int32_t> window_blocks;
+  int32_t window_first = 0;
   int32_t num_committed = 0;                     // leading blocks committed for prefix reuse
   uint64_t last_key = KvBlockManager::kRootKey;  // key of the last committed block
   bool ever_scheduled = false;
   // Partial-block reuse waiting for its copy before the next forward pass: the first
   // copy_tokens slots of block copy_src (acquired) go to blocks[copy_index].
   int32_t copy_src = -1;
+  int32_t window_copy_src = -1;  // the same slots' source in the window group
   int32_t copy_tokens = 0;
   int32_t copy_index = 0;
   int64_t scheduled_step = -1;  // last step that scheduled it
@@ -97,6 +103,11 @@ struct RequestState {
 
   int64_t mark = -1;     // the scheduler's per-step walks
   bool touched = false;  // the executor publishes its results at the end of the step
+
+  // The sequences it may run at once (beams, or returned sequences once forked).
+  int32_t MaxLiveSequences() const {
+    return std::max(request.beam_width, request.num_return_sequences);
+  }
 
   // Blocks the request may still have to allocate to run to completion: each unfinished
   // sequence grows its table to ceil((prompt + max_tokens) / tokens_per_block) blocks, and

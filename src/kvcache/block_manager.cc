@@ -76,16 +76,11 @@ std::vector<int32_t> KvBlockManager::AcquirePrefix(const int32_t* tokens, int64_
     const uint64_t key = ChainKey(parent, tokens + start);
     auto it = table_.find(key);
     if (it == table_.end()) break;
-    Block& blk = blocks_[it->second];
+    const Block& blk = blocks_[it->second];
     if (blk.parent_key != parent ||
         !std::equal(blk.tokens.begin(), blk.tokens.end(), tokens + start))
       break;
-    if (blk.ref_count == 0) {
-      evictable_.erase({blk.priority, blk.last_used, it->second});
-      --num_cached_;
-    }
-    ++blk.ref_count;
-    blk.last_used = ++clock_;
+    Acquire(it->second);
     out.push_back(it->second);
     parent = key;
   }
@@ -122,14 +117,30 @@ std::pair<int32_t, int32_t> KvBlockManager::AcquirePartial(uint64_t parent_key,
     if (len > best_len) best = it->second, best_len = len;
   }
   if (best < 0) return {-1, 0};
-  Block& blk = blocks_[best];
+  Acquire(best);
+  return {best, best_len};
+}
+
+void KvBlockManager::Acquire(int32_t b) {
+  Block& blk = blocks_[b];
   if (blk.ref_count == 0) {
-    evictable_.erase({blk.priority, blk.last_used, best});
+    evictable_.erase({blk.priority, blk.last_used, b});
     --num_cached_;
   }
   ++blk.ref_count;
   blk.last_used = ++clock_;
-  return {best, best_len};
+}
+
+int32_t KvBlockManager::AcquireCommitted(uint64_t parent_key, const int32_t* tokens) {
+  if (!config_.enable_reuse) return -1;
+  auto it = table_.find(ChainKey(parent_key, tokens));
+  if (it == table_.end()) return -1;
+  const Block& blk = blocks_[it->second];
+  if (blk.parent_key != parent_key || !std::equal(blk.tokens.begin(), blk.tokens.end(), tokens))
+    return -1;
+  Acquire(it->second);
+  ++num_reused_blocks_;
+  return it->second;
 }
 
 void KvBlockManager::AddRef(int32_t b) {

@@ -59,6 +59,11 @@ class KvBlockManager {
   std::vector<int32_t> AcquirePrefix(const int32_t* tokens, int64_t num_tokens, int32_t max_blocks,
                                      uint64_t root_key = kRootKey);
 
+  // The committed block holding the full block `tokens` after the prefix `parent_key`,
+  // acquired, or -1 (not cached, or reuse is off). A sliding-window group looks up only the
+  // blocks its window still sees, by the keys the full group's walk computed.
+  int32_t AcquireCommitted(uint64_t parent_key, const int32_t* tokens);
+
   // Partial-block reuse: among the committed blocks that follow the prefix `parent_key`, the
   // one whose leading tokens match `tokens` longest (at most max_tokens, fewer than a block).
   // Returns {block, matched tokens} with the block acquired (the caller copies those token
@@ -107,6 +112,7 @@ class KvBlockManager {
   using EvictionKey = std::tuple<int32_t, uint64_t, int32_t>;  // priority, last_used, block
 
   void Evict(int32_t block);
+  void Acquire(int32_t block);  // one more reference to a referenced or cached block
 
   BlockManagerConfig config_;
   std::vector<Block> blocks_;

@@ -2,25 +2,42 @@
 
 #include <cstring>
 
-namespace inflight {
+#include "base/check.h"
 
-int64_t KvStorage::BytesPerBlock(const KvStorageConfig& c) {
-  return int64_t{2} * c.num_layers * c.tokens_per_block * c.kv_dim * DTypeBlockBytes(c.dtype);
+namespace inflight {
+namespace {
+
+size_t BlockBytesPerLayer(const KvStorageConfig& c) {
+  return static_cast<size_t>(c.tokens_per_block) * c.kv_dim * DTypeBlockBytes(c.dtype);
+}
+
+}  // namespace
+
+int32_t KvStorageConfig::NumLayersIn(int32_t group) const {
+  int32_t n = 0;
+  for (int32_t l = 0; l < num_layers; ++l) n += GroupOf(l) == group;
+  return n;
+}
+
+int64_t KvStorage::BytesPerBlock(const KvStorageConfig& c, int32_t group) {
+  return int64_t{2} * c.NumLayersIn(group) * static_cast<int64_t>(BlockBytesPerLayer(c));
 }
 
 KvStorage::KvStorage(const KvStorageConfig& config) : config_(config) {
-  const size_t layer_bytes = static_cast<size_t>(config.num_blocks) * config.tokens_per_block *
-                             config.kv_dim * DTypeBlockBytes(config.dtype);
+  INFLIGHT_CHECK(config.layer_group.empty() ||
+                 static_cast<int32_t>(config.layer_group.size()) == config.num_layers);
   for (int32_t l = 0; l < config.num_layers; ++l) {
-    k_.emplace_back(layer_bytes);
-    v_.emplace_back(layer_bytes);
+    const size_t bytes =
+        static_cast<size_t>(config.NumBlocksIn(config.GroupOf(l))) * BlockBytesPerLayer(config);
+    k_.emplace_back(bytes);
+    v_.emplace_back(bytes);
   }
 }
 
-void KvStorage::CopyBlock(int32_t src, int32_t dst) {
-  const size_t block = static_cast<size_t>(config_.kv_dim) * DTypeBlockBytes(config_.dtype) *
-                       config_.tokens_per_block;
+void KvStorage::CopyBlock(int32_t group, int32_t src, int32_t dst) {
+  const size_t block = BlockBytesPerLayer(config_);
   for (int32_t l = 0; l < config_.num_layers; ++l) {
+    if (config_.GroupOf(l) != group) continue;
     for (AlignedBuffer* pool : {&k_[l], &v_[l]}) {
       auto* p = static_cast<uint8_t*>(pool->data());
       std::memcpy(p + dst * block, p + src * block, block);

@@ -255,6 +255,17 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
                                 " layers, model has " + std::to_string(sh.num_layers()));
   }
   const int64_t kv_dim = static_cast<int64_t>(sh.num_kv_heads) * config_.head_dim;
+  if (!kv.layer_group.empty()) {
+    if (kv.layer_group.size() != kv.layers.size())
+      return InvalidArgumentError("KV cache groups do not name every layer");
+    for (int32_t l = 0; l < sh.num_layers(); ++l) {
+      // A window-group layer keeps only its window: it must be a window layer of that window.
+      if (kv.layer_group[static_cast<size_t>(l)] != 0 &&
+          (!config_.is_window_layer(sh.layer_begin + l) || config_.sliding_window != kv.window))
+        return InvalidArgumentError("layer " + std::to_string(sh.layer_begin + l) +
+                                    " is in the KV cache's window group but is not a window layer");
+    }
+  }
   for (const kernels::KvLayerView& l : kv.layers) {
     if (l.head_dim != config_.head_dim || l.kv_dim != kv_dim || l.tokens_per_block < 1) {
       return InvalidArgumentError("KV cache layout (kv_dim " + std::to_string(l.kv_dim) +
@@ -298,6 +309,15 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
     for (int64_t b = 0; b < need; ++b) {
       if (c.block_table[b] < 0 || c.block_table[b] >= kv.num_blocks)
         return InvalidArgumentError("block id out of range");
+    }
+    if (kv.layer_group.empty()) continue;
+    // The window group: every block the chunk's first window can see, and those it writes.
+    if (c.num_window_blocks < need)
+      return InvalidArgumentError("window block table too short for the chunk's positions");
+    const int64_t first_seen = std::max<int64_t>(0, c.start_pos - kv.window + 1) / tpb;
+    for (int64_t b = first_seen; b < need; ++b) {
+      if (c.window_block_table[b] < 0 || c.window_block_table[b] >= kv.num_window_blocks)
+        return InvalidArgumentError("window block id out of range");
     }
   }
   return OkStatus();
@@ -415,9 +435,12 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
   }
   std::vector<kernels::AttentionSeq> seqs;
   seqs.reserve(plan.chunks.size());
+  const bool window_group =
+      !kv.layer_group.empty() && kv.layer_group[static_cast<size_t>(local)] != 0;
   int64_t row = 0;
   for (const SequenceChunk& ch : plan.chunks) {
-    seqs.push_back({ch.block_table, ch.start_pos, ch.num_tokens, row});
+    seqs.push_back(
+        {window_group ? ch.window_block_table : ch.block_table, ch.start_pos, ch.num_tokens, row});
     row += ch.num_tokens;
   }
   const kernels::KvLayerView& kv_layer = kv.layers[local];

@@ -75,6 +75,10 @@ struct SequenceChunk {
   // P-tuning: token ids vocab_size + i embed as row i of this [rows, hidden] table.
   const float* prompt_table = nullptr;
   int32_t prompt_table_rows = 0;
+  // Its blocks in the cache's window group (KvCacheView::window), when the cache has one: an
+  // entry is a block only where a window can still see it (-1 behind the window).
+  const int32_t* window_block_table = nullptr;
+  int32_t num_window_blocks = 0;
 };
 
 // One forward pass: a ragged batch, no padding.
@@ -88,6 +92,12 @@ struct BatchPlan {
 struct KvCacheView {
   std::vector<kernels::KvLayerView> layers;
   int32_t num_blocks = 0;
+  // KV cache groups (kvcache/kv_storage.h): layer_group[local layer] is 1 for a sliding-window
+  // layer whose K/V live in the window group (num_window_blocks blocks, the chunks' window
+  // block tables); empty: every layer reads block_table.
+  std::vector<uint8_t> layer_group;
+  int32_t num_window_blocks = 0;
+  int32_t window = 0;  // the window group's sliding window (tokens)
 };
 
 // Activation buffers for up to max_tokens tokens per step; grown on demand, never per step

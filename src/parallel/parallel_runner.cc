@@ -142,12 +142,12 @@ class ShardExecutor {
 
   // Runs the step: copies, then every micro-batch through this rank's stage. On the leader
   // `logits` receives [plan.num_logit_rows(), vocab].
-  Status RunStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan,
+  Status RunStep(const std::vector<parallel::BlockCopy>& copies, const BatchPlan& plan,
                  float* logits);
   // Followers: waits for the leader's next command. false: stop (cleanly, or `status` says why).
   bool NextStep(Status* status);
   // Leader: sends a step (or the stop) to the followers.
-  Status SendStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan);
+  Status SendStep(const std::vector<parallel::BlockCopy>& copies, const BatchPlan& plan);
   // Leader: adapters the followers lack go with the step; the least recently used beyond
   // kAdapterBudgetBytes are dropped (never one this step uses).
   void TrackAdapters(const BatchPlan& plan);
@@ -156,6 +156,9 @@ class ShardExecutor {
   ModelGroup& group() { return *group_; }
   const Model& model() const { return *model_; }
   int32_t num_blocks() const { return storage_->config().num_blocks; }
+  // The window group's blocks and window (0: none), the same on every rank.
+  int32_t num_window_blocks() const { return num_window_blocks_; }
+  int32_t window() const { return view_.window; }
   ThreadPool& pool() { return *pool_; }
   CommStats stats() const {
     CommStats s = stats_;
@@ -172,6 +175,7 @@ class ShardExecutor {
   std::unique_ptr<ModelGroup> group_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvStorage> storage_;
+  int32_t num_window_blocks_ = 0;
   KvCacheView view_;
   ForwardScratch scratch_;
   std::unique_ptr<ThreadPool> pool_;
@@ -192,7 +196,7 @@ class ShardExecutor {
   // Followers: the adapters sent so far, by id.
   std::unordered_map<uint64_t, std::shared_ptr<const LoraAdapter>> adapters_;
   static constexpr size_t kAdapterBudgetBytes = size_t{1} << 30;
-  std::vector<std::pair<int32_t, int32_t>> received_copies_;
+  std::vector<parallel::BlockCopy> received_copies_;
   std::string message_;
   CommStats stats_;
 };
@@ -222,8 +226,10 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm,
   report.Put<int32_t>(model.ok() ? 0 : static_cast<int32_t>(model.status().code()));
   report.PutString(model.ok() ? Fingerprint(load.model_path, (*model)->config())
                               : model.status().message());
-  report.Put<int32_t>(model.ok() ? ComputeNumKvBlocks(**model, load.executor, 1.0 / ranks_here)
-                                 : 0);
+  const KvCacheSizes sizes =
+      model.ok() ? ComputeKvCacheSizes(**model, load.executor, 1.0 / ranks_here) : KvCacheSizes{};
+  report.Put<int32_t>(sizes.num_blocks);
+  report.Put<int32_t>(sizes.num_window_blocks);
   const int size = g.size();
   int length = static_cast<int>(report.bytes().size());
   std::vector<int> lengths(size), offsets(size);
@@ -243,13 +249,16 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm,
   WireWriter decision;
   if (g.rank() == 0) {
     std::string error, fingerprint0;
-    int32_t blocks = INT32_MAX;
+    // A window group when some rank's shard has window layers: as many blocks as every such
+    // rank can hold (ranks without window layers report none and keep no window pool).
+    int32_t blocks = INT32_MAX, window_blocks = INT32_MAX;
     for (int r = 0; r < size && error.empty(); ++r) {
       const std::string one = all.substr(offsets[r], lengths[r]);
       WireReader in(one);
-      int32_t code = 0, rank_blocks = 0;
+      int32_t code = 0, rank_blocks = 0, rank_window_blocks = 0;
       std::string text;
-      if (!in.Get(&code).ok() || !in.GetString(&text, 1 << 20).ok() || !in.Get(&rank_blocks).ok()) {
+      if (!in.Get(&code).ok() || !in.GetString(&text, 1 << 20).ok() || !in.Get(&rank_blocks).ok() ||
+          !in.Get(&rank_window_blocks).ok()) {
         error = "rank " + std::to_string(r) + " sent a bad load report";
       } else if (code != 0) {
         error = "rank " + std::to_string(r) + " could not load its shard: " + text;
@@ -260,23 +269,32 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm,
                 fingerprint0 + ", rank " + std::to_string(r) + " has " + text;
       }
       blocks = std::min(blocks, rank_blocks);
+      if (rank_window_blocks > 0) window_blocks = std::min(window_blocks, rank_window_blocks);
     }
     decision.PutString(error);
     decision.Put<int32_t>(blocks);
+    decision.Put<int32_t>(window_blocks == INT32_MAX ? 0 : window_blocks);
   }
   RETURN_IF_ERROR(
       BroadcastBytes(g.comm(), &decision.bytes(), [&](MPI_Request* r) { return g.Wait(r); }));
   WireReader in(decision.bytes());
   std::string error;
-  int32_t blocks = 0;
+  int32_t blocks = 0, window_blocks = 0;
   RETURN_IF_ERROR(in.GetString(&error, 1 << 22));
   RETURN_IF_ERROR(in.Get(&blocks));
+  RETURN_IF_ERROR(in.Get(&window_blocks));
   if (!error.empty()) return FailedPreconditionError(error);
   if (!model.ok()) return model.status();
   e->model_ = std::move(model).value();
-  e->storage_ = std::make_unique<KvStorage>(KvStorageConfigFor(*e->model_, blocks, load.executor));
+  e->storage_ = std::make_unique<KvStorage>(
+      KvStorageConfigFor(*e->model_, KvCacheSizes{blocks, window_blocks}, load.executor));
+  e->num_window_blocks_ = window_blocks;
   e->view_.layers = e->storage_->LayerViews();
   e->view_.num_blocks = blocks;
+  // A shard without window layers keeps no window pool but still receives the tables.
+  e->view_.layer_group = e->storage_->config().layer_group;
+  e->view_.num_window_blocks = window_blocks;
+  e->view_.window = window_blocks > 0 ? e->model_->config().sliding_window : 0;
   const int threads = load.parallel.share_host_cores ? std::max(1, DefaultNumThreads() / ranks_here)
                                                      : load.executor.num_threads;
   e->pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
@@ -314,7 +332,7 @@ void ShardExecutor::TrackAdapters(const BatchPlan& plan) {
   }
 }
 
-Status ShardExecutor::SendStep(const std::vector<std::pair<int32_t, int32_t>>& copies,
+Status ShardExecutor::SendStep(const std::vector<parallel::BlockCopy>& copies,
                                const BatchPlan& plan) {
   TrackAdapters(plan);
   WireWriter w;
@@ -368,13 +386,16 @@ bool ShardExecutor::NextStep(Status* status) {
   return status->ok();
 }
 
-Status ShardExecutor::RunStep(const std::vector<std::pair<int32_t, int32_t>>& copies,
-                              const BatchPlan& plan, float* logits) {
+Status ShardExecutor::RunStep(const std::vector<parallel::BlockCopy>& copies, const BatchPlan& plan,
+                              float* logits) {
   const Clock::time_point start = Clock::now();
-  for (const auto& [src, dst] : copies) {
-    if (src < 0 || dst < 0 || src >= num_blocks() || dst >= num_blocks())
+  for (const BlockCopy& c : copies) {
+    const int32_t limit = c.group == kFullGroup     ? num_blocks()
+                          : c.group == kWindowGroup ? num_window_blocks_
+                                                    : 0;
+    if (c.src < 0 || c.dst < 0 || c.src >= limit || c.dst >= limit)
       return DataLossError("a block copy names a block out of range");
-    storage_->CopyBlock(src, dst);
+    storage_->CopyBlock(c.group, c.src, c.dst);  // no-op on a shard without the group's layers
   }
   // Micro-batches: contiguous runs of chunks with about equal token counts.
   const int32_t wanted = load_.parallel.pp_size == 1
@@ -514,6 +535,8 @@ int32_t ParallelModelRunner::context_length() const {
   return shard_->model().config().context_length;
 }
 int32_t ParallelModelRunner::num_kv_blocks() const { return shard_->num_blocks(); }
+int32_t ParallelModelRunner::num_window_kv_blocks() const { return shard_->num_window_blocks(); }
+int32_t ParallelModelRunner::kv_window() const { return shard_->window(); }
 int32_t ParallelModelRunner::num_layers() const { return shard_->model().config().num_layers; }
 int32_t ParallelModelRunner::hidden_size() const { return shard_->model().config().hidden_size; }
 ThreadPool* ParallelModelRunner::pool() { return &shard_->pool(); }
@@ -534,10 +557,11 @@ Status ParallelModelRunner::Forward(const BatchPlan& plan, float* logits) {
   return status;
 }
 
-void ParallelModelRunner::CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) {
+void ParallelModelRunner::CopyBlockPrefix(int32_t group, int32_t src, int32_t dst,
+                                          int32_t num_tokens) {
   (void)num_tokens;
   // Made on every rank before the next step's forward pass (the next reader of dst).
-  pending_copies_.emplace_back(src, dst);
+  pending_copies_.push_back({group, src, dst});
 }
 
 void SendDismissal(MPI_Comm comm) {

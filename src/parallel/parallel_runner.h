@@ -19,6 +19,7 @@
 
 #include "base/status.h"
 #include "engine/model_runner.h"
+#include "parallel/wire.h"
 
 namespace inflight::parallel {
 
@@ -65,11 +66,13 @@ class ParallelModelRunner : public ModelRunner {
   int32_t vocab_size() const override;
   int32_t context_length() const override;
   int32_t num_kv_blocks() const override;
+  int32_t num_window_kv_blocks() const override;
+  int32_t kv_window() const override;
   int32_t num_layers() const override;
   int32_t hidden_size() const override;
   // UNAVAILABLE once a rank has failed (and for every step after).
   Status Forward(const BatchPlan& plan, float* logits) override;
-  void CopyBlockPrefix(int32_t src, int32_t dst, int32_t num_tokens) override;
+  void CopyBlockPrefix(int32_t group, int32_t src, int32_t dst, int32_t num_tokens) override;
   ThreadPool* pool() override;
   Status Health() const override;
 
@@ -80,7 +83,7 @@ class ParallelModelRunner : public ModelRunner {
  private:
   ParallelModelRunner() = default;
   std::unique_ptr<ShardExecutor> shard_;
-  std::vector<std::pair<int32_t, int32_t>> pending_copies_;
+  std::vector<parallel::BlockCopy> pending_copies_;
 };
 
 // A follower: waits for the leader's load request on `comm`, loads its shard, then runs the

@@ -58,11 +58,11 @@ Status DecodeAdapters(WireReader& in, const ModelConfig& config, std::vector<uin
   return OkStatus();
 }
 
-void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan,
+void EncodeStep(const std::vector<BlockCopy>& copies, const BatchPlan& plan,
                 int32_t tokens_per_block, int32_t vocab_size, int32_t hidden_size,
                 const std::vector<uint64_t>& lora_ids, WireWriter* out) {
   std::vector<int32_t> flat;
-  for (const auto& [src, dst] : copies) flat.push_back(src), flat.push_back(dst);
+  for (const BlockCopy& c : copies) flat.insert(flat.end(), {c.group, c.src, c.dst});
   out->PutArray(flat.data(), static_cast<int64_t>(flat.size()));
   out->Put<int64_t>(static_cast<int64_t>(plan.chunks.size()));
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -75,6 +75,7 @@ void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const Ba
         (static_cast<int64_t>(c.start_pos) + c.num_tokens + tokens_per_block - 1) /
         tokens_per_block;
     out->PutArray(c.block_table, std::min<int64_t>(reached, c.num_blocks));
+    out->PutArray(c.window_block_table, std::min<int64_t>(reached, c.num_window_blocks));
     const bool uses_table =
         c.prompt_table != nullptr && std::any_of(c.token_ids, c.token_ids + c.num_tokens,
                                                  [&](int32_t id) { return id >= vocab_size; });
@@ -83,13 +84,15 @@ void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const Ba
   }
 }
 
-Status DecodeStep(WireReader& in, int32_t hidden_size,
-                  std::vector<std::pair<int32_t, int32_t>>* copies, OwnedPlan* plan) {
+Status DecodeStep(WireReader& in, int32_t hidden_size, std::vector<BlockCopy>* copies,
+                  OwnedPlan* plan) {
   std::vector<int32_t> flat;
   RETURN_IF_ERROR(in.GetArray(&flat, kMaxTokens));
-  if (flat.size() % 2 != 0) return DataLossError("a parallel step message holds half a block copy");
+  if (flat.size() % 3 != 0)
+    return DataLossError("a parallel step message holds part of a block copy");
   copies->clear();
-  for (size_t i = 0; i < flat.size(); i += 2) copies->emplace_back(flat[i], flat[i + 1]);
+  for (size_t i = 0; i < flat.size(); i += 3)
+    copies->push_back({flat[i], flat[i + 1], flat[i + 2]});
   int64_t num_chunks = 0;
   RETURN_IF_ERROR(in.Get(&num_chunks));
   if (num_chunks < 0 || num_chunks > kMaxChunks)
@@ -103,6 +106,7 @@ Status DecodeStep(WireReader& in, int32_t hidden_size,
     RETURN_IF_ERROR(in.Get(&c.lora_id));
     RETURN_IF_ERROR(in.GetArray(&c.tokens, kMaxTokens));
     RETURN_IF_ERROR(in.GetArray(&c.blocks, kMaxTokens));
+    RETURN_IF_ERROR(in.GetArray(&c.window_blocks, kMaxTokens));
     RETURN_IF_ERROR(in.GetArray(&c.prompt_table, int64_t{1} << 32));
     if (hidden_size <= 0 || c.prompt_table.size() % static_cast<size_t>(hidden_size) != 0) {
       return DataLossError("a parallel step message holds a ragged prompt table");
@@ -116,6 +120,8 @@ Status DecodeStep(WireReader& in, int32_t hidden_size,
     v.start_pos = c.start_pos;
     v.block_table = c.blocks.data();
     v.num_blocks = static_cast<int32_t>(c.blocks.size());
+    v.window_block_table = c.window_blocks.empty() ? nullptr : c.window_blocks.data();
+    v.num_window_blocks = static_cast<int32_t>(c.window_blocks.size());
     v.num_logits = c.num_logits;
     v.prompt_table = c.prompt_table.empty() ? nullptr : c.prompt_table.data();
     v.prompt_table_rows = c.prompt_table_rows;

@@ -74,11 +74,20 @@ class WireReader {
 };
 
 // A batch plan that owns its arrays (a follower's copy of the leader's plan).
+// A block copy the ranks make before a step, in KV cache group `group`
+// (kvcache/kv_storage.h).
+struct BlockCopy {
+  int32_t group = 0;
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
 struct OwnedPlan {
   struct Chunk {
     std::vector<int32_t> tokens;
     std::vector<int32_t> blocks;
-    std::vector<float> prompt_table;  // [rows, hidden] when the chunk holds p-tuning ids
+    std::vector<int32_t> window_blocks;  // the window group's table (-1 behind the window)
+    std::vector<float> prompt_table;     // [rows, hidden] when the chunk holds p-tuning ids
     int32_t prompt_table_rows = 0;
     int32_t start_pos = 0;
     int32_t num_logits = 1;
@@ -97,10 +106,10 @@ Status DecodeAdapters(WireReader& in, const ModelConfig& config, std::vector<uin
 
 // One step: block copies to make first, then the plan. Only the blocks the chunk's positions
 // reach are sent, and a p-tuning table only with a chunk that uses one of its rows.
-void EncodeStep(const std::vector<std::pair<int32_t, int32_t>>& copies, const BatchPlan& plan,
+void EncodeStep(const std::vector<BlockCopy>& copies, const BatchPlan& plan,
                 int32_t tokens_per_block, int32_t vocab_size, int32_t hidden_size,
                 const std::vector<uint64_t>& lora_ids, WireWriter* out);
-Status DecodeStep(WireReader& in, int32_t hidden_size,
-                  std::vector<std::pair<int32_t, int32_t>>* copies, OwnedPlan* plan);
+Status DecodeStep(WireReader& in, int32_t hidden_size, std::vector<BlockCopy>* copies,
+                  OwnedPlan* plan);
 
 }  // namespace inflight::parallel
