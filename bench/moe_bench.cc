@@ -15,12 +15,13 @@
 //
 // Usage: moe_bench [--models qwen3-30b-a3b,gpt-oss-20b] [--model-dir bench-models]
 //                  [--layers 12,10] [--threads 2] [--reps 3] [--write-only 1]
-//                  [--measures decode,batch,prompt,segments] [--mix f16]
+//                  [--measures decode,batch,prompt,segments,head] [--mix f16]
 // --layers: the layer cut per model (same order as --models); --mix: another weight type or
 // llama-quantize mix than the released one (e.g. f16 for token checks); --write-only writes the
 // files and exits (e.g. --layers 2,2 for the small cuts compared with llama.cpp token by token).
 // "segments" (not in the default): kernels::MatMulSegments alone on layer 0's experts for 1,
-// 4, 16 and 512 tokens routed at random, against the bandwidth and the int8 peak.
+// 4, 16 and 512 tokens routed at random, against the bandwidth and the int8 peak; "head": the
+// output head's matmul alone at one token, against the bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -286,6 +287,28 @@ Measured Repeat(ThreadPool& pool, int reps, int32_t batch, const char* label, Fn
 // MatMulSegments alone over layer 0's experts, tokens routed uniformly at random (k distinct
 // experts each) and grouped as the MoE block groups them: how much of a step the expert
 // matmuls take, and their share of the int8 peak (prompt) or of the bandwidth (decode).
+// The output head alone at one token (a decode step's largest single matrix on the cut
+// files), against the read bandwidth measured right before.
+void HeadBench(const Model& model, ThreadPool& pool, int reps) {
+  const ModelConfig& c = model.config();
+  const TensorView& head = model.weights().output;
+  std::vector<float> x(c.hidden_size, 0.01f), y(c.vocab_size);
+  kernels::MatMulScratch scratch;
+  kernels::MatMul(head, x.data(), 1, y.data(), pool, scratch);
+  const double bw = MedianReadBandwidth(pool);
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 10; ++i) kernels::MatMul(head, x.data(), 1, y.data(), pool, scratch);
+    best = std::min(best, Seconds(t0) / 10);
+  }
+  const double bytes = static_cast<double>(head.num_bytes());
+  std::printf("  output head (%s, %.3f GB), 1 token: %8.3f ms = %5.1f GB/s (%3.0f%% of %.1f)\n",
+              DTypeName(head.dtype), bytes / 1e9, best * 1e3, bytes / best / 1e9,
+              100 * bytes / best / bw, bw / 1e9);
+  std::fflush(stdout);
+}
+
 void SegmentsBench(const Model& model, ThreadPool& pool, int64_t tokens, int reps) {
   const ModelConfig& c = model.config();
   const LayerWeights& lw = model.weights().layers[0];
@@ -474,6 +497,7 @@ int main(int argc, char** argv) {
             << " | " << Format("%.0f%% (%.0f%%)", 100 * r.share, 100 * shares.back()) << " | "
             << Format("%.3f", r.bytes / 1e9) << " | " << Format("%.1f", r.experts) << " | - |\n";
     }
+    if (wants("head")) HeadBench(model, pool, reps);
     if (wants("segments"))
       for (int64_t tokens : {1, 4, 16, 512}) SegmentsBench(model, pool, tokens, reps);
     std::fflush(stdout);

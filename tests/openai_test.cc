@@ -2,9 +2,12 @@
 // KServe path of the same server, streaming against whole responses, the chat template against
 // a hand-rendered prompt, stop strings, n/seed, logprobs, logit_bias, echo, usage, OpenAI
 // error objects for bad input, cancellation on disconnect; and the official OpenAI Node SDK
-// (npm `openai`) against the same server.
+// (npm `openai`) against the same server. Then a model with sliding-window layers (Gemma 3)
+// in its own server: its window group of KV blocks in the metrics and on the dashboard.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -623,6 +626,9 @@ TEST_F(OpenAiTest, TheLiveStreamAndThePageAreServed) {
             j["models"][0]["kv_blocks"]["used"].get<int>() +
                 j["models"][0]["kv_blocks"]["free"].get<int>() +
                 j["models"][0]["kv_blocks"]["cached"].get<int>());
+  // The demo model has no sliding-window layers: no window group, in the model or its steps.
+  EXPECT_FALSE(j["models"][0].contains("window_kv_blocks")) << j["models"][0];
+  for (const json& step : j["models"][0]["steps"]) EXPECT_FALSE(step.contains("window_kv_used"));
   // The live stream sends a snapshot at once and then about twice a second.
   httplib::Client live("127.0.0.1", server_->http_port);
   int events = 0;
@@ -639,6 +645,153 @@ TEST_F(OpenAiTest, TheLiveStreamAndThePageAreServed) {
   auto post = c.Post("/inflight/live", "", "text/plain");
   ASSERT_TRUE(post);
   EXPECT_EQ(post->status, 405);
+}
+
+// A model with sliding-window layers: Gemma 3 (../shared/golden/arch, random weights; 7 of its
+// 8 layers see the last 64 tokens) keeps their K/V in a window group, a pool of blocks of its
+// own. The metrics and the dashboard show that group beside the full group, never summed.
+class WindowKvGroupTest : public ::testing::Test {
+ protected:
+  static std::string Model() { return testing::SharedDir() + "/golden/arch/gemma3-f16.gguf"; }
+
+  static void SetUpTestSuite() {
+    if (!fs::exists(Model())) return;  // SetUp skips (fails under CI)
+    repo_ = new fs::path(fs::temp_directory_path() /
+                         ("inflight_window_repo_" + std::to_string(getpid())));
+    fs::remove_all(*repo_);
+    const std::string cmd = std::string(INFLIGHT_BINARY_DIR) +
+                            "/apps/inflight-server init-repo --model " + Model() + " --out " +
+                            repo_->string() + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    server_ = ServerProcess::Start({"--model-repository", repo_->string()}).release();
+  }
+
+  static void TearDownTestSuite() {
+    if (server_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0)
+      std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server_->log().c_str());
+    delete server_;
+    server_ = nullptr;
+    if (repo_) fs::remove_all(*repo_);
+    delete repo_;
+    repo_ = nullptr;
+  }
+
+  void SetUp() override {
+    REQUIRE_SHARED_FILE(Model());
+    if (!server_) GTEST_SKIP() << "the server did not start";
+  }
+
+  // 4 choices of a prompt longer than the window (133 tokens), 150 tokens each: for ~150 steps
+  // every choice holds window blocks (under a second here).
+  static void RunLoad() {
+    std::string prompt;
+    for (int i = 0; i < 12; ++i) prompt += "the cat sat on the mat and looked at the dog ";
+    httplib::Client c("127.0.0.1", server_->http_port);
+    c.set_read_timeout(120);
+    auto r = c.Post("/v1/completions",
+                    json{{"model", "ensemble"},
+                         {"prompt", prompt},
+                         {"max_tokens", 150},
+                         {"ignore_eos", true},
+                         {"n", 4}}
+                        .dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+
+  static inline ServerProcess* server_ = nullptr;
+  static inline fs::path* repo_ = nullptr;
+};
+
+TEST_F(WindowKvGroupTest, MetricsShowTheWindowGroupBesideTheFullGroup) {
+  auto kv = [](const std::string& text, const char* type) {
+    return testing::MetricValue(text, "nv_trt_llm_kv_cache_block_metrics",
+                                {{"model", "tensorrt_llm"}, {"kv_cache_block_type", type}});
+  };
+  // One scrape: each group's figures whole (used + free = max), the window group's present.
+  // Its window_used.
+  auto check = [&](const std::string& m) {
+    const double max = kv(m, "max"), used = kv(m, "used"), free = kv(m, "free");
+    EXPECT_GT(max, 0);
+    EXPECT_EQ(used + free, max);
+    const double wmax = kv(m, "window_max"), wused = kv(m, "window_used"),
+                 wfree = kv(m, "window_free");
+    EXPECT_GT(wmax, 0) << m;
+    EXPECT_GE(wused, 0);
+    EXPECT_LE(wused, wmax);
+    EXPECT_EQ(wused + wfree, wmax);
+    EXPECT_NEAR(kv(m, "window_fraction"), wmax > 0 ? wused / wmax : -1, 1e-9);
+    EXPECT_EQ(kv(m, "window_tokens"), 64);
+    return wused;
+  };
+  // The stats thread sets the gauges every stats_check_period_ms (100) from the model's load.
+  for (int i = 0; i < 100 && kv(testing::MetricsText(server_->metrics_port), "window_max") < 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Scraped while the load runs.
+  std::atomic<bool> done{false};
+  std::thread load([&] {
+    RunLoad();
+    done = true;
+  });
+  double most_used = 0;
+  while (!done) {
+    most_used = std::max(most_used, check(testing::MetricsText(server_->metrics_port)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  load.join();
+  EXPECT_GT(most_used, 0) << "the window group never showed a block in use";
+  // Idle again: every window block free (cached ones count as free, as in the full group's).
+  ASSERT_TRUE(testing::WaitLlmIdle(server_->metrics_port, "tensorrt_llm"));
+  const std::string idle = testing::MetricsText(server_->metrics_port);
+  EXPECT_EQ(check(idle), 0);
+  EXPECT_EQ(kv(idle, "window_free"), kv(idle, "window_max"));
+}
+
+TEST_F(WindowKvGroupTest, TheDashboardShowsTheWindowGroupBesideTheFullGroup) {
+  RunLoad();
+  httplib::Client c("127.0.0.1", server_->http_port);
+  auto snap = c.Get("/inflight/snapshot");
+  ASSERT_TRUE(snap && snap->status == 200);
+  const json m = json::parse(snap->body)["models"][0];
+  const json& full = m["kv_blocks"];
+  EXPECT_EQ(full["total"].get<int>(),
+            full["used"].get<int>() + full["free"].get<int>() + full["cached"].get<int>());
+  ASSERT_TRUE(m.contains("window_kv_blocks")) << m;
+  const json& w = m["window_kv_blocks"];
+  const int total = w["total"].get<int>();
+  EXPECT_GT(total, 0);
+  EXPECT_EQ(total, w["used"].get<int>() + w["free"].get<int>() + w["cached"].get<int>());
+  EXPECT_EQ(w["window"], 64);
+  // Every step of the load carries the window group's counts, whole.
+  ASSERT_FALSE(m["steps"].empty());
+  int most_used = 0;
+  for (const json& s : m["steps"]) {
+    ASSERT_TRUE(s.contains("window_kv_used")) << s;
+    const int used = s["window_kv_used"].get<int>();
+    EXPECT_LE(used, total);
+    EXPECT_EQ(used + s["window_kv_free"].get<int>() + s["window_kv_cached"].get<int>(), total);
+    most_used = std::max(most_used, used);
+  }
+  EXPECT_GT(most_used, 0);
+}
+
+// The page in headless Chromium names both groups and shows the window group's card and chart
+// (tests/web_test.mjs --window-group).
+TEST_F(WindowKvGroupTest, ThePageNamesBothGroups) {
+  const std::string driver =
+      testing::SourceDir() + "/tools/oracle/node_modules/playwright-core/package.json";
+  if (!fs::exists(driver) || !fs::exists("/usr/bin/chromium")) {
+    if (testing::InCi()) FAIL() << "chromium or playwright-core is not installed";
+    GTEST_SKIP() << "chromium or npm playwright-core not installed (bash scripts/install-deps.sh "
+                    "installs both)";
+  }
+  const std::string shots = std::string(INFLIGHT_BINARY_DIR) + "/web-screenshots";
+  auto [status, out] =
+      RunNode("web_test.mjs --window-group http://127.0.0.1:" + std::to_string(server_->http_port) +
+              " " + shots);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("web: window group checks passed"), std::string::npos) << out;
 }
 
 // The parser alone: the fields the API names, and its bounds.

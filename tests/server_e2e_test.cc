@@ -277,6 +277,15 @@ TEST_F(ServerE2eTest, ReferenceCommandsWorkVerbatim) {
     EXPECT_NE(metrics.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
   }
   EXPECT_GE(MetricValue(metrics, "nv_inference_request_success", {{"model", "ensemble"}}), 2);
+  // TensorRT-LLM's KV block series are there; the window group's (sliding-window layers) are
+  // not, as the demo model has none (openai_test's WindowKvGroupTest has a model with one).
+  for (const char* type : {"max", "free", "used", "tokens_per", "reused", "fraction"}) {
+    EXPECT_GE(MetricValue(metrics, "nv_trt_llm_kv_cache_block_metrics",
+                          {{"model", "tensorrt_llm"}, {"kv_cache_block_type", type}}),
+              0)
+        << type;
+  }
+  EXPECT_EQ(metrics.find("kv_cache_block_type=\"window_"), std::string::npos);
 }
 
 TEST_F(ServerE2eTest, StreamedTextEqualsNonStreamedText) {

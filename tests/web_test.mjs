@@ -1,7 +1,11 @@
 // The web page of a running inflight-server in headless Chromium (Debian's chromium, npm
 // playwright-core): a prompt typed in the playground streams its answer; a load started with
-// inflight-bench moves the dashboard's running count and tokens/s; no console errors.
+// inflight-bench moves the dashboard's running count and tokens/s; the window group's KV card
+// and chart stay hidden (the demo model has no sliding-window layers); no console errors.
+// With --window-group (a server whose model has sliding-window layers): the dashboard shows
+// the window group's card and chart beside the full group's, each named.
 // Usage: node web_test.mjs BASE_URL BENCH_BINARY MODEL_FILE SCREENSHOT_DIR
+//        node web_test.mjs --window-group BASE_URL SCREENSHOT_DIR
 // Run by tests/openai_test.cc; exits non-zero with a message on the first failed check.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -11,11 +15,16 @@ import { createRequire } from "node:module";
 const require = createRequire(new URL("../tools/oracle/package.json", import.meta.url));
 const { chromium } = require("playwright-core");
 
-const [base, bench, model, shots] = process.argv.slice(2);
+const windowGroup = process.argv[2] === "--window-group";
+const [base, bench, model, shots] = windowGroup ? [process.argv[3], "", "", process.argv[4]] : process.argv.slice(2);
 mkdirSync(shots, { recursive: true });
 
+const launch = () => chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
+const card = (k) => `[data-model="tensorrt_llm"] [data-card="${k}"]`;
+const label = (k) => `[data-model="tensorrt_llm"] [data-label="${k}"]`;
+
 async function main() {
-  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
+  const browser = await launch();
   const errors = [];
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
@@ -51,6 +60,11 @@ async function main() {
     await page.click("#tab-dash");
     await page.waitForSelector('[data-model="tensorrt_llm"] .v[data-k="running"]');
     const value = (k) => page.$eval(`[data-model="tensorrt_llm"] .v[data-k="${k}"]`, (e) => e.textContent);
+    // No sliding-window layers: one group of KV blocks, not called "full-attention".
+    await page.waitForFunction((sel) => /^\d+ \/ \d+$/.test(document.querySelector(sel).textContent), '[data-model="tensorrt_llm"] .v[data-k="kv"]');
+    assert.ok(!(await page.isVisible(card("wkv"))), "the window group's card shows for a model without one");
+    assert.ok(!(await page.isVisible(card("wkvchart"))), "the window group's chart shows for a model without one");
+    assert.match(await page.textContent(label("kv")), /^KV blocks used \/ total( \(\d+%\))?$/);
     const port = new URL(base).port;
     // Long enough (~80k tokens, seconds even on a fast build of the small demo model) for the
     // dashboard's twice-a-second events to catch requests running: 48 x 200 tokens ended
@@ -79,7 +93,44 @@ async function main() {
   }
 }
 
-main().catch((e) => {
+// The dashboard of a model with sliding-window layers: both groups' cards and charts, named,
+// used <= total in each, the window group's total and window as the snapshot gives them.
+async function windowGroupMain() {
+  const snap = await (await fetch(base + "/inflight/snapshot")).json();
+  const w = snap.models[0].window_kv_blocks;
+  assert.ok(w && w.total > 0 && w.window > 0, `no window group in the snapshot: ${JSON.stringify(snap.models[0])}`);
+  const browser = await launch();
+  const errors = [];
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(base + "/#batcher");
+    await page.waitForSelector(card("wkv"), { state: "visible", timeout: 10000 });
+    assert.ok(await page.isVisible(card("wkvchart")), "the window group's chart is hidden");
+    const usedTotal = async (k) => {
+      const text = await page.textContent(`[data-model="tensorrt_llm"] .v[data-k="${k}"]`);
+      const m = /^(\d+) \/ (\d+)$/.exec(text);
+      assert.ok(m, `card ${k}: "${text}"`);
+      assert.ok(+m[1] <= +m[2], `card ${k}: used over total in "${text}"`);
+      return +m[2];
+    };
+    assert.ok((await usedTotal("kv")) > 0);
+    assert.equal(await usedTotal("wkv"), w.total);
+    assert.match(await page.textContent(label("kv")), /^KV blocks used \/ total \(\d+%\), full-attention layers$/);
+    assert.match(await page.textContent(label("kvchart")), /, full-attention layers$/);
+    const windowed = `, sliding-window layers (window ${w.window} tokens)`;
+    assert.ok((await page.textContent(label("wkv"))).endsWith(windowed), await page.textContent(label("wkv")));
+    assert.ok((await page.textContent(label("wkvchart"))).endsWith(windowed), await page.textContent(label("wkvchart")));
+    await page.screenshot({ path: `${shots}/dashboard-window-group.png`, fullPage: true });
+    assert.deepEqual(errors, [], "console errors");
+    console.log(`web: window group checks passed (${w.total} window blocks, window ${w.window} tokens)`);
+  } finally {
+    await browser.close();
+  }
+}
+
+(windowGroup ? windowGroupMain() : main()).catch((e) => {
   console.error("web check failed:", e);
   process.exit(1);
 });

@@ -11,24 +11,32 @@ namespace {
 using nlohmann::json;
 
 json StepJson(const serving::EngineStep& s) {
-  return {{"iteration", s.iteration},
-          {"step_ms", s.step_ms},
-          {"forward_ms", s.forward_ms},
-          {"active", s.num_active},
-          {"queued", s.num_queued},
-          {"context_seqs", s.num_scheduled_context},
-          {"generation_seqs", s.num_scheduled_generation},
-          {"context_tokens", s.num_context_tokens},
-          {"generation_tokens", s.num_generation_tokens},
-          {"paused", s.num_paused},
-          {"kv_used", s.kv_blocks_used},
-          {"kv_free", s.kv_blocks_free},
-          {"kv_cached", s.kv_blocks_cached},
-          {"kv_reused", s.kv_blocks_reused},
-          {"waiting_kv_cache", s.waiting_for_kv_cache},
-          {"waiting_token_budget", s.waiting_for_max_num_tokens},
-          {"waiting_batch_size", s.waiting_for_max_batch_size},
-          {"waiting_static_batch", s.waiting_for_static_batch}};
+  json j = {{"iteration", s.iteration},
+            {"step_ms", s.step_ms},
+            {"forward_ms", s.forward_ms},
+            {"active", s.num_active},
+            {"queued", s.num_queued},
+            {"context_seqs", s.num_scheduled_context},
+            {"generation_seqs", s.num_scheduled_generation},
+            {"context_tokens", s.num_context_tokens},
+            {"generation_tokens", s.num_generation_tokens},
+            {"paused", s.num_paused},
+            {"kv_used", s.kv_blocks_used},
+            {"kv_free", s.kv_blocks_free},
+            {"kv_cached", s.kv_blocks_cached},
+            {"kv_reused", s.kv_blocks_reused},
+            {"waiting_kv_cache", s.waiting_for_kv_cache},
+            {"waiting_token_budget", s.waiting_for_max_num_tokens},
+            {"waiting_batch_size", s.waiting_for_max_batch_size},
+            {"waiting_static_batch", s.waiting_for_static_batch}};
+  // kv_*: the full group. The window group's blocks (sliding-window layers) are a pool of their
+  // own, shown beside it; only a model that has one sends them.
+  if (s.window_kv_blocks_total > 0) {
+    j["window_kv_used"] = s.window_kv_blocks_used;
+    j["window_kv_free"] = s.window_kv_blocks_free;
+    j["window_kv_cached"] = s.window_kv_blocks_cached;
+  }
+  return j;
 }
 
 }  // namespace
@@ -47,23 +55,33 @@ std::string WebFrontend::SnapshotJson(const std::vector<serving::LlmLiveSnapshot
     for (const serving::EngineStep& s : m.steps) steps.push_back(StepJson(s));
     // Requests running = holding state (not queued); paused ones are queued again under
     // max_utilization and show in the last step's count.
-    out["models"].push_back({{"model", m.model},
-                             {"max_batch_size", m.max_batch_size},
-                             {"max_num_tokens", m.max_num_tokens},
-                             {"tokens_per_block", m.tokens_per_block},
-                             {"running", std::max<int64_t>(0, m.num_unfinished - m.num_queued)},
-                             {"queued", m.num_queued},
-                             {"paused", m.steps.empty() ? 0 : m.steps.back().num_paused},
-                             {"kv_blocks",
-                              {{"total", m.blocks.total},
-                               {"used", m.blocks.used},
-                               {"free", m.blocks.free},
-                               {"cached", m.blocks.cached}}},
-                             {"generated_tokens_per_s", m.generated_tokens_per_s},
-                             {"finished", m.num_finished},
-                             {"ttft_bounds_ms", m.ttft_bounds_ms},
-                             {"ttft_counts", m.ttft_counts},
-                             {"steps", steps}});
+    json model = {{"model", m.model},
+                  {"max_batch_size", m.max_batch_size},
+                  {"max_num_tokens", m.max_num_tokens},
+                  {"tokens_per_block", m.tokens_per_block},
+                  {"running", std::max<int64_t>(0, m.num_unfinished - m.num_queued)},
+                  {"queued", m.num_queued},
+                  {"paused", m.steps.empty() ? 0 : m.steps.back().num_paused},
+                  {"kv_blocks",
+                   {{"total", m.blocks.total},
+                    {"used", m.blocks.used},
+                    {"free", m.blocks.free},
+                    {"cached", m.blocks.cached}}},
+                  {"generated_tokens_per_s", m.generated_tokens_per_s},
+                  {"finished", m.num_finished},
+                  {"ttft_bounds_ms", m.ttft_bounds_ms},
+                  {"ttft_counts", m.ttft_counts},
+                  {"steps", steps}};
+    // kv_blocks counts the full group (layers attending to the whole context); a model with
+    // sliding-window layers also has window_kv_blocks, their own pool (absent otherwise).
+    if (m.window_blocks.total > 0) {
+      model["window_kv_blocks"] = {{"total", m.window_blocks.total},
+                                   {"used", m.window_blocks.used},
+                                   {"free", m.window_blocks.free},
+                                   {"cached", m.window_blocks.cached},
+                                   {"window", m.kv_window}};
+    }
+    out["models"].push_back(std::move(model));
   }
   return Dump(out);
 }

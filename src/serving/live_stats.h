@@ -20,7 +20,9 @@ struct LlmLiveSnapshot {
   int32_t max_batch_size = 0, max_num_tokens = 0, tokens_per_block = 0;
   // Now (not per step): requests holding state or running, waiting to start, KV blocks.
   int64_t num_unfinished = 0, num_queued = 0;
-  KvBlocks blocks;
+  KvBlocks blocks;                     // the full group (layers attending to the whole context)
+  KvBlocks window_blocks;              // the window group (sliding-window layers); total 0: none
+  int32_t kv_window = 0;               // the window group's sliding window (tokens)
   std::vector<EngineStep> steps;       // the most recent, oldest first
   double generated_tokens_per_s = 0;   // decode tokens over the last two seconds
   int64_t num_finished = 0;            // requests finished since load

@@ -22,8 +22,16 @@ struct EngineStep {
   int32_t num_accepted_draft_tokens = 0;  // of which accepted
   int32_t num_paused = 0;                 // paused during this step
   int64_t num_paused_total = 0;           // since start
+  // The full group: the K/V of every layer that attends to the whole context (all layers of
+  // a model without sliding-window layers).
   int32_t kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
-  int32_t kv_blocks_reused = 0;            // prefix blocks served from the cache this step
+  // The window group: the sliding-window layers' K/V, a separate pool of blocks (a sequence
+  // keeps only those its window still sees), so its counts never add to the full group's.
+  // All 0 when the model has no window group.
+  int32_t window_kv_blocks_total = 0, window_kv_blocks_free = 0, window_kv_blocks_used = 0,
+          window_kv_blocks_cached = 0;
+  int32_t kv_window = 0;         // the window group's sliding window (tokens); 0: no window group
+  int32_t kv_blocks_reused = 0;  // prefix blocks served from the cache this step
   int32_t kv_tokens_partially_reused = 0;  // slots copied from partly matching cached blocks
   // Why sequences that could have run did not (counts this step).
   int32_t waiting_for_kv_cache = 0;

@@ -208,6 +208,9 @@ void Metrics::SetModelLoadDuration(const std::string& model, const std::string& 
 
 void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
                            const LlmGaugeInput& in) {
+  // Under the lock Serialize holds while it collects: a scrape sees the whole update or none
+  // of it, never used from this one beside free from the last (used + free = max holds).
+  std::lock_guard<std::mutex> lock(mu_);
   const Labels l = ModelLabels(model, version);
   const EngineStep& s = in.last;
   const int32_t scheduled = s.num_scheduled_context + s.num_scheduled_generation;
@@ -228,6 +231,18 @@ void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
   kv("tokens_per", in.tokens_per_block);
   kv("reused", s.kv_blocks_reused);
   kv("fraction", in.blocks.total > 0 ? static_cast<double>(in.blocks.used) / in.blocks.total : 0.0);
+  // The series above keep TensorRT-LLM's names and count the full group only. A model with
+  // sliding-window layers keeps their K/V in a second pool of blocks, of another size, that
+  // runs out on its own: its figures come as window_* series beside them (never summed into
+  // them), and only for such a model, so a dashboard can tell "no window group" from "empty".
+  const KvBlocks& w = in.window_blocks;
+  if (w.total > 0) {
+    kv("window_max", w.total);
+    kv("window_free", w.free + w.cached);
+    kv("window_used", w.used);
+    kv("window_fraction", static_cast<double>(w.used) / w.total);
+    kv("window_tokens", in.kv_window);
+  }
   long pages = 0, resident = 0;
   if (std::ifstream statm("/proc/self/statm"); statm >> pages >> resident) {
     f_->trt_memory->Add(With(l, "memory_type", "cpu"))
@@ -281,8 +296,8 @@ void Metrics::ObserveLlmRequest(const std::string& model, const std::string& ver
 }
 
 std::string Metrics::Serialize() {
+  std::lock_guard<std::mutex> lock(mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
     std::ifstream stat("/proc/stat");
     std::string cpu;
     uint64_t v[8] = {};

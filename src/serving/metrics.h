@@ -40,7 +40,9 @@ struct LlmGaugeInput {
   bool has_iteration = false;
   EngineStep last;         // the newest step
   int32_t max_active = 0;  // max_batch_size of the executor
-  KvBlocks blocks;
+  KvBlocks blocks;         // the full group (layers attending to the whole context)
+  KvBlocks window_blocks;  // the window group (sliding-window layers); total 0: none
+  int32_t kv_window = 0;   // the window group's sliding window (tokens)
   int32_t tokens_per_block = 0;
   bool static_batching = false;
   int64_t num_queued = 0;
@@ -70,7 +72,7 @@ class Metrics {
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> f_;
-  std::mutex mu_;
+  std::mutex mu_;  // Serialize against itself and against SetLlmGauges (a whole update)
   uint64_t last_cpu_total_ = 0, last_cpu_idle_ = 0;
 };
 

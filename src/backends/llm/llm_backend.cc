@@ -183,6 +183,8 @@ class LlmBackend : public ModelBackend {
     out->num_unfinished = executor_->num_unfinished_requests();
     out->num_queued = executor_->num_queued_requests();
     out->blocks = ToKvBlocks(executor_->KvBlockCounts());
+    out->window_blocks = ToKvBlocks(executor_->WindowKvBlockCounts());
+    out->kv_window = KvWindow(out->window_blocks);
     live_stats_.Fill(out);
     return true;
   }
@@ -198,6 +200,12 @@ class LlmBackend : public ModelBackend {
                              int64_t width, bool* perf_metrics);
   void OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& result);
   void StatsLoop();
+  // The window group's sliding window in tokens: the model's sliding_window, which the engine
+  // gives the group (LocalModelRunner); 0 when the cache has no window group. Known before the
+  // first step, unlike IterationStats::kv_window.
+  int32_t KvWindow(const KvBlocks& window_blocks) const {
+    return window_blocks.total > 0 ? model_config_.sliding_window : 0;
+  }
   void StopRequest(const InferRequest& r, const ResponseSink& sink);
 
   std::unique_ptr<Model> model_;  // null under tensor/pipeline parallelism
@@ -754,6 +762,8 @@ void LlmBackend::StatsLoop() {
       if (!stats.empty()) g.last = stats.back();
       g.max_active = params_.executor.max_batch_size;
       g.blocks = ToKvBlocks(executor_->KvBlockCounts());
+      g.window_blocks = ToKvBlocks(executor_->WindowKvBlockCounts());
+      g.kv_window = KvWindow(g.window_blocks);
       g.tokens_per_block = params_.executor.tokens_per_block;
       g.static_batching = params_.executor.batching == BatchingStrategy::kStatic;
       g.num_queued = executor_->num_unfinished_requests();
@@ -824,6 +834,12 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
                                     std::to_string(params->parallel.pp_size))
                       << ", " << executor->num_kv_blocks() << " KV blocks of "
                       << params->executor.tokens_per_block << " tokens"
+                      << (executor->WindowKvBlockCounts().total > 0
+                              ? " for full-attention layers, " +
+                                    std::to_string(executor->WindowKvBlockCounts().total) +
+                                    " for sliding-window layers (window " +
+                                    std::to_string(model_config.sliding_window) + " tokens)"
+                              : std::string())
                       << (draft ? ", draft model " + draft->Describe() : std::string());
   auto backend =
       std::make_unique<LlmBackend>(std::move(model), model_config, std::move(draft),

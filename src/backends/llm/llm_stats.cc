@@ -23,6 +23,11 @@ EngineStep ToEngineStep(const IterationStats& s) {
   e.kv_blocks_free = s.kv_blocks_free;
   e.kv_blocks_used = s.kv_blocks_used;
   e.kv_blocks_cached = s.kv_blocks_cached;
+  e.window_kv_blocks_total = s.window_kv_blocks_total;
+  e.window_kv_blocks_free = s.window_kv_blocks_free;
+  e.window_kv_blocks_used = s.window_kv_blocks_used;
+  e.window_kv_blocks_cached = s.window_kv_blocks_cached;
+  e.kv_window = s.kv_window;
   e.kv_blocks_reused = s.kv_blocks_reused;
   e.kv_tokens_partially_reused = s.kv_tokens_partially_reused;
   e.waiting_for_kv_cache = s.waiting_for_kv_cache;
