@@ -808,6 +808,61 @@ TEST(MatMulGroup, EqualsOneMatMulPerMatrix) {
   }
 }
 
+// A mixture of experts' input: each token's row once per expert that takes it. Gathering the
+// converted rows (x_index) gives every output bit of copying the float rows and converting
+// every copy.
+TEST(MatMulSegments, GatheredRowsEqualCopiedRows) {
+  std::mt19937 rng(17);
+  const int64_t cols = 256, tokens = 9, experts = 5, per_token = 2;
+  auto packed = [&](DType source) {
+    Weights src = MakeWeights(source, 48, cols, rng);
+    Weights w;
+    w.source_bytes = std::move(src.bytes);
+    w.source = TensorView{w.source_bytes.data(), source, 48, cols};
+    w.bytes.resize(InterleavedBytes(w.source));
+    w.view = Interleave(w.source, w.bytes.data());
+    return w;
+  };
+  for (DType dt : {DType::kQ8_0x16, DType::kF16x16, DType::kQ4_K, DType::kMXFP4, DType::kF32}) {
+    std::vector<Weights> ws;
+    for (int e = 0; e < experts; ++e)
+      ws.push_back(dt == DType::kQ4_K || dt == DType::kMXFP4 ? packed(dt)
+                                                             : MakeWeights(dt, 48, cols, rng));
+    std::vector<float> x(tokens * cols);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& v : x) v = nd(rng);
+    // Rows grouped by expert: token t's slot k goes to expert (t + 2k) % experts.
+    std::vector<int32_t> index;
+    std::vector<std::pair<int64_t, int64_t>> range(experts);
+    for (int e = 0; e < experts; ++e) {
+      range[e].first = static_cast<int64_t>(index.size());
+      for (int32_t t = 0; t < tokens; ++t) {
+        for (int k = 0; k < per_token; ++k)
+          if ((t + 2 * k) % experts == e) index.push_back(t);
+      }
+      range[e].second = static_cast<int64_t>(index.size()) - range[e].first;
+    }
+    const int64_t rows = static_cast<int64_t>(index.size());
+    std::vector<float> copied(rows * cols);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(x.begin() + index[r] * cols, x.begin() + (index[r] + 1) * cols,
+                copied.begin() + r * cols);
+    std::vector<float> gathered_out(rows * 48, -1.0f), copied_out(rows * 48, -2.0f);
+    std::vector<MatMulSegment> gathered_segments, copied_segments;
+    for (int e = 0; e < experts; ++e) {
+      gathered_segments.push_back({&ws[e].view, range[e].first, range[e].second,
+                                   gathered_out.data() + range[e].first * 48});
+      copied_segments.push_back(
+          {&ws[e].view, range[e].first, range[e].second, copied_out.data() + range[e].first * 48});
+    }
+    ThreadPool two(2);
+    MatMulScratch a, b;
+    MatMulSegments(gathered_segments.data(), experts, x.data(), tokens, two, a, index.data(), rows);
+    MatMulSegments(copied_segments.data(), experts, copied.data(), rows, two, b);
+    EXPECT_EQ(gathered_out, copied_out) << DTypeName(dt);
+  }
+}
+
 TEST(Fp16, RoundTripAndRounding) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const float f = Fp16ToFp32(static_cast<uint16_t>(h));

@@ -344,7 +344,8 @@ void Scheduler::TakePrefix(Sequence* seq) {
   // The next block may match in part: copying its matching slots beats recomputing them.
   const int64_t rest = usable - static_cast<int64_t>(n) * tpb;
   if (rest <= 0) return;
-  auto [src, len] =
+  int32_t src = -1, len = 0;
+  std::tie(src, len) =
       blocks_.AcquirePartial(seq->last_key, seq->tokens.data() + static_cast<int64_t>(n) * tpb,
                              static_cast<int32_t>(std::min<int64_t>(rest, tpb)));
   if (src < 0) return;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "base/check.h"
 #include "base/fp16.h"
@@ -108,6 +109,70 @@ QuantizedRows* MatMulScratch::ToI16(const KernelTable& k, const float* x, int64_
   return &rows_;
 }
 
+MatMulScratch& MatMulScratch::Gathered() {
+  if (!gathered_) gathered_ = std::make_unique<MatMulScratch>();
+  return *gathered_;
+}
+
+QuantizedRows* MatMulScratch::GatherRows(const QuantizedRows& src, const int32_t* index, int64_t n,
+                                         ThreadPool* pool) {
+  const int64_t cols = src.cols, nb = cols / kQBlock, nd = cols / kI16Block;
+  std::function<void(int64_t, int64_t)> rows;  // (its captures outlive the branches below)
+  if (src.q16 != nullptr) {
+    const int64_t need = n * cols;
+    if (need > i16_capacity_) {
+      std::free(q16_);
+      std::free(d16_);
+      q16_ = static_cast<int16_t*>(
+          std::aligned_alloc(64, static_cast<size_t>((need * 2 + 63) / 64 * 64)));
+      d16_ = static_cast<float*>(
+          std::aligned_alloc(64, static_cast<size_t>((need / kI16Block * 4 + 64) / 64 * 64)));
+      INFLIGHT_CHECK(q16_ != nullptr && d16_ != nullptr);
+      i16_capacity_ = need;
+    }
+    rows_ = QuantizedRows{};
+    rows_.cols = cols;
+    rows_.q16 = q16_;
+    rows_.d16 = d16_;
+    rows = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t s = index[r];
+        std::memcpy(q16_ + r * cols, src.q16 + s * cols, cols * sizeof(int16_t));
+        std::memcpy(d16_ + r * nd, src.d16 + s * nd, nd * sizeof(float));
+      }
+    };
+  } else {
+    Reserve(n, cols);
+    rows_ = QuantizedRows{qs_, qu_, d_, sum_, sum16_, fsum_, fsum16_, cols};
+    rows = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t s = index[r];
+        std::memcpy(qs_ + r * cols, src.qs + s * cols, cols);
+        std::memcpy(qu_ + r * cols, src.qu + s * cols, cols);
+        std::memcpy(d_ + r * nb, src.d + s * nb, nb * sizeof(float));
+        std::memcpy(sum_ + r * nb, src.sum + s * nb, nb * sizeof(int32_t));
+        std::memcpy(sum16_ + 2 * r * nb, src.sum16 + 2 * s * nb, 2 * nb * sizeof(int32_t));
+        std::memcpy(fsum_ + r * nb, src.fsum + s * nb, nb * sizeof(float));
+        std::memcpy(fsum16_ + 2 * r * nb, src.fsum16 + 2 * s * nb, 2 * nb * sizeof(float));
+      }
+    };
+  }
+  if (pool != nullptr && n >= 64)
+    pool->ParallelFor(n, 16, rows);
+  else
+    rows(0, n);
+  return &rows_;
+}
+
+const float* MatMulScratch::GatherFloatRows(const float* x, int64_t cols, const int32_t* index,
+                                            int64_t n) {
+  if (gathered_f32_.size() < static_cast<size_t>(n * cols))
+    gathered_f32_.resize(static_cast<size_t>(n * cols));
+  for (int64_t r = 0; r < n; ++r)
+    std::memcpy(gathered_f32_.data() + r * cols, x + index[r] * cols, cols * sizeof(float));
+  return gathered_f32_.data();
+}
+
 void MatMulScratch::Reserve(int64_t num_tokens, int64_t cols) {
   const int64_t need = num_tokens * cols;
   if (need <= capacity_elems_) return;
@@ -168,6 +233,7 @@ int64_t TokenChunk(int64_t cols) {
 void MatMulRowsChunked(const KernelTable& k, const TensorView& w, int64_t begin, int64_t end,
                        const float* x, const QuantizedRows* xq, int64_t num_tokens, float* y,
                        int64_t chunk) {
+  // x may be null when xq holds the activations (gathered rows have no float twin).
   if (xq == nullptr || xq->q16 != nullptr || chunk == 0 || num_tokens <= chunk) {
     k.matmul_rows(w, begin, end, x, xq, num_tokens, y, w.rows);
     return;
@@ -178,8 +244,8 @@ void MatMulRowsChunked(const KernelTable& k, const TensorView& w, int64_t begin,
                              xq->d + t0 * nb,          xq->sum + t0 * nb,
                              xq->sum16 + 2 * t0 * nb,  xq->fsum + t0 * nb,
                              xq->fsum16 + 2 * t0 * nb, xq->cols};
-    k.matmul_rows(w, begin, end, x + t0 * w.cols, &part, std::min(chunk, num_tokens - t0),
-                  y + t0 * w.rows, w.rows);
+    k.matmul_rows(w, begin, end, x ? x + t0 * w.cols : nullptr, &part,
+                  std::min(chunk, num_tokens - t0), y + t0 * w.rows, w.rows);
   }
 }
 
@@ -239,29 +305,47 @@ void MatMulGroup(const MatMulTarget* targets, int num_targets, const float* x, i
 }
 
 void MatMulSegments(const MatMulSegment* segments, int num_segments, const float* x, int64_t x_rows,
-                    ThreadPool& pool, MatMulScratch& scratch) {
+                    ThreadPool& pool, MatMulScratch& scratch, const int32_t* x_index,
+                    int64_t num_indexed) {
   if (num_segments == 0) return;
   const TensorView& w0 = *segments[0].w;
   const bool quantized = UsesQuantizedActivations(w0.dtype);
   const bool i16 = w0.dtype == DType::kI16x16;
+  const int64_t seen_rows = x_index != nullptr ? num_indexed : x_rows;  // the segments' row space
+  bool mixed = false;
   for (int i = 0; i < num_segments; ++i) {
     const TensorView& w = *segments[i].w;
     INFLIGHT_CHECK(w.cols == w0.cols && segments[i].x_row >= 0 &&
-                   segments[i].x_row + segments[i].num_rows <= x_rows);
-    if (UsesQuantizedActivations(w.dtype) != quantized || (w.dtype == DType::kI16x16) != i16) {
-      // Mixed activation formats: one pass per matrix.
-      for (int j = 0; j < num_segments; ++j) {
-        const MatMulSegment& g = segments[j];
-        if (g.num_rows > 0) MatMul(*g.w, x + g.x_row * w0.cols, g.num_rows, g.y, pool, scratch);
-      }
-      return;
+                   segments[i].x_row + segments[i].num_rows <= seen_rows);
+    mixed |= UsesQuantizedActivations(w.dtype) != quantized || (w.dtype == DType::kI16x16) != i16;
+  }
+  if (x_index != nullptr) {
+    for (int64_t r = 0; r < num_indexed; ++r)
+      INFLIGHT_CHECK(x_index[r] >= 0 && x_index[r] < x_rows);
+    if (mixed || (!quantized && !i16)) {
+      // Float activations: gather the float rows themselves.
+      x = scratch.GatherFloatRows(x, w0.cols, x_index, num_indexed);
+      x_rows = num_indexed;
+      x_index = nullptr;
     }
+  }
+  if (mixed) {
+    // Mixed activation formats: one pass per matrix.
+    for (int j = 0; j < num_segments; ++j) {
+      const MatMulSegment& g = segments[j];
+      if (g.num_rows > 0) MatMul(*g.w, x + g.x_row * w0.cols, g.num_rows, g.y, pool, scratch);
+    }
+    return;
   }
   const KernelTable& k = ActiveKernels();
   const int64_t cols = w0.cols;
   const QuantizedRows* xq = quantized ? scratch.Quantize(k, x, x_rows, cols, &pool)
                             : i16     ? scratch.ToI16(k, x, x_rows, cols, &pool)
                                       : nullptr;
+  if (x_index != nullptr) {
+    xq = scratch.Gathered().GatherRows(*xq, x_index, num_indexed, &pool);
+    x = nullptr;  // the gathered rows exist only converted
+  }
   // Work items of about equal cost (rows x tokens), each a whole number of 16-row groups.
   struct Item {
     int segment;
@@ -302,8 +386,8 @@ void MatMulSegments(const MatMulSegment* segments, int num_segments, const float
         }
         gq = &part;
       }
-      MatMulRowsChunked(k, *g.w, item.row_begin, item.row_end, x + g.x_row * cols, gq, g.num_rows,
-                        g.y, chunk);
+      MatMulRowsChunked(k, *g.w, item.row_begin, item.row_end,
+                        x != nullptr ? x + g.x_row * cols : nullptr, gq, g.num_rows, g.y, chunk);
     }
   });
 }

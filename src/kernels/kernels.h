@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "tensor/tensor_view.h"
 
@@ -126,6 +128,15 @@ class MatMulScratch {
   // The activations as int16 blocks (QuantizedRows::q16 / d16 only), for kI16x16 weights.
   QuantizedRows* ToI16(const KernelTable& k, const float* x, int64_t num_tokens, int64_t cols,
                        ThreadPool* pool = nullptr);
+  // Rows index[0..n) of `src` (converted rows of another scratch), copied in that order into
+  // this scratch's buffers: a token's converted row once per expert that takes it, without
+  // converting it again.
+  QuantizedRows* GatherRows(const QuantizedRows& src, const int32_t* index, int64_t n,
+                            ThreadPool* pool = nullptr);
+  // A second scratch for GatherRows' output (the first keeps the source rows).
+  MatMulScratch& Gathered();
+  // x's rows index[0..n) in that order, as floats (formats without converted activations).
+  const float* GatherFloatRows(const float* x, int64_t cols, const int32_t* index, int64_t n);
 
  private:
   void Reserve(int64_t num_tokens, int64_t cols);
@@ -141,6 +152,8 @@ class MatMulScratch {
   float* d16_ = nullptr;
   int64_t i16_capacity_ = 0;
   QuantizedRows rows_;
+  std::unique_ptr<MatMulScratch> gathered_;
+  std::vector<float> gathered_f32_;
 
  public:
   MatMulScratch() = default;
@@ -179,8 +192,12 @@ struct MatMulSegment {
 // the rows of all matrices are split over the pool in one pass, in pieces of about equal
 // work, instead of one pass (and one synchronisation) per matrix. Each output row is computed
 // exactly as MatMul computes it.
+// x_index: the segments' rows are then rows of a gathered input of num_indexed rows, row r
+// being x's row x_index[r] (each token once per expert it chose): x's rows are converted once
+// and the converted rows gathered, instead of copying and converting every copy.
 void MatMulSegments(const MatMulSegment* segments, int num_segments, const float* x, int64_t x_rows,
-                    ThreadPool& pool, MatMulScratch& scratch);
+                    ThreadPool& pool, MatMulScratch& scratch, const int32_t* x_index = nullptr,
+                    int64_t num_indexed = 0);
 
 // Dequantize one row of any weight type to F32 (embedding lookup, tests).
 void DequantizeRow(const TensorView& w, int64_t row, float* out);

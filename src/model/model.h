@@ -124,7 +124,8 @@ class ForwardScratch {
   std::vector<int32_t> moe_choice;    // [T, k]: the experts of each token, best first
   std::vector<float> moe_weight;      // [T, k]
   std::vector<int32_t> moe_pair_row;  // [T * k]: row of (token, slot) in moe_out
-  std::vector<float> moe_in, moe_gate, moe_up, moe_act, moe_out;
+  std::vector<int32_t> moe_src_row;   // [T * k]: the token of each expert input row
+  std::vector<float> moe_gate, moe_up, moe_act, moe_out;
   std::vector<int32_t> moe_count, moe_first, moe_next;  // [experts + 1]: rows per expert
   std::vector<kernels::MatMulSegment> moe_segments;
   // [layers] by global layer id: how many distinct experts the tokens of the last forward pass

@@ -90,9 +90,10 @@ Status Model::MixtureOfExperts(int layer, ForwardScratch& s, ThreadPool& pool, i
     next.assign(first.begin(), first.end() - 1);
     for (int64_t i = 0; i < P; ++i) pair_row[i] = next[choice[i]]++;
   }
-  float* in = Reserve(s.moe_in, P * H);
-  for (int64_t i = 0; i < P; ++i)
-    std::memcpy(in + pair_row[i] * H, s.h + (i / K) * H, H * sizeof(float));
+  // Row r of the experts' input is token src_row[r]: the kernels convert each token's row once
+  // and gather the converted rows (no float copies, no converting a row k times).
+  int32_t* src_row = Reserve(s.moe_src_row, P);
+  for (int64_t i = 0; i < P; ++i) src_row[pair_row[i]] = static_cast<int32_t>(i / K);
 
   // 3. Each chosen expert over its rows: gate/up, activation (biases first where present).
   float* gate = Reserve(s.moe_gate, P * lf);
@@ -105,8 +106,8 @@ Status Model::MixtureOfExperts(int layer, ForwardScratch& s, ThreadPool& pool, i
     segments.push_back({&lw.expert_gate[e], r0, n, gate + r0 * lf});
     segments.push_back({&lw.expert_up[e], r0, n, up + r0 * lf});
   }
-  kernels::MatMulSegments(segments.data(), static_cast<int>(segments.size()), in, P, pool,
-                          s.matmul);
+  kernels::MatMulSegments(segments.data(), static_cast<int>(segments.size()), s.h, T, pool,
+                          s.matmul, src_row, P);
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = first[e], n = first[e + 1] - first[e];
     if (n == 0) continue;
