@@ -15,18 +15,21 @@
 //
 // Usage: moe_bench [--models qwen3-30b-a3b,gpt-oss-20b] [--model-dir bench-models]
 //                  [--layers 12,10] [--threads 2] [--reps 3] [--write-only 1]
-//                  [--measures decode,batch,prompt,segments,head] [--mix f16]
+//                  [--measures decode,batch,prompt,segments,head,parts] [--mix f16]
 // --layers: the layer cut per model (same order as --models); --mix: another weight type or
 // llama-quantize mix than the released one (e.g. f16 for token checks); --write-only writes the
 // files and exits (e.g. --layers 2,2 for the small cuts compared with llama.cpp token by token).
 // "segments" (not in the default): kernels::MatMulSegments alone on layer 0's experts for 1,
 // 4, 16 and 512 tokens routed at random, against the bandwidth and the int8 peak; "head": the
-// output head's matmul alone at one token, against the bandwidth.
+// output head's matmul alone at one token, against the bandwidth; "parts": a one-token step's
+// matrices by kind (attention, routers, k experts, head) over all layers, each against the
+// bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -287,6 +290,99 @@ Measured Repeat(ThreadPool& pool, int reps, int32_t batch, const char* label, Fn
 // MatMulSegments alone over layer 0's experts, tokens routed uniformly at random (k distinct
 // experts each) and grouped as the MoE block groups them: how much of a step the expert
 // matmuls take, and their share of the int8 peak (prompt) or of the bandwidth (decode).
+// The matrices of a one-token decode step by kind, each kind run over every layer (so nothing
+// stays in the cache between layers), against the read bandwidth measured right before:
+// attention projections (q/k/v as one group, then o), routers, 8 (k) experts per layer chosen
+// at random (gate/up segments, then down), the output head.
+void PartsBench(const Model& model, ThreadPool& pool, int reps) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& mw = model.weights();
+  const int64_t H = c.hidden_size;
+  std::vector<float> x(std::max<int64_t>(H, c.q_dim()) * 8, 0.01f);
+  std::vector<float> out(std::max<int64_t>(c.vocab_size, 4 * c.q_dim()) * 8);
+  std::vector<float> gate(8 * c.expert_ffn_size), up(8 * c.expert_ffn_size),
+      act(8 * c.expert_ffn_size, 0.01f);
+  kernels::MatMulScratch scratch;
+  std::mt19937 rng(5);
+  std::vector<std::vector<int>> chosen(c.num_layers);
+  for (auto& e : chosen) {
+    std::vector<int> all(c.num_experts);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    e.assign(all.begin(), all.begin() + c.experts_per_token);
+  }
+  struct Part {
+    const char* name;
+    double bytes = 0;
+    std::function<void()> run;
+  };
+  std::vector<Part> parts;
+  Part attn{"attention q/k/v + o"};
+  for (const LayerWeights& lw : mw.layers)
+    attn.bytes += lw.wq.num_bytes() + lw.wk.num_bytes() + lw.wv.num_bytes() + lw.wo.num_bytes();
+  attn.run = [&] {
+    for (const LayerWeights& lw : mw.layers) {
+      const kernels::MatMulTarget t[] = {{&lw.wq, out.data()},
+                                         {&lw.wk, out.data() + c.q_dim()},
+                                         {&lw.wv, out.data() + c.q_dim() + c.kv_dim()}};
+      kernels::MatMulGroup(t, 3, x.data(), 1, pool, scratch);
+      kernels::MatMul(lw.wo, x.data(), 1, out.data(), pool, scratch);
+    }
+  };
+  parts.push_back(attn);
+  Part router{"routers"};
+  for (const LayerWeights& lw : mw.layers) router.bytes += lw.router.num_bytes();
+  router.run = [&] {
+    for (const LayerWeights& lw : mw.layers)
+      kernels::MatMul(lw.router, x.data(), 1, out.data(), pool, scratch);
+  };
+  parts.push_back(router);
+  Part experts{"experts (k per layer)"};
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = mw.layers[l];
+    for (int e : chosen[l])
+      experts.bytes += lw.expert_gate[e].num_bytes() + lw.expert_up[e].num_bytes() +
+                       lw.expert_down[e].num_bytes();
+  }
+  experts.run = [&] {
+    const int32_t zeros[8] = {};
+    for (int l = 0; l < c.num_layers; ++l) {
+      const LayerWeights& lw = mw.layers[l];
+      std::vector<kernels::MatMulSegment> gu, dn;
+      for (size_t i = 0; i < chosen[l].size(); ++i) {
+        const int e = chosen[l][i];
+        const int64_t r = static_cast<int64_t>(i);
+        gu.push_back({&lw.expert_gate[e], r, 1, gate.data() + r * c.expert_ffn_size});
+        gu.push_back({&lw.expert_up[e], r, 1, up.data() + r * c.expert_ffn_size});
+        dn.push_back({&lw.expert_down[e], r, 1, out.data() + r * H});
+      }
+      const int64_t k = static_cast<int64_t>(chosen[l].size());
+      kernels::MatMulSegments(gu.data(), static_cast<int>(gu.size()), x.data(), 1, pool, scratch,
+                              zeros, k);
+      kernels::MatMulSegments(dn.data(), static_cast<int>(dn.size()), act.data(), k, pool, scratch);
+    }
+  };
+  parts.push_back(experts);
+  Part head{"output head"};
+  head.bytes = static_cast<double>(mw.output.num_bytes());
+  head.run = [&] { kernels::MatMul(mw.output, x.data(), 1, out.data(), pool, scratch); };
+  parts.push_back(head);
+  for (Part& p : parts) {
+    p.run();
+    const double bw = MedianReadBandwidth(pool);
+    double best = 1e30;
+    for (int rep = 0; rep < reps; ++rep) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < 5; ++i) p.run();
+      best = std::min(best, Seconds(t0) / 5);
+    }
+    std::printf("  1-token %-24s %7.3f GB %8.3f ms = %5.1f GB/s (%3.0f%% of %.1f)\n", p.name,
+                p.bytes / 1e9, best * 1e3, p.bytes / best / 1e9, 100 * p.bytes / best / bw,
+                bw / 1e9);
+  }
+  std::fflush(stdout);
+}
+
 // The output head alone at one token (a decode step's largest single matrix on the cut
 // files), against the read bandwidth measured right before.
 void HeadBench(const Model& model, ThreadPool& pool, int reps) {
@@ -498,6 +594,7 @@ int main(int argc, char** argv) {
             << Format("%.3f", r.bytes / 1e9) << " | " << Format("%.1f", r.experts) << " | - |\n";
     }
     if (wants("head")) HeadBench(model, pool, reps);
+    if (wants("parts")) PartsBench(model, pool, reps);
     if (wants("segments"))
       for (int64_t tokens : {1, 4, 16, 512}) SegmentsBench(model, pool, tokens, reps);
     std::fflush(stdout);

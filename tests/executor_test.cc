@@ -664,6 +664,37 @@ TEST_F(FeatureTest, ReturnSequencesShareThePromptAndFollowTheirSeeds) {
   EXPECT_NE(by_index[0], by_index[1]);
 }
 
+// The first sequence can end at its first token (max_tokens 1 here; an end token alike) in
+// the step its siblings fork: they must fork from the prompt's blocks before it releases them.
+TEST_F(FeatureTest, SiblingsForkEvenWhenTheFirstSequenceEndsAtOnce) {
+  for (size_t len : {size_t{5}, prompt_.size() + 3}) {  // inside one block, and past one
+    Request r;
+    r.prompt_ids.assign(prompt_.begin(), prompt_.end());
+    r.prompt_ids.insert(r.prompt_ids.end(), prompt_.begin(), prompt_.end());
+    r.prompt_ids.resize(len);
+    r.max_tokens = 1;
+    r.exclude_input_in_output = true;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 7;
+    r.num_return_sequences = 4;
+    auto id = e_->Enqueue(r);
+    ASSERT_TRUE(id.ok());
+    std::map<int32_t, std::vector<int32_t>> by_index;
+    for (const Result& x : Collect(*e_, *id)) {
+      ASSERT_TRUE(x.error.ok()) << x.error.ToString();
+      by_index[x.sequence_index] = x.output_token_ids;
+    }
+    ASSERT_EQ(by_index.size(), 4u) << len << "-token prompt";
+    for (int i = 0; i < 4; ++i) {
+      Request alone = r;
+      alone.num_return_sequences = 1;
+      alone.sampling.seed = 7 + i;
+      EXPECT_EQ(RunOne(alone).output_token_ids, by_index[i]) << "sequence " << i;
+    }
+  }
+  ExpectNoLeaks(*e_);
+}
+
 TEST_F(FeatureTest, TimeoutFinishesWithTimedOut) {
   // 1000 decode steps take well over 2 ms even on the tiny model.
   Request r = Greedy(prompt_, 1000);

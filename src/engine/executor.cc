@@ -721,13 +721,16 @@ void Executor::SampleAll() {
       continue;
     }
     const bool first_of_request = seq->index == 0 && !rs->forked && seq->num_generated() == 0;
+    // The siblings fork from the prompt before the first sequence's token is accepted:
+    // accepting it can end that sequence (an end token, max_tokens 1) and release the prompt's
+    // blocks the siblings share.
+    if (first_of_request && rs->request.num_return_sequences > 1) Fork(seq, to_sample_[i].row);
     if (to_sample_[i].num_draft > 0) {
       AcceptDrawn(seq, drawn_[i], to_sample_[i].num_draft);
     } else {
       AcceptToken(seq, drawn_[i][0]);
       seq->draft.clear();  // a client's drafts that found no room in the prompt's last chunk
     }
-    if (first_of_request && rs->request.num_return_sequences > 1) Fork(seq, to_sample_[i].row);
     rs->forked = true;
   }
   to_sample_.clear();
