@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "format/gguf.h"
@@ -201,6 +202,21 @@ TEST(ModelFamilies, SlidingWindowLargerThanTheContext) {
   TinyGguf m = Gemma3Model();
   m.U32("attention.sliding_window", 512);
   ExpectRefused(m, "window_512", "sliding window 512 is larger than the context length 256", true);
+}
+
+// RoPE numbers that would turn every angle into NaN or inf.
+TEST(ModelFamilies, BadRopeNumbersAreRefused) {
+  for (float base : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    TinyGguf m = Gemma3Model();
+    m.F32("rope.freq_base", base);
+    ExpectRefused(m, "rope_base", "rope frequency base", true);
+  }
+  TinyGguf m = MakeTinyModel(GptOss());
+  m.String("gpt-oss.rope.scaling.type", "yarn");
+  m.F32("rope.scaling.factor", 4.0f);
+  m.U32("rope.scaling.original_context_length", 64);
+  m.F32("rope.scaling.yarn_beta_fast", std::numeric_limits<float>::infinity());
+  ExpectRefused(m, "yarn_beta", "the YaRN betas must be finite", true);
 }
 
 // A corrupt block count is refused before anything is sized by it (a window pattern of 2^30

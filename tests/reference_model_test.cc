@@ -663,6 +663,16 @@ TEST_P(HuggingFaceFolderTest, EngineOnFolderMatchesReferenceOnConvertedGguf) {
   ASSERT_TRUE(ExportGguf(**hf, QuantMix::Uniform(DType::kQ8_0), q8_path).ok());
   auto q8 = Model::Load(q8_path);
   ASSERT_TRUE(q8.ok());
+  {
+    // general.file_type is llama.cpp's uint32 LLAMA_FTYPE (7 = MOSTLY_Q8_0): llama.cpp refuses a
+    // file whose key has another type.
+    auto q8_file = GgufFile::Open(q8_path);
+    ASSERT_TRUE(q8_file.ok());
+    const GgufValue* file_type = (*q8_file)->Find("general.file_type");
+    ASSERT_NE(file_type, nullptr);
+    EXPECT_EQ(file_type->type, GgufType::kU32);
+    EXPECT_EQ(file_type->i, 7);
+  }
   EXPECT_EQ((*q8)->weights().layers[0].w_up.dtype, DType::kQ8_0x16);  // interleaved at load
   auto got_q8 = AllLogits(**q8, ids, DType::kF32, pool);
   ASSERT_TRUE(got_q8.ok());

@@ -221,8 +221,9 @@ TEST_F(StreamBackpressureTest, UnreadSseStreamPausesGenerationWithBoundedMemory)
   Report("sse", growth, steps);
 
   // Paused, not cancelled: a client that comes back reads on, past what was buffered when it
-  // stopped (the 2 MB bound is ~6 events of 32k logits as JSON, the socket buffers hold a
-  // few MB more), without an error event.
+  // stopped (the 1 MB pause is ~2 events of 32k logits as JSON, the socket buffers hold a
+  // few MB more), without an error event: the results still raw at the pause grow ~4.75x when
+  // encoded and must stay under the reply's 8 MB bound.
   stalled.GrowReceiveBuffer();
   const std::string rest = stalled.ReadUntil(milliseconds(60000), [](const std::string& s) {
     return CountOf(s, "data: ") >= 60 || s.find("\"error\"") != std::string::npos;

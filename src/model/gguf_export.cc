@@ -141,7 +141,8 @@ Status ExportGguf(const Model& model, const QuantMix& mix, const std::string& pa
 
   GgufWriter w;
   WriteModelMetadata(c, "inflight conversion of " + model.path(), w);
-  w.SetString("general.file_type", mix.name());
+  if (const std::optional<uint32_t> file_type = mix.LlamaFileType())
+    w.SetU32("general.file_type", *file_type);
   TokenizerSpec tokenizer = model.tokenizer()->spec();
   if (!chat_template.empty()) tokenizer.chat_template = chat_template;
   WriteTokenizerMetadata(tokenizer, w);

@@ -59,6 +59,22 @@ Status ModelConfig::Validate() const {
       return InvalidArgumentError("rope frequency factors: expected " +
                                   std::to_string(rope_dim / 2));
     }
+    // A zero, negative or non-finite base or factor turns every angle into NaN or inf.
+    auto finite_positive = [](float v) { return std::isfinite(v) && v > 0; };
+    if (!finite_positive(rope_base)) {
+      return InvalidArgumentError("rope frequency base " + std::to_string(rope_base) +
+                                  " must be positive and finite");
+    }
+    if (!finite_positive(rope_linear_scale))
+      return InvalidArgumentError("rope linear scale must be positive and finite");
+    for (float f : rope_freq_factors) {
+      if (!finite_positive(f))
+        return InvalidArgumentError("a rope frequency factor is not positive and finite");
+    }
+    if (rope_yarn_factor > 0 &&
+        (!std::isfinite(rope_yarn_beta_fast) || !std::isfinite(rope_yarn_beta_slow))) {
+      return InvalidArgumentError("the YaRN betas must be finite");
+    }
   }
   if (num_experts < 0 || num_experts > 1024) {
     return InvalidArgumentError("expert count " + std::to_string(num_experts) +

@@ -40,6 +40,19 @@ DType Fallback(DType t) {
 
 }  // namespace
 
+std::optional<uint32_t> QuantMix::LlamaFileType() const {
+  // llama.h's LLAMA_FTYPE_*: plain K-quant types map to their "_S" (mostly that type) value.
+  static const std::pair<const char*, uint32_t> kTypes[] = {
+      {"f32", 0},     {"f16", 1},       {"q4_0", 2},    {"q4_0_mix", 2}, {"q4_1", 3},
+      {"q8_0", 7},    {"q5_0", 8},      {"q5_1", 9},    {"q2_k", 10},    {"q2_k_mix", 10},
+      {"q3_k", 11},   {"q3_k_m", 12},   {"q4_k", 14},   {"q4_k_m", 15},  {"q5_k", 16},
+      {"q5_k_m", 17}, {"q6_k", 18},     {"iq4_nl", 25}, {"iq4_xs", 30},  {"iq4_xs_mix", 30},
+      {"bf16", 32},   {"mxfp4_moe", 38}};
+  for (const auto& [name, value] : kTypes)
+    if (name_ == name) return value;
+  return std::nullopt;
+}
+
 QuantMix QuantMix::Uniform(DType type) {
   QuantMix m;
   m.name_ = DTypeName(type);

@@ -4,6 +4,8 @@
 // files users download.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -27,6 +29,10 @@ class QuantMix {
   // `tied_output`: token_embd.weight is also the output matrix.
   DType TypeFor(const std::string& tensor, int64_t cols, int num_layers, bool tied_output) const;
   const std::string& name() const { return name_; }
+  // GGUF's general.file_type for this mix: llama.cpp's LLAMA_FTYPE value (a uint32: llama.cpp
+  // refuses a file whose general.file_type has another type), or nullopt when no value names
+  // it (the key is then left out, and readers guess from the tensors).
+  std::optional<uint32_t> LlamaFileType() const;
 
  private:
   std::string name_;

@@ -154,6 +154,8 @@ Status WriteRandomGguf(const RandomModelParams& params, const TokenizerSpec& tok
   if (!params.mix.empty()) {
     ASSIGN_OR_RETURN(mix, QuantMix::FromName(params.mix));
   }
+  if (const std::optional<uint32_t> file_type = mix.LlamaFileType())
+    w.SetU32("general.file_type", *file_type);
   std::mt19937_64 rng(params.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto add = [&](const std::string& name, std::vector<int64_t> dims, float stddev, float mean,
