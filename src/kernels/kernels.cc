@@ -81,8 +81,7 @@ MatMulScratch::~MatMulScratch() {
   std::free(d16_);
 }
 
-QuantizedRows* MatMulScratch::ToI16(const KernelTable& k, const float* x, int64_t num_tokens,
-                                    int64_t cols, ThreadPool* pool) {
+void MatMulScratch::ReserveI16(int64_t num_tokens, int64_t cols) {
   const int64_t need = num_tokens * cols;
   if (need > i16_capacity_) {
     std::free(q16_);
@@ -98,6 +97,11 @@ QuantizedRows* MatMulScratch::ToI16(const KernelTable& k, const float* x, int64_
   rows_.cols = cols;
   rows_.q16 = q16_;
   rows_.d16 = d16_;
+}
+
+QuantizedRows* MatMulScratch::ToI16(const KernelTable& k, const float* x, int64_t num_tokens,
+                                    int64_t cols, ThreadPool* pool) {
+  ReserveI16(num_tokens, cols);
   auto rows = [&](int64_t t0, int64_t t1) {
     k.quantize_rows_i16(x + t0 * cols, t1 - t0, cols, q16_ + t0 * cols,
                         d16_ + t0 * (cols / kI16Block));
@@ -119,21 +123,7 @@ QuantizedRows* MatMulScratch::GatherRows(const QuantizedRows& src, const int32_t
   const int64_t cols = src.cols, nb = cols / kQBlock, nd = cols / kI16Block;
   std::function<void(int64_t, int64_t)> rows;  // (its captures outlive the branches below)
   if (src.q16 != nullptr) {
-    const int64_t need = n * cols;
-    if (need > i16_capacity_) {
-      std::free(q16_);
-      std::free(d16_);
-      q16_ = static_cast<int16_t*>(
-          std::aligned_alloc(64, static_cast<size_t>((need * 2 + 63) / 64 * 64)));
-      d16_ = static_cast<float*>(
-          std::aligned_alloc(64, static_cast<size_t>((need / kI16Block * 4 + 64) / 64 * 64)));
-      INFLIGHT_CHECK(q16_ != nullptr && d16_ != nullptr);
-      i16_capacity_ = need;
-    }
-    rows_ = QuantizedRows{};
-    rows_.cols = cols;
-    rows_.q16 = q16_;
-    rows_.d16 = d16_;
+    ReserveI16(n, cols);
     rows = [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t s = index[r];

@@ -140,6 +140,8 @@ class MatMulScratch {
 
  private:
   void Reserve(int64_t num_tokens, int64_t cols);
+  // int16 buffers for num_tokens rows; rows_ then points at them (q16 / d16 only).
+  void ReserveI16(int64_t num_tokens, int64_t cols);
   int64_t capacity_elems_ = 0;
   int8_t* qs_ = nullptr;
   uint8_t* qu_ = nullptr;
