@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
       "JSON lines: prompt or prompt_ids, max_tokens, sampling fields, arrival_ms; runs them all "
       "through the batching executor and prints one JSON line per request and a summary");
   app.add_option("--batching", batching, "inflight or static (with --prompts-file)");
+  app.add_option("--steps-file", offline.steps_file,
+                 "With --prompts-file: write every engine step's statistics there (JSON lines: "
+                 "tokens, forward time, the latency budget's target and prediction, why waiting)");
   app.add_option("--policy", policy, "guaranteed_no_evict or max_utilization");
   app.add_option("--max-batch-size", ec.max_batch_size)->check(CLI::Range(1, 4096));
   app.add_option("--max-num-tokens", ec.max_num_tokens, "Token budget per step")
@@ -92,6 +95,11 @@ int main(int argc, char** argv) {
   app.add_flag("--chunked-context", ec.enable_chunked_context,
                "Split long prompts into block-aligned chunks");
   app.add_flag("--kv-reuse", ec.enable_kv_cache_reuse, "Reuse KV blocks of shared prompt prefixes");
+  app.add_option("--max-inter-token-latency-ms", ec.max_inter_token_latency_ms,
+                 "Target time between a running sequence's tokens while prompts arrive: prompt "
+                 "tokens beside decode rows are budgeted to it (0: auto, twice the decode "
+                 "step; -1: off)")
+      ->check(CLI::Range(-1.0, 3.6e6));
   CLI11_PARSE(app, argc, argv);
 
   if (!offline.prompts_file.empty()) {

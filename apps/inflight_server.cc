@@ -260,6 +260,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 1.0));
   init_cmd->add_option("--decoupled", init.decoupled, "Decoupled tensorrt_llm (streaming)");
   init_cmd->add_option("--enable-chunked-context", init.enable_chunked_context);
+  init_cmd
+      ->add_option("--max-inter-token-latency-ms", init.max_inter_token_latency_ms,
+                   "Target time between a running sequence's tokens while prompts arrive "
+                   "(0: auto, twice the decode step; -1: off)")
+      ->check(CLI::Range(-1.0, 3.6e6));
   init_cmd->add_option("--enable-kv-cache-reuse", init.enable_kv_cache_reuse);
   init_cmd->add_option("--exclude-input-in-output", init.exclude_input_in_output);
   init_cmd

@@ -1,5 +1,7 @@
 #include "offline_batch.h"
 
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
@@ -76,6 +78,23 @@ StatusOr<Line> ParseLine(const std::string& text, int line_no, const Tokenizer* 
 
 double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Mean and exact percentiles of per-request values.
+json Summary(std::vector<double> v) {
+  if (v.empty()) return json::object();
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::min(v.size() - 1, i > 0 ? i - 1 : 0)];
+  };
+  double sum = 0;
+  for (double x : v) sum += x;
+  return {{"mean", sum / static_cast<double>(v.size())},
+          {"p50", at(0.5)},
+          {"p90", at(0.9)},
+          {"p99", at(0.99)},
+          {"max", v.back()}};
 }
 
 }  // namespace
@@ -171,8 +190,15 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
   // Drain the step statistics while waiting (the executor keeps only the newest 1000).
   int32_t peak = 0;
   int64_t pauses = 0, num_steps = 0;
+  std::ofstream steps_out;
+  if (!o.steps_file.empty()) {
+    steps_out.open(o.steps_file);
+    if (!steps_out)
+      std::fprintf(stderr, "inflight-generate: cannot write %s\n", o.steps_file.c_str());
+  }
   auto drain = [&] {
     for (const IterationStats& s : e.GetLatestIterationStats()) {
+      if (steps_out) steps_out << s.ToJson() << "\n";
       peak = std::max(peak, s.num_scheduled_context + s.num_scheduled_generation);
       pauses = std::max(pauses, s.num_paused_total);
       num_steps = s.iteration;
@@ -194,6 +220,10 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
 
   int64_t output_tokens = 0, prompt_tokens = 0;
   int failures = 0;
+  // Latency over the requests that finished (ms): end to end, to the first token, in the queue;
+  // and every token's inter-token latency.
+  std::vector<double> latencies, ttfts, queues;
+  LatencyHistogram itl;
   for (size_t i = 0; i < lines.size(); ++i) {
     const Outcome& oc = outcomes[i];
     json j;
@@ -230,6 +260,17 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
     j["ttft_ms"] = st.time_to_first_token_ms();
     j["arrival_ms"] = MsBetween(start, st.arrival_time);
     j["end_ms"] = MsBetween(start, oc.end_time);
+    const LatencyHistogram& h = st.inter_token_latency;
+    if (h.count() > 0) {
+      j["itl_ms"] = {{"mean", h.mean_ms()},
+                     {"p50", h.Percentile(0.5)},
+                     {"p99", h.Percentile(0.99)},
+                     {"max", h.max_ms()}};
+    }
+    itl.Merge(h);
+    latencies.push_back(MsBetween(st.arrival_time, oc.end_time));
+    if (st.first_token_time != Clock::time_point{}) ttfts.push_back(st.time_to_first_token_ms());
+    if (st.first_scheduled_time != Clock::time_point{}) queues.push_back(st.queue_ms());
     j["reused_blocks"] = st.num_reused_blocks;
     j["pauses"] = st.num_pauses;
     std::cout << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
@@ -251,7 +292,18 @@ int RunOfflineBatch(const Model& model, const OfflineOptions& o) {
                   {"kv_cache_blocks", e.num_kv_blocks()},
                   {"tokens_per_block", c.tokens_per_block},
                   {"chunked_context", c.enable_chunked_context},
-                  {"kv_reuse", c.enable_kv_cache_reuse}};
+                  {"kv_reuse", c.enable_kv_cache_reuse},
+                  {"max_inter_token_latency_ms", c.max_inter_token_latency_ms},
+                  {"latency_ms", Summary(latencies)},
+                  {"ttft_ms", Summary(ttfts)},
+                  {"queue_ms", Summary(queues)},
+                  {"itl_ms",
+                   {{"mean", itl.mean_ms()},
+                    {"p50", itl.Percentile(0.5)},
+                    {"p90", itl.Percentile(0.9)},
+                    {"p99", itl.Percentile(0.99)},
+                    {"max", itl.max_ms()},
+                    {"tokens", itl.count()}}}};
   std::cout << json{{"summary", summary}}.dump() << std::endl;
   return failures == 0 ? 0 : 2;
 }

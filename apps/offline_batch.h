@@ -12,6 +12,7 @@ namespace inflight {
 
 struct OfflineOptions {
   std::string prompts_file;
+  std::string steps_file;  // when set: every engine step's statistics, one JSON line each
   ExecutorConfig executor;
   SamplingParams default_sampling;  // fields a line leaves out
   int32_t default_max_tokens = 32;

@@ -18,14 +18,14 @@ class FakeEngine {
  public:
   // window_blocks > 0: a window group of that many blocks for a sliding window of `window`.
   FakeEngine(ExecutorConfig config, int32_t num_blocks, int32_t window_blocks = 0,
-             int32_t window = 0)
+             int32_t window = 0, StepBudget* budget = nullptr)
       : config_(config),
         blocks_({num_blocks, config.tokens_per_block, config.enable_kv_cache_reuse}),
         window_(window_blocks > 0
                     ? std::make_unique<KvBlockManager>(BlockManagerConfig{
                           window_blocks, config.tokens_per_block, config.enable_kv_cache_reuse})
                     : nullptr),
-        scheduler_(config_, blocks_, window_.get(), window) {}
+        scheduler_(config_, blocks_, window_.get(), window, budget) {}
 
   // Adds a request named `name` with a prompt of `prompt` tokens (ids 100.. unless given).
   Sequence* Add(const std::string& name, int32_t prompt, int32_t max_tokens,
@@ -351,6 +351,85 @@ TEST(Scheduler, WindowGroupPrefixReuseNeedsTheBlocksTheWindowSees) {
   f.Add("C", 24, 1);
   EXPECT_EQ(f.Step(), "C:24");
   EXPECT_EQ(f.last().num_reused_blocks, 0);
+}
+
+// A budget whose cost model has learned: 5 ms a step, 1 ms a prompt token, 1 ms a decode row.
+std::unique_ptr<StepBudget> TrainedBudget(double target_ms, int32_t min_tokens) {
+  auto b = std::make_unique<StepBudget>(target_ms, min_tokens);
+  for (int i = 0; i < 40; ++i) {
+    b->cost().Observe({16, 0, 0}, 21);
+    b->cost().Observe({0, 1, 0}, 6);
+    b->cost().Observe({0, 2, 0}, 7);
+    b->cost().Observe({8, 2, 0}, 15);
+    b->cost().Observe({0, 4, 0}, 9);
+  }
+  return b;
+}
+
+TEST(Scheduler, LatencyBudgetCutsPromptsBesideDecodesOldestFirst) {
+  for (CapacityPolicy policy :
+       {CapacityPolicy::kGuaranteedNoEvict, CapacityPolicy::kMaxUtilization}) {
+    SCOPED_TRACE(CapacityPolicyName(policy));
+    auto budget = TrainedBudget(20, 4);
+    // Chunked context off: the budget still cuts prompts.
+    FakeEngine f(Config(policy, 64, false), 64, 0, 0, budget.get());
+    f.Add("A", 3, 20);
+    EXPECT_EQ(f.Step(), "A:3");  // nothing decodes: the prompt runs whole
+    EXPECT_EQ(f.last().latency_target_ms, 0);
+    f.Add("B", 21, 4);
+    f.Add("C", 6, 4);
+    // A's row: 6 ms of the 20; 14 ms -> 14 tokens of B (a cut chunk may end inside a block).
+    // C waits.
+    EXPECT_EQ(f.Step(), "A:1 B:14");
+    EXPECT_EQ(f.last().latency_target_ms, 20);
+    EXPECT_EQ(f.last().waiting_for_latency_budget, 2);
+    EXPECT_EQ(f.Waiting(), "C");
+    // B's last 7 tokens (7 ms), then C's 6 in the 7 ms left.
+    EXPECT_EQ(f.Step(), "A:1 B:7 C:6");
+    EXPECT_EQ(f.last().waiting_for_latency_budget, 0);
+    EXPECT_EQ(f.Step(), "A:1 B:1 C:1");
+  }
+}
+
+TEST(Scheduler, LatencyBudgetNeverStarvesAPromptAndYieldsWhenTheTargetCannotBeMet) {
+  {
+    // 7.5 ms: 1.5 ms left after the decode row, yet the oldest prompt gets 4 tokens a step.
+    auto budget = TrainedBudget(7.5, 4);
+    FakeEngine f(Config(CapacityPolicy::kGuaranteedNoEvict, 64, false), 64, 0, 0, budget.get());
+    f.Add("A", 3, 20);
+    EXPECT_EQ(f.Step(), "A:3");
+    f.Add("B", 10, 4);
+    f.Add("C", 4, 4);
+    EXPECT_EQ(f.Step(), "A:1 B:4");
+    EXPECT_EQ(f.Step(), "A:1 B:4");
+    EXPECT_EQ(f.Step(), "A:1 B:2");  // B's rest; C gets nothing
+    EXPECT_EQ(f.last().waiting_for_latency_budget, 1);
+    // Two decode rows (7 ms) leave half a prompt token: C, now the oldest prompt, gets 4.
+    EXPECT_EQ(f.Step(), "A:1 B:1 C:4");
+    EXPECT_EQ(f.last().latency_target_ms, 7.5);
+  }
+  {
+    // 5 ms: the decode row alone costs 6; the target is unmet and prompts run as without it.
+    auto budget = TrainedBudget(5, 4);
+    FakeEngine f(Config(CapacityPolicy::kGuaranteedNoEvict, 64, false), 64, 0, 0, budget.get());
+    f.Add("A", 3, 20);
+    EXPECT_EQ(f.Step(), "A:3");
+    f.Add("B", 21, 4);
+    EXPECT_EQ(f.Step(), "A:1 B:21");
+    EXPECT_EQ(f.last().latency_target_ms, 0);
+    EXPECT_EQ(f.last().waiting_for_latency_budget, 0);
+  }
+}
+
+TEST(Scheduler, StaticBatchingIgnoresTheLatencyBudget) {
+  auto budget = TrainedBudget(7, 4);
+  ExecutorConfig c = Config(CapacityPolicy::kGuaranteedNoEvict, 64, false);
+  c.batching = BatchingStrategy::kStatic;
+  FakeEngine f(c, 64, 0, 0, budget.get());
+  f.Add("A", 3, 2);
+  f.Add("B", 21, 2);
+  EXPECT_EQ(f.Step(), "A:3 B:21");
+  EXPECT_EQ(f.Step(), "A:1 B:1");
 }
 
 }  // namespace

@@ -277,6 +277,11 @@ TEST_F(ServerE2eTest, ReferenceCommandsWorkVerbatim) {
     EXPECT_NE(metrics.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
   }
   EXPECT_GE(MetricValue(metrics, "nv_inference_request_success", {{"model", "ensemble"}}), 2);
+  // One inter-token latency observation per token after a request's first (the 12-token
+  // stream alone gives 11), not one per request.
+  EXPECT_GE(MetricValue(metrics, "inflight_inter_token_latency_seconds_count",
+                        {{"model", "tensorrt_llm"}}),
+            11);
   // TensorRT-LLM's KV block series are there; the window group's (sliding-window layers) are
   // not, as the demo model has none (openai_test's WindowKvGroupTest has a model with one).
   for (const char* type : {"max", "free", "used", "tokens_per", "reused", "fraction"}) {
@@ -1028,6 +1033,11 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     }
     EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(),
                 static_cast<double>(accepted) / total, 1e-6);
+    // The request's inter-token latency (24 tokens): p50 <= p99, both measured.
+    const double p50 = output(j, "inter_token_latency_p50_ms")[0],
+                 p99 = output(j, "inter_token_latency_p99_ms")[0];
+    EXPECT_GT(p50, 0) << model;
+    EXPECT_GE(p99, p50) << model;
   }
   // gRPC: prompt lookup alone, and the per-request switch num_draft_tokens = 0.
   auto stub = GrpcStub(server_->grpc_port);

@@ -73,11 +73,15 @@ async function main() {
     const load = spawn(bench, ["-i", "openai", "--url", `127.0.0.1:${port}`, "--tokenizer", model, "-n", String(kLoadRequests), "--concurrency", "16",
                                "--no-progress", "token-norm-dist", "--input-mean", "64", "--output-mean", "400"], { stdio: "ignore" });
     const benchDone = new Promise((resolve) => load.on("exit", (code) => resolve(code)));
-    let maxRunning = 0, maxTps = 0;
+    let maxRunning = 0, maxTps = 0, budgetedSteps = 0;
     const deadline = Date.now() + 60000;
-    while (Date.now() < deadline && (maxRunning === 0 || maxTps === 0)) {
+    while (Date.now() < deadline && (maxRunning === 0 || maxTps === 0 || budgetedSteps === 0)) {
       maxRunning = Math.max(maxRunning, +(await value("running")));
       maxTps = Math.max(maxTps, +(await value("tps")));
+      // Prompts joining running decodes are budgeted (the auto latency target): the steps say so.
+      const snap = await (await fetch(base + "/inflight/snapshot")).json();
+      const m = snap.models.find((x) => x.model === "tensorrt_llm");
+      budgetedSteps += m.steps.filter((st) => st.latency_target_ms > 0).length;
       await new Promise((res) => setTimeout(res, 100));
     }
     await page.screenshot({ path: `${shots}/dashboard.png`, fullPage: true });
@@ -86,8 +90,17 @@ async function main() {
     assert.equal(await benchDone, 0, "inflight-bench failed");
     // After the load the finished count shows it, and the time-to-first-token histogram filled.
     await page.waitForFunction((n) => +document.querySelector('[data-model="tensorrt_llm"] .v[data-k="finished"]').textContent >= n, kLoadRequests, { timeout: 10000 });
+    assert.ok(budgetedSteps > 0, "no step was budgeted to the latency target under load");
+    // Every token's inter-token latency: its histogram filled and its percentiles shown.
+    const after = (await (await fetch(base + "/inflight/snapshot")).json()).models.find((x) => x.model === "tensorrt_llm");
+    const itlSamples = after.itl_counts.reduce((a, b) => a + b, 0);
+    assert.ok(itlSamples > kLoadRequests, `inter-token latency samples: ${itlSamples}`);
+    assert.ok(after.latency_ms.itl_p50 > 0 && after.latency_ms.itl_p99 >= after.latency_ms.itl_p50, JSON.stringify(after.latency_ms));
+    assert.ok(after.latency_ms.ttft_p99 >= after.latency_ms.ttft_p50, JSON.stringify(after.latency_ms));
+    await page.waitForFunction(() => /inter-token latency p50 \S+ m?s, p99 \S+ m?s/.test(document.querySelector('[data-model="tensorrt_llm"] .why.lat').textContent), null, { timeout: 5000 });
+    assert.ok(await page.isVisible('[data-model="tensorrt_llm"] canvas[data-k="itl"]'), "the inter-token latency chart is hidden");
     assert.deepEqual(errors, [], "console errors");
-    console.log(`web: all checks passed (max running ${maxRunning}, max tokens/s ${maxTps})`);
+    console.log(`web: all checks passed (max running ${maxRunning}, max tokens/s ${maxTps}, budgeted steps seen ${budgetedSteps})`);
   } finally {
     await browser.close();
   }

@@ -42,7 +42,9 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
                                runner_->num_window_kv_blocks(), config.tokens_per_block,
                                config.enable_kv_cache_reuse})
                          : nullptr),
-      scheduler_(config, blocks_, window_blocks_.get(), runner_->kv_window()) {
+      step_budget_(config.max_inter_token_latency_ms),
+      scheduler_(config, blocks_, window_blocks_.get(), runner_->kv_window(),
+                 config.max_inter_token_latency_ms >= 0 ? &step_budget_ : nullptr) {
   sample_row_.resize(vocab_size_);
   copy_block_ = [this](int32_t group, int32_t src, int32_t dst, int32_t n) {
     runner_->CopyBlockPrefix(group, src, dst, n);
@@ -217,16 +219,14 @@ Status Executor::Validate(const Request& r) const {
   // sequence under max_utilization (its siblings can wait or be paused).
   const int64_t tpb = config_.tokens_per_block;
   const int64_t lifetime = (prompt + r.max_tokens + tpb - 1) / tpb;
-  int64_t need = lifetime;
-  if (config_.policy == CapacityPolicy::kGuaranteedNoEvict)
-    need += (r.num_return_sequences - 1) * (lifetime - prompt / tpb);
+  int64_t need = scheduler_.policy().BlocksNeededAtOnce(r, prompt / tpb, lifetime);
   if (r.beam_width > 1) need = r.beam_width * lifetime;  // all beams resident to advance
   if (need > num_kv_blocks_) {
     return InvalidArgumentError(
         "the request needs " + std::to_string(need) + " KV cache blocks of " + std::to_string(tpb) +
         " tokens but the whole cache has " + std::to_string(num_kv_blocks_));
   }
-  if (window_blocks_ && config_.policy == CapacityPolicy::kGuaranteedNoEvict) {
+  if (window_blocks_ && scheduler_.policy().ReservesWindow()) {
     // The window group's reservation (engine/scheduler.h).
     const int64_t window_need = static_cast<int64_t>(WindowBlocksPerSequence(
                                     runner_->kv_window(), config_.tokens_per_block)) *
@@ -556,10 +556,14 @@ bool Executor::RunStep() {
     // and zero the whole logits buffer every step.
     logits_.resize(std::max(static_cast<size_t>(rows) * vocab_size_, 2 * logits_.size()));
   }
+  const StepShape shape = ShapeOf(out);
+  last_predicted_ms_ = step_budget_.cost().ready() ? step_budget_.cost().PredictMs(shape) : 0;
+  last_latency_target_ms_ = out.latency_target_ms;
   const Clock::time_point forward_start = Clock::now();
   const Status st = runner_->Forward(plan_, logits_.data());
   last_forward_ms_ =
       std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
+  if (st.ok()) step_budget_.cost().Observe(shape, last_forward_ms_);
   if (context_seqs == 0 && gen_seqs > 0) {
     // A decode step's time as if it verified no drafts: what a draft pass is weighed against.
     int64_t drafts = 0;
@@ -588,6 +592,7 @@ bool Executor::RunStep() {
     if (rs->request.beam_width > 1) AdvanceBeams(rs);
   }
   for (RequestState* rs : touched_) {
+    TimeTokens(rs);
     for (auto& seq : rs->sequences) Publish(seq.get());
     rs->touched = false;
   }
@@ -870,6 +875,42 @@ void Executor::RetireFinished() {
   }
 }
 
+StepShape Executor::ShapeOf(const ScheduleOutput& out) const {
+  StepShape shape;
+  for (const ScheduledChunk& c : out.chunks) {
+    const Sequence& seq = *c.seq;
+    // Token i of a run of n from position p attends to p + i + 1 positions.
+    auto positions = [](double p, double n) { return n * p + n * (n + 1) / 2; };
+    const double n = c.num_tokens, d = c.num_draft, p = seq.num_computed;
+    if (c.num_tokens == 1 && seq.num_uncomputed() == 1) {
+      shape.decode_rows += 1 + d;
+      shape.decode_positions += positions(p, 1 + d);
+    } else {
+      shape.context_tokens += n;
+      shape.context_positions += positions(p, n);
+      shape.decode_rows += d;  // drafts after a prompt's last chunk
+      shape.decode_positions += positions(p + n, d);
+    }
+  }
+  return shape;
+}
+
+void Executor::TimeTokens(RequestState* rs) {
+  int32_t k = 0;  // tokens a sequence of the request got this step
+  for (auto& s : rs->sequences) {
+    k = std::max(k, s->num_generated() - s->num_timed);
+    s->num_timed = s->num_generated();
+  }
+  if (k <= 0) return;
+  const Clock::time_point now = rs->stats.last_token_time;
+  if (rs->last_step_with_tokens != Clock::time_point{}) {
+    const double gap =
+        std::chrono::duration<double, std::milli>(now - rs->last_step_with_tokens).count();
+    rs->stats.inter_token_latency.Add(gap / k, k);
+  }
+  rs->last_step_with_tokens = now;
+}
+
 void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, int32_t context_seqs,
                            int32_t context_tokens, int32_t gen_seqs) {
   IterationStats s;
@@ -901,6 +942,10 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   s.waiting_for_max_num_tokens = out.waiting_for_max_num_tokens;
   s.waiting_for_max_batch_size = out.waiting_for_max_batch_size;
   s.waiting_for_static_batch = out.waiting_for_static_batch;
+  s.waiting_for_latency_budget = out.waiting_for_latency_budget;
+  s.latency_target_ms = last_latency_target_ms_;
+  s.predicted_forward_ms = last_predicted_ms_;
+  last_latency_target_ms_ = last_predicted_ms_ = 0;
   std::lock_guard<std::mutex> lock(mu_);
   num_queued_ = s.num_queued + static_cast<int64_t>(submissions_.size());
   last_stats_ = s;

@@ -131,6 +131,10 @@ class Executor {
   void Deliver(RequestState* rs, Result&& result);
   void FailRequest(RequestState* rs, const Status& error);
   void RetireFinished();
+  // Adds the step's gap to the inter-token latency of a request that got tokens in it.
+  void TimeTokens(RequestState* rs);
+  // The shape of the step out (for the step cost model).
+  StepShape ShapeOf(const ScheduleOutput& out) const;
   void RecordStats(const ScheduleOutput& out, Clock::time_point start, int32_t context_seqs,
                    int32_t context_tokens, int32_t gen_seqs);
 
@@ -143,7 +147,8 @@ class Executor {
   const int32_t vocab_size_;
   const int32_t hidden_size_;
   const int32_t context_length_;
-  double last_forward_ms_ = 0;  // of the step being recorded
+  double last_forward_ms_ = 0;                                 // of the step being recorded
+  double last_predicted_ms_ = 0, last_latency_target_ms_ = 0;  // of the step being recorded
   const int32_t num_kv_blocks_;
 
   // Engine-thread state.
@@ -160,6 +165,9 @@ class Executor {
   // Decayed mean times of one draft-model pass and of the target's forward pass: what a
   // draft costs against the step it may save.
   double draft_pass_ms_ = 0, target_forward_ms_ = 0;
+  // Prompt tokens beside decode rows under max_inter_token_latency_ms; its cost model learns
+  // from every forward pass.
+  StepBudget step_budget_;
   Scheduler scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;
   std::vector<RequestState*> touched_;  // requests with results to publish this step

@@ -1,5 +1,6 @@
 #include "engine/executor_config.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
@@ -77,6 +78,8 @@ Status ExecutorConfig::Validate() const {
     return InvalidArgumentError("max_draft_tokens must be in [0, " +
                                 std::to_string(kMaxDraftTokens) + "]");
   }
+  if (!std::isfinite(max_inter_token_latency_ms) || max_inter_token_latency_ms > 3.6e6)
+    return InvalidArgumentError("max_inter_token_latency_ms must be finite and <= 3600000");
   if (prompt_lookup_ngram < 1 || prompt_lookup_ngram > 16)
     return InvalidArgumentError("prompt_lookup_ngram must be in [1, 16]");
   return OkStatus();
@@ -113,7 +116,10 @@ std::string IterationStats::ToJson() const {
                        {{"kv_cache", waiting_for_kv_cache},
                         {"max_num_tokens", waiting_for_max_num_tokens},
                         {"max_batch_size", waiting_for_max_batch_size},
-                        {"static_batch", waiting_for_static_batch}}}};
+                        {"static_batch", waiting_for_static_batch},
+                        {"latency_budget", waiting_for_latency_budget}}},
+                      {"latency_target_ms", latency_target_ms},
+                      {"predicted_forward_ms", predicted_forward_ms}};
   return j.dump();
 }
 

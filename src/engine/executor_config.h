@@ -50,6 +50,11 @@ struct ExecutorConfig {
   CapacityPolicy policy = CapacityPolicy::kGuaranteedNoEvict;
   BatchingStrategy batching = BatchingStrategy::kInflight;
   bool enable_chunked_context = false;
+  // The target time between a running sequence's tokens while prompts arrive: prompt tokens
+  // join a step that decodes only as far as the step's measured cost stays within it
+  // (engine/step_budget.h). > 0: milliseconds; 0: auto (twice the decode rows' own step);
+  // < 0: off (prompts limited by max_num_tokens only). In-flight batching only.
+  double max_inter_token_latency_ms = 0;
   bool enable_kv_cache_reuse = false;
   int32_t tokens_per_block = 32;
   int64_t max_tokens_in_paged_kv_cache = 0;  // 0 = unset
@@ -97,6 +102,11 @@ struct IterationStats {
   int32_t waiting_for_max_num_tokens = 0;
   int32_t waiting_for_max_batch_size = 0;
   int32_t waiting_for_static_batch = 0;
+  int32_t waiting_for_latency_budget = 0;  // prompts held back or cut short by the budget
+  // The latency target this step's prompt tokens were budgeted to (0: no limit this step),
+  // and the step's forward time the cost model predicted before it ran (0: no prediction).
+  double latency_target_ms = 0;
+  double predicted_forward_ms = 0;
   std::string ToJson() const;
 };
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/latency_histogram.h"
 #include "base/status.h"
 #include "model/lora.h"
 #include "sampling/sampler.h"
@@ -106,6 +107,9 @@ struct RequestStats {
   int32_t num_pauses = 0;                 // max_utilization preemptions
   int32_t num_draft_tokens = 0;           // speculative decoding: drafts verified
   int32_t num_accepted_draft_tokens = 0;  // and accepted
+  // The time between the request's token-producing steps after its first token, one sample per
+  // token (a step that produced k tokens adds k samples of its gap / k).
+  LatencyHistogram inter_token_latency;
 
   double queue_ms() const;
   double time_to_first_token_ms() const;

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <tuple>
@@ -30,8 +31,13 @@ int32_t WindowBlocksPerStep(const ExecutorConfig& config) {
 }
 
 Scheduler::Scheduler(const ExecutorConfig& config, KvBlockManager& blocks,
-                     KvBlockManager* window_blocks, int32_t window)
-    : config_(config), blocks_(blocks), window_blocks_(window_blocks), window_(window) {
+                     KvBlockManager* window_blocks, int32_t window, StepBudget* budget)
+    : config_(config),
+      blocks_(blocks),
+      window_blocks_(window_blocks),
+      window_(window),
+      policy_(KvCapacityPolicy::Create(config.policy)),
+      budget_(config.batching == BatchingStrategy::kInflight ? budget : nullptr) {
   INFLIGHT_CHECK(window_blocks_ == nullptr || window_ > 0);
 }
 
@@ -227,8 +233,7 @@ int32_t Scheduler::FitDrafts(Sequence* seq, int32_t n, int32_t budget) {
   const int64_t tpb = config_.tokens_per_block;
   const int64_t end = static_cast<int64_t>(seq->num_computed) + n + d;
   const int64_t need = (end + tpb - 1) / tpb - static_cast<int64_t>(seq->blocks.size());
-  const int64_t keep_free =
-      config_.policy == CapacityPolicy::kMaxUtilization ? static_cast<int64_t>(running_.size()) : 0;
+  const int64_t keep_free = policy_->BlocksKeptFromDrafts(running_.size());
   if (need > 0 && (need > NumAvailable() - keep_free || !EnsureBlocks(seq, end))) {
     const int64_t held = static_cast<int64_t>(seq->blocks.size()) * tpb - seq->num_computed - n;
     d = static_cast<int32_t>(std::clamp<int64_t>(held, 0, d));
@@ -245,6 +250,35 @@ void Scheduler::Schedule(Sequence* seq, int32_t n, int32_t& budget) {
   const int32_t d = FitDrafts(seq, n, budget);
   out_.chunks.push_back({seq, n, d});
   budget -= n + d;
+  if (seq->num_uncomputed() == 1) {
+    // A decode row (and its drafts), attending to every position before it.
+    decode_shape_.decode_rows += 1 + d;
+    const double rows = 1 + d, p = seq->num_computed;
+    decode_shape_.decode_positions += rows * p + rows * (rows + 1) / 2;
+  } else if (std::isfinite(prompt_ms_)) {
+    prompt_ms_ -= budget_->CostMs(seq->num_computed, n);
+    first_prompt_ = false;
+  } else {
+    first_prompt_ = false;
+  }
+}
+
+bool Scheduler::TakeStepBlocks(Sequence* seq, int32_t n) {
+  bool ok = EnsureBlocks(seq, seq->num_computed + n);
+  while (!ok && policy_->MakeRoom(*this, seq)) ok = EnsureBlocks(seq, seq->num_computed + n);
+  if (!ok) policy_->OutOfRoom(*this, seq);
+  return ok;
+}
+
+int32_t Scheduler::PromptChunk(const Sequence& seq, int32_t budget, bool* held) const {
+  *held = false;
+  const int32_t n = ChunkSize(seq, budget);
+  if (n == 0 || !std::isfinite(prompt_ms_)) return n;
+  const int32_t fit = budget_->TokensFor(prompt_ms_, seq.num_computed, n, first_prompt_);
+  *held = fit < n;
+  // A cut chunk may end inside a block (as a partial-block reuse starts one): aligning it
+  // would round a step's few tokens of budget to a whole block or to nothing.
+  return fit;
 }
 
 void Scheduler::TrimBlocks(Sequence* seq) {
@@ -259,13 +293,20 @@ void Scheduler::TrimBlocks(Sequence* seq) {
 }
 
 void Scheduler::ScheduleRunning(int32_t& budget) {
-  // Decoding sequences first, then mid-prompt ones; each group in start order.
+  // Decoding sequences first, then mid-prompt ones; each group in start order. The decode
+  // rows fix what the latency budget leaves for prompt tokens.
   order_scratch_.clear();
   for (Sequence* s : running_)
     if (s->num_uncomputed() == 1) order_scratch_.push_back(s);
+  const size_t num_decoding = order_scratch_.size();
   for (Sequence* s : running_)
     if (s->num_uncomputed() != 1) order_scratch_.push_back(s);
-  for (Sequence* seq : order_scratch_) {
+  for (size_t i = 0; i < order_scratch_.size(); ++i) {
+    Sequence* seq = order_scratch_[i];
+    if (i == num_decoding && budget_) {
+      prompt_ms_ = budget_->Begin(decode_shape_);
+      if (std::isfinite(prompt_ms_)) out_.latency_target_ms = budget_->effective_target_ms();
+    }
     if (seq->state != SequenceState::kRunning) continue;  // paused earlier in this loop
     if (seq->num_uncomputed() == 0) continue;             // a beam waiting for its siblings
     if (seq->request->output_paused) continue;            // its client is not reading
@@ -273,24 +314,22 @@ void Scheduler::ScheduleRunning(int32_t& budget) {
       ++out_.waiting_for_max_batch_size;
       continue;
     }
-    const int32_t n = ChunkSize(*seq, budget);
+    bool held = false;
+    const int32_t n = i < num_decoding ? ChunkSize(*seq, budget) : PromptChunk(*seq, budget, &held);
     if (n == 0) {
-      ++out_.waiting_for_max_num_tokens;
+      ++(held ? out_.waiting_for_latency_budget : out_.waiting_for_max_num_tokens);
       continue;
     }
-    bool ok = EnsureBlocks(seq, seq->num_computed + n);
-    while (!ok && config_.policy == CapacityPolicy::kMaxUtilization) {
-      Sequence* victim = PickVictim(seq);
-      if (victim == nullptr) break;
-      Pause(victim);
-      ok = EnsureBlocks(seq, seq->num_computed + n);
-    }
-    if (!ok) {
-      if (config_.policy == CapacityPolicy::kMaxUtilization) Pause(seq);  // nothing left to evict
+    if (held) ++out_.waiting_for_latency_budget;  // runs, but a shorter chunk
+    if (!TakeStepBlocks(seq, n)) {
       ++out_.waiting_for_kv_cache;
       continue;
     }
     Schedule(seq, n, budget);
+  }
+  if (num_decoding == order_scratch_.size() && budget_) {
+    prompt_ms_ = budget_->Begin(decode_shape_);  // for the admissions
+    if (std::isfinite(prompt_ms_)) out_.latency_target_ms = budget_->effective_target_ms();
   }
 }
 
@@ -397,23 +436,19 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     out_.waiting_for_static_batch = static_cast<int32_t>(waiting_.size());
     return;
   }
-  const bool no_evict = config_.policy == CapacityPolicy::kGuaranteedNoEvict;
   const bool forming_static_batch =
       config_.batching == BatchingStrategy::kStatic;  // running_ is empty here
   const int32_t tpb = config_.tokens_per_block;
-  int64_t reserved = 0;
+  AdmissionPools pools;
+  pools.blocks = &blocks_;
+  pools.window_blocks = window_blocks_;
   // Window group: every admitted request's live sequences hold at most per_sequence blocks
   // beside one step's tokens (see the header).
-  const int64_t per_sequence = window_blocks_ ? WindowBlocksPerSequence(window_, tpb) : 0;
-  int64_t window_reserved = window_blocks_ ? WindowBlocksPerStep(config_) : 0;
-  if (no_evict) {
-    for (Sequence* s : running_) {
-      if (s->request->mark == step_) continue;
-      s->request->mark = step_;
-      reserved += s->request->OutstandingBlocks(tpb);
-      window_reserved += per_sequence * s->request->MaxLiveSequences();
-    }
-  }
+  pools.window_per_sequence = window_blocks_ ? WindowBlocksPerSequence(window_, tpb) : 0;
+  pools.window_per_step = window_blocks_ ? WindowBlocksPerStep(config_) : 0;
+  pools.tokens_per_block = tpb;
+  pools.step = step_;
+  policy_->BeginAdmission(running_, pools);
   size_t i = 0;
   size_t kept = 0;  // waiting_[0, kept): paused for their clients, they stay first in line
   int32_t* blocked_reason = nullptr;
@@ -431,22 +466,14 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
       break;
     }
     TakePrefix(seq);
-    const int32_t n = ChunkSize(*seq, budget);
+    bool latency_held = false;
+    const int32_t n = PromptChunk(*seq, budget, &latency_held);
     // A static batch forms all at once, up to max_batch_size: members the token budget
     // cannot start now join anyway and run their prompts in the next steps.
-    if (n == 0 && !forming_static_batch) blocked_reason = &out_.waiting_for_max_num_tokens;
-    int64_t outstanding = 0;
-    int64_t window_need = 0;
-    if (!blocked_reason && no_evict) {
-      outstanding = seq->request->OutstandingBlocks(tpb);
-      if (outstanding > blocks_.NumAvailable() - reserved)
-        blocked_reason = &out_.waiting_for_kv_cache;
-      if (window_blocks_ && seq->request->mark != step_) {
-        window_need = per_sequence * seq->request->MaxLiveSequences();
-        if (window_reserved + window_need > window_blocks_->config().num_blocks)
-          blocked_reason = &out_.waiting_for_kv_cache;
-      }
-    }
+    if (n == 0 && !forming_static_batch)
+      blocked_reason =
+          latency_held ? &out_.waiting_for_latency_budget : &out_.waiting_for_max_num_tokens;
+    if (!blocked_reason && !policy_->MayAdmit(*seq)) blocked_reason = &out_.waiting_for_kv_cache;
     const size_t held = seq->blocks.size();
     if (!blocked_reason && n > 0 && !EnsureBlocks(seq, seq->num_computed + n))
       blocked_reason = &out_.waiting_for_kv_cache;
@@ -454,11 +481,8 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
       DropBlocks(seq);
       break;
     }
-    if (no_evict) {
-      reserved += outstanding - static_cast<int64_t>(seq->blocks.size() - held);
-      window_reserved += window_need;
-      seq->request->mark = step_;
-    }
+    policy_->Admitted(*seq, static_cast<int64_t>(seq->blocks.size() - held));
+    if (latency_held) ++out_.waiting_for_latency_budget;  // starts, with a shorter chunk
     out_.num_reused_blocks += seq->num_committed;
     seq->request->stats.num_reused_blocks += seq->num_committed;
     seq->state = SequenceState::kRunning;
@@ -481,6 +505,11 @@ const ScheduleOutput& Scheduler::Step() {
   out_.num_partially_reused_tokens = 0;
   out_.waiting_for_kv_cache = out_.waiting_for_max_num_tokens = 0;
   out_.waiting_for_max_batch_size = out_.waiting_for_static_batch = 0;
+  out_.waiting_for_latency_budget = 0;
+  out_.latency_target_ms = 0;
+  decode_shape_ = StepShape{};
+  prompt_ms_ = StepBudget::kNoLimit;
+  first_prompt_ = true;
   int32_t budget = config_.max_num_tokens;
   ScheduleRunning(budget);
   AdmitWaiting(budget);

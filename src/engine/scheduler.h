@@ -27,10 +27,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "engine/capacity_policy.h"
 #include "engine/executor_config.h"
 #include "engine/sequence.h"
+#include "engine/step_budget.h"
 #include "kvcache/block_manager.h"
 
 namespace inflight {
@@ -64,14 +67,19 @@ struct ScheduleOutput {
   int32_t waiting_for_max_num_tokens = 0;
   int32_t waiting_for_max_batch_size = 0;
   int32_t waiting_for_static_batch = 0;
+  int32_t waiting_for_latency_budget = 0;  // prompts held back (or cut short) by the budget
+  double latency_target_ms = 0;  // the target the step's prompt tokens were budgeted to; 0: none
 };
 
 class Scheduler {
  public:
   // window_blocks: the window group's blocks and `window` its sliding window in tokens; null
   // when the cache has no window group.
+  // budget: the latency budget of prompt tokens beside decode rows (engine/step_budget.h);
+  // null: prompts are limited by max_num_tokens only.
   Scheduler(const ExecutorConfig& config, KvBlockManager& blocks,
-            KvBlockManager* window_blocks = nullptr, int32_t window = 0);
+            KvBlockManager* window_blocks = nullptr, int32_t window = 0,
+            StepBudget* budget = nullptr);
 
   // A new or paused sequence; kept in (priority desc, arrival asc) order.
   void AddWaiting(Sequence* seq);
@@ -116,6 +124,14 @@ class Scheduler {
   // Releases the blocks past the sequence's tokens (slots of rejected draft tokens).
   void TrimBlocks(Sequence* seq);
 
+  // For the capacity policies (engine/capacity_policy.h): the running sequence to pause for
+  // `exclude` (the most recently started one not scheduled this step; null when none), and the
+  // pause itself (its blocks are freed; it waits to be recomputed).
+  Sequence* PickVictim(const Sequence* exclude) const;
+  void Pause(Sequence* seq);
+
+  const KvCapacityPolicy& policy() const { return *policy_; }
+
  private:
   int32_t ChunkSize(const Sequence& seq, int32_t budget) const;
   bool EnsureBlocks(Sequence* seq, int64_t num_tokens);
@@ -126,8 +142,12 @@ class Scheduler {
   // acquires those its window sees; returns the first block it lacks, or num_blocks.
   int32_t AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t>& keys, int32_t num_blocks);
   void ReleaseWindow(Sequence* seq, size_t from);
-  void Pause(Sequence* seq);
-  Sequence* PickVictim(const Sequence* exclude) const;
+  // Blocks for the sequence's next n tokens, making room as the policy allows; false when it
+  // could not (the policy has dealt with the sequence).
+  bool TakeStepBlocks(Sequence* seq, int32_t n);
+  // A prompt chunk under the token budget and the latency budget; *held: the latency budget
+  // cut it.
+  int32_t PromptChunk(const Sequence& seq, int32_t budget, bool* held) const;
   void ScheduleRunning(int32_t& budget);
   void AdmitWaiting(int32_t& budget);
   void TakePrefix(Sequence* seq);
@@ -138,6 +158,12 @@ class Scheduler {
   KvBlockManager& blocks_;
   KvBlockManager* window_blocks_;
   int32_t window_;
+  std::unique_ptr<KvCapacityPolicy> policy_;
+  StepBudget* budget_;
+  // This step: the decode rows' shape, and the time left for prompt tokens (+inf: no limit).
+  StepShape decode_shape_;
+  double prompt_ms_ = StepBudget::kNoLimit;
+  bool first_prompt_ = true;  // no prompt chunk scheduled yet this step
   std::vector<uint64_t> keys_scratch_;
   std::vector<Sequence*> running_;  // in start order
   std::vector<Sequence*> waiting_;

@@ -48,6 +48,7 @@ struct Sequence {
   Sampler sampler;
   FinishReason finish = FinishReason::kNotFinished;
   int32_t num_published = 0;     // generated tokens already sent to the client
+  int32_t num_timed = 0;         // generated tokens already in the inter-token latency
   std::vector<float> log_probs;  // per generated token
   std::vector<std::vector<std::pair<int32_t, float>>>
       top_logprobs;  // per generated token, if asked
@@ -103,6 +104,7 @@ struct RequestState {
 
   int64_t mark = -1;     // the scheduler's per-step walks
   bool touched = false;  // the executor publishes its results at the end of the step
+  Clock::time_point last_step_with_tokens{};  // for the inter-token latency
 
   // The sequences it may run at once (beams, or returned sequences once forked).
   int32_t MaxLiveSequences() const {

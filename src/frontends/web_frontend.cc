@@ -28,7 +28,9 @@ json StepJson(const serving::EngineStep& s) {
             {"waiting_kv_cache", s.waiting_for_kv_cache},
             {"waiting_token_budget", s.waiting_for_max_num_tokens},
             {"waiting_batch_size", s.waiting_for_max_batch_size},
-            {"waiting_static_batch", s.waiting_for_static_batch}};
+            {"waiting_static_batch", s.waiting_for_static_batch},
+            {"waiting_latency_budget", s.waiting_for_latency_budget},
+            {"latency_target_ms", s.latency_target_ms}};
   // kv_*: the full group. The window group's blocks (sliding-window layers) are a pool of their
   // own, shown beside it; only a model that has one sends them.
   if (s.window_kv_blocks_total > 0) {
@@ -71,6 +73,15 @@ std::string WebFrontend::SnapshotJson(const std::vector<serving::LlmLiveSnapshot
                   {"finished", m.num_finished},
                   {"ttft_bounds_ms", m.ttft_bounds_ms},
                   {"ttft_counts", m.ttft_counts},
+                  {"itl_bounds_ms", m.itl_bounds_ms},
+                  {"itl_counts", m.itl_counts},
+                  {"latency_ms",
+                   {{"ttft_p50", m.ttft_p50_ms},
+                    {"ttft_p99", m.ttft_p99_ms},
+                    {"itl_p50", m.itl_p50_ms},
+                    {"itl_p99", m.itl_p99_ms},
+                    {"queue_p50", m.queue_p50_ms},
+                    {"queue_p99", m.queue_p99_ms}}},
                   {"steps", steps}};
     // kv_blocks counts the full group (layers attending to the whole context); a model with
     // sliding-window layers also has window_kv_blocks, their own pool (absent otherwise).

@@ -330,7 +330,8 @@ inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_n
         "sequence_index", "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks",
         "kv_cache_alloc_total_blocks", "arrival_time_ns", "first_scheduled_time_ns",
         "first_token_time_ns", "last_token_time_ns", "acceptance_rate",
-        "total_accepted_draft_tokens", "total_draft_tokens"}) {
+        "total_accepted_draft_tokens", "total_draft_tokens", "inter_token_latency_p50_ms",
+        "inter_token_latency_p99_ms"}) {
     lout[same] = same;
   }
   auto* post = e.add_step();

@@ -1,7 +1,8 @@
 // A live view of one LLM model's engine for the web dashboard: the recent steps (batch size,
-// context and generation tokens, KV blocks, why requests waited), generated tokens per second,
-// and the time-to-first-token histogram of finished requests. Written by the LLM backend's
-// stats and delivery threads, read by the dashboard's; thread-safe.
+// context and generation tokens, KV blocks, why requests waited, the latency target), generated
+// tokens per second, and the latency histograms of finished requests (time to first token,
+// every token's inter-token latency, queue time) with their p50 / p99. Written by the LLM
+// backend's stats and delivery threads, read by the dashboard's; thread-safe.
 #pragma once
 
 #include <chrono>
@@ -28,6 +29,12 @@ struct LlmLiveSnapshot {
   int64_t num_finished = 0;            // requests finished since load
   std::vector<double> ttft_bounds_ms;  // histogram upper bounds; one more count for the rest
   std::vector<int64_t> ttft_counts;
+  std::vector<double> itl_bounds_ms;  // the inter-token latency's, the same way
+  std::vector<int64_t> itl_counts;
+  // Percentiles since load (0 before the first finished request).
+  double ttft_p50_ms = 0, ttft_p99_ms = 0;
+  double itl_p50_ms = 0, itl_p99_ms = 0;
+  double queue_p50_ms = 0, queue_p99_ms = 0;
 };
 
 class LlmLiveStats {
@@ -46,6 +53,7 @@ class LlmLiveStats {
   std::deque<std::pair<Clock::time_point, int64_t>> generated_;  // (when, tokens) per AddSteps
   int64_t num_finished_ = 0;
   std::vector<int64_t> ttft_counts_;
+  LatencyHistogram ttft_, itl_, queue_;
 };
 
 }  // namespace inflight::serving

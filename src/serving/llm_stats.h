@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "base/latency_histogram.h"
+
 namespace inflight::serving {
 
 // One engine step (the engine's IterationStats).
@@ -38,6 +40,8 @@ struct EngineStep {
   int32_t waiting_for_max_num_tokens = 0;
   int32_t waiting_for_max_batch_size = 0;
   int32_t waiting_for_static_batch = 0;
+  int32_t waiting_for_latency_budget = 0;  // prompts held back or cut short by the budget
+  double latency_target_ms = 0;  // what the step's prompt tokens were budgeted to (0: no limit)
 };
 
 // One finished LLM request (the engine's RequestStats). Times < 0: the moment never came.
@@ -46,10 +50,11 @@ struct LlmRequestRecord {
   int32_t num_generated_tokens = 0;  // over all sequences
   int32_t num_draft_tokens = 0;      // speculative decoding: drafts verified
   int32_t num_accepted_draft_tokens = 0;
-  double queue_ms = -1;                // arrival -> first scheduled
-  double time_to_first_token_ms = -1;  // arrival -> first token
-  double end_to_end_ms = -1;           // arrival -> last token (set with the first token)
-  double decode_ms = 0;                // first token -> last token
+  double queue_ms = -1;                  // arrival -> first scheduled
+  double time_to_first_token_ms = -1;    // arrival -> first token
+  double end_to_end_ms = -1;             // arrival -> last token (set with the first token)
+  double decode_ms = 0;                  // first token -> last token
+  LatencyHistogram inter_token_latency;  // one sample per token after the first
 };
 
 // KV cache blocks now.

@@ -137,8 +137,9 @@ Metrics::Metrics()
       &Build(BuildHistogram(), "nv_llm_output_token_len", "TRT LLM response metrics", r);
   f_->ttft = &Build(BuildHistogram(), "inflight_time_to_first_token_seconds",
                     "Time from arrival to the first generated token", r);
-  f_->itl = &Build(BuildHistogram(), "inflight_inter_token_latency_seconds",
-                   "Mean time between generated tokens of a request", r);
+  f_->itl = &Build(
+      BuildHistogram(), "inflight_inter_token_latency_seconds",
+      "Time between a request's generated tokens, one observation per token after its first", r);
   f_->e2e = &Build(BuildHistogram(), "inflight_request_latency_seconds",
                    "Time from arrival to the last generated token", r);
   f_->queue = &Build(BuildHistogram(), "inflight_queue_time_seconds",
@@ -289,8 +290,14 @@ void Metrics::ObserveLlmRequest(const std::string& model, const std::string& ver
   if (st.time_to_first_token_ms >= 0) {
     f_->ttft->Add(l, kLatencyBuckets).Observe(st.time_to_first_token_ms / 1000);
     f_->e2e->Add(l, kLatencyBuckets).Observe(st.end_to_end_ms / 1000);
-    if (st.num_generated_tokens > 1) {
-      f_->itl->Add(l, kLatencyBuckets).Observe(st.decode_ms / 1000 / (st.num_generated_tokens - 1));
+    // Every token's gap, not the request's mean: a stall behind someone's prompt shows in
+    // the tail.
+    const LatencyHistogram& itl = st.inter_token_latency;
+    if (itl.count() > 0) {
+      std::vector<double> bounds_ms;
+      for (double b : kLatencyBuckets) bounds_ms.push_back(b * 1000);
+      f_->itl->Add(l, kLatencyBuckets)
+          .ObserveMultiple(itl.Rebucket(bounds_ms), itl.sum_ms() / 1000);
     }
   }
 }

@@ -46,6 +46,13 @@ std::string Parameters(const std::vector<std::pair<std::string, std::string>>& p
   return o.str();
 }
 
+// A millisecond value as the shortest text that reads back the same ("0", "250", "-1", "12.5").
+std::string FormatMs(double ms) {
+  std::ostringstream o;
+  o << ms;
+  return o.str();
+}
+
 std::string Header(const std::string& name, const std::string& backend, int32_t max_batch) {
   return "name: \"" + name + "\"\n" + backend + "\nmax_batch_size: " + std::to_string(max_batch) +
          "\n";
@@ -69,6 +76,8 @@ const std::vector<Io> kEnsembleOutputs = {
     {"acceptance_rate", "TYPE_FP32", "[ 1 ]"},
     {"total_accepted_draft_tokens", "TYPE_INT32", "[ 1 ]"},
     {"total_draft_tokens", "TYPE_INT32", "[ 1 ]"},
+    {"inter_token_latency_p50_ms", "TYPE_FP32", "[ 1 ]"},
+    {"inter_token_latency_p99_ms", "TYPE_FP32", "[ 1 ]"},
 };
 
 std::vector<Io> TextModelInputs(bool scalar_flags) {
@@ -176,6 +185,8 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
       {"acceptance_rate", "TYPE_FP32", "[ 1 ]"},
       {"total_accepted_draft_tokens", "TYPE_INT32", "[ 1 ]"},
       {"total_draft_tokens", "TYPE_INT32", "[ 1 ]"},
+      {"inter_token_latency_p50_ms", "TYPE_FP32", "[ 1 ]"},
+      {"inter_token_latency_p99_ms", "TYPE_FP32", "[ 1 ]"},
   };
   std::ostringstream c;
   c << Header("tensorrt_llm", "backend: \"tensorrtllm\"", o.max_batch_size);
@@ -196,6 +207,7 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
       {"max_tokens_in_paged_kv_cache", "${max_tokens_in_paged_kv_cache}"},
       {"enable_kv_cache_reuse", o.enable_kv_cache_reuse ? "true" : "false"},
       {"enable_chunked_context", o.enable_chunked_context ? "true" : "false"},
+      {"max_inter_token_latency_ms", FormatMs(o.max_inter_token_latency_ms)},
       {"exclude_input_in_output", o.exclude_input_in_output ? "true" : "false"},
       {"max_queue_size", std::to_string(o.max_queue_size)},
       {"speculative_decoding_mode", o.speculative_decoding_mode},

@@ -19,6 +19,9 @@ struct InitRepoOptions {
   int32_t max_num_tokens = 256;             // per step: bounds a step's time on two cores
   double kv_cache_free_mem_fraction = 0.5;  // of host memory left after the weights
   bool enable_chunked_context = true;       // long prompts do not stall the others' tokens
+  // Target time between a running sequence's tokens while prompts arrive (0: auto, twice the
+  // decode step; < 0: off).
+  double max_inter_token_latency_ms = 0;
   bool enable_kv_cache_reuse = true;
   int32_t max_queue_size = 0;
   bool exclude_input_in_output = false;

@@ -103,6 +103,12 @@ void AddPerfMetrics(const RequestStats& st, InferResponse* resp) {
   resp->outputs.push_back(InferTensor::Float32("acceptance_rate", {1, 1}, {rate}));
   i32("total_accepted_draft_tokens", st.num_accepted_draft_tokens);
   i32("total_draft_tokens", st.num_draft_tokens);
+  // The time between the request's tokens (every token after its first; 0 with fewer than 2).
+  const LatencyHistogram& itl = st.inter_token_latency;
+  resp->outputs.push_back(InferTensor::Float32("inter_token_latency_p50_ms", {1, 1},
+                                               {static_cast<float>(itl.Percentile(0.5))}));
+  resp->outputs.push_back(InferTensor::Float32("inter_token_latency_p99_ms", {1, 1},
+                                               {static_cast<float>(itl.Percentile(0.99))}));
 }
 
 // Results of one row the delivery thread may leave untaken before the row is cancelled

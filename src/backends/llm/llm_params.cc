@@ -52,6 +52,8 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   e.kv_cache_free_mem_fraction = GetDoubleParameter(config, "kv_cache_free_gpu_mem_fraction", 0.9);
   e.enable_kv_cache_reuse = GetBoolParameter(config, "enable_kv_cache_reuse", true);
   e.enable_chunked_context = GetBoolParameter(config, "enable_chunked_context", false);
+  // 0 (the default): auto, twice the running batch's decode step; < 0: off.
+  e.max_inter_token_latency_ms = GetDoubleParameter(config, "max_inter_token_latency_ms", 0);
   e.max_num_tokens =
       static_cast<int32_t>(GetIntParameter(config, "max_num_tokens", e.max_num_tokens));
   e.max_batch_size =

@@ -34,6 +34,8 @@ EngineStep ToEngineStep(const IterationStats& s) {
   e.waiting_for_max_num_tokens = s.waiting_for_max_num_tokens;
   e.waiting_for_max_batch_size = s.waiting_for_max_batch_size;
   e.waiting_for_static_batch = s.waiting_for_static_batch;
+  e.waiting_for_latency_budget = s.waiting_for_latency_budget;
+  e.latency_target_ms = s.latency_target_ms;
   return e;
 }
 
@@ -57,6 +59,7 @@ LlmRequestRecord ToRequestRecord(const RequestStats& s) {
         std::chrono::duration<double, std::milli>(s.last_token_time - s.arrival_time).count();
   }
   r.decode_ms = s.decode_ms();
+  r.inter_token_latency = s.inter_token_latency;
   return r;
 }
 
