@@ -3,8 +3,8 @@
 batching vs llama.cpp's server, under Poisson arrivals at fractions of the measured in-flight
 capacity. One command; prints a Markdown table, writes the figures as JSON and a plot as SVG.
 
-    python3 bench/latency_bench.py --model M.gguf --workload short          # ~15 min
-    python3 bench/latency_bench.py --model M.gguf --workload long           # ~40 min
+    python3 bench/latency_bench.py --model M.gguf --workload short          # ~10 min per seed
+    python3 bench/latency_bench.py --model M.gguf --workload long           # ~25 min per seed
     python3 bench/latency_bench.py ... --llama-server /path/to/llama-server # adds the peer
 
 Workloads (seeded; random token ids, greedy, end-of-sequence ignored so every request makes
@@ -73,7 +73,9 @@ def run_inflight(args, reqs, arrivals_ms, mode):
         cmd += ["--max-inter-token-latency-ms", "-1"]
     elif mode == "inflight-chunked":
         cmd += ["--max-inter-token-latency-ms", "-1", "--chunked-context", "--max-num-tokens", "256"]
-    else:  # inflight: the latency budget
+    elif mode.startswith("inflight@"):  # a fixed target, e.g. inflight@150
+        cmd += ["--max-inter-token-latency-ms", mode.split("@")[1]]
+    else:  # inflight: the latency budget's default target
         cmd += ["--max-inter-token-latency-ms", str(args.target_ms)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(path)
@@ -238,7 +240,8 @@ def main():
     ap.add_argument("--loads", default="0.5,0.8,0.95")
     ap.add_argument("--modes", default="inflight,inflight-unbudgeted,static")
     ap.add_argument("--target-ms", type=float, default=0, help="max_inter_token_latency_ms (0: auto)")
-    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seeds", default="7", help="comma-separated: one request set and arrival "
+                    "sequence each; figures are means over them")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-batch-size", type=int, default=16)
     ap.add_argument("--max-num-tokens", type=int, default=2048)
@@ -253,45 +256,60 @@ def main():
     n = args.requests or w["requests"]
     if not args.kv_cache_tokens:
         args.kv_cache_tokens = args.max_batch_size * (w["prompt"][1] + w["output"][1] + 64)
-    reqs, gaps = make_workload(args.workload, n, args.seed)
     modes = [m for m in args.modes.split(",") if m]
     if args.llama_server:
         modes.append("llama-server")
     loads = [float(x) for x in args.loads.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",")]
 
-    cap_run = run_inflight(args, reqs, [0.0] * n, "inflight")
-    capacity = n / cap_run["seconds"]
-    print(f"capacity (all {n} at once, in-flight): {capacity:.3f} req/s, "
-          f"{cap_run['output_tok_s']:.1f} output tok/s", flush=True)
     server = LlamaServer(args) if args.llama_server else None
-    rows = []
+    runs, capacities = [], []
     try:
-        for load in loads:
-            rate = load * capacity
-            arrivals, t = [], 0.0
-            for g in gaps:
-                arrivals.append(t * 1000)
-                t += g / rate
-            for m in modes:
-                r = server.run(reqs, arrivals) if m == "llama-server" else run_inflight(args, reqs, arrivals, m)
-                r.update(mode=m, load=load, rate=rate)
-                rows.append(r)
-                print(json.dumps(r), flush=True)
+        for seed in seeds:
+            reqs, gaps = make_workload(args.workload, n, seed)
+            cap_run = run_inflight(args, reqs, [0.0] * n, "inflight")
+            capacity = n / cap_run["seconds"]
+            capacities.append(capacity)
+            print(f"seed {seed}: capacity (all {n} at once, in-flight): {capacity:.3f} req/s, "
+                  f"{cap_run['output_tok_s']:.1f} output tok/s", flush=True)
+            for load in loads:
+                rate = load * capacity
+                arrivals, t = [], 0.0
+                for g in gaps:
+                    arrivals.append(t * 1000)
+                    t += g / rate
+                # Modes one after another per (seed, load): machine drift meets them alike.
+                for m in modes:
+                    r = server.run(reqs, arrivals) if m == "llama-server" else run_inflight(args, reqs, arrivals, m)
+                    r.update(mode=m, load=load, rate=rate, seed=seed)
+                    runs.append(r)
+                    print(json.dumps(r), flush=True)
     finally:
         if server:
             server.close()
+    # Means over the seeds.
+    rows = []
+    for load in loads:
+        for m in modes:
+            same = [r for r in runs if r["load"] == load and r["mode"] == m]
+            row = {k: sum(r[k] for r in same) / len(same) for k in same[0] if isinstance(same[0][k], float)}
+            row.update(mode=m, load=load)
+            rows.append(row)
+    capacity = sum(capacities) / len(capacities)
 
-    print(f"\n{args.workload} workload, {n} requests, capacity {capacity:.3f} req/s\n")
-    print("| load | mode | mean latency (s) | TTFT p50 / p99 (s) | ITL p50 / p99 (ms) | output tok/s |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n{args.workload} workload, {n} requests, seeds {args.seeds} (means over them), "
+          f"capacity {capacity:.3f} req/s\n")
+    print("| load | mode | mean latency (s) | mean TTFT (s) | TTFT p50 / p99 (s) | ITL mean (ms) | ITL p50 / p99 (ms) | output tok/s |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['load']:g} | {r['mode']} | {r['latency_mean_ms'] / 1000:.2f} | "
-              f"{r['ttft_p50_ms'] / 1000:.2f} / {r['ttft_p99_ms'] / 1000:.2f} | "
+              f"{r['ttft_mean_ms'] / 1000:.2f} | "
+              f"{r['ttft_p50_ms'] / 1000:.2f} / {r['ttft_p99_ms'] / 1000:.2f} | {r['itl_mean_ms']:.1f} | "
               f"{r['itl_p50_ms']:.1f} / {r['itl_p99_ms']:.1f} | {r['output_tok_s']:.1f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"workload": args.workload, "requests": n, "capacity_req_s": capacity,
-                       "rows": rows}, f, indent=1)
+            json.dump({"workload": args.workload, "requests": n, "seeds": seeds,
+                       "capacity_req_s": capacities, "rows": rows, "runs": runs}, f, indent=1)
     if args.svg:
         svg_plot(rows, modes, loads, args.svg,
                  f"{args.workload} workload: {os.path.basename(args.model)}, {args.threads} threads")

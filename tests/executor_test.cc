@@ -761,67 +761,105 @@ TEST_F(ExecutorTest, StatsSayWhyRequestsWait) {
 // ---- The latency budget: a long prompt arriving beside a running decode is cut into chunks
 // that keep the decode's steps near the target, and nobody's output changes.
 
+// The beams of a final beam-search result (or the one output of a sampled one).
+std::vector<std::vector<int32_t>> FinalOutputs(const Result& r) {
+  std::vector<std::vector<int32_t>> out;
+  for (const BeamOutput& b : r.beams) out.push_back(b.output_token_ids);
+  if (out.empty()) out.push_back(r.output_token_ids);
+  return out;
+}
+
 TEST_F(ExecutorTest, LatencyBudgetCutsALongPromptBesideADecodeAndKeepsOutputs) {
-  // Auto target: twice the decode step (relative, so the test holds on a slow or sanitized
-  // build; fixed targets are the scheduler test's).
-  ExecutorConfig c;
-  c.max_tokens_in_paged_kv_cache = 4096;
-  c.tokens_per_block = 16;
-  c.max_num_tokens = 1024;
-  c.max_inter_token_latency_ms = 0;
   std::vector<int32_t> long_prompt(500);
   for (size_t i = 0; i < long_prompt.size(); ++i)
     long_prompt[i] = static_cast<int32_t>(3 + (i * 37) % 250);
   const std::vector<int32_t> short_prompt = {1, 72, 101, 108};
-  std::vector<int32_t> expected_b = long_prompt;
-  for (int32_t t : Alone(long_prompt, 8)) expected_b.push_back(t);
   const std::vector<int32_t> expected_a = Alone(short_prompt, 400);
-  // B must arrive while A decodes; a test thread descheduled for A's whole run (~10 ms here)
-  // misses that, so the scenario runs again (at most 5 times).
-  int32_t budgeted_steps = 0, cut_steps = 0, largest_chunk = 0;
-  for (int attempt = 0; attempt < 5 && budgeted_steps < 2; ++attempt) {
-    auto e = Make(c);
-    // A first request: the cost model drops its first passes (one-time costs) as warm-up.
-    Collect(*e, *e->Enqueue(Greedy({1, 50, 60, 70, 80, 90}, 4)));
-    Request a = Greedy(short_prompt, 400);
-    a.streaming = true;
-    auto ida = e->Enqueue(std::move(a));
-    ASSERT_TRUE(ida.ok());
-    // Once A decodes (the cost model has seen prompt and decode steps), B's prompt arrives.
-    std::vector<Result> ra;
-    while (ra.size() < 8) {
-      for (Result& r : e->AwaitResponses(*ida, milliseconds(50))) ra.push_back(std::move(r));
+  struct Variant {
+    const char* name;
+    CapacityPolicy policy;
+    bool reuse;
+    SpeculativeMode speculation;
+    int32_t b_beams;
+  };
+  for (const Variant& v :
+       {Variant{"no_evict", CapacityPolicy::kGuaranteedNoEvict, false, SpeculativeMode::kNone, 1},
+        Variant{"max_utilization, reuse, prompt lookup", CapacityPolicy::kMaxUtilization, true,
+                SpeculativeMode::kPromptLookup, 1},
+        Variant{"beam search", CapacityPolicy::kGuaranteedNoEvict, false, SpeculativeMode::kNone,
+                2}}) {
+    SCOPED_TRACE(v.name);
+    // Auto target: twice the decode step (relative, so the test holds on a slow or sanitized
+    // build; fixed targets are the scheduler test's).
+    ExecutorConfig c;
+    c.max_tokens_in_paged_kv_cache = 4096;
+    c.tokens_per_block = 16;
+    c.max_num_tokens = 1024;
+    c.max_inter_token_latency_ms = 0;
+    c.policy = v.policy;
+    c.enable_kv_cache_reuse = v.reuse;
+    c.speculative_mode = v.speculation;
+    c.max_beam_width = 2;
+    Request b_request = Greedy(long_prompt, 8);
+    b_request.beam_width = v.b_beams;
+    // B's reference: alone, without the budget.
+    std::vector<std::vector<int32_t>> expected_b;
+    {
+      ExecutorConfig alone = c;
+      alone.max_inter_token_latency_ms = -1;
+      auto e = Make(alone);
+      std::vector<Result> r = Collect(*e, *e->Enqueue(b_request));
+      ASSERT_FALSE(r.empty());
+      expected_b = FinalOutputs(r.back());
     }
-    auto idb = e->Enqueue(Greedy(long_prompt, 8));
-    ASSERT_TRUE(idb.ok());
-    if (!ra.back().is_final)
-      for (Result& r : Collect(*e, *ida)) ra.push_back(std::move(r));
-    std::vector<Result> rb = Collect(*e, *idb);
-    std::vector<int32_t> out_a;
-    for (const Result& r : ra)
-      out_a.insert(out_a.end(), r.output_token_ids.begin(), r.output_token_ids.end());
-    EXPECT_EQ(out_a, expected_a);
-    ASSERT_FALSE(rb.empty());
-    EXPECT_EQ(rb.back().output_token_ids, expected_b);
-    // B's prompt ran in several budgeted chunks, each beside A's decode row.
-    budgeted_steps = cut_steps = largest_chunk = 0;
-    for (const IterationStats& s : e->GetLatestIterationStats()) {
-      if (s.waiting_for_latency_budget > 0) ++cut_steps;
-      if (s.latency_target_ms > 0 && s.num_context_tokens > 0) {
-        ++budgeted_steps;
-        largest_chunk = std::max(largest_chunk, s.num_context_tokens);
+    // B must arrive while A decodes; a test thread descheduled for A's whole run (~10 ms
+    // here) misses that, so the scenario runs again (at most 5 times).
+    int32_t budgeted_steps = 0, cut_steps = 0, largest_chunk = 0;
+    for (int attempt = 0; attempt < 5 && budgeted_steps < 2; ++attempt) {
+      auto e = Make(c);
+      // A first request: the cost model drops its first passes (one-time costs) as warm-up.
+      Collect(*e, *e->Enqueue(Greedy({1, 50, 60, 70, 80, 90}, 4)));
+      Request a = Greedy(short_prompt, 400);
+      a.streaming = true;
+      auto ida = e->Enqueue(std::move(a));
+      ASSERT_TRUE(ida.ok());
+      // Once A decodes (the cost model has seen prompt and decode steps), B's prompt arrives.
+      std::vector<Result> ra;
+      while (ra.size() < 8 && (ra.empty() || !ra.back().is_final)) {
+        for (Result& r : e->AwaitResponses(*ida, milliseconds(50))) ra.push_back(std::move(r));
       }
+      auto idb = e->Enqueue(b_request);
+      ASSERT_TRUE(idb.ok());
+      if (!ra.back().is_final)
+        for (Result& r : Collect(*e, *ida)) ra.push_back(std::move(r));
+      std::vector<Result> rb = Collect(*e, *idb);
+      std::vector<int32_t> out_a;
+      for (const Result& r : ra)
+        out_a.insert(out_a.end(), r.output_token_ids.begin(), r.output_token_ids.end());
+      EXPECT_EQ(out_a, expected_a);
+      ASSERT_FALSE(rb.empty());
+      EXPECT_EQ(FinalOutputs(rb.back()), expected_b);
+      // B's prompt ran in several budgeted chunks, each beside A's decode row.
+      budgeted_steps = cut_steps = largest_chunk = 0;
+      for (const IterationStats& s : e->GetLatestIterationStats()) {
+        if (s.waiting_for_latency_budget > 0) ++cut_steps;
+        if (s.latency_target_ms > 0 && s.num_context_tokens > 0) {
+          ++budgeted_steps;
+          largest_chunk = std::max(largest_chunk, s.num_context_tokens);
+        }
+      }
+      // A's inter-token latency: one sample per token after its first (speculation may give
+      // several tokens a step: still one sample each).
+      const LatencyHistogram& itl = ra.back().stats.inter_token_latency;
+      EXPECT_EQ(itl.count(), 399);
+      EXPECT_GT(itl.max_ms(), 0);
+      EXPECT_LE(itl.Percentile(0.5), itl.max_ms());
+      ExpectNoLeaks(*e);
     }
-    // A's inter-token latency: one sample per token after its first.
-    const LatencyHistogram& itl = ra.back().stats.inter_token_latency;
-    EXPECT_EQ(itl.count(), 399);
-    EXPECT_GT(itl.max_ms(), 0);
-    EXPECT_LE(itl.Percentile(0.5), itl.max_ms());
-    ExpectNoLeaks(*e);
+    EXPECT_GT(cut_steps, 0);
+    EXPECT_GT(budgeted_steps, 1);
+    EXPECT_LT(largest_chunk, 500);
   }
-  EXPECT_GT(cut_steps, 0);
-  EXPECT_GT(budgeted_steps, 1);
-  EXPECT_LT(largest_chunk, 500);
 }
 
 TEST_F(ExecutorTest, LatencyBudgetOffRunsTheWholePromptBesideTheDecode) {

@@ -11,20 +11,6 @@ namespace inflight {
 namespace {
 
 constexpr size_t kMaxStatsKept = 1000;
-constexpr int32_t kMaxReturnSequences = 64;
-
-Status ValidateWords(const std::vector<std::vector<int32_t>>& words, int32_t vocab,
-                     const char* what) {
-  for (const auto& w : words) {
-    if (w.empty()) return InvalidArgumentError(std::string(what) + " contain an empty word");
-    for (int32_t id : w) {
-      if (id < 0 || id >= vocab)
-        return InvalidArgumentError(std::string(what) + " contain token id " + std::to_string(id) +
-                                    " outside the vocabulary");
-    }
-  }
-  return OkStatus();
-}
 
 }  // namespace
 
@@ -57,6 +43,8 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
         BlockManagerConfig{draft_runner_->num_kv_blocks(), config.tokens_per_block, false});
     draft_block_counts_ = draft_blocks_->counts();
   }
+  sampled_decoding_ = MakeSampledDecoding(*this);
+  beam_decoding_ = MakeBeamDecoding(*this);
   waker_->executor = this;
   thread_ = std::thread([this] { Loop(); });
 }
@@ -92,156 +80,6 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
 }
 
 Executor::~Executor() { Shutdown(); }
-
-Status Executor::Validate(const Request& r) const {
-  const int64_t prompt = static_cast<int64_t>(r.prompt_ids.size());
-  if (prompt == 0) return InvalidArgumentError("the prompt is empty");
-  int64_t table_rows = 0;
-  if (r.prompt_table) {
-    if (r.prompt_table->empty() ||
-        r.prompt_table->size() % static_cast<size_t>(hidden_size_) != 0) {
-      return InvalidArgumentError("the prompt embedding table must be [rows, " +
-                                  std::to_string(hidden_size_) + "] (the model's hidden size)");
-    }
-    table_rows = static_cast<int64_t>(r.prompt_table->size()) / hidden_size_;
-  }
-  for (int32_t id : r.prompt_ids) {
-    if (id < 0 || id >= vocab_size_ + table_rows) {
-      return InvalidArgumentError(
-          "prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
-          std::to_string(vocab_size_) + ")" +
-          (table_rows > 0
-               ? " and the prompt embedding table (" + std::to_string(table_rows) + " rows)"
-               : std::string()));
-    }
-  }
-  if (r.max_tokens < 1) return InvalidArgumentError("max_tokens must be >= 1");
-  if (prompt >= context_length_) {
-    return InvalidArgumentError(
-        "prompt (" + std::to_string(prompt) + " tokens) exceeds the maximum input length " +
-        std::to_string(context_length_ - 1) + " (the model's context length is " +
-        std::to_string(context_length_) + ")");
-  }
-  if (prompt + r.max_tokens > context_length_) {
-    return InvalidArgumentError("prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" +
-                                std::to_string(r.max_tokens) +
-                                ") exceeds the model's context length " +
-                                std::to_string(context_length_));
-  }
-  RETURN_IF_ERROR(r.sampling.Validate());
-  if (r.lora && r.lora->num_layers() != runner_->num_layers()) {
-    return InvalidArgumentError("the LoRA adapter was built for " +
-                                std::to_string(r.lora->num_layers()) + " layers; the model has " +
-                                std::to_string(runner_->num_layers()));
-  }
-  if (r.num_return_sequences < 1 || r.num_return_sequences > kMaxReturnSequences) {
-    return InvalidArgumentError("num_return_sequences must be in [1, " +
-                                std::to_string(kMaxReturnSequences) + "]");
-  }
-  if (r.beam_width < 1) return InvalidArgumentError("beam_width must be >= 1");
-  if (r.beam_width > config_.max_beam_width) {
-    return InvalidArgumentError("beam_width " + std::to_string(r.beam_width) +
-                                " exceeds max_beam_width " +
-                                std::to_string(config_.max_beam_width));
-  }
-  if (r.beam_width > 1) {
-    if (r.num_return_sequences > r.beam_width) {
-      return InvalidArgumentError(
-          "num_return_sequences (" + std::to_string(r.num_return_sequences) +
-          ") must not exceed beam_width (" + std::to_string(r.beam_width) + ")");
-    }
-    if (r.return_generation_logits)
-      return InvalidArgumentError(
-          "generation logits are not returned with beam search (beam_width > 1)");
-    if (!r.draft_tokens.empty())
-      return InvalidArgumentError(
-          "draft tokens cannot be verified with beam search (beam_width > 1)");
-    if (!std::isfinite(r.length_penalty))
-      return InvalidArgumentError("length_penalty must be finite");
-    if (!std::isfinite(r.beam_search_diversity_rate) || r.beam_search_diversity_rate < 0) {
-      return InvalidArgumentError("beam_search_diversity_rate must be >= 0");
-    }
-    if (r.early_stopping < 0) return InvalidArgumentError("early_stopping must be >= 0");
-    if (r.guide)
-      return InvalidArgumentError(
-          "guided decoding is not supported with beam search (beam_width > 1)");
-  }
-  if (r.guide && !r.draft_tokens.empty())
-    return InvalidArgumentError("draft tokens cannot be verified with guided decoding");
-  if (r.min_tokens < 0) return InvalidArgumentError("min_tokens must be >= 0");
-  if (!(r.priority >= 0 && r.priority <= 1))
-    return InvalidArgumentError("priority must be in [0, 1]");
-  if (r.timeout_ms < 0) return InvalidArgumentError("timeout must be >= 0");
-  if (r.kv_retention_priority < 0 || r.kv_retention_priority > 100)
-    return InvalidArgumentError("kv retention priority must be in [0, 100]");
-  if (r.end_id >= vocab_size_ || r.end_id < -1)
-    return InvalidArgumentError("end_id " + std::to_string(r.end_id) +
-                                " is outside the vocabulary");
-  RETURN_IF_ERROR(ValidateWords(r.stop_words, vocab_size_, "stop words"));
-  RETURN_IF_ERROR(ValidateWords(r.bad_words, vocab_size_, "bad words"));
-  if (static_cast<int64_t>(r.draft_tokens.size()) > kMaxDraftTokens) {
-    return InvalidArgumentError("the request holds " + std::to_string(r.draft_tokens.size()) +
-                                " draft tokens; at most " + std::to_string(kMaxDraftTokens) +
-                                " are verified per step");
-  }
-  for (int32_t id : r.draft_tokens) {
-    if (id < 0 || id >= vocab_size_)
-      return InvalidArgumentError("draft token id " + std::to_string(id) +
-                                  " is outside the vocabulary");
-  }
-  if (!r.draft_logits.empty()) {
-    if (r.draft_logits.size() != r.draft_tokens.size() * static_cast<size_t>(vocab_size_)) {
-      return InvalidArgumentError("draft_logits must be [" + std::to_string(r.draft_tokens.size()) +
-                                  ", " + std::to_string(vocab_size_) +
-                                  "]: one row of the vocabulary's logits per draft token");
-    }
-    for (size_t row = 0; row < r.draft_tokens.size(); ++row) {
-      bool finite = false;
-      for (int32_t v = 0; v < vocab_size_; ++v) {
-        const float x = r.draft_logits[row * vocab_size_ + v];
-        if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
-          return InvalidArgumentError("draft_logits hold NaN or +inf");
-        finite = finite || std::isfinite(x);
-      }
-      if (!finite) return InvalidArgumentError("a draft_logits row has no finite logit");
-    }
-  }
-  if (r.num_draft_tokens < -1 || r.num_draft_tokens > kMaxDraftTokens) {
-    return InvalidArgumentError("num_draft_tokens must be in [0, " +
-                                std::to_string(kMaxDraftTokens) + "]");
-  }
-  if (!config_.enable_chunked_context && prompt > config_.max_num_tokens) {
-    return InvalidArgumentError(
-        "prompt of " + std::to_string(prompt) + " tokens exceeds max_num_tokens " +
-        std::to_string(config_.max_num_tokens) + " (enable chunked context to split it)");
-  }
-  // Blocks the request needs at once: the whole request under guaranteed_no_evict, one
-  // sequence under max_utilization (its siblings can wait or be paused).
-  const int64_t tpb = config_.tokens_per_block;
-  const int64_t lifetime = (prompt + r.max_tokens + tpb - 1) / tpb;
-  int64_t need = scheduler_.policy().BlocksNeededAtOnce(r, prompt / tpb, lifetime);
-  if (r.beam_width > 1) need = r.beam_width * lifetime;  // all beams resident to advance
-  if (need > num_kv_blocks_) {
-    return InvalidArgumentError(
-        "the request needs " + std::to_string(need) + " KV cache blocks of " + std::to_string(tpb) +
-        " tokens but the whole cache has " + std::to_string(num_kv_blocks_));
-  }
-  if (window_blocks_ && scheduler_.policy().ReservesWindow()) {
-    // The window group's reservation (engine/scheduler.h).
-    const int64_t window_need = static_cast<int64_t>(WindowBlocksPerSequence(
-                                    runner_->kv_window(), config_.tokens_per_block)) *
-                                    std::max(r.beam_width, r.num_return_sequences) +
-                                WindowBlocksPerStep(config_);
-    if (window_need > window_blocks_->config().num_blocks) {
-      return InvalidArgumentError("the request's " +
-                                  std::to_string(std::max(r.beam_width, r.num_return_sequences)) +
-                                  " sequences need " + std::to_string(window_need) +
-                                  " blocks of the KV cache's sliding-window group but it has " +
-                                  std::to_string(window_blocks_->config().num_blocks));
-    }
-  }
-  return OkStatus();
-}
 
 StatusOr<RequestId> Executor::Enqueue(Request request) {
   // As TensorRT-LLM's executor: max_tokens is clamped to what fits in the context (with a
@@ -427,7 +265,7 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
     if (r.guide) seq->constraint = r.guide->Clone();
     // A client's drafts are verified with the prompt's last chunk (sibling sequences fork from
     // the prompt alone, so not for num_return_sequences > 1).
-    if (r.num_return_sequences == 1 && r.beam_width == 1) seq->draft = r.draft_tokens;
+    if (r.num_return_sequences == 1) seq->draft = r.draft_tokens;  // (none with beams)
     if (r.return_context_logits)
       rs->context_logits.resize(static_cast<size_t>(seq->prompt_len) * vocab_size_);
     scheduler_.AddWaiting(seq.get());
@@ -438,16 +276,7 @@ void Executor::Admit(std::vector<std::pair<RequestId, Request>>& submissions) {
 
 void Executor::HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels) {
   auto end_request = [&](RequestState* rs, FinishReason reason) {
-    if (rs->request.beam_width > 1) {
-      FinishBeams(rs, reason);
-      return;
-    }
-    for (auto& seq : rs->sequences) {
-      if (seq->state != SequenceState::kFinished) FinishSequence(seq.get(), reason);
-    }
-    // Sequences not forked yet end too, so the request's result set is complete.
-    rs->forked = true;
-    for (auto& seq : rs->sequences) Publish(seq.get());
+    DecodingOf(rs->request).End(rs, reason);
   };
   for (RequestId id : cancels) {
     auto it = requests_.find(id);
@@ -588,12 +417,10 @@ bool Executor::RunStep() {
     row += ch.num_logits;
   }
   SampleAll();
-  for (RequestState* rs : touched_) {
-    if (rs->request.beam_width > 1) AdvanceBeams(rs);
-  }
+  for (RequestState* rs : touched_) DecodingOf(rs->request).EndStep(rs);
   for (RequestState* rs : touched_) {
     TimeTokens(rs);
-    for (auto& seq : rs->sequences) Publish(seq.get());
+    DecodingOf(rs->request).Publish(rs);
     rs->touched = false;
   }
   touched_.clear();
@@ -705,13 +532,7 @@ void Executor::SampleAll() {
     for (int64_t i = n * ti / nt; i < n * (ti + 1) / nt; ++i) {
       float* scratch = sample_rows_.data() + static_cast<size_t>(ti) * vocab_size_;
       const PendingSample& p = to_sample_[i];
-      if (p.seq->request->request.beam_width > 1) {
-        BeamCandidates(p.seq, p.row, scratch);
-      } else if (p.num_draft > 0) {
-        VerifyDrafts(p.seq, p.row, p.num_draft, scratch, &drawn_[i]);
-      } else {
-        drawn_[i].assign(1, DrawNext(p.seq, p.row, scratch));
-      }
+      DecodingOf(p.seq->request->request).Draw(p, scratch, &drawn_[i]);
     }
   };
   if (threads > 1)
@@ -719,26 +540,61 @@ void Executor::SampleAll() {
   else
     draw(0, 1);
   for (int64_t i = 0; i < n; ++i) {
-    Sequence* seq = to_sample_[i].seq;
-    RequestState* rs = seq->request;
-    if (rs->request.beam_width > 1) {
-      seq->beam_reported = true;  // AdvanceBeams moves the beams once all have reported
-      continue;
+    const PendingSample& p = to_sample_[i];
+    DecodingOf(p.seq->request->request).Accept(p, drawn_[i]);
+  }
+  to_sample_.clear();
+}
+
+// Sampled sequences: one, or num_return_sequences forked from the prompt, each drawing with
+// its own sampler (drafts verified in the same pass).
+class Executor::SampledDecoding final : public Executor::Decoding {
+ public:
+  using Decoding::Decoding;
+  Status Validate(const Request&) const override { return OkStatus(); }
+  int64_t BlocksNeededAtOnce(const Request& r, int64_t prompt_blocks,
+                             int64_t lifetime) const override {
+    return e_.scheduler_.policy().BlocksNeededAtOnce(r, prompt_blocks, lifetime);
+  }
+  void Draw(const PendingSample& p, float* scratch, std::vector<SampledToken>* drawn) override {
+    if (p.num_draft > 0) {
+      e_.VerifyDrafts(p.seq, p.row, p.num_draft, scratch, drawn);
+    } else {
+      drawn->assign(1, e_.DrawNext(p.seq, p.row, scratch));
     }
+  }
+  void Accept(const PendingSample& p, std::vector<SampledToken>& drawn) override {
+    Sequence* seq = p.seq;
+    RequestState* rs = seq->request;
     const bool first_of_request = seq->index == 0 && !rs->forked && seq->num_generated() == 0;
     // The siblings fork from the prompt before the first sequence's token is accepted:
     // accepting it can end that sequence (an end token, max_tokens 1) and release the prompt's
     // blocks the siblings share.
-    if (first_of_request && rs->request.num_return_sequences > 1) Fork(seq, to_sample_[i].row);
-    if (to_sample_[i].num_draft > 0) {
-      AcceptDrawn(seq, drawn_[i], to_sample_[i].num_draft);
+    if (first_of_request && rs->request.num_return_sequences > 1) e_.Fork(seq, p.row);
+    if (p.num_draft > 0) {
+      e_.AcceptDrawn(seq, drawn, p.num_draft);
     } else {
-      AcceptToken(seq, drawn_[i][0]);
+      e_.AcceptToken(seq, drawn[0]);
       seq->draft.clear();  // a client's drafts that found no room in the prompt's last chunk
     }
     rs->forked = true;
   }
-  to_sample_.clear();
+  void EndStep(RequestState*) override {}
+  void End(RequestState* rs, FinishReason reason) override {
+    for (auto& seq : rs->sequences) {
+      if (seq->state != SequenceState::kFinished) e_.FinishSequence(seq.get(), reason);
+    }
+    // Sequences not forked yet end too, so the request's result set is complete.
+    rs->forked = true;
+    Publish(rs);
+  }
+  void Publish(RequestState* rs) override {
+    for (auto& seq : rs->sequences) e_.Publish(seq.get());
+  }
+};
+
+std::unique_ptr<Executor::Decoding> Executor::MakeSampledDecoding(Executor& e) {
+  return std::make_unique<SampledDecoding>(e);
 }
 
 bool Executor::StopWordMatched(const Sequence& seq) const {
@@ -807,7 +663,6 @@ void Executor::Publish(Sequence* seq) {
   const Request& r = rs->request;
   const bool finished = seq->state == SequenceState::kFinished;
   if (seq->num_published < 0) return;  // its final result is out
-  if (r.beam_width > 1) return;        // beams go out together (PublishBeams)
   const int32_t gen = seq->num_generated();
   if (!finished && (!r.streaming || gen == seq->num_published)) return;
   Result res;
@@ -917,6 +772,7 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   s.iteration = iteration_;
   s.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   s.forward_ms = last_forward_ms_;
+  if (last_forward_ms_ > 0) step_budget_.ObserveOverhead(s.step_ms - s.forward_ms);
   last_forward_ms_ = 0;
   s.num_active = static_cast<int32_t>(scheduler_.running().size());
   s.num_queued = static_cast<int32_t>(scheduler_.waiting().size());

@@ -181,6 +181,43 @@ class Executor {
     int32_t num_draft;  // draft tokens to verify
   };
   std::vector<PendingSample> to_sample_;
+
+  // How a request's sequences turn logits into tokens and results: sampled sequences (one, or
+  // num_return_sequences forked from the prompt; executor.cc) or beam search
+  // (executor_beam.cc). DecodingOf picks one per request; the step calls it and never asks
+  // which.
+  class Decoding {
+   public:
+    explicit Decoding(Executor& e) : e_(e) {}
+    virtual ~Decoding() = default;
+    // The checks of this kind of decoding (Enqueue).
+    virtual Status Validate(const Request& r) const = 0;
+    // Full-group KV blocks the request must be able to hold at once (prompt_blocks: its
+    // prompt's full blocks; lifetime: blocks of prompt + max_tokens).
+    virtual int64_t BlocksNeededAtOnce(const Request& r, int64_t prompt_blocks,
+                                       int64_t lifetime) const = 0;
+    // On a pool thread: a sequence's logits rows -> its new tokens (or beam candidates).
+    virtual void Draw(const PendingSample& p, float* scratch, std::vector<SampledToken>* drawn) = 0;
+    // On the engine thread, in order: takes what Draw produced.
+    virtual void Accept(const PendingSample& p, std::vector<SampledToken>& drawn) = 0;
+    // After every sequence of the step was accepted.
+    virtual void EndStep(RequestState* rs) = 0;
+    // Ends the request early (cancelled, timed out) and publishes what it has.
+    virtual void End(RequestState* rs, FinishReason reason) = 0;
+    // Hands the request's new results to its consumer.
+    virtual void Publish(RequestState* rs) = 0;
+
+   protected:
+    Executor& e_;
+  };
+  class SampledDecoding;
+  class BeamDecoding;
+  static std::unique_ptr<Decoding> MakeSampledDecoding(Executor& e);
+  static std::unique_ptr<Decoding> MakeBeamDecoding(Executor& e);  // executor_beam.cc
+  Decoding& DecodingOf(const Request& r) const {
+    return r.beam_width > 1 ? *beam_decoding_ : *sampled_decoding_;
+  }
+  std::unique_ptr<Decoding> sampled_decoding_, beam_decoding_;
   std::vector<std::vector<SampledToken>> drawn_;  // per pending sample: its new tokens
   int32_t step_draft_tokens_ = 0, step_accepted_draft_tokens_ = 0;
   std::vector<float> sample_rows_;  // [threads, vocab]

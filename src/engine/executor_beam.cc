@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <string>
 
 #include "base/check.h"
 #include "engine/executor.h"
@@ -21,6 +23,52 @@ float LengthPenalised(float cum_log_prob, int32_t length, float length_penalty) 
 }
 
 }  // namespace
+
+// Beam search: each beam reports its best candidates; once all have, AdvanceBeams moves them
+// (EndStep); the beams' results go out together (PublishBeams), never per sequence.
+class Executor::BeamDecoding final : public Executor::Decoding {
+ public:
+  using Decoding::Decoding;
+  Status Validate(const Request& r) const override {
+    if (r.num_return_sequences > r.beam_width) {
+      return InvalidArgumentError(
+          "num_return_sequences (" + std::to_string(r.num_return_sequences) +
+          ") must not exceed beam_width (" + std::to_string(r.beam_width) + ")");
+    }
+    if (r.return_generation_logits)
+      return InvalidArgumentError(
+          "generation logits are not returned with beam search (beam_width > 1)");
+    if (!r.draft_tokens.empty())
+      return InvalidArgumentError(
+          "draft tokens cannot be verified with beam search (beam_width > 1)");
+    if (!std::isfinite(r.length_penalty))
+      return InvalidArgumentError("length_penalty must be finite");
+    if (!std::isfinite(r.beam_search_diversity_rate) || r.beam_search_diversity_rate < 0) {
+      return InvalidArgumentError("beam_search_diversity_rate must be >= 0");
+    }
+    if (r.early_stopping < 0) return InvalidArgumentError("early_stopping must be >= 0");
+    if (r.guide)
+      return InvalidArgumentError(
+          "guided decoding is not supported with beam search (beam_width > 1)");
+    return OkStatus();
+  }
+  int64_t BlocksNeededAtOnce(const Request& r, int64_t, int64_t lifetime) const override {
+    return r.beam_width * lifetime;  // all beams resident to advance
+  }
+  void Draw(const PendingSample& p, float* scratch, std::vector<SampledToken>*) override {
+    e_.BeamCandidates(p.seq, p.row, scratch);
+  }
+  void Accept(const PendingSample& p, std::vector<SampledToken>&) override {
+    p.seq->beam_reported = true;  // AdvanceBeams moves the beams once all have reported
+  }
+  void EndStep(RequestState* rs) override { e_.AdvanceBeams(rs); }
+  void End(RequestState* rs, FinishReason reason) override { e_.FinishBeams(rs, reason); }
+  void Publish(RequestState*) override {}  // AdvanceBeams and FinishBeams publish
+};
+
+std::unique_ptr<Executor::Decoding> Executor::MakeBeamDecoding(Executor& e) {
+  return std::make_unique<BeamDecoding>(e);
+}
 
 void Executor::BeamCandidates(Sequence* seq, const float* logits_row, float* scratch) {
   // Engine-side logits processing as for sampling (bad words, min_tokens, bias, penalties,

@@ -11,6 +11,15 @@
 // request could ever need is free beside what running requests have reserved; max_utilization
 // when this step's blocks are free. Static batching admits only when nothing is running.
 //
+// The latency budget (engine/step_budget.h; in-flight batching only): once the step's decode
+// rows are scheduled, prompt chunks (running ones first, then admissions, oldest first) get
+// only the tokens the target leaves after the decode rows' predicted cost, cut anywhere (not
+// on block boundaries), and never fewer than StepBudget::kMinPromptTokens for the step's first
+// prompt. A prompt held back or cut short counts as waiting_for_latency_budget.
+//
+// The capacity policy is an object (engine/capacity_policy.h) the scheduler calls at
+// admission, when a running sequence is short of blocks, and for draft tokens.
+//
 // KV cache groups (a model with sliding-window layers, kvcache/kv_storage.h): each sequence
 // has a second block table, index for index with its first, in the window group. A step
 // allocates a block in both groups; after the step the window-group blocks that no later

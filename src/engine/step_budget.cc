@@ -12,7 +12,7 @@ double StepBudget::Begin(const StepShape& decode) {
     unmet_ = false;
     return kNoLimit;
   }
-  const double decode_ms = cost_.DecodeMs(decode);
+  const double decode_ms = cost_.DecodeMs(decode) + overhead_ms_;
   effective_target_ms_ = target_ms_ > 0 ? target_ms_ : 2 * decode_ms;
   const double left = effective_target_ms_ - decode_ms;
   // The decode rows alone take the whole target: it cannot be met.
@@ -25,6 +25,11 @@ double StepBudget::Begin(const StepShape& decode) {
   }
   unmet_ = unmet;
   return unmet ? kNoLimit : left;
+}
+
+void StepBudget::ObserveOverhead(double ms) {
+  if (!(ms >= 0) || !std::isfinite(ms)) return;
+  overhead_ms_ = overhead_ms_ == 0 ? ms : 0.9 * overhead_ms_ + 0.1 * ms;
 }
 
 double StepBudget::CostMs(int64_t start_pos, int32_t tokens) const {

@@ -41,6 +41,10 @@ class StepBudget {
   int32_t TokensFor(double ms, int64_t start_pos, int32_t want, bool first) const;
   // The time those tokens cost.
   double CostMs(int64_t start_pos, int32_t tokens) const;
+  // A step's time outside its forward pass (scheduling, sampling, handing results out): part
+  // of every gap between a sequence's tokens.
+  void ObserveOverhead(double ms);
+  double overhead_ms() const { return overhead_ms_; }
 
   // The target this step used (ms; 0 before the first step with decode rows).
   double effective_target_ms() const { return effective_target_ms_; }
@@ -54,6 +58,7 @@ class StepBudget {
   int32_t min_tokens_;
   StepCostModel cost_;
   double effective_target_ms_ = 0;
+  double overhead_ms_ = 0;
   bool unmet_ = false;
 };
 

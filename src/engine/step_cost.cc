@@ -13,8 +13,8 @@ void StepCostModel::Fit<N>::Add(const std::array<double, N>& x, double y, double
   }
   ++count;
   // Non-negative least squares by elimination: a coefficient that comes out negative (noise,
-  // or a feature that never varied) is pinned at 0 and the rest refitted. A small ridge keeps
-  // the system solvable before every feature has varied.
+  // or a feature that never varied) is pinned at 0 and the rest refitted. The ridge (shrink,
+  // and a tiny absolute one) keeps the system solvable before every feature has varied.
   std::array<bool, N> active;
   active.fill(true);
   for (int round = 0; round <= N; ++round) {
@@ -22,7 +22,7 @@ void StepCostModel::Fit<N>::Add(const std::array<double, N>& x, double y, double
     std::array<double, N> b{};
     for (int i = 0; i < N; ++i) {
       for (int j = 0; j < N; ++j) a[i][j] = active[i] && active[j] ? xtx[i][j] : 0;
-      a[i][i] += active[i] ? 1e-9 + 1e-6 * xtx[i][i] : 1;
+      a[i][i] += active[i] ? 1e-9 + shrink[i] * xtx[i][i] : 1;
       b[i] = active[i] ? xty[i] : 0;
     }
     for (int c = 0; c < N; ++c) {  // Gaussian elimination, partial pivoting
@@ -77,7 +77,7 @@ double StepCostModel::DecodeMs(const StepShape& s) const {
 }
 
 double StepCostModel::PredictMs(const StepShape& s) const {
-  return DecodeMs(s) + context_.coef[0] * s.context_tokens +
+  return DecodeMs(s) + ms_per_context_token() * s.context_tokens +
          context_.coef[1] * s.context_positions / 1000;
 }
 

@@ -10,6 +10,7 @@
 // same shape (one block of prompt beside the same decode rows).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -27,25 +28,38 @@ class StepCostModel {
   // decay: the weight a step's observation keeps per later step of its kind (0.97: ~30 steps).
   explicit StepCostModel(double decay = 0.97) : decay_(decay) {}
 
-  // The first kWarmupSteps observations are dropped: a process's first passes pay one-time
-  // costs (the weights' page faults, buffers growing) that would make prompts look 100x dearer.
-  static constexpr int kWarmupSteps = 2;
+  // The first observation is dropped: a process's first pass pays one-time costs (buffers
+  // growing, first touches) that can make prompts look 10-100x dearer on a small model.
+  static constexpr int kWarmupSteps = 1;
   void Observe(const StepShape& shape, double forward_ms);
-  // True once both kinds of step were seen (until then Predict is a guess).
-  bool ready() const { return decode_.count > 0 && context_.count > 0; }
+  // True once decode steps were seen. Until a step with prompt tokens was seen too, a prompt
+  // token is taken to cost what a decode row does, and at least 1/8 of a step's fixed cost (a
+  // CPU computes ~8 rows in the time it streams the weights once; the first budgeted step
+  // corrects the guess): the first prompts beside running decodes are budgeted, not let
+  // through whole.
+  bool ready() const { return decode_.count > 0; }
   double PredictMs(const StepShape& shape) const;
   double DecodeMs(const StepShape& shape) const;  // the step's decode rows and fixed cost only
 
   double fixed_ms() const { return decode_.coef[0]; }
   double ms_per_decode_row() const { return decode_.coef[1]; }
   double ms_per_kilo_decode_position() const { return decode_.coef[2]; }
-  double ms_per_context_token() const { return context_.coef[0]; }
+  double ms_per_context_token() const {
+    return context_.count > 0 ? context_.coef[0] : std::max(decode_.coef[1], decode_.coef[0] / 8);
+  }
   double ms_per_kilo_context_position() const { return context_.coef[1]; }
 
  private:
-  // Decayed least squares with non-negative coefficients over N features.
+  // Decayed least squares with non-negative coefficients over N features. `shrink` is a
+  // relative ridge per feature, which decides what the data cannot: with every decode step of
+  // one row, the fixed cost (not shrunk) takes it all, not half (which would price a row at
+  // half a step); and the attended positions, which grow with the rows (or prompt tokens) in
+  // most steps, cost something only where the data show it apart from the rows -- else the
+  // fit can trade one for the other and price a step of more rows at 3x its cost.
   template <int N>
   struct Fit {
+    explicit Fit(const std::array<double, N>& shrink) : shrink(shrink) {}
+    std::array<double, N> shrink;
     std::array<std::array<double, N>, N> xtx{};
     std::array<double, N> xty{};
     std::array<double, N> coef{};
@@ -54,8 +68,9 @@ class StepCostModel {
   };
 
   double decay_;
-  Fit<3> decode_;   // 1, rows, decode positions / 1000
-  Fit<2> context_;  // tokens, context positions / 1000
+  static constexpr double kRowShrink = 1e-6, kPositionShrink = 0.05;
+  Fit<3> decode_{{0, kRowShrink, kPositionShrink}};  // 1, rows, decode positions / 1000
+  Fit<2> context_{{kRowShrink, kPositionShrink}};    // tokens, context positions / 1000
   int warmup_left_ = kWarmupSteps;
 };
 
