@@ -734,17 +734,15 @@ StepShape Executor::ShapeOf(const ScheduleOutput& out) const {
   StepShape shape;
   for (const ScheduledChunk& c : out.chunks) {
     const Sequence& seq = *c.seq;
-    // Token i of a run of n from position p attends to p + i + 1 positions.
-    auto positions = [](double p, double n) { return n * p + n * (n + 1) / 2; };
     const double n = c.num_tokens, d = c.num_draft, p = seq.num_computed;
     if (c.num_tokens == 1 && seq.num_uncomputed() == 1) {
       shape.decode_rows += 1 + d;
-      shape.decode_positions += positions(p, 1 + d);
+      shape.decode_positions += AttendedPositions(p, 1 + d);
     } else {
       shape.context_tokens += n;
-      shape.context_positions += positions(p, n);
+      shape.context_positions += AttendedPositions(p, n);
       shape.decode_rows += d;  // drafts after a prompt's last chunk
-      shape.decode_positions += positions(p + n, d);
+      shape.decode_positions += AttendedPositions(p + n, d);
     }
   }
   return shape;

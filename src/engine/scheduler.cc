@@ -253,12 +253,9 @@ void Scheduler::Schedule(Sequence* seq, int32_t n, int32_t& budget) {
   if (seq->num_uncomputed() == 1) {
     // A decode row (and its drafts), attending to every position before it.
     decode_shape_.decode_rows += 1 + d;
-    const double rows = 1 + d, p = seq->num_computed;
-    decode_shape_.decode_positions += rows * p + rows * (rows + 1) / 2;
-  } else if (std::isfinite(prompt_ms_)) {
-    prompt_ms_ -= budget_->CostMs(seq->num_computed, n);
-    first_prompt_ = false;
+    decode_shape_.decode_positions += AttendedPositions(seq->num_computed, 1 + d);
   } else {
+    if (std::isfinite(prompt_ms_)) prompt_ms_ -= budget_->CostMs(seq->num_computed, n);
     first_prompt_ = false;
   }
 }

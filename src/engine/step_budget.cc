@@ -33,10 +33,9 @@ void StepBudget::ObserveOverhead(double ms) {
 }
 
 double StepBudget::CostMs(int64_t start_pos, int32_t tokens) const {
-  // Token i of the chunk attends to start_pos + i + 1 positions.
   const double n = tokens;
-  const double positions = n * static_cast<double>(start_pos) + n * (n + 1) / 2;
-  return cost_.ms_per_context_token() * n + cost_.ms_per_kilo_context_position() * positions / 1000;
+  return cost_.ms_per_context_token() * n +
+         cost_.ms_per_kilo_context_position() * AttendedPositions(start_pos, n) / 1000;
 }
 
 int32_t StepBudget::TokensFor(double ms, int64_t start_pos, int32_t want, bool first) const {

@@ -23,6 +23,9 @@ struct StepShape {
   double context_positions = 0;  // the same over the prompt tokens
 };
 
+// Positions a run of n tokens from position p attends to: token i sees p + i + 1.
+inline double AttendedPositions(double p, double n) { return n * p + n * (n + 1) / 2; }
+
 class StepCostModel {
  public:
   // decay: the weight a step's observation keeps per later step of its kind (0.97: ~30 steps).

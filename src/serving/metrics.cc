@@ -294,8 +294,11 @@ void Metrics::ObserveLlmRequest(const std::string& model, const std::string& ver
     // the tail.
     const LatencyHistogram& itl = st.inter_token_latency;
     if (itl.count() > 0) {
-      std::vector<double> bounds_ms;
-      for (double b : kLatencyBuckets) bounds_ms.push_back(b * 1000);
+      static const std::vector<double> bounds_ms = [] {
+        std::vector<double> ms;
+        for (double b : kLatencyBuckets) ms.push_back(b * 1000);
+        return ms;
+      }();
       f_->itl->Add(l, kLatencyBuckets)
           .ObserveMultiple(itl.Rebucket(bounds_ms), itl.sum_ms() / 1000);
     }
