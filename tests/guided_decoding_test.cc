@@ -398,6 +398,78 @@ inner ::= ( "(" inner ")" | [a-z] ){0,3}
   testing::ExpectNoKvLeaks(*e);
 }
 
+// Structural tags in flight over Llama 2's vocabulary: one Hermes-style call forced from the
+// first token (tags_with_separator), and a call then free text where more calls may start
+// (triggered_tags); the calls are whole and valid, free text never holds a stray trigger.
+TEST_F(GuidedDecodingTest, StructuralTagsInFlightWriteOnlyWholeCalls) {
+  auto e = Make();
+  ASSERT_NE(e, nullptr);
+  auto call = [](const std::string& name) {
+    return json{{"type", "tag"},
+                {"begin", "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": "},
+                {"content",
+                 {{"type", "json_schema"},
+                  {"json_schema",
+                   {{"type", "object"},
+                    {"properties", {{"city", {{"type", "string"}, {"maxLength", 12}}}}},
+                    {"required", {"city"}}}}}},
+                {"end", "}\n</tool_call>"}};
+  };
+  const json tags = {call("get_weather"), call("get_time")};
+  const json forced = {{"type", "structural_tag"},
+                       {"format",
+                        {{"type", "tags_with_separator"},
+                         {"separator", "\n"},
+                         {"tags", tags},
+                         {"at_least_one", true},
+                         {"stop_after_first", true}}}};
+  const json optional = {{"type", "structural_tag"},
+                         {"format",
+                          {{"type", "triggered_tags"},
+                           {"triggers", {"<tool_call>"}},
+                           {"tags", tags},
+                           {"at_least_one", true}}}};
+  const std::regex one_call(
+      "<tool_call>\n\\{\"name\": \"get_(weather|time)\", \"arguments\": "
+      "\\{\"city\": ?\"([^\"\\\\]|\\\\.)*\"\\}\\}\n</tool_call>");
+  std::vector<std::pair<RequestId, bool>> ids;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    auto g = Guide(guided::GuideType::kStructuralTag, (seed % 2 ? optional : forced).dump());
+    ASSERT_NE(g, nullptr);
+    Request r = Guided(g, seed);
+    r.max_tokens = 200;
+    auto id = e->Enqueue(r);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.emplace_back(*id, seed % 2 == 0);
+  }
+  int forced_complete = 0;
+  for (const auto& [id, is_forced] : ids) {
+    const auto rs = testing::CollectResults(*e, id);
+    ASSERT_FALSE(rs.empty());
+    ASSERT_TRUE(rs.back().error.ok());
+    const std::string out = Bytes(rs.back().output_token_ids);
+    if (is_forced) {
+      EXPECT_TRUE(out.starts_with("<tool_call>\n")) << out;
+      if (rs.back().finish_reason == FinishReason::kLength) continue;
+      ++forced_complete;
+      EXPECT_TRUE(std::regex_match(out, one_call)) << "'" << out << "'";
+    } else {
+      // A whole call first (maxLength keeps it within max_tokens); after it, every trigger
+      // starts another call (maybe cut by max_tokens).
+      const std::string head = "<tool_call>\n{\"name\": \"get_", close = "</tool_call>";
+      const size_t rest = out.find(close) + close.size();
+      ASSERT_GT(rest, close.size()) << out;
+      EXPECT_TRUE(std::regex_match(out.substr(0, rest), one_call)) << "'" << out << "'";
+      for (size_t at = out.find("<tool_call>", rest); at != std::string::npos;
+           at = out.find("<tool_call>", at + 1)) {
+        EXPECT_TRUE(head.starts_with(out.substr(at, head.size()))) << "'" << out << "'";
+      }
+    }
+  }
+  EXPECT_GT(forced_complete, 0);
+  testing::ExpectNoKvLeaks(*e);
+}
+
 TEST_F(GuidedDecodingTest, GuidesRefuseWhatTheyCannotDo) {
   auto e = Make();
   ASSERT_NE(e, nullptr);
@@ -413,9 +485,11 @@ TEST_F(GuidedDecodingTest, GuidesRefuseWhatTheyCannotDo) {
   auto none = guided::Guide::Compile(guided::GuideType::kRegex, "[^\\s\\S]", *vocab_);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("allows no token"), std::string::npos);
-  auto tag = guided::GuideTypeFromName("structural_tag");
+  // A structural tag without its format is a bad request naming what is missing.
+  auto tag = guided::Guide::Compile(guided::GuideType::kStructuralTag, "{}", *vocab_);
   ASSERT_FALSE(tag.ok());
-  EXPECT_EQ(tag.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(tag.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tag.status().message(), "structural_tag: format is missing");
   auto left =
       guided::Guide::Compile(guided::GuideType::kEbnf, "root ::= root \"a\" | \"a\"", *vocab_);
   ASSERT_FALSE(left.ok());

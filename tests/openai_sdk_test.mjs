@@ -133,8 +133,8 @@ async function main() {
   await assert.rejects(client.completions.create({ model: "nope", prompt }), (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
   await assert.rejects(client.completions.create({ model: "ensemble", prompt, n: 0 }), (e) => e instanceof OpenAI.BadRequestError && e.param === "n");
   await assert.rejects(
-    client.chat.completions.create({ model: "ensemble", messages: [{ role: "tool", content: "x", tool_call_id: "1" }] }),
-    (e) => e instanceof OpenAI.BadRequestError && /not tool/.test(e.message));
+    client.chat.completions.create({ model: "ensemble", messages: [{ role: "developer", content: "x" }] }),
+    (e) => e instanceof OpenAI.BadRequestError && /not developer/.test(e.message));
   console.log("openai sdk: all checks passed");
 }
 

@@ -117,18 +117,6 @@ double LlmCounter(int metrics_port, const std::string& metric) {
   return sum;
 }
 
-// Runs `node tests/SCRIPT_AND_ARGS`; its exit status and everything it printed.
-std::pair<int, std::string> RunNode(const std::string& script_and_args) {
-  const std::string cmd = "node " + testing::SourceDir() + "/tests/" + script_and_args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  return {pclose(p), out};
-}
-
 const char* kPrompts[] = {"Once upon a time", "The little dog ran to the",
                           "Lily and Ben went to the park. They saw"};
 
@@ -480,11 +468,11 @@ TEST_F(OpenAiTest, BadRequestsGetOpenAiErrors) {
       EXPECT_EQ(j["error"]["param"], c.param) << c.body.substr(0, 200);
   }
   // The template's own message reaches the client.
-  auto r =
-      Post("/v1/chat/completions",
-           json::parse(R"({"model": "ensemble", "messages": [{"role": "tool", "content": "x"}]})"));
+  auto r = Post(
+      "/v1/chat/completions",
+      json::parse(R"({"model": "ensemble", "messages": [{"role": "developer", "content": "x"}]})"));
   ASSERT_TRUE(r);
-  EXPECT_NE(r->body.find("not tool"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("not developer"), std::string::npos) << r->body;
   httplib::Client client("127.0.0.1", server_->http_port);
   auto get = client.Get("/v1/completions");
   ASSERT_TRUE(get);
@@ -577,9 +565,9 @@ TEST_F(OpenAiTest, TheOfficialNodeSdkWorksAgainstTheServer) {
   }
   auto failures = [] { return LlmCounter(server_->metrics_port, "nv_inference_request_failure"); };
   const double failed0 = failures();
-  auto [status, out] =
-      RunNode("openai_sdk_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
-              std::to_string(tok_->eos_id()));
+  auto [status, out] = testing::RunNode(
+      "openai_sdk_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
+      std::to_string(tok_->eos_id()));
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("openai sdk: all checks passed"), std::string::npos) << out;
   // The aborted stream in the script was cancelled (the one failure) and freed its blocks.
@@ -603,8 +591,8 @@ TEST_F(OpenAiTest, ThePageStreamsAndTheDashboardMovesUnderLoad) {
   }
   const std::string shots = std::string(INFLIGHT_BINARY_DIR) + "/web-screenshots";
   auto [status, out] =
-      RunNode("web_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
-              INFLIGHT_BINARY_DIR + "/apps/inflight-bench " + DemoModel() + " " + shots);
+      testing::RunNode("web_test.mjs http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
+                       INFLIGHT_BINARY_DIR + "/apps/inflight-bench " + DemoModel() + " " + shots);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("web: all checks passed"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(shots + "/playground.png") && fs::exists(shots + "/dashboard.png"));
@@ -787,9 +775,8 @@ TEST_F(WindowKvGroupTest, ThePageNamesBothGroups) {
                     "installs both)";
   }
   const std::string shots = std::string(INFLIGHT_BINARY_DIR) + "/web-screenshots";
-  auto [status, out] =
-      RunNode("web_test.mjs --window-group http://127.0.0.1:" + std::to_string(server_->http_port) +
-              " " + shots);
+  auto [status, out] = testing::RunNode("web_test.mjs --window-group http://127.0.0.1:" +
+                                        std::to_string(server_->http_port) + " " + shots);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("web: window group checks passed"), std::string::npos) << out;
 }

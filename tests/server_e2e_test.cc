@@ -618,6 +618,18 @@ TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
     EXPECT_TRUE(std::regex_match(text, std::regex("(Hi|Hello) [A-Z][a-z]{1,8}!")))
         << "'" << text << "'";
   }
+  {
+    // A structural tag (xgrammar's format): a tag around a regex, then the output ends.
+    const std::string tag =
+        R"({"type": "structural_tag", "format": {"type": "tag", "begin": "<answer>", )"
+        R"("content": {"type": "regex", "pattern": "[0-9]{3}"}, "end": "</answer>"}})";
+    auto r = Post("/v2/models/tensorrt_llm_sync/infer", body("structural_tag", tag));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const std::string text = text_of(json::parse(r->body));
+    EXPECT_TRUE(std::regex_match(text, std::regex("<answer>[0-9]{3}</answer>")))
+        << "'" << text << "'";
+  }
   for (int i = 0; i < 3; ++i) {
     auto r = Post("/v2/models/tensorrt_llm_sync/infer", body("regex", pattern));
     ASSERT_TRUE(r);
@@ -690,9 +702,11 @@ TEST_F(ServerE2eTest, GuidedDecodingOverHttpGrpcAndTheEnsemble) {
       {"json_schema", R"({"type": "array", "uniqueItems": true})", 400,
        "keyword 'uniqueItems' is not supported"},
       {"json_schema", "{not json", 400, "json schema: not valid JSON"},
-      {"structural_tag", "{}", 501, "'structural_tag' is not supported"},
+      {"structural_tag", "{}", 400, "structural_tag: format is missing"},
+      {"structural_tag", R"({"format": {"type": "tag", "begin": 1}})", 400,
+       "structural_tag: format.begin must be a string"},
       {"ebnf_grammar", "root ::= root \"a\"", 400, "left-recursive"},
-      {"yaml", "", 400, "is not one of json, json_schema, regex, ebnf_grammar"},
+      {"yaml", "", 400, "is not one of json, json_schema, regex, ebnf_grammar, structural_tag"},
       {"regex", "", 400, "guided_decoding_guide is empty"},
       {"regex", std::string(70000, 'a'), 400, "at most 65536 are taken"},
   };

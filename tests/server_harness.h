@@ -170,4 +170,17 @@ inline bool WaitLlmIdle(int metrics_port, const std::string& model) {
   return false;
 }
 
+// Runs `node tests/SCRIPT_AND_ARGS`; its exit status and everything it printed.
+inline std::pair<int, std::string> RunNode(const std::string& script_and_args) {
+  const std::string cmd =
+      "node " + std::string(INFLIGHT_SOURCE_DIR) + "/tests/" + script_and_args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  return {pclose(p), out};
+}
+
 }  // namespace inflight::testing

@@ -14,7 +14,7 @@ import re
 import sys
 
 # Layers, bottom to top (docs: DESIGN.md). A layer may include itself and what is listed.
-#   base; tensor; format, kernels; tokenizer, jinja, kvcache, sampling; model, guided; engine;
+#   base; tensor; format, kernels; tokenizer, jinja, chat, kvcache, sampling; model, guided; engine;
 #   parallel; serving (Triton's core); backends/llm; frontends; clients; (apps, outside src/)
 ALLOWED = {
     "base": set(),
@@ -23,6 +23,7 @@ ALLOWED = {
     "kernels": {"base", "tensor"},
     "tokenizer": {"base", "format"},
     "jinja": {"base"},
+    "chat": {"base"},
     "kvcache": {"base", "tensor", "kernels"},
     "sampling": {"base", "kernels"},
     "model": {"base", "tensor", "format", "kernels", "tokenizer"},
@@ -35,7 +36,7 @@ ALLOWED = {
     "backends/llm": {"base", "tensor", "format", "kernels", "tokenizer", "kvcache", "sampling",
                      "model", "guided", "engine", "parallel", "serving"},
     # Wire <-> serving::Server only: no engine, no backend.
-    "frontends": {"base", "tokenizer", "jinja", "serving"},
+    "frontends": {"base", "tokenizer", "jinja", "chat", "serving"},
     "clients": {"base"},
 }
 

@@ -158,7 +158,10 @@ class Handlers {
     if (const auto group = HttpApiGroup(seg)) {
       // Kubernetes probes carry no key: the server's liveness/readiness is open by default.
       const bool probe = seg.size() == 3 && seg[0] == "v2" && seg[1] == "health";
-      auto who = AuthorizeHttp(access_, *group, req, !seg.empty() && seg[0] == "v1", probe);
+      auto who = AuthorizeHttp(
+          access_, *group, req,
+          !seg.empty() && (seg[0] == "v1" || seg[0] == "tokenize" || seg[0] == "detokenize"),
+          probe);
       if (auto* refusal = std::get_if<HttpResponse>(&who)) return reply->Send(std::move(*refusal));
       tenant = std::get<std::string>(std::move(who));
     }
@@ -176,7 +179,10 @@ class Handlers {
       if (method(get)) status_only(s_->ready() ? 200 : 400);
       return;
     }
-    if (!seg.empty() && seg[0] == "v1") return openai_->Handle(req, seg, tenant, std::move(reply));
+    if (!seg.empty() &&
+        (seg[0] == "v1" || (seg.size() == 1 && (seg[0] == "tokenize" || seg[0] == "detokenize")))) {
+      return openai_->Handle(req, seg, tenant, std::move(reply));
+    }
     if (web_->Handle(req, reply)) return;
     if (seg == std::vector<std::string>{"v2"}) {
       if (method(get)) reply->Send(Json(200, ServerMetadata()));
@@ -627,6 +633,7 @@ std::optional<serving::ApiGroup> HttpApiGroup(const std::vector<std::string>& se
   if (top == "v1") {
     return seg.size() >= 2 && seg[1] == "models" ? G::kMetadata : G::kInference;
   }
+  if (top == "tokenize" || top == "detokenize") return G::kInference;
   if (top == "inflight") return G::kMetrics;  // the live dashboard's data
   if (top != "v2" || seg.size() == 1) return G::kMetadata;
   const std::string& second = seg[1];
@@ -657,8 +664,12 @@ std::variant<std::string, HttpResponse> AuthorizeHttp(const AccessPolicy& access
     if (!req.HasHeader(name)) return std::nullopt;
     return req.Header(name);
   };
-  auto result = access.auth->Check(serving::Protocol::kHttp, group, req.Header("Authorization"),
-                                   lookup, server_probe);
+  // Anthropic's clients send their key as x-api-key instead of a bearer token.
+  std::string authorization = req.Header("Authorization");
+  if (authorization.empty() && req.HasHeader("x-api-key"))
+    authorization = "Bearer " + req.Header("x-api-key");
+  auto result =
+      access.auth->Check(serving::Protocol::kHttp, group, authorization, lookup, server_probe);
   if (auto* p = std::get_if<serving::Principal>(&result)) return TenantOf(*p, req.remote_address);
   // No detail: which keys exist, or which group needs which, is not the caller's business.
   const bool forbidden = std::get<serving::AuthFailure>(result) == serving::AuthFailure::kForbidden;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "base/json_depth.h"
 #include "frontends/shared_memory.h"
 #include "serving/infer.h"
 #include "serving/server.h"
@@ -16,10 +17,9 @@ namespace inflight::frontends {
 // Compact JSON text; bytes that are not UTF-8 (a model may emit them) become U+FFFD instead
 // of throwing.
 std::string Dump(const nlohmann::json& j);
+// The same for JSON kept in its keys' order (model text with invalid UTF-8 is replaced).
+std::string Dump(const nlohmann::ordered_json& j);
 
-// Deepest nesting of arrays and objects in JSON text (strings skipped); a linear scan, no
-// parse.
-int JsonNestingDepth(std::string_view text);
 // Parses client JSON; INVALID_ARGUMENT when it is malformed or nests deeper than max_depth.
 StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth = 64);
 

@@ -25,6 +25,13 @@ struct Completion::Choice {
   int64_t num_tokens = 0;
   int64_t cached_tokens = 0;           // prompt tokens the prefix cache served
   std::vector<LogprobEntry> logprobs;  // whole response: all; streaming: not yet sent
+  // Parsed chat output (SetupParse): the parser, each token's start in `text` (reasoning tokens
+  // are counted from them), and the whole response's parts.
+  std::unique_ptr<chat::OutputParser> parser;
+  std::vector<uint32_t> token_offsets;
+  std::string content, reasoning;
+  size_t parsed = 0;  // bytes of text given to the parser
+  std::string stop;   // the stop string that ended the text
 };
 
 namespace {
@@ -65,8 +72,9 @@ HttpResponse OpenAiRateLimited(const std::string& message, int64_t retry_after_s
   return r;
 }
 
-Completion::Completion(CompletionSetup setup, std::shared_ptr<HttpReply> reply)
-    : s_(std::move(setup)), reply_(std::move(reply)) {
+Completion::Completion(CompletionSetup setup, std::shared_ptr<HttpReply> reply,
+                       std::shared_ptr<ChatEncoder> encoder)
+    : s_(std::move(setup)), reply_(std::move(reply)), encoder_(std::move(encoder)) {
   for (const std::string& stop : s_.request.stop)
     max_stop_bytes_ = std::max(max_stop_bytes_, stop.size());
   const int64_t n = s_.request.n;
@@ -80,6 +88,7 @@ Completion::Completion(CompletionSetup setup, std::shared_ptr<HttpReply> reply)
       c->detok = std::make_unique<IncrementalDetokenizer>(s_.model.tokenizer.get(),
                                                           s_.model.skip_special_tokens, true);
       if (s_.request.echo) c->text = s_.prompt_texts[p];
+      if (s_.parse_output) c->parser = std::make_unique<chat::OutputParser>(s_.format, s_.parser);
       choices_.push_back(std::move(c));
     }
   }
@@ -163,6 +172,8 @@ InferRequest Completion::BuildRequest(size_t p, int64_t j) const {
   if (q.min_p > 0.0) r.parameters["min_p"] = q.min_p;
   if (q.top_logprobs > 0) r.parameters["num_top_logprobs"] = q.top_logprobs;
   r.parameters["return_finish_reason"] = true;
+  // The executor's priority (0..1, higher first; 0.5 the default) from vLLM's (lower first).
+  if (q.priority != 0) r.parameters["priority"] = 0.5 - static_cast<double>(q.priority) / 2002.0;
   if (!s_.cache_salt.empty()) r.parameters["cache_salt"] = s_.cache_salt;
   if (s_.ticket) r.usage = s_.ticket->usage();
   r.tenant = s_.tenant;
@@ -187,7 +198,15 @@ void Completion::Start(serving::Server* server) {
       const size_t index = p * static_cast<size_t>(s_.request.n) + static_cast<size_t>(j);
       server->Infer(BuildRequest(p, j), [self, index](InferResponse&& r) {
         auto resp = std::make_shared<InferResponse>(std::move(r));
-        self->reply_->Post([self, index, resp] { self->OnResponse(index, std::move(*resp)); });
+        self->reply_->Post([self, index, resp] {
+          // Nothing a model writes may take an I/O thread down.
+          try {
+            self->OnResponse(index, std::move(*resp));
+          } catch (const std::exception& e) {
+            if (!self->failed_)
+              self->Fail(InternalError(std::string("internal error: ") + e.what()));
+          }
+        });
       });
     }
   }
@@ -256,6 +275,7 @@ void Completion::AddTokens(Choice& c, const InferResponse& resp) {
     if (id < 0 || id >= vocab)
       return Fail(InternalError("the model produced token id " + std::to_string(id)));
     ++c.num_tokens;
+    if (c.parser) c.token_offsets.push_back(static_cast<uint32_t>(c.text.size()));
     if (s_.request.logprobs) {
       LogprobEntry e{static_cast<int32_t>(id),
                      i < lps.size() ? static_cast<float>(lps[i]) : 0.0f,
@@ -268,7 +288,14 @@ void Completion::AddTokens(Choice& c, const InferResponse& resp) {
       }
       c.logprobs.push_back(std::move(e));
     }
-    c.text += c.detok->Add(static_cast<int32_t>(id));
+    if (!s_.marker_ids.empty() &&
+        std::find(s_.marker_ids.begin(), s_.marker_ids.end(), id) != s_.marker_ids.end()) {
+      // A marker the detokenizer would drop as a control token: the parser reads it.
+      c.text += c.detok->Flush();
+      c.text += s_.model.tokenizer->TokenText(static_cast<int32_t>(id));
+    } else {
+      c.text += c.detok->Add(static_cast<int32_t>(id));
+    }
   }
   CheckStops(c, before);
 }
@@ -282,7 +309,10 @@ void Completion::CheckStops(Choice& c, size_t new_from) {
     const size_t from =
         std::max(floor, new_from >= stop.size() - 1 ? new_from - (stop.size() - 1) : 0);
     const size_t at = c.text.find(stop, from);
-    if (at != std::string::npos) cut = std::min(cut, at);
+    if (at < cut) {
+      cut = at;
+      c.stop = stop;
+    }
   }
   if (cut == std::string::npos) return;
   c.text.resize(cut);
@@ -311,7 +341,15 @@ void Completion::Fail(const Status& error) {
   failed_ = true;
   Record(error);
   for (const auto& c : choices_) c->cancel->Cancel();
-  if (!streaming_) return reply_->Send(OpenAiError(error, ""));
+  // A forced call's guide is built from the tools' schemas: a schema it cannot take is theirs.
+  const std::string param =
+      s_.forced_tools && error.code() == StatusCode::kInvalidArgument ? "tools" : "";
+  if (encoder_) {
+    encoder_->Fail(*reply_, error, streaming_);
+    if (streaming_) reply_->EndStream();
+    return;
+  }
+  if (!streaming_) return reply_->Send(OpenAiError(error, param));
   const int status = HttpStatusOf(error);
   reply_->Write(Sse(OpenAiErrorJson(status, error.message())), /*force=*/true);
   reply_->Write("data: [DONE]\n\n", /*force=*/true);
@@ -325,6 +363,9 @@ json Completion::Envelope(const char* object) const {
 void Completion::StartStream() {
   streaming_ = true;
   reply_->StartStream(200, "text/event-stream; charset=utf-8");
+  if (encoder_) {
+    return encoder_->StartStream(*reply_, static_cast<int64_t>(s_.prompt_ids[0].size()));
+  }
   if (!s_.request.chat) return;
   // Chat streams open each choice with the assistant's role.
   json chunk = Envelope("chat.completion.chunk");
@@ -351,18 +392,83 @@ void Completion::SendChunk(Choice& c) {
   if (delta.empty() && c.logprobs.empty() && !c.done) return;
   c.sent = end;
   json choice = {{"index", c.index}, {"finish_reason", c.done ? json(c.finish_reason) : json()}};
+  if (c.parser) {
+    const chat::OutputDelta parsed = ParseMore(c, c.parsed, end);
+    if (encoder_) {
+      c.content += parsed.content;
+      c.reasoning += parsed.reasoning;
+      if (!parsed.empty()) encoder_->Delta(*reply_, parsed);
+      return;
+    }
+    if (parsed.empty() && c.logprobs.empty() && !c.done) return;
+    choice["delta"] = ChatDelta(parsed);
+    if (c.done && !c.parser->tool_calls().empty() && c.finish_reason == "stop")
+      choice["finish_reason"] = "tool_calls";
+  } else if (s_.request.chat) {
+    choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
+  }
   choice["logprobs"] =
       s_.request.logprobs && !c.logprobs.empty() ? LogprobsJson(c.logprobs) : json();
   c.logprobs.clear();
-  if (s_.request.chat) {
-    choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
-  } else {
-    choice["text"] = delta;
-  }
+  if (!s_.request.chat) choice["text"] = delta;
   json chunk = Envelope(s_.request.chat ? "chat.completion.chunk" : "text_completion");
   chunk["choices"] = json::array({choice});
   if (s_.request.include_usage) chunk["usage"] = nullptr;
   reply_->Write(Sse(chunk));
+}
+
+chat::OutputDelta Completion::ParseMore(Choice& c, size_t from, size_t to) {
+  chat::OutputDelta d = c.parser->Add(std::string_view(c.text).substr(from, to - from));
+  c.parsed = to;
+  if (c.done) {
+    chat::OutputDelta rest = c.parser->Finish();
+    d.content += rest.content;
+    d.reasoning += rest.reasoning;
+    for (chat::ToolCallDelta& t : rest.tool_calls) {
+      if (!d.tool_calls.empty() && d.tool_calls.back().index == t.index) {
+        d.tool_calls.back().arguments += t.arguments;
+      } else {
+        d.tool_calls.push_back(std::move(t));
+      }
+    }
+  }
+  return d;
+}
+
+json Completion::ChatDelta(const chat::OutputDelta& d) const {
+  json delta = json::object();
+  if (!d.content.empty()) delta["content"] = d.content;
+  if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+  if (!d.tool_calls.empty()) {
+    json calls = json::array();
+    for (const chat::ToolCallDelta& t : d.tool_calls) {
+      json call = {{"index", t.index}};
+      json fn = {{"arguments", t.arguments}};
+      if (!t.id.empty()) {
+        call["id"] = t.id;
+        call["type"] = "function";
+        fn["name"] = t.name;
+      }
+      call["function"] = std::move(fn);
+      calls.push_back(std::move(call));
+    }
+    delta["tool_calls"] = std::move(calls);
+  }
+  return delta;
+}
+
+int64_t Completion::ReasoningTokens(const Choice& c) const {
+  if (!c.parser) return 0;
+  int64_t n = 0;
+  for (uint32_t at : c.token_offsets) {
+    for (const auto& [from, to] : c.parser->reasoning_ranges()) {
+      if (at >= from && at < to) {
+        ++n;
+        break;
+      }
+    }
+  }
+  return n;
 }
 
 json Completion::LogprobsJson(const std::vector<LogprobEntry>& entries) const {
@@ -411,16 +517,38 @@ json Completion::Usage() const {
     for (size_t j = 0; j < n; ++j) most = std::max(most, choices_[p * n + j]->cached_tokens);
     cached += std::min<int64_t>(most, static_cast<int64_t>(s_.prompt_ids[p].size()));
   }
-  return {{"prompt_tokens", prompt},
-          {"completion_tokens", completion},
-          {"total_tokens", prompt + completion},
-          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  json usage = {{"prompt_tokens", prompt},
+                {"completion_tokens", completion},
+                {"total_tokens", prompt + completion},
+                {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  if (s_.parse_output) {
+    int64_t reasoning = 0;
+    for (const auto& c : choices_) reasoning += ReasoningTokens(*c);
+    usage["completion_tokens_details"] = {{"reasoning_tokens", reasoning}};
+  }
+  return usage;
 }
 
 json Completion::ChoiceJson(const Choice& c) const {
   json choice = {{"index", c.index}, {"finish_reason", c.finish_reason}};
   choice["logprobs"] = s_.request.logprobs ? LogprobsJson(c.logprobs) : json();
-  if (s_.request.chat) {
+  if (c.parser) {
+    const std::vector<chat::ToolCall>& calls = c.parser->tool_calls();
+    json message = {{"role", "assistant"},
+                    {"content", c.content.empty() && !calls.empty() ? json() : json(c.content)}};
+    if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
+    if (!calls.empty()) {
+      json list = json::array();
+      for (const chat::ToolCall& t : calls) {
+        list.push_back({{"id", t.id},
+                        {"type", "function"},
+                        {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+      }
+      message["tool_calls"] = std::move(list);
+      if (c.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+    }
+    choice["message"] = std::move(message);
+  } else if (s_.request.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", c.text}};
   } else {
     choice["text"] = c.text;
@@ -428,10 +556,37 @@ json Completion::ChoiceJson(const Choice& c) const {
   return choice;
 }
 
+ChatResult Completion::Result(const Choice& c) const {
+  ChatResult r;
+  r.content = c.content;
+  r.reasoning = c.reasoning;
+  if (c.parser) r.tool_calls = c.parser->tool_calls();
+  r.finish_reason =
+      !r.tool_calls.empty() && c.finish_reason == "stop" ? "tool_calls" : c.finish_reason;
+  r.stop_sequence = c.stop;
+  const json usage = Usage();
+  r.prompt_tokens = usage["prompt_tokens"];
+  r.completion_tokens = usage["completion_tokens"];
+  r.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"];
+  r.reasoning_tokens = ReasoningTokens(c);
+  return r;
+}
+
 void Completion::Finish() {
   Record(OkStatus());
   // Every choice has ended: the tenant's slot and tokens are settled before the client hears.
   s_.ticket.reset();
+  if (encoder_) {
+    Choice& c = *choices_[0];
+    if (!streaming_ && c.parser) {
+      const chat::OutputDelta d = ParseMore(c, 0, c.text.size());
+      c.content = d.content;
+      c.reasoning = d.reasoning;
+    }
+    encoder_->Finish(*reply_, Result(c), streaming_);
+    if (streaming_) reply_->EndStream();
+    return;
+  }
   if (s_.request.stream) {
     if (s_.request.include_usage) {
       json chunk = Envelope(s_.request.chat ? "chat.completion.chunk" : "text_completion");
@@ -442,6 +597,12 @@ void Completion::Finish() {
     reply_->Write("data: [DONE]\n\n", /*force=*/true);
     reply_->EndStream();
     return;
+  }
+  for (const auto& c : choices_) {
+    if (!c->parser) continue;
+    const chat::OutputDelta d = ParseMore(*c, 0, c->text.size());
+    c->content = d.content;
+    c->reasoning = d.reasoning;
   }
   json body = Envelope(s_.request.chat ? "chat.completion" : "text_completion");
   body["choices"] = json::array();

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "chat/output_parser.h"
+#include "frontends/chat_encoder.h"
 #include "frontends/http_server.h"
 #include "frontends/openai_json.h"
 #include "serving/server.h"
@@ -39,11 +41,20 @@ struct CompletionSetup {
   std::string tenant;      // every choice's request and its `stop` carry it
   // The tenant's admission: held until the completion is gone; its meter counts the tokens.
   std::shared_ptr<serving::TenantLimits::Ticket> ticket;
+  // Chat output split into the answer, reasoning and tool calls (chat/output_parser.h).
+  bool parse_output = false;
+  chat::ChatFormat format;
+  chat::ParserOptions parser;
+  // Control tokens that are the format's markers: kept in the text the parser reads.
+  std::vector<int32_t> marker_ids;
+  bool forced_tools = false;  // a guide forces calls: its compile errors are the tools' fault
 };
 
 class Completion : public std::enable_shared_from_this<Completion> {
  public:
-  Completion(CompletionSetup setup, std::shared_ptr<HttpReply> reply);
+  // `encoder`: another API's shape (one choice); null: OpenAI's completions and chat.
+  Completion(CompletionSetup setup, std::shared_ptr<HttpReply> reply,
+             std::shared_ptr<ChatEncoder> encoder = nullptr);
   ~Completion();
   // Submits every choice; the reply is sent when they have ended.
   void Start(serving::Server* server);
@@ -71,12 +82,19 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void Record(const Status& result);
   nlohmann::json LogprobsJson(const std::vector<LogprobEntry>& entries) const;
   nlohmann::json ChoiceJson(const Choice& c) const;
+  // The chat delta of parsed output: content, reasoning_content, tool_calls.
+  nlohmann::json ChatDelta(const chat::OutputDelta& d) const;
+  // Feeds the choice's text from `from` (all when the choice is done) to its parser.
+  chat::OutputDelta ParseMore(Choice& c, size_t from, size_t to);
+  int64_t ReasoningTokens(const Choice& c) const;
+  ChatResult Result(const Choice& c) const;
   nlohmann::json Usage() const;
   nlohmann::json Envelope(const char* object) const;
 
   CompletionSetup s_;
   serving::Server* server_ = nullptr;
   std::shared_ptr<HttpReply> reply_;
+  std::shared_ptr<ChatEncoder> encoder_;
   std::vector<std::unique_ptr<Choice>> choices_;
   size_t max_stop_bytes_ = 0;
   int num_done_ = 0;

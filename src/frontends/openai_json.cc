@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "frontends/kserve_json.h"
 
@@ -113,6 +114,29 @@ Status ParsePrompts(const Fields& f, OpenAiRequest* r) {
   return OkStatus();
 }
 
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments" (a JSON string, as OpenAI sends it back)}}].
+Status CheckToolCalls(const Fields& f, const json& calls, const std::string& where,
+                      std::set<std::string>* ids) {
+  if (!calls.is_array() || static_cast<int>(calls.size()) > kOpenAiMaxTools)
+    return f.Fail("messages", where + ".tool_calls must be a list of at most " +
+                                  std::to_string(kOpenAiMaxTools) + " calls");
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const json& c = calls[k];
+    const std::string at = where + ".tool_calls[" + std::to_string(k) + "]";
+    if (!c.is_object() || !c.contains("id") || !c["id"].is_string())
+      return f.Fail("messages", at + ".id must be a string");
+    if (!c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") ||
+        !c["function"]["name"].is_string())
+      return f.Fail("messages", at + ".function.name must be a string");
+    if (c["function"].contains("arguments") && !c["function"]["arguments"].is_string() &&
+        !c["function"]["arguments"].is_object())
+      return f.Fail("messages", at + ".function.arguments must be a JSON string");
+    ids->insert(c["id"].get<std::string>());
+  }
+  return OkStatus();
+}
+
 // Chat messages: each {"role", "content"} with content a string, null (assistant) or a list
 // of {"type": "text", "text"} parts. Other part types (images, audio) are refused by name.
 Status CheckMessages(const Fields& f, OpenAiRequest* r) {
@@ -125,6 +149,7 @@ Status CheckMessages(const Fields& f, OpenAiRequest* r) {
                   "at most " + std::to_string(kOpenAiMaxMessages) + " messages per request");
   }
   static const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
+  std::set<std::string> call_ids;  // of the assistant's tool calls so far
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
@@ -137,6 +162,20 @@ Status CheckMessages(const Fields& f, OpenAiRequest* r) {
     if (!known) {
       return f.Fail("messages", where + ".role '" + role +
                                     "' is not one of system, developer, user, assistant, tool");
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      if (role != "assistant")
+        return f.Fail("messages", where + ": only the assistant makes tool calls");
+      RETURN_IF_ERROR(CheckToolCalls(f, m["tool_calls"], where, &call_ids));
+    }
+    if (role == "tool") {
+      if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+        return f.Fail("messages", where + ".tool_call_id must be a string (the call it answers)");
+      const std::string id = m["tool_call_id"].get<std::string>();
+      if (!call_ids.count(id)) {
+        return f.Fail("messages", where + ".tool_call_id '" + id.substr(0, 64) +
+                                      "' matches no tool call of an earlier assistant message");
+      }
     }
     const json content = m.contains("content") ? m["content"] : json();
     if (content.is_null()) {
@@ -160,6 +199,84 @@ Status CheckMessages(const Fields& f, OpenAiRequest* r) {
     }
   }
   r->messages = messages;
+  return OkStatus();
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]
+// and tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+Status ParseTools(const Fields& f, std::string_view body, OpenAiRequest* r) {
+  if (f.Has("tools")) {
+    const json& tools = f.Get("tools");
+    if (!tools.is_array()) return f.Fail("tools", "'tools' must be a list");
+    if (static_cast<int>(tools.size()) > kOpenAiMaxTools)
+      return f.Fail("tools", "at most " + std::to_string(kOpenAiMaxTools) + " tools per request");
+    if (tools.dump().size() > kOpenAiMaxToolsBytes)
+      return f.Fail("tools", "the tools are larger than " +
+                                 std::to_string(kOpenAiMaxToolsBytes / 1024) + " KiB");
+    std::set<std::string> names;
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const json& t = tools[i];
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+        return f.Fail("tools", at + ".type must be 'function'");
+      if (!t.contains("function") || !t["function"].is_object())
+        return f.Fail("tools", at + ".function must be an object");
+      const json& fn = t["function"];
+      if (!fn.contains("name") || !fn["name"].is_string())
+        return f.Fail("tools", at + ".function.name must be a string");
+      const std::string name = fn["name"].get<std::string>();
+      if (name.empty() || name.size() > 64 ||
+          name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+                                 ".") != std::string::npos) {
+        return f.Fail("tools", at + ".function.name '" + name.substr(0, 64) +
+                                   "' must be 1-64 letters, digits, '_', '-' or '.'");
+      }
+      if (!names.insert(name).second)
+        return f.Fail("tools", at + ": two tools are named '" + name + "'");
+      if (fn.contains("description") && !fn["description"].is_string() &&
+          !fn["description"].is_null())
+        return f.Fail("tools", at + ".function.description must be a string");
+      if (fn.contains("parameters") && !fn["parameters"].is_object() && !fn["parameters"].is_null())
+        return f.Fail("tools", at + ".function.parameters must be a JSON schema object");
+    }
+    const nlohmann::ordered_json o = nlohmann::ordered_json::parse(body, nullptr, false);
+    r->tools = o["tools"];
+  }
+  if (f.Has("tool_choice")) {
+    const json& c = f.Get("tool_choice");
+    if (c.is_string()) {
+      r->tool_choice = c.get<std::string>();
+      if (r->tool_choice != "none" && r->tool_choice != "auto" && r->tool_choice != "required")
+        return f.Fail("tool_choice",
+                      "'tool_choice' must be 'none', 'auto', 'required' or a function");
+    } else if (c.is_object() && c.contains("type") && c["type"] == "function" &&
+               c.contains("function") && c["function"].is_object() &&
+               c["function"].contains("name") && c["function"]["name"].is_string()) {
+      r->tool_choice = "function";
+      r->tool_choice_name = c["function"]["name"].get<std::string>();
+      bool found = false;
+      for (const auto& t : r->tools) found = found || t["function"]["name"] == r->tool_choice_name;
+      if (!found) {
+        return f.Fail("tool_choice", "tool_choice names function '" +
+                                         r->tool_choice_name.substr(0, 64) +
+                                         "', which is not among the tools");
+      }
+    } else {
+      return f.Fail("tool_choice",
+                    "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}");
+    }
+    if (r->tool_choice == "required" && r->tools.empty())
+      return f.Fail("tool_choice", "tool_choice 'required' needs 'tools'");
+  }
+  RETURN_IF_ERROR(f.Bool("parallel_tool_calls", &r->parallel_tool_calls));
+  if (f.Has("reasoning_effort")) {
+    const json& e = f.Get("reasoning_effort");
+    if (!e.is_string() || (e != "low" && e != "medium" && e != "high" && e != "minimal"))
+      return f.Fail("reasoning_effort",
+                    "'reasoning_effort' must be 'minimal', 'low', 'medium' or 'high'");
+    r->reasoning_effort = e.get<std::string>();
+  }
   return OkStatus();
 }
 
@@ -305,6 +422,7 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std
   r.model = f.Get("model").get<std::string>();
   if (chat) {
     RETURN_IF_ERROR(CheckMessages(f, &r));
+    RETURN_IF_ERROR(ParseTools(f, body, &r));
     RETURN_IF_ERROR(f.Bool("add_generation_prompt", &r.add_generation_prompt));
     if (f.Has("chat_template_kwargs")) {
       if (!f.Get("chat_template_kwargs").is_object())
@@ -337,6 +455,7 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(std::string_view body, bool chat, std
     r.seed = s.is_number_unsigned() ? s.get<uint64_t>() : static_cast<uint64_t>(s.get<int64_t>());
   }
   RETURN_IF_ERROR(f.Integer("n", 1, kOpenAiMaxChoices, &r.n));
+  RETURN_IF_ERROR(f.Integer("priority", -1000, 1000, &r.priority));
   RETURN_IF_ERROR(ParseStop(f, &r));
   RETURN_IF_ERROR(f.Number("presence_penalty", -2.0, 2.0, &r.presence_penalty));
   RETURN_IF_ERROR(f.Number("frequency_penalty", -2.0, 2.0, &r.frequency_penalty));

@@ -22,6 +22,8 @@ inline constexpr size_t kOpenAiMaxStopBytes = 1024;
 inline constexpr int kOpenAiMaxTopLogprobs = 20;
 inline constexpr int kOpenAiMaxMessages = 4096;
 inline constexpr int kOpenAiMaxLogitBias = 4096;
+inline constexpr int kOpenAiMaxTools = 128;
+inline constexpr size_t kOpenAiMaxToolsBytes = 256 * 1024;  // the tools array as JSON text
 
 // One prompt of /v1/completions: text, or token ids.
 struct OpenAiPrompt {
@@ -57,6 +59,14 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
   std::string cache_salt;  // prefix-cache blocks are shared only among requests with the same salt
+  // Tools (chat): function tools in the client's key order (schemas keep their property order).
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  std::string tool_choice = "auto";  // auto | none | required | function
+  std::string tool_choice_name;      // tool_choice "function": the function it names
+  bool parallel_tool_calls = true;
+  std::string reasoning_effort;  // low | medium | high ("" not given)
+  // vLLM's request priority: lower is served first, 0 the default (in [-1000, 1000]).
+  int64_t priority = 0;
   // Guided decoding from response_format (json_object -> json, json_schema -> its schema) or
   // vLLM's guided_json / guided_regex; empty type: none.
   std::string guide_type;

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "guided/json_schema.h"
+#include "guided/structural_tag.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inflight::guided {
@@ -28,14 +29,10 @@ StatusOr<GuideType> GuideTypeFromName(std::string_view name) {
   if (name == "json_schema") return GuideType::kJsonSchema;
   if (name == "regex") return GuideType::kRegex;
   if (name == "ebnf_grammar") return GuideType::kEbnf;
-  if (name == "structural_tag") {
-    return UnimplementedError(
-        "guided_decoding_guide_type 'structural_tag' is not supported (json, json_schema, regex "
-        "and "
-        "ebnf_grammar are)");
-  }
+  if (name == "structural_tag") return GuideType::kStructuralTag;
   return InvalidArgumentError("guided_decoding_guide_type '" + std::string(name) +
-                              "' is not one of json, json_schema, regex, ebnf_grammar");
+                              "' is not one of json, json_schema, regex, ebnf_grammar, "
+                              "structural_tag");
 }
 
 // One sequence's position in a guide.
@@ -119,13 +116,20 @@ StatusOr<std::shared_ptr<Guide>> Guide::Compile(GuideType type, std::string_view
     return g;
   }
   std::string pattern(guide);
-  if (type == GuideType::kJsonSchema) {
-    auto regex = JsonSchemaToRegex(guide);
+  if (type == GuideType::kJsonSchema || type == GuideType::kStructuralTag) {
+    auto regex =
+        type == GuideType::kJsonSchema ? JsonSchemaToRegex(guide) : StructuralTagToRegex(guide);
     if (!regex.ok()) return regex.status();
-    pattern = *regex;
+    pattern = std::move(regex).value();
   }
   auto dfa = RegexDfa::Compile(pattern);
-  if (!dfa.ok()) return dfa.status();
+  if (!dfa.ok()) {
+    // The structural tag's parts were checked on their own: what is left is its size.
+    if (type == GuideType::kStructuralTag) {
+      return InvalidArgumentError("structural_tag: " + dfa.status().message());
+    }
+    return dfa.status();
+  }
   g->dfa_ = std::move(dfa).value();
   // The start state's mask now: a guide that allows no first token is refused here, not
   // discovered mid-request.

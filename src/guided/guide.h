@@ -4,6 +4,8 @@
 //   json_schema  a JSON value valid against the schema (json_schema.h, as a regex)
 //   regex        the whole output matches the pattern (regex_dfa.h)
 //   ebnf_grammar the output is in the grammar's language (grammar.h, a pushdown recognizer)
+//   structural_tag  xgrammar's structural tag: tags, JSON schemas and free text between
+//                markers (structural_tag.h, as a regex)
 // The allowed-token set of each automaton state is computed once (a walk of the vocabulary
 // trie) and cached, so a step costs a cache lookup and one pass over the logits once the
 // states an output visits have been seen. A compiled guide is shared by every request that
@@ -30,9 +32,8 @@ class Tokenizer;
 
 namespace inflight::guided {
 
-enum class GuideType { kJson, kJsonSchema, kRegex, kEbnf };
-// json | json_schema | regex | ebnf_grammar; others are INVALID_ARGUMENT (structural_tag:
-// UNIMPLEMENTED) with the reason.
+enum class GuideType { kJson, kJsonSchema, kRegex, kEbnf, kStructuralTag };
+// json | json_schema | regex | ebnf_grammar | structural_tag; others are INVALID_ARGUMENT.
 StatusOr<GuideType> GuideTypeFromName(std::string_view name);
 
 // The vocabulary a guide works over: each token's bytes (empty for special tokens).
@@ -74,7 +75,8 @@ class Guide : public std::enable_shared_from_this<Guide> {
   Guide(GuideType type, std::shared_ptr<const GuideVocabulary> vocab)
       : type_(type), vocab_(std::move(vocab)) {}
 
-  // One automaton position: a DFA state (regex, json_schema) or a JSON recognizer state.
+  // One automaton position: a DFA state (regex, json_schema, structural_tag) or a JSON or
+  // grammar recognizer state.
   struct Position {
     int32_t dfa = 0;
     JsonState json;

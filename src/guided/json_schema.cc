@@ -381,6 +381,11 @@ class Converter {
       // its characters kept to those a JSON string holds unescaped.
       if (!p.empty() && p[0] == '^') p.erase(0, 1);
       if (!p.empty() && p.back() == '$' && (p.size() < 2 || p[p.size() - 2] != '\\')) p.pop_back();
+      // Parsed alone first: a pattern such as a)|(b would otherwise close the group early and
+      // leave the JSON string.
+      if (Status st = RegexDfa::Check(p); !st.ok()) {
+        return InvalidArgumentError("json schema: pattern: " + st.message());
+      }
       *out += "\"(?J:" + p + ")\"";
       return OkStatus();
     }

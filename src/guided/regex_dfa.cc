@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "guided/literal_scan.h"
+
 namespace inflight::guided {
 namespace {
 
@@ -14,8 +16,9 @@ constexpr int kMaxRepeat = 1000;  // {n,m} bounds
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;  // code point ranges
 
 struct Node {
-  enum Kind { kEmpty, kSet, kConcat, kAlt, kRepeat } kind = kEmpty;
+  enum Kind { kEmpty, kSet, kConcat, kAlt, kRepeat, kScan } kind = kEmpty;
   Ranges set;
+  std::shared_ptr<const LiteralScan> scan;  // kScan: shared by the copies a repeat builds
   std::vector<std::unique_ptr<Node>> children;
   int min = 0, max = -1;  // kRepeat; max -1 = unbounded
 };
@@ -294,6 +297,8 @@ class Parser {
         if (i_ + 2 < p_.size() && p_[i_ + 1] == 'J' && p_[i_ + 2] == ':') {
           json_safe = true;
           ++i_;
+        } else if (p_[i_ + 1] == '~' || p_[i_ + 1] == '*') {
+          return ScanGroup();
         } else if (p_[i_ + 1] != ':') {
           return Error("unsupported group (?" + std::string(1, p_[i_ + 1]) + "...)");
         }
@@ -347,6 +352,73 @@ class Parser {
     }
     node->set = valid;
     return node;
+  }
+
+  // (?~L1|L2|...) or (?*L1|L2|...), at the '?': literal characters and escapes of one
+  // character each, compiled to a LiteralScan.
+  StatusOr<std::unique_ptr<Node>> ScanGroup() {
+    const size_t open = i_ - 1;
+    const bool until = p_[i_ + 1] == '*';
+    if (json_safe_ > 0) return Error("(?~...) and (?*...) cannot be used in a JSON string");
+    i_ += 2;
+    std::vector<std::string> literals(1);
+    while (true) {
+      if (i_ >= p_.size()) return Error("unterminated (?" + std::string(until ? "*" : "~"));
+      const char c = p_[i_];
+      if (c == ')' || c == '|') {
+        ++i_;
+        if (c == ')') break;
+        literals.emplace_back();
+        continue;
+      }
+      uint32_t cp;
+      if (c == '\\') {
+        ++i_;
+        auto e = Escape();
+        if (!e.ok()) return e.status();
+        if (e->size() != 1 || (*e)[0].first != (*e)[0].second)
+          return Error("(?~...) and (?*...) hold literal characters only");
+        cp = (*e)[0].first;
+      } else if (std::string_view("()[]{}.*+?^$").find(c) != std::string_view::npos) {
+        return Error(std::string("'") + c + "' must be escaped in (?~...) and (?*...)");
+      } else {
+        auto v = CodePoint();
+        if (!v.ok()) return v.status();
+        cp = *v;
+      }
+      AppendUtf8(cp, &literals.back());
+    }
+    auto scan = BuildLiteralScan(literals, until);
+    if (!scan.ok()) {
+      i_ = open;
+      return Error(scan.status().message());
+    }
+    if (scan->Empty()) {
+      i_ = open;
+      return Error("(?*...) matches no text: another literal occurs wherever the first could end");
+    }
+    auto node = std::make_unique<Node>();
+    node->kind = Node::kScan;
+    node->scan = std::make_shared<const LiteralScan>(std::move(scan).value());
+    return node;
+  }
+
+  static void AppendUtf8(uint32_t cp, std::string* out) {
+    if (cp < 0x80) {
+      *out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      *out += static_cast<char>(0xC0 | (cp >> 6));
+      *out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      *out += static_cast<char>(0xE0 | (cp >> 12));
+      *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      *out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      *out += static_cast<char>(0xF0 | (cp >> 18));
+      *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      *out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
   }
 
   static Ranges Intersect(const Ranges& a, const Ranges& b) {
@@ -431,6 +503,8 @@ class RegexCompiler {
   };
 
   StatusOr<Frag> Build(const Node& n) {
+    // Every call adds states: checked here, repeats of empty groups stay bounded too.
+    if (Full()) return TooLarge();
     switch (n.kind) {
       case Node::kEmpty: {
         const int32_t s = New();
@@ -505,11 +579,36 @@ class RegexCompiler {
         d_->nfa_[cur].eps.push_back(out);
         return Frag{in, out};
       }
+      case Node::kScan:
+        return BuildScan(*n.scan);
     }
     return InternalError("regex: unknown node");
   }
 
  private:
+  // A LiteralScan's states as NFA states: a hub per state, its byte ranges as edges from it.
+  StatusOr<Frag> BuildScan(const LiteralScan& scan) {
+    const int64_t needed = static_cast<int64_t>(scan.edges.size()) + scan.num_edges() + 2;
+    if (static_cast<int64_t>(d_->nfa_.size()) + needed > RegexDfa::kMaxNfaStates) {
+      return TooLarge();
+    }
+    const int32_t out = New();
+    const int32_t hub0 = static_cast<int32_t>(d_->nfa_.size());
+    for (size_t s = 0; s < scan.edges.size(); ++s) New();
+    for (size_t s = 0; s < scan.edges.size(); ++s) {
+      const int32_t hub = hub0 + static_cast<int32_t>(s);
+      if (scan.accepting[s]) d_->nfa_[hub].eps.push_back(out);
+      for (const LiteralScan::Edge& e : scan.edges[s]) {
+        const int32_t r = New();
+        d_->nfa_[r].lo = e.lo;
+        d_->nfa_[r].hi = e.hi;
+        d_->nfa_[r].next = e.next == LiteralScan::kMatched ? out : hub0 + e.next;
+        d_->nfa_[hub].eps.push_back(r);
+      }
+    }
+    return Frag{hub0, out};
+  }
+
   int32_t New() {
     d_->nfa_.emplace_back();
     return static_cast<int32_t>(d_->nfa_.size()) - 1;
@@ -523,6 +622,11 @@ class RegexCompiler {
 
   RegexDfa* d_;
 };
+
+Status RegexDfa::Check(std::string_view pattern) {
+  Parser parser(pattern);
+  return parser.Parse().status();
+}
 
 StatusOr<std::unique_ptr<RegexDfa>> RegexDfa::Compile(std::string_view pattern) {
   Parser parser(pattern);

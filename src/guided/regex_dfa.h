@@ -7,6 +7,13 @@
 // \v \0 \xHH \uHHHH and escaped punctuation, groups (...) and (?:...), |, *, +, ?, {n},
 // {n,}, {n,m} (lazy suffixes accepted; they change nothing for a whole-output match).
 // No backreferences, lookaround or anchors elsewhere. Not thread-safe: callers lock.
+// Two extensions for free text between markers (structural tags), over lists of literals
+// (characters or one-character escapes, '|' between them; literal_scan.h builds them):
+//   (?~A|B)  any text in which no listed literal occurs (Onigmo's absent operator, for
+//            literals), e.g. (?~<tool_call>) is text without a tool call;
+//   (?*A|B)  any text through the first place where a listed literal ends, which must be an
+//            A: e.g. (?*</think>) is the rest of a reasoning section with its end tag.
+// Both are refused inside (?J:...) (a JSON string must not hold their free text).
 #pragma once
 
 #include <array>
@@ -26,6 +33,8 @@ class RegexDfa {
 
   // INVALID_ARGUMENT naming the position for a malformed or too large pattern.
   static StatusOr<std::unique_ptr<RegexDfa>> Compile(std::string_view pattern);
+  // Whether the pattern parses (as Compile's first step; the automaton's size is not checked).
+  static Status Check(std::string_view pattern);
 
   int32_t start() const { return 0; }
   // The state after `byte`; kDead when no match can continue. Builds the state on first use;

@@ -600,6 +600,12 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
     // Triton: level 1 is the highest. The executor: 0..1, higher first.
     const int64_t level = std::get<int64_t>(priority->second);
     if (level > 0) q.priority = static_cast<float>(1.0 / static_cast<double>(level));
+  } else if (priority != r.parameters.end() && std::holds_alternative<double>(priority->second)) {
+    // inflight's extension (the OpenAI frontend's): the executor's 0..1 itself.
+    const double v = std::get<double>(priority->second);
+    if (!(v >= 0.0 && v <= 1.0))
+      return InvalidArgumentError("parameter priority as a number must be in [0, 1]");
+    q.priority = static_cast<float>(v);
   }
   auto timeout = r.parameters.find("timeout");
   if (timeout != r.parameters.end() && std::holds_alternative<int64_t>(timeout->second)) {
