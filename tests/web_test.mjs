@@ -4,8 +4,12 @@
 // and chart stay hidden (the demo model has no sliding-window layers); no console errors.
 // With --window-group (a server whose model has sliding-window layers): the dashboard shows
 // the window group's card and chart beside the full group's, each named.
+// With --agents (a server whose model has Qwen3's template): the playground shows a forced
+// tool call as a call, sends the typed tool result back for the answer, and shows reasoning
+// (forced with a guide through "more request fields") folded apart from the answer.
 // Usage: node web_test.mjs BASE_URL BENCH_BINARY MODEL_FILE SCREENSHOT_DIR
 //        node web_test.mjs --window-group BASE_URL SCREENSHOT_DIR
+//        node web_test.mjs --agents BASE_URL SCREENSHOT_DIR
 // Run by tests/openai_test.cc; exits non-zero with a message on the first failed check.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -16,7 +20,9 @@ const require = createRequire(new URL("../tools/oracle/package.json", import.met
 const { chromium } = require("playwright-core");
 
 const windowGroup = process.argv[2] === "--window-group";
-const [base, bench, model, shots] = windowGroup ? [process.argv[3], "", "", process.argv[4]] : process.argv.slice(2);
+const agents = process.argv[2] === "--agents";
+const [base, bench, model, shots] =
+    windowGroup || agents ? [process.argv[3], "", "", process.argv[4]] : process.argv.slice(2);
 mkdirSync(shots, { recursive: true });
 
 const launch = () => chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
@@ -39,9 +45,9 @@ async function main() {
     await page.fill("#max-tokens", "40");
     await page.fill("#prompt", "Tell me a story about a cat.");
     await page.click("#send");
-    await page.waitForFunction(() => document.querySelector("#chat-log .assistant")?.textContent.length > 0, null, { timeout: 30000 });
+    await page.waitForFunction(() => document.querySelector("#chat-log .assistant > span")?.textContent.length > 0, null, { timeout: 30000 });
     await page.waitForFunction(() => /completion \d+ tokens/.test(document.querySelector("#stats").textContent), null, { timeout: 30000 });
-    const answer = await page.textContent("#chat-log .assistant");
+    const answer = await page.$eval("#chat-log .assistant > span", (e) => e.textContent);
     const stats = await page.textContent("#stats");
     assert.ok(answer.trim().length > 0, "no streamed text");
     // A rate shows even when a short answer arrives in one network read.
@@ -143,7 +149,70 @@ async function windowGroupMain() {
   }
 }
 
-(windowGroup ? windowGroupMain() : main()).catch((e) => {
+async function agentsMain() {
+  const browser = await launch();
+  const errors = [];
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(base + "/");
+    await page.waitForFunction(() => [...document.querySelectorAll("#model option")].some((o) => o.value === "ensemble"));
+    await page.selectOption("#mode", "chat");
+    await page.fill("#temperature", "0");
+    await page.fill("#max-tokens", "80");
+    // A forced call shows as the function's name and its arguments.
+    await page.fill("#tools", JSON.stringify([{ type: "function", function: { name: "get_weather", parameters: {
+      type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"] } } }]));
+    await page.fill("#tool-choice", "get_weather");
+    await page.fill("#prompt", "Weather in Paris?");
+    await page.click("#send");
+    await page.waitForSelector("#chat-log .assistant .toolcall", { timeout: 30000 });
+    await page.waitForFunction(() => /finish: tool_calls/.test(document.querySelector("#stats").textContent), null, { timeout: 30000 });
+    const call = await page.textContent("#chat-log .assistant .toolcall");
+    const m = /^get_weather\((.*)\)$/s.exec(call);
+    assert.ok(m, `the call shows as get_weather(...): "${call}"`);
+    assert.equal(typeof JSON.parse(m[1]).city, "string");
+    assert.match(await page.getAttribute("#prompt", "placeholder"), /tool result for get_weather/);
+    // The typed result goes back as the tool's message; the model answers (no call forced now).
+    await page.fill("#tool-choice", "none");
+    await page.fill("#max-tokens", "6");
+    await page.fill("#prompt", "21 C and clear");
+    await page.click("#send");
+    await page.waitForSelector("#chat-log .tool", { timeout: 30000 });
+    await page.waitForFunction(() => document.querySelectorAll("#chat-log .assistant").length === 2 &&
+        /finish: (stop|length)/.test(document.querySelector("#stats").textContent), null, { timeout: 30000 });
+    await page.screenshot({ path: `${shots}/playground-tools.png`, fullPage: true });
+    // Reasoning: folded apart from the answer, streamed and whole.
+    for (const stream of ["1", "0"]) {
+      await page.click("#clear");
+      await page.selectOption("#stream", stream);
+      await page.fill("#tools", "");
+      await page.fill("#tool-choice", "");
+      await page.fill("#max-tokens", "40");
+      await page.fill("#extra", JSON.stringify({ guided_regex: "<think>\n[a-z]{3,10}\n</think>\n\n[a-z]{2,6}" }));
+      await page.fill("#prompt", "2+2?");
+      await page.click("#send");
+      await page.waitForFunction(() => /completion \d+ tokens/.test(document.querySelector("#stats").textContent), null, { timeout: 30000 });
+      const reasoning = await page.textContent("#chat-log .assistant details.reasoning pre");
+      assert.match(reasoning, /^\n[a-z]{3,10}\n$/, `reasoning shown apart: "${reasoning}"`);
+      const answer = await page.$eval("#chat-log .assistant > span", (e) => e.textContent);
+      assert.match(answer, /^[a-z]{2,6}$/, `the answer alone: "${answer}"`);
+    }
+    await page.screenshot({ path: `${shots}/playground-reasoning.png`, fullPage: true });
+    // Bad JSON in the tools field is a clear message, not a request.
+    await page.fill("#tools", "[{");
+    await page.fill("#prompt", "hi");
+    await page.click("#send");
+    await page.waitForFunction(() => /tools \/ more fields/.test(document.querySelector("#stats").textContent));
+    assert.deepEqual(errors, [], "console errors");
+    console.log("web: agent playground checks passed");
+  } finally {
+    await browser.close();
+  }
+}
+
+(windowGroup ? windowGroupMain() : agents ? agentsMain() : main()).catch((e) => {
   console.error("web check failed:", e);
   process.exit(1);
 });
