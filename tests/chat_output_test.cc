@@ -363,6 +363,28 @@ TEST(ChatOutput, AForcedPrefixIsReadBeforeTheOutput) {
   EXPECT_EQ(p.tool_calls()[0].arguments, "{\"city\": \"Oslo\"}");
 }
 
+TEST(ChatFormat, OnlyTheGenerationPromptOpensReasoning) {
+  const ChatFormat f = Format(ToolSyntax::kHermes, ReasoningSyntax::kThinkTags);
+  EXPECT_TRUE(PromptOpensReasoning(f, "<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(PromptOpensReasoning(f, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(PromptOpensReasoning(f, "user: say <think> please\n<|im_start|>assistant\n"));
+  EXPECT_FALSE(
+      PromptOpensReasoning(Format(ToolSyntax::kHermes, ReasoningSyntax::kNone), "<think>\n"));
+}
+
+TEST(ChatOutput, DeeplyNestedCallsStayText) {
+  const ChatFormat f = Format(ToolSyntax::kHermes, ReasoningSyntax::kNone);
+  ParserOptions o;
+  o.tools = true;
+  o.tool_names = {"search"};
+  // Written another way (arguments first), so parsed whole: too deep to copy safely.
+  const std::string deep = "<tool_call>\n{\"arguments\": {\"q\": " + std::string(100, '[') +
+                           std::string(100, ']') + "}, \"name\": \"search\"}\n</tool_call>";
+  const ParsedOutput out = ParseOutput(f, o, deep);
+  EXPECT_TRUE(out.tool_calls.empty());
+  EXPECT_EQ(out.content, deep);
+}
+
 TEST(ChatFormat, DetectsTheFamilyFromTheTemplate) {
   EXPECT_EQ(DetectChatFormat("{{ '<tool_call>' }}{{ '<think>' }} tools").family, "hermes");
   EXPECT_EQ(DetectChatFormat("{{ '<tool_call>' }}{{ '<think>' }}").reasoning,

@@ -339,6 +339,19 @@ TEST_F(OpenAiAgentsTest, BadToolInputGetsOpenAiErrorsNamingTheField) {
           {{"role", "tool"}, {"tool_call_id", "call_x"}, {"content", "42"}}}}},
        "messages",
        "matches no tool call"},
+      {"deeply nested arguments",
+       {{"messages",
+         {{{"role", "user"}, {"content", "hi"}},
+          {{"role", "assistant"},
+           {"content", nullptr},
+           {"tool_calls",
+            {{{"id", "c1"},
+              {"type", "function"},
+              {"function",
+               {{"name", "get_time"},
+                {"arguments", std::string(100, '[') + std::string(100, ']')}}}}}}}}}},
+       "messages",
+       "deeper than 64"},
       {"forced call and response_format",
        {{"response_format", {{"type", "json_object"}}}},
        "tool_choice",
@@ -447,7 +460,9 @@ TEST_F(OpenAiAgentsTest, TheResponsesApiStreamsItsOwnEvents) {
            {{{"input", {{{"type", "input_image"}}}}}, "input"},
            {{{"tools", {{{"type", "web_search"}}}}}, "tools"},
            {{{"max_output_tokens", 0}}, "max_output_tokens"},
-           {{{"text", {{"format", {{"type", "xml"}}}}}}, "text"}}) {
+           {{{"text", {{"format", {{"type", "xml"}}}}}}, "text"},
+           {{{"input", {{{"type", 5}}}}}, "input"},
+           {{{"text", {{"format", {{"type", "json_schema"}, {"name", 5}}}}}}, "text"}}) {
     json bad = {{"model", "ensemble"}, {"input", "hi"}};
     bad.merge_patch(patch);
     auto r = c.Post("/v1/responses", bad.dump(), "application/json");
@@ -537,7 +552,11 @@ TEST_F(OpenAiAgentsTest, TheMessagesApiStreamsItsOwnEvents) {
            {{{"tools", {{{"type", "web_search_20250305"}, {"name", "web_search"}}}}},
             "server tools"},
            {{{"tool_choice", {{"type", "tool"}, {"name", "launch"}}}}, "tool_choice"},
-           {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}}}, "image"}}) {
+           {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}}}, "image"},
+           {{{"tools", {{{"type", 1}, {"name", "x"}}}}}, "server tools"},
+           {{{"tool_choice",
+              {{"type", "tool"}, {"name", "get_weather"}, {"disable_parallel_tool_use", "yes"}}}},
+            "disable_parallel_tool_use"}}) {
     json bad = body;
     bad.erase("stream");
     bad.merge_patch(patch);
@@ -692,10 +711,11 @@ TEST_F(OpenAiAgentsTest, ThePlaygroundShowsToolCallsAndReasoning) {
 }
 
 TEST(ResponseStoreTest, EvictsTheOldestAndKeepsTenantsApart) {
-  frontends::ResponseStore store(/*max_entries=*/3, /*max_bytes=*/1 << 20);
+  using frontends::ResponseStore;
   auto entry = [](int n) {
-    return frontends::ResponseStore::Entry{nlohmann::ordered_json::array({n}), {{"id", n}}};
+    return ResponseStore::Entry{nlohmann::ordered_json::array({n}), {{"id", n}}};
   };
+  ResponseStore store({/*max_entries=*/3, /*max_bytes=*/1 << 20, 100, 1 << 20});
   for (int i = 0; i < 4; ++i) store.Put("a", "r" + std::to_string(i), entry(i));
   EXPECT_FALSE(store.Get("a", "r0")) << "the oldest went first";
   EXPECT_TRUE(store.Get("a", "r3"));
@@ -703,10 +723,18 @@ TEST(ResponseStoreTest, EvictsTheOldestAndKeepsTenantsApart) {
   EXPECT_EQ(store.size(), 3u);
   EXPECT_TRUE(store.Delete("a", "r1"));
   EXPECT_FALSE(store.Delete("a", "r1"));
-  frontends::ResponseStore small(/*max_entries=*/100, /*max_bytes=*/64);
+  ResponseStore small({/*max_entries=*/100, /*max_bytes=*/64, 100, 1 << 20});
   for (int i = 0; i < 10; ++i) small.Put("a", "r" + std::to_string(i), entry(i));
   EXPECT_LT(small.size(), 10u) << "bytes bound the store";
   EXPECT_TRUE(small.Get("a", "r9"));
+  // One tenant's flood evicts its own responses, not another tenant's.
+  ResponseStore shared({/*max_entries=*/100, /*max_bytes=*/1 << 20, /*tenant entries=*/5, 1 << 20});
+  shared.Put("quiet", "keep", entry(0));
+  for (int i = 0; i < 50; ++i) shared.Put("loud", "r" + std::to_string(i), entry(i));
+  EXPECT_TRUE(shared.Get("quiet", "keep"));
+  EXPECT_TRUE(shared.Get("loud", "r49"));
+  EXPECT_FALSE(shared.Get("loud", "r44"));
+  EXPECT_EQ(shared.size(), 6u);
 }
 
 TEST_F(OpenAiAgentsTest, OfficialClientsRunTheAgentFlows) {

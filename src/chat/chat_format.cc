@@ -85,10 +85,13 @@ std::string GenericToolPrompt(const json& tools) {
 
 bool PromptOpensReasoning(const ChatFormat& format, std::string_view prompt) {
   if (format.reasoning != ReasoningSyntax::kThinkTags) return false;
-  const size_t open = prompt.rfind("<think>");
-  if (open == std::string_view::npos) return false;
-  const size_t close = prompt.rfind("</think>");
-  return close == std::string_view::npos || close < open;
+  // Only the generation prompt's end counts (a user may write "<think>" in a message).
+  while (!prompt.empty() && (prompt.back() == '\n' || prompt.back() == ' ' ||
+                             prompt.back() == '\t' || prompt.back() == '\r')) {
+    prompt.remove_suffix(1);
+  }
+  constexpr std::string_view kOpen = "<think>";
+  return prompt.size() >= kOpen.size() && prompt.substr(prompt.size() - kOpen.size()) == kOpen;
 }
 
 StatusOr<ForcedCalls> ForceCalls(const ChatFormat& format, const json& tools, bool parallel) {

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "base/json_depth.h"
+
 namespace inflight::chat {
 namespace {
 
@@ -16,6 +18,7 @@ constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr size_t kMaxHeaderBytes = 4096;  // a call header or harmony header longer is text
+constexpr int kMaxCallNesting = 64;       // a call parsed whole nests at most this deep
 
 bool IsWs(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -332,7 +335,8 @@ class OutputParser::Impl {
           return true;
         }
         // [TOOL_CALLS]name[ARGS]{...}
-        const size_t args = buf_.find(kMistralArgs);
+        size_t args = buf_.find(kMistralArgs);
+        if (args != std::string::npos && args > kMaxHeaderBytes) args = std::string::npos;
         if (args == std::string::npos) {
           if (!final_ && buf_.size() < kMaxHeaderBytes) return false;
           return Fallback(d);
@@ -349,7 +353,8 @@ class OutputParser::Impl {
       case State::kCallHeader: {
         std::string name;
         size_t len = 0;
-        const Match m = CallHeader(buf_, &name, &len);
+        Match m = CallHeader(buf_, &name, &len);
+        if (m == Match::kYes && len > kMaxHeaderBytes) m = Match::kNo;  // as when streamed
         if (m == Match::kMore && !final_ && buf_.size() < kMaxHeaderBytes) return false;
         if (m != Match::kYes || !Known(name)) {
           state_ = State::kBuffered;
@@ -481,6 +486,8 @@ class OutputParser::Impl {
       pieces = {body};
     }
     for (const std::string& p : pieces) {
+      // Copies and dumps recurse per level: a model's deep nesting stays text.
+      if (JsonNestingDepth(p) > kMaxCallNesting) return false;
       const json v = json::parse(p, nullptr, false);
       const json list = v.is_array() ? v : json::array({v});
       if (list.empty()) return false;
@@ -493,6 +500,7 @@ class OutputParser::Impl {
         const json& args = call[key];
         // Arguments as a JSON string holding an object are taken as that object.
         if (args.is_string()) {
+          if (JsonNestingDepth(args.get_ref<const std::string&>()) > kMaxCallNesting) return false;
           const json inner = json::parse(args.get<std::string>(), nullptr, false);
           if (!inner.is_object()) return false;
           out->emplace_back(name, inner.dump(-1, ' ', false, json::error_handler_t::replace));
@@ -530,10 +538,13 @@ class OutputParser::Impl {
       state_ = State::kHarmonyBody;
       return true;
     }
-    const size_t msg = buf_.find("<|message|>");
+    size_t msg = buf_.find("<|message|>");
+    if (msg != std::string::npos && msg > kMaxHeaderBytes) msg = std::string::npos;
     if (msg == std::string::npos) {
       if (!final_ && buf_.size() < kMaxHeaderBytes) return false;
-      Consume(buf_.size());  // a header that never ends carries no text
+      // A header that does not end within the bound carries no text: it is dropped (the same
+      // bytes whether the text came whole or in pieces).
+      Consume(std::min(buf_.size(), kMaxHeaderBytes));
       return true;
     }
     const std::string head = buf_.substr(0, msg);

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "frontends/json_fields.h"
 #include "frontends/kserve_json.h"
 
 namespace inflight::frontends {
@@ -25,8 +26,7 @@ StatusOr<std::string> BlocksText(const json& v, const std::string& where) {
   if (!v.is_array()) return Bad(where + ": must be a string or a list of text blocks");
   std::string text;
   for (const json& b : v) {
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") ||
-        !b["text"].is_string()) {
+    if (StringField(b, "type") != "text" || !b.contains("text") || !b["text"].is_string()) {
       return Bad(where + ": only text blocks are supported here");
     }
     text += b["text"].get<std::string>();
@@ -53,7 +53,7 @@ Status ChatMessages(const json& m, const std::string& where, json* out) {
   for (size_t i = 0; i < content.size(); ++i) {
     const json& b = content[i];
     const std::string at = where + ".content[" + std::to_string(i) + "]";
-    const std::string type = b.is_object() ? b.value("type", "") : "";
+    const std::string type = StringField(b, "type");
     if (type == "text" && b.contains("text") && b["text"].is_string()) {
       text += b["text"].get<std::string>();
     } else if (type == "tool_result" && role == "user") {
@@ -61,7 +61,9 @@ Status ChatMessages(const json& m, const std::string& where, json* out) {
         return Bad(at + ".tool_use_id must be a string");
       auto result = BlocksText(b.value("content", json("")), at + ".content");
       if (!result.ok()) return result.status();
-      const bool error = b.value("is_error", false);
+      if (b.contains("is_error") && !b["is_error"].is_boolean())
+        return Bad(at + ".is_error: must be a boolean");
+      const bool error = TrueField(b, "is_error");
       out->push_back({{"role", "tool"},
                       {"tool_call_id", b["tool_use_id"]},
                       {"content", error ? "Error: " + *result : *result}});
@@ -149,6 +151,7 @@ const char* StopReason(const ChatResult& r) {
 }
 
 json ToolInput(const std::string& arguments) {
+  if (JsonNestingDepth(arguments) > 64) return json::object();  // dumps recurse per level
   json input = json::parse(arguments, nullptr, false);
   return input.is_object() ? input : json::object();
 }
@@ -189,7 +192,7 @@ StatusOr<OpenAiRequest> ParseMessagesRequest(std::string_view body, bool count_t
       const json& t = b["tools"][i];
       const std::string at = "tools[" + std::to_string(i) + "]";
       if (!t.is_object()) return Bad(at + ": must be an object");
-      const std::string type = t.value("type", "custom");
+      const std::string type = t.contains("type") ? StringField(t, "type") : "custom";
       if (type != "custom") {
         return Bad(at + ": server tools (type '" + type.substr(0, 48) +
                    "') are not supported; give custom tools with an input_schema");
@@ -205,7 +208,7 @@ StatusOr<OpenAiRequest> ParseMessagesRequest(std::string_view body, bool count_t
   }
   if (b.contains("tool_choice") && !b["tool_choice"].is_null()) {
     const json& c = b["tool_choice"];
-    const std::string type = c.is_object() ? c.value("type", "") : "";
+    const std::string type = StringField(c, "type");
     if (type == "auto") {
       chat["tool_choice"] = "auto";
     } else if (type == "any") {
@@ -219,7 +222,9 @@ StatusOr<OpenAiRequest> ParseMessagesRequest(std::string_view body, bool count_t
           "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": "
           "\"tool\", \"name\"}");
     }
-    if (c.value("disable_parallel_tool_use", false)) chat["parallel_tool_calls"] = false;
+    if (c.contains("disable_parallel_tool_use") && !c["disable_parallel_tool_use"].is_boolean())
+      return Bad("tool_choice.disable_parallel_tool_use: must be a boolean");
+    if (TrueField(c, "disable_parallel_tool_use")) chat["parallel_tool_calls"] = false;
   }
   if (b.contains("stop_sequences")) chat["stop"] = b["stop_sequences"];
   for (const char* k : {"temperature", "top_p", "top_k", "stream"}) {
@@ -230,7 +235,7 @@ StatusOr<OpenAiRequest> ParseMessagesRequest(std::string_view body, bool count_t
     return Bad("temperature: must be in [0, 1]");
   }
   if (b.contains("thinking") && b["thinking"].is_object()) {
-    const std::string type = b["thinking"].value("type", "");
+    const std::string type = StringField(b["thinking"], "type");
     if (type != "enabled" && type != "disabled")
       return Bad("thinking.type: must be 'enabled' or 'disabled'");
     chat["chat_template_kwargs"] = {{"enable_thinking", type == "enabled"}};
@@ -312,6 +317,15 @@ void MessagesEncoder::Close(HttpReply& reply) {
 }
 
 void MessagesEncoder::Delta(HttpReply& reply, const chat::OutputDelta& d) {
+  // The open call's last arguments come before what follows it in the same delta.
+  size_t first_new = 0;
+  for (; first_new < d.tool_calls.size() && d.tool_calls[first_new].id.empty(); ++first_new) {
+    const chat::ToolCallDelta& t = d.tool_calls[first_new];
+    if (open_ != Kind::kToolUse || t.arguments.empty()) continue;
+    Event(reply, "content_block_delta",
+          {{"index", index_},
+           {"delta", {{"type", "input_json_delta"}, {"partial_json", t.arguments}}}});
+  }
   if (!d.reasoning.empty()) {
     if (open_ != Kind::kThinking) Open(reply, Kind::kThinking, nullptr);
     Event(reply, "content_block_delta",
@@ -322,9 +336,10 @@ void MessagesEncoder::Delta(HttpReply& reply, const chat::OutputDelta& d) {
     Event(reply, "content_block_delta",
           {{"index", index_}, {"delta", {{"type", "text_delta"}, {"text", d.content}}}});
   }
-  for (const chat::ToolCallDelta& t : d.tool_calls) {
+  for (size_t i = first_new; i < d.tool_calls.size(); ++i) {
+    const chat::ToolCallDelta& t = d.tool_calls[i];
     if (!t.id.empty()) Open(reply, Kind::kToolUse, &t);
-    if (t.arguments.empty()) continue;
+    if (t.arguments.empty() || open_ != Kind::kToolUse) continue;
     Event(reply, "content_block_delta",
           {{"index", index_},
            {"delta", {{"type", "input_json_delta"}, {"partial_json", t.arguments}}}});

@@ -3,6 +3,7 @@
 #include <functional>
 #include <random>
 
+#include "base/json_depth.h"
 #include "chat/chat_format.h"
 #include "frontends/kserve_json.h"
 #include "jinja/value.h"
@@ -36,6 +37,7 @@ ordered_json TemplateMessages(const OpenAiRequest& r, const chat::ChatFormat& fo
                               bool offer_tools) {
   ordered_json messages = ordered_json::array();
   const bool generic = !format.template_renders_tools;
+  bool merging_results = false;  // the last message holds tool results (generic)
   for (const auto& in : r.messages) {
     ordered_json m = in;
     // An assistant's null content (beside its tool calls) is empty text, as vLLM passes it:
@@ -44,7 +46,7 @@ ordered_json TemplateMessages(const OpenAiRequest& r, const chat::ChatFormat& fo
     if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
       for (auto& call : m["tool_calls"]) {
         auto& args = call["function"]["arguments"];
-        if (args.is_string()) {
+        if (args.is_string() && JsonNestingDepth(args.get_ref<const std::string&>()) <= 64) {
           ordered_json parsed = ordered_json::parse(args.get<std::string>(), nullptr, false);
           if (parsed.is_object()) args = std::move(parsed);
         }
@@ -62,7 +64,16 @@ ordered_json TemplateMessages(const OpenAiRequest& r, const chat::ChatFormat& fo
     if (generic && m["role"] == "tool") {
       const std::string result =
           m["content"].is_string() ? m["content"].get<std::string>() : Dump(m["content"]);
-      m = {{"role", "user"}, {"content", "<tool_response>\n" + result + "\n</tool_response>"}};
+      const std::string block = "<tool_response>\n" + result + "\n</tool_response>";
+      // Results of parallel calls are one user turn (templates may demand alternating roles).
+      if (merging_results && !messages.empty()) {
+        AppendText(messages.back(), "\n" + block);
+        continue;
+      }
+      m = {{"role", "user"}, {"content", block}};
+      merging_results = true;
+    } else {
+      merging_results = false;
     }
     messages.push_back(std::move(m));
   }
@@ -136,15 +147,19 @@ Status SetupChatOutput(const std::string& source, const std::string& prompt, con
     }
     r.guide_type = "structural_tag";
     r.guide = Dump(forced->structural_tag);
-    *prompt_suffix = forced->prompt_suffix;
-    o.output_prefix = forced->prompt_suffix;
+    // A prompt that opened <think> is closed first: the guide allows calls only.
+    const std::string close =
+        chat::PromptOpensReasoning(format, prompt) ? "</think>\n\n" : std::string();
+    *prompt_suffix = close + forced->prompt_suffix;
+    o.output_prefix = *prompt_suffix;
     setup->forced_tools = true;
   }
   o.reasoning = format.reasoning != chat::ReasoningSyntax::kNone;
   o.starts_in_reasoning = chat::PromptOpensReasoning(format, prompt);
   o.new_call_id = CallIds(format);
   setup->parse_output = offer_tools || o.reasoning;
-  for (const std::string& m : format.markers) {
+  // Markers are kept in the text only for a parser to read (else they stay dropped).
+  for (const std::string& m : setup->parse_output ? format.markers : std::vector<std::string>{}) {
     const int32_t id = tok.Find(m);
     if (id >= 0 && tok.IsControl(id)) setup->marker_ids.push_back(id);
   }

@@ -459,14 +459,14 @@ json Completion::ChatDelta(const chat::OutputDelta& d) const {
 
 int64_t Completion::ReasoningTokens(const Choice& c) const {
   if (!c.parser) return 0;
+  // Both lists ascend: one pass.
   int64_t n = 0;
+  const auto& ranges = c.parser->reasoning_ranges();
+  size_t r = 0;
   for (uint32_t at : c.token_offsets) {
-    for (const auto& [from, to] : c.parser->reasoning_ranges()) {
-      if (at >= from && at < to) {
-        ++n;
-        break;
-      }
-    }
+    while (r < ranges.size() && ranges[r].second <= at) ++r;
+    if (r == ranges.size()) break;
+    if (at >= ranges[r].first) ++n;
   }
   return n;
 }

@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 
+#include "base/json_depth.h"
 #include "frontends/kserve_json.h"
 
 namespace inflight::frontends {
@@ -132,6 +133,10 @@ Status CheckToolCalls(const Fields& f, const json& calls, const std::string& whe
     if (c["function"].contains("arguments") && !c["function"]["arguments"].is_string() &&
         !c["function"]["arguments"].is_object())
       return f.Fail("messages", at + ".function.arguments must be a JSON string");
+    // The string is parsed for the template: it is bounded as a body is.
+    if (c["function"].contains("arguments") && c["function"]["arguments"].is_string() &&
+        JsonNestingDepth(c["function"]["arguments"].get_ref<const std::string&>()) > 64)
+      return f.Fail("messages", at + ".function.arguments nests deeper than 64 levels");
     ids->insert(c["id"].get<std::string>());
   }
   return OkStatus();

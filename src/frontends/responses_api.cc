@@ -3,6 +3,7 @@
 #include <chrono>
 #include <random>
 
+#include "frontends/json_fields.h"
 #include "frontends/kserve_json.h"
 #include "frontends/openai_completion.h"
 
@@ -31,7 +32,7 @@ StatusOr<std::string> PartsText(const json& content, const std::string& where, s
     return Fail(param, "input", where + " must be a string or a list of parts");
   std::string text;
   for (const json& part : content) {
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = StringField(part, "type");
     if (type == "input_text" || type == "output_text" || type == "text") {
       if (!part.contains("text") || !part["text"].is_string())
         return Fail(param, "input", where + ": a " + type + " part needs a string 'text'");
@@ -58,7 +59,9 @@ Status InputMessages(const json& input, json* messages, std::string* param) {
     const json& item = input[i];
     const std::string where = "input[" + std::to_string(i) + "]";
     if (!item.is_object()) return Fail(param, "input", where + " must be an object");
-    const std::string type = item.value("type", item.contains("role") ? "message" : "");
+    const std::string type = item.contains("type")   ? StringField(item, "type")
+                             : item.contains("role") ? "message"
+                                                     : "";
     if (type == "message") {
       if (!item.contains("role") || !item["role"].is_string())
         return Fail(param, "input", where + ".role must be a string");
@@ -111,44 +114,56 @@ std::string ResponsesParam(const std::string& chat_param) {
 
 }  // namespace
 
+void ResponseStore::EraseLocked(std::map<Key, Stored>::iterator it) {
+  Usage& u = tenants_[it->first.first];
+  u.entries -= 1;
+  u.bytes -= it->second.bytes;
+  if (u.entries == 0) tenants_.erase(it->first.first);
+  bytes_ -= it->second.bytes;
+  oldest_first_.erase(it->second.age);
+  entries_.erase(it);
+}
+
 void ResponseStore::Put(const std::string& tenant, const std::string& id, Entry entry) {
   const size_t bytes = Dump(entry.conversation).size() + Dump(entry.response).size();
-  if (bytes > max_bytes_) return;
+  if (bytes > limits_.max_tenant_bytes || bytes > limits_.max_bytes) return;
+  auto stored = std::make_shared<const Entry>(std::move(entry));
   std::lock_guard<std::mutex> lock(mu_);
   const Key key{tenant, id};
-  if (auto it = entries_.find(key); it != entries_.end()) {
-    bytes_ -= it->second.bytes;
-    oldest_first_.erase(it->second.age);
-    entries_.erase(it);
+  if (auto it = entries_.find(key); it != entries_.end()) EraseLocked(it);
+  // The tenant's own oldest first, then the store's.
+  for (auto age = oldest_first_.begin(); age != oldest_first_.end();) {
+    const Usage& u = tenants_[tenant];
+    if (u.entries < limits_.max_tenant_entries && u.bytes + bytes <= limits_.max_tenant_bytes)
+      break;
+    auto next = std::next(age);
+    if (age->first == tenant) EraseLocked(entries_.find(*age));
+    age = next;
   }
   while (!oldest_first_.empty() &&
-         (entries_.size() >= max_entries_ || bytes_ + bytes > max_bytes_)) {
-    auto it = entries_.find(oldest_first_.front());
-    bytes_ -= it->second.bytes;
-    entries_.erase(it);
-    oldest_first_.pop_front();
+         (entries_.size() >= limits_.max_entries || bytes_ + bytes > limits_.max_bytes)) {
+    EraseLocked(entries_.find(oldest_first_.front()));
   }
   oldest_first_.push_back(key);
-  entries_[key] = {std::make_shared<const Entry>(std::move(entry)), bytes,
-                   std::prev(oldest_first_.end())};
+  entries_[key] = {std::move(stored), bytes, std::prev(oldest_first_.end())};
+  Usage& u = tenants_[tenant];
+  u.entries += 1;
+  u.bytes += bytes;
   bytes_ += bytes;
 }
 
-std::optional<ResponseStore::Entry> ResponseStore::Get(const std::string& tenant,
-                                                       const std::string& id) const {
+std::shared_ptr<const ResponseStore::Entry> ResponseStore::Get(const std::string& tenant,
+                                                               const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find({tenant, id});
-  if (it == entries_.end()) return std::nullopt;
-  return *it->second.entry;
+  return it == entries_.end() ? nullptr : it->second.entry;
 }
 
 bool ResponseStore::Delete(const std::string& tenant, const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find({tenant, id});
   if (it == entries_.end()) return false;
-  bytes_ -= it->second.bytes;
-  oldest_first_.erase(it->second.age);
-  entries_.erase(it);
+  EraseLocked(it);
   return true;
 }
 
@@ -199,7 +214,7 @@ StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, const Re
     json tools = json::array();
     for (size_t i = 0; i < b["tools"].size(); ++i) {
       const json& t = b["tools"][i];
-      const std::string type = t.is_object() ? t.value("type", "") : "";
+      const std::string type = StringField(t, "type");
       if (type != "function") {
         return Fail(param, "tools",
                     "tools[" + std::to_string(i) + "].type '" + type.substr(0, 32) +
@@ -215,7 +230,7 @@ StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, const Re
   }
   if (b.contains("tool_choice") && !b["tool_choice"].is_null()) {
     const json& c = b["tool_choice"];
-    if (c.is_object() && c.value("type", "") == "function" && c.contains("name")) {
+    if (StringField(c, "type") == "function" && c.contains("name")) {
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
     } else {
       chat["tool_choice"] = c;
@@ -232,14 +247,15 @@ StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, const Re
   }
   if (b.contains("text") && b["text"].is_object() && b["text"].contains("format")) {
     const json& f = b["text"]["format"];
-    const std::string type = f.is_object() ? f.value("type", "") : "";
+    const std::string type = StringField(f, "type");
     if (type == "json_object") {
       chat["response_format"] = {{"type", "json_object"}};
     } else if (type == "json_schema") {
       chat["response_format"] = {
           {"type", "json_schema"},
           {"json_schema",
-           {{"name", f.value("name", "schema")}, {"schema", f.value("schema", json())}}}};
+           {{"name", StringField(f, "name").empty() ? "schema" : StringField(f, "name")},
+            {"schema", f.value("schema", json())}}}};
     } else if (type != "text") {
       return Fail(param, "text",
                   "'text.format.type' must be 'text', 'json_object' or 'json_schema'");
@@ -392,6 +408,15 @@ void ResponsesEncoder::Close(HttpReply& reply) {
 }
 
 void ResponsesEncoder::Delta(HttpReply& reply, const chat::OutputDelta& d) {
+  // The open call's last arguments come before what follows it in the same delta.
+  size_t first_new = 0;
+  for (; first_new < d.tool_calls.size() && d.tool_calls[first_new].id.empty(); ++first_new) {
+    const chat::ToolCallDelta& t = d.tool_calls[first_new];
+    if (open_ != Kind::kCall || t.arguments.empty()) continue;
+    text_ += t.arguments;
+    Event(reply, "response.function_call_arguments.delta",
+          {{"item_id", item_["id"]}, {"output_index", output_.size()}, {"delta", t.arguments}});
+  }
   if (!d.reasoning.empty()) {
     if (open_ != Kind::kReasoning) Open(reply, Kind::kReasoning, nullptr);
     text_ += d.reasoning;
@@ -411,9 +436,10 @@ void ResponsesEncoder::Delta(HttpReply& reply, const chat::OutputDelta& d) {
            {"delta", d.content},
            {"logprobs", json::array()}});
   }
-  for (const chat::ToolCallDelta& t : d.tool_calls) {
+  for (size_t i = first_new; i < d.tool_calls.size(); ++i) {
+    const chat::ToolCallDelta& t = d.tool_calls[i];
     if (!t.id.empty()) Open(reply, Kind::kCall, &t);
-    if (t.arguments.empty()) continue;
+    if (t.arguments.empty() || open_ != Kind::kCall) continue;
     text_ += t.arguments;
     Event(reply, "response.function_call_arguments.delta",
           {{"item_id", item_["id"]}, {"output_index", output_.size()}, {"delta", t.arguments}});

@@ -21,20 +21,31 @@
 
 namespace inflight::frontends {
 
+struct ResponseStoreLimits {
+  size_t max_entries = 4096;
+  size_t max_bytes = size_t{256} << 20;
+  size_t max_tenant_entries = 1024;
+  size_t max_tenant_bytes = size_t{64} << 20;
+};
+
 // Stored responses, per tenant, for previous_response_id and GET: each holds the
 // conversation up to and including its output (as chat messages) and the response object.
-// Bounded by entries and bytes; the oldest goes first. Thread-safe.
+// Bounded by entries and bytes in all and per tenant (one tenant's responses evict its own
+// oldest first, never another's until the whole store is full); the oldest goes first.
+// Thread-safe.
 class ResponseStore {
  public:
   struct Entry {
     nlohmann::ordered_json conversation;  // chat messages
     nlohmann::ordered_json response;      // the response object
   };
-  explicit ResponseStore(size_t max_entries = 4096, size_t max_bytes = size_t{256} << 20)
-      : max_entries_(max_entries), max_bytes_(max_bytes) {}
+  using Limits = ResponseStoreLimits;
+  ResponseStore() : limits_() {}
+  explicit ResponseStore(Limits limits) : limits_(limits) {}
 
   void Put(const std::string& tenant, const std::string& id, Entry entry);
-  std::optional<Entry> Get(const std::string& tenant, const std::string& id) const;
+  // Null when unknown (never stored, evicted, deleted, or another tenant's).
+  std::shared_ptr<const Entry> Get(const std::string& tenant, const std::string& id) const;
   bool Delete(const std::string& tenant, const std::string& id);
   size_t size() const;
 
@@ -45,10 +56,16 @@ class ResponseStore {
     size_t bytes;
     std::list<Key>::iterator age;
   };
-  const size_t max_entries_, max_bytes_;
+  struct Usage {
+    size_t entries = 0, bytes = 0;
+  };
+  void EraseLocked(std::map<Key, Stored>::iterator it);
+
+  const Limits limits_;
   mutable std::mutex mu_;
   std::map<Key, Stored> entries_;
   std::list<Key> oldest_first_;
+  std::map<std::string, Usage> tenants_;
   size_t bytes_ = 0;
 };
 
