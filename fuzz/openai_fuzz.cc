@@ -87,7 +87,7 @@ void OpenAi(std::string_view body, bool chat) {
 // Tenant "t" holds one stored response, "resp_1": a turn with a call and its result.
 std::shared_ptr<ResponseStore> Store() {
   static const std::shared_ptr<ResponseStore> store = [] {
-    auto s = std::make_shared<ResponseStore>(16, 1 << 20);
+    auto s = std::make_shared<ResponseStore>();
     ResponseStore::Entry e;
     e.conversation = nlohmann::ordered_json::parse(R"([
       {"role": "user", "content": "Weather in Paris?"},

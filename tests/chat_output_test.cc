@@ -205,6 +205,10 @@ TEST(ChatOutput, HermesAndQwen) {
            true},
           {"unterminated reasoning", "<think>\nstill thinking", "", {}, "\nstill thinking"},
           {"<think> after text is text", "Say <think> twice.", "Say <think> twice.", {}},
+          {"text after a call, trailing space dropped",
+           "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\nDone. ",
+           "\nDone.",
+           {{"get_time", "{}"}}},
           {"unicode",
            "Température: 21 °C 🌤 <tool_call>\n{\"name\": \"search\", \"arguments\": "
            "{\"query\": \"météo 東京\"}}\n</tool_call>",
@@ -370,6 +374,29 @@ TEST(ChatFormat, OnlyTheGenerationPromptOpensReasoning) {
   EXPECT_FALSE(PromptOpensReasoning(f, "user: say <think> please\n<|im_start|>assistant\n"));
   EXPECT_FALSE(
       PromptOpensReasoning(Format(ToolSyntax::kHermes, ReasoningSyntax::kNone), "<think>\n"));
+}
+
+// Headers at the size bound: the same result whole and streamed (found by openai_fuzz).
+TEST(ChatOutput, HeadersAtTheBoundParseAlikeWholeAndStreamed) {
+  std::vector<std::pair<ChatFormat, std::string>> inputs;
+  const ChatFormat hermes = Format(ToolSyntax::kHermes, ReasoningSyntax::kNone);
+  const ChatFormat mistral = Format(ToolSyntax::kMistral, ReasoningSyntax::kNone);
+  const ChatFormat harmony = Format(ToolSyntax::kHarmony, ReasoningSyntax::kHarmony);
+  for (int pad = 4050; pad < 4110; ++pad) {
+    inputs.emplace_back(hermes,
+                        "<tool_call>" + std::string(pad, ' ') +
+                            "{\"name\": \"search\", \"arguments\": {\"q\": 1}}</tool_call>");
+    inputs.emplace_back(mistral,
+                        "[TOOL_CALLS]" + std::string(pad, ' ') + "get_time[ARGS]{\"a\": 1}");
+    inputs.emplace_back(harmony, "<|channel|>final " + std::string(pad, 'x') + "<|message|>Hi");
+  }
+  for (const auto& [f, text] : inputs) {
+    Case c{"bound", text, "", {}};
+    const ParsedOutput whole = ParseOutput(f, Options(c), text);
+    std::vector<size_t> cuts;
+    for (size_t at = 1; at < text.size(); ++at) cuts.push_back(at);
+    ExpectStreamMatches(f, c, cuts, whole);
+  }
 }
 
 TEST(ChatOutput, DeeplyNestedCallsStayText) {

@@ -236,10 +236,12 @@ class OutputParser::Impl {
       if (calls_.empty()) {
         d->content += s;
       } else {
+        // Sent up to its last non-space byte: trailing whitespace waits, however it was cut.
         pending_ws_ += s;
-        if (s.find_first_not_of(" \n\t\r") != std::string_view::npos) {
-          d->content += pending_ws_;
-          pending_ws_.clear();
+        const size_t last = pending_ws_.find_last_not_of(" \n\t\r");
+        if (last != std::string::npos) {
+          d->content += pending_ws_.substr(0, last + 1);
+          pending_ws_.erase(0, last + 1);
         }
       }
     }
@@ -336,7 +338,8 @@ class OutputParser::Impl {
         }
         // [TOOL_CALLS]name[ARGS]{...}
         size_t args = buf_.find(kMistralArgs);
-        if (args != std::string::npos && args > kMaxHeaderBytes) args = std::string::npos;
+        if (args != std::string::npos && args + kMistralArgs.size() > kMaxHeaderBytes)
+          args = std::string::npos;
         if (args == std::string::npos) {
           if (!final_ && buf_.size() < kMaxHeaderBytes) return false;
           return Fallback(d);
@@ -354,7 +357,8 @@ class OutputParser::Impl {
         std::string name;
         size_t len = 0;
         Match m = CallHeader(buf_, &name, &len);
-        if (m == Match::kYes && len > kMaxHeaderBytes) m = Match::kNo;  // as when streamed
+        // As when streamed: pieces wait while fewer than kMaxHeaderBytes are buffered.
+        if (m == Match::kYes && len >= kMaxHeaderBytes) m = Match::kNo;
         if (m == Match::kMore && !final_ && buf_.size() < kMaxHeaderBytes) return false;
         if (m != Match::kYes || !Known(name)) {
           state_ = State::kBuffered;
@@ -539,7 +543,7 @@ class OutputParser::Impl {
       return true;
     }
     size_t msg = buf_.find("<|message|>");
-    if (msg != std::string::npos && msg > kMaxHeaderBytes) msg = std::string::npos;
+    if (msg != std::string::npos && msg + 11 > kMaxHeaderBytes) msg = std::string::npos;
     if (msg == std::string::npos) {
       if (!final_ && buf_.size() < kMaxHeaderBytes) return false;
       // A header that does not end within the bound carries no text: it is dropped (the same
