@@ -710,6 +710,27 @@ TEST_F(OpenAiAgentsTest, ThePlaygroundShowsToolCallsAndReasoning) {
   EXPECT_EQ(status, 0) << out;
 }
 
+// Triton's `priority` parameter (level 1 the highest) through the ensemble reaches the LLM
+// model's queue as well.
+TEST_F(OpenAiAgentsTest, TritonsPriorityThroughTheEnsembleOvertakesTheQueue) {
+  auto run = [](int level, std::atomic<int>* order, int* place) {
+    json body = {{"text_input", "Tell a story."}, {"max_tokens", 256}, {"priority", level}};
+    httplib::Client c("127.0.0.1", server_->http_port);
+    c.set_read_timeout(120);
+    auto r = c.Post("/v2/models/ensemble/generate", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    *place = order->fetch_add(1);
+  };
+  std::atomic<int> order{0};
+  std::vector<int> places(17);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) threads.emplace_back(run, 4, &order, &places[i]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  threads.emplace_back(run, 1, &order, &places[16]);
+  for (auto& t : threads) t.join();
+  EXPECT_LT(places[16], 12) << "it ran ahead of the queued requests";
+}
+
 TEST(ResponseStoreTest, EvictsTheOldestAndKeepsTenantsApart) {
   using frontends::ResponseStore;
   auto entry = [](int n) {
