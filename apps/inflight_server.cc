@@ -266,6 +266,10 @@ int main(int argc, char** argv) {
                    "(0: auto, twice the decode step; -1: off)")
       ->check(CLI::Range(-1.0, 3.6e6));
   init_cmd->add_option("--enable-kv-cache-reuse", init.enable_kv_cache_reuse);
+  init_cmd
+      ->add_option("--kv-event-buffer-size", init.kv_event_buffer_size,
+                   "KV cache events kept for routers (GET /v2/models/M/kv_events; 0: off)")
+      ->check(CLI::Range(0, 1 << 22));
   init_cmd->add_option("--exclude-input-in-output", init.exclude_input_in_output);
   init_cmd
       ->add_option(

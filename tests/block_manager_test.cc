@@ -224,5 +224,112 @@ TEST(BlockManager, RandomizedOperationsKeepInvariants) {
   EXPECT_GT(m.num_reused_blocks(), 1000);
 }
 
+// A router's view: start from a snapshot taken mid-run, apply every event after it; the set of
+// (hash, parent, tokens) it holds equals the cache's own listing at every checkpoint, under a
+// randomized load with evictions. The consumer reads in batches, as a streaming client would.
+TEST(KvCacheEvents, ReplayingFromASnapshotReproducesTheCachedBlocks) {
+  KvEventLog log(1 << 16);
+  KvBlockManager m({48, 4, true});
+  m.SetEventLog(&log, 0);
+  std::mt19937 rng(77);
+  std::vector<std::vector<int32_t>> held;
+  using View = std::map<uint64_t, std::pair<uint64_t, std::vector<int32_t>>>;
+  auto listing = [&] {
+    View v;
+    for (const KvCacheEvent& b : m.Snapshot().blocks) v[b.block_hash] = {b.parent_hash, b.tokens};
+    return v;
+  };
+  View router;
+  uint64_t cursor = 0;
+  bool synced = false;
+  int64_t stored = 0, removed = 0;
+  for (int op = 0; op < 20000; ++op) {
+    if (rng() % 3 != 0 || held.empty()) {
+      const int32_t n = 4 + rng() % 16;
+      std::vector<int32_t> prompt(n);
+      for (int32_t i = 0; i < n; ++i) prompt[i] = static_cast<int32_t>(rng() % (i < 8 ? 2 : 40));
+      std::vector<int32_t> blocks = m.AcquirePrefix(prompt.data(), n - 1, 100);
+      uint64_t key = KvBlockManager::kRootKey;
+      for (size_t i = 0; i < blocks.size(); ++i) key = m.ChainKey(key, prompt.data() + 4 * i);
+      bool ok = true;
+      for (int32_t pos = static_cast<int32_t>(blocks.size()) * 4; pos + 4 <= n; pos += 4) {
+        auto b = m.Allocate();
+        if (!b) {
+          ok = false;
+          break;
+        }
+        blocks.push_back(*b);
+        key = m.Commit(*b, key, prompt.data() + pos, 35);
+      }
+      if (ok) {
+        held.push_back(std::move(blocks));
+      } else {
+        m.Release(blocks);
+      }
+    } else {
+      const size_t i = rng() % held.size();
+      m.Release(held[i]);
+      held.erase(held.begin() + i);
+    }
+    if (op == 5000) {  // the router connects: a snapshot, then the events after it
+      const KvCacheSnapshot snap = m.Snapshot();
+      router.clear();
+      for (const KvCacheEvent& b : snap.blocks) router[b.block_hash] = {b.parent_hash, b.tokens};
+      cursor = snap.last_event_id;
+      synced = true;
+    }
+    if (synced && op % 7 == 0) {
+      for (;;) {
+        KvEventLog::Read r = log.Since(cursor, 64);
+        ASSERT_FALSE(r.gap);
+        for (const KvCacheEvent& e : r.events) {
+          ASSERT_EQ(e.id, cursor + 1) << "ids are dense";
+          cursor = e.id;
+          if (e.type == KvCacheEvent::Type::kStored) {
+            ASSERT_FALSE(router.count(e.block_hash)) << "stored twice";
+            router[e.block_hash] = {e.parent_hash, e.tokens};
+            ++stored;
+          } else {
+            ASSERT_EQ(router.erase(e.block_hash), 1u) << "removed a block the router never had";
+            ++removed;
+          }
+        }
+        if (r.events.size() < 64) break;
+      }
+      ASSERT_EQ(router, listing()) << "after op " << op;
+    }
+  }
+  EXPECT_GT(stored, 1000);
+  EXPECT_GT(removed, 1000) << "the load evicted";
+  for (auto& h : held) m.Release(h);
+}
+
+// A consumer that stops reading: the ring keeps its capacity, the rest is dropped and counted,
+// and the consumer is told to resync.
+TEST(KvCacheEvents, ASlowConsumerLosesEventsNotMemory) {
+  KvEventLog log(16);
+  KvBlockManager m({8, 2, true});
+  m.SetEventLog(&log, 3);
+  int32_t tokens[2] = {0, 0};
+  for (int i = 0; i < 500; ++i) {
+    tokens[0] = i;
+    auto b = m.Allocate();
+    ASSERT_TRUE(b);
+    m.Commit(*b, KvBlockManager::kRootKey, tokens, 35);
+    m.Release({*b});
+  }
+  EXPECT_EQ(log.last_id(), 500u + 492u) << "500 stored, 492 evicted (8 blocks)";
+  EXPECT_EQ(log.num_dropped(), log.last_id() - 16);
+  KvEventLog::Read r = log.Since(0, 1000);
+  EXPECT_TRUE(r.gap);
+  ASSERT_EQ(r.events.size(), 16u);
+  EXPECT_EQ(r.events.front().id, log.last_id() - 15);
+  EXPECT_EQ(r.events.back().id, log.last_id());
+  EXPECT_EQ(r.events.back().group, 3);
+  EXPECT_FALSE(log.Since(r.last_id - 4, 1000).gap);
+  EXPECT_EQ(log.Since(r.last_id - 4, 1000).events.size(), 4u);
+  EXPECT_TRUE(log.Since(r.last_id, 1000).events.empty());
+}
+
 }  // namespace
 }  // namespace inflight

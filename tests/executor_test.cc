@@ -903,5 +903,71 @@ TEST_F(ExecutorTest, LatencyBudgetOffRunsTheWholePromptBesideTheDecode) {
   EXPECT_EQ(largest_chunk, 300);
 }
 
+// KV cache events read and snapshots taken from another thread while requests run (the
+// router's side; TSan covers the hand-off): replaying from the first snapshot ends at the last.
+TEST_F(ExecutorTest, KvEventsAndSnapshotsFromAnotherThreadAgreeWithTheCache) {
+  ExecutorConfig c;
+  c.enable_kv_cache_reuse = true;
+  c.tokens_per_block = 16;
+  c.max_tokens_in_paged_kv_cache = 1024;  // 64 blocks: the load evicts
+  c.kv_event_buffer_size = 1 << 16;
+  auto e = Make(c);
+  auto snap = e->KvSnapshot(std::chrono::seconds(10));
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  std::map<uint64_t, std::vector<int32_t>> router;
+  for (const KvCacheEvent& b : snap->blocks) router[b.block_hash] = b.tokens;
+  uint64_t cursor = snap->last_event_id;
+  std::atomic<bool> done{false};
+  int64_t removed = 0;
+  auto apply = [&](const std::vector<KvCacheEvent>& events) {
+    for (const KvCacheEvent& ev : events) {
+      cursor = ev.id;
+      if (ev.type == KvCacheEvent::Type::kStored) {
+        router[ev.block_hash] = ev.tokens;
+      } else {
+        router.erase(ev.block_hash);
+        ++removed;
+      }
+    }
+  };
+  std::thread reader([&] {
+    while (!done.load()) {
+      auto read = e->KvEvents(cursor, 100);
+      ASSERT_TRUE(read.ok());
+      ASSERT_FALSE(read->gap);
+      apply(read->events);
+      ASSERT_TRUE(e->KvSnapshot(std::chrono::seconds(10)).ok());
+    }
+  });
+  const Workload w = MakeWorkload(5, 24);
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < w.prompts.size(); ++i) {
+    auto id = e->Enqueue(Greedy(w.prompts[i], w.max_tokens[i]));
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  for (RequestId id : ids) Collect(*e, id);
+  done.store(true);
+  reader.join();
+  for (auto read = e->KvEvents(cursor, 1 << 16); read.ok() && !read->events.empty();
+       read = e->KvEvents(cursor, 1 << 16)) {
+    apply(read->events);
+  }
+  auto last = e->KvSnapshot(std::chrono::seconds(10));
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->last_event_id, cursor);
+  std::map<uint64_t, std::vector<int32_t>> cache;
+  for (const KvCacheEvent& b : last->blocks) cache[b.block_hash] = b.tokens;
+  EXPECT_EQ(router, cache);
+  EXPECT_GT(removed, 0) << "the load evicted";
+  ExpectNoLeaks(*e);
+  // Off: a clear error, not an empty stream.
+  ExecutorConfig off;
+  auto e2 = Make(off);
+  EXPECT_EQ(e2->KvEvents(0, 10).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e2->KvSnapshot(std::chrono::seconds(1)).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace inflight

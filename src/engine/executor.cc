@@ -37,6 +37,11 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
   };
   block_counts_ = blocks_.counts();
   if (window_blocks_) window_block_counts_ = window_blocks_->counts();
+  if (config.kv_event_buffer_size > 0) {
+    kv_events_ = std::make_unique<KvEventLog>(static_cast<size_t>(config.kv_event_buffer_size));
+    blocks_.SetEventLog(kv_events_.get(), 0);
+    if (window_blocks_) window_blocks_->SetEventLog(kv_events_.get(), 1);
+  }
   if (draft && config.speculative_mode == SpeculativeMode::kDraftModel) {
     draft_runner_ = std::move(draft);
     draft_blocks_ = std::make_unique<KvBlockManager>(
@@ -194,6 +199,7 @@ BlockCounts Executor::DraftKvBlockCounts() const {
 void Executor::Loop() {
   std::vector<std::pair<RequestId, Request>> submissions;
   std::vector<RequestId> cancels;
+  std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>> snapshots;
   // The last step scheduled nothing (e.g. the requests holding the batch are all paused for
   // their clients while others wait): wait for an event instead of spinning.
   bool stalled = false;
@@ -203,6 +209,7 @@ void Executor::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [&] {
         return stop_ || !submissions_.empty() || !cancels_.empty() || resumed_ ||
+               !snapshot_requests_.empty() ||
                (!requests_.empty() && !stalled && !AllOutputPaused());
       };
       if (requests_.empty()) {
@@ -216,7 +223,9 @@ void Executor::Loop() {
       stopping = stop_;
       submissions.swap(submissions_);
       cancels.swap(cancels_);
+      snapshots.swap(snapshot_requests_);
     }
+    AnswerSnapshots(snapshots);
     Admit(submissions);
     submissions.clear();
     if (stopping) {
@@ -233,6 +242,45 @@ void Executor::Loop() {
     block_counts_ = blocks_.counts();
     if (window_blocks_) window_block_counts_ = window_blocks_->counts();
     if (draft_blocks_) draft_block_counts_ = draft_blocks_->counts();
+  }
+}
+
+void Executor::AnswerSnapshots(
+    std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>>& requests) {
+  if (requests.empty()) return;
+  // The engine thread is the only one recording events: the log's last id matches the blocks.
+  KvCacheSnapshot snap = blocks_.Snapshot();
+  if (window_blocks_) {
+    KvCacheSnapshot window = window_blocks_->Snapshot();
+    for (KvCacheEvent& b : window.blocks) snap.blocks.push_back(std::move(b));
+  }
+  for (auto& r : requests) r->set_value(snap);
+  requests.clear();
+}
+
+StatusOr<KvEventLog::Read> Executor::KvEvents(uint64_t after_id, size_t max) const {
+  if (!kv_events_)
+    return FailedPreconditionError("KV cache events are off (kv_event_buffer_size is 0)");
+  return kv_events_->Since(after_id, max);
+}
+
+StatusOr<KvCacheSnapshot> Executor::KvSnapshot(std::chrono::milliseconds timeout) {
+  if (!kv_events_)
+    return FailedPreconditionError("KV cache events are off (kv_event_buffer_size is 0)");
+  auto request = std::make_shared<std::promise<KvCacheSnapshot>>();
+  std::future<KvCacheSnapshot> answer = request->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return UnavailableError("the executor is shutting down");
+    snapshot_requests_.push_back(request);
+  }
+  wake_.notify_all();
+  if (answer.wait_for(timeout) != std::future_status::ready)
+    return UnavailableError("the engine did not take the KV cache snapshot in time");
+  try {
+    return answer.get();
+  } catch (const std::future_error&) {
+    return UnavailableError("the executor stopped before taking the KV cache snapshot");
   }
 }
 

@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "kvcache/block_manager.h"
+#include "kvcache/kv_events.h"
 
 namespace inflight {
 
@@ -81,6 +83,16 @@ class Executor {
 
   // Stats of the steps since the last call (the newest 1000 at most).
   std::vector<IterationStats> GetLatestIterationStats();
+
+  // KV cache events (config.kv_event_buffer_size > 0; group 0 the full-attention blocks, 1 the
+  // window group's): those after `after_id`, or FAILED_PRECONDITION when they are off.
+  // Thread-safe.
+  StatusOr<KvEventLog::Read> KvEvents(uint64_t after_id, size_t max) const;
+  uint64_t num_kv_events_dropped() const { return kv_events_ ? kv_events_->num_dropped() : 0; }
+  // Every reusable block of both groups, taken on the engine thread between steps, with the
+  // id of the last event it reflects. UNAVAILABLE when the engine does not answer in
+  // `timeout` or stops. Thread-safe.
+  StatusOr<KvCacheSnapshot> KvSnapshot(std::chrono::milliseconds timeout);
   IterationStats LastIterationStats() const;
   BlockCounts KvBlockCounts() const;
   // The window group's blocks (sliding-window layers; all 0 when the cache has none).
@@ -101,6 +113,8 @@ class Executor {
   void Loop();
   void Admit(std::vector<std::pair<RequestId, Request>>& submissions);
   void HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels);
+  // Answers other threads' snapshot requests (engine thread, between steps).
+  void AnswerSnapshots(std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>>& requests);
   // One step; false when it scheduled nothing.
   bool RunStep();
   void ProposeDrafts();
@@ -235,6 +249,10 @@ class Executor {
     Executor* executor = nullptr;
   };
   std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
+  // KV cache events, and snapshots asked for by other threads (answered by the engine thread;
+  // guarded by mu_).
+  std::unique_ptr<KvEventLog> kv_events_;
+  std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>> snapshot_requests_;
   bool AllOutputPaused() const;  // every request waits for its client to read (engine thread)
   std::vector<std::pair<RequestId, Request>> submissions_;
   std::vector<RequestId> cancels_;

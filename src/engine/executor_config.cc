@@ -78,6 +78,8 @@ Status ExecutorConfig::Validate() const {
     return InvalidArgumentError("max_draft_tokens must be in [0, " +
                                 std::to_string(kMaxDraftTokens) + "]");
   }
+  if (kv_event_buffer_size < 0 || kv_event_buffer_size > (1 << 22))
+    return InvalidArgumentError("kv_event_buffer_size must be in [0, 4194304]");
   if (!std::isfinite(max_inter_token_latency_ms) || max_inter_token_latency_ms > 3.6e6)
     return InvalidArgumentError("max_inter_token_latency_ms must be finite and <= 3600000");
   if (prompt_lookup_ngram < 1 || prompt_lookup_ngram > 16)

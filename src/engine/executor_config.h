@@ -58,9 +58,12 @@ struct ExecutorConfig {
   bool enable_kv_cache_reuse = false;
   int32_t tokens_per_block = 32;
   int64_t max_tokens_in_paged_kv_cache = 0;  // 0 = unset
-  double kv_cache_free_mem_fraction = 0.9;   // of the memory available after loading weights
-  DType kv_dtype = DType::kF16;              // kF16, kF32 or kBF16
-  int32_t num_threads = 2;                   // compute threads of the forward pass
+  // KV cache events (kvcache/kv_events.h) kept for routers: the newest this many (0: off;
+  // TensorRT-LLM's event_buffer_max_size).
+  int32_t kv_event_buffer_size = 0;
+  double kv_cache_free_mem_fraction = 0.9;  // of the memory available after loading weights
+  DType kv_dtype = DType::kF16;             // kF16, kF32 or kBF16
+  int32_t num_threads = 2;                  // compute threads of the forward pass
   // Speculative decoding: drafts per step and sequence (a request may ask for fewer), and the
   // longest n-gram prompt lookup matches (it falls back to shorter ones down to 1).
   SpeculativeMode speculative_mode = SpeculativeMode::kNone;

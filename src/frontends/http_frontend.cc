@@ -8,6 +8,7 @@
 #include "base/logging.h"
 #include "frontends/compression.h"
 #include "frontends/kserve_json.h"
+#include "frontends/kv_events_http.h"
 #include "frontends/log_settings.h"
 #include "frontends/openai_json.h"
 #include "frontends/shared_memory.h"
@@ -74,8 +75,9 @@ std::optional<Route> ParseModelRoute(const std::vector<std::string>& seg) {
   } else if (seg.size() != i) {
     return std::nullopt;
   }
-  static const char* kActions[] = {"",         "ready",           "config", "infer",
-                                   "generate", "generate_stream", "stats"};
+  static const char* kActions[] = {"",      "ready",     "config",
+                                   "infer", "generate",  "generate_stream",
+                                   "stats", "kv_events", "kv_blocks"};
   for (const char* a : kActions) {
     if (r.action == a) return r;
   }
@@ -239,6 +241,12 @@ class Handlers {
       if (r->action == "stats") {
         if (method(get)) reply->Send(Stats(r->model, r->version));
         return;
+      }
+      if (r->action == "kv_events" || r->action == "kv_blocks") {
+        if (!method(get)) return;
+        return reply->Send(r->action == "kv_events"
+                               ? KvEventsResponse(*s_, r->model, r->version, req.query)
+                               : KvBlocksResponse(*s_, r->model, r->version));
       }
       if (!method(post)) return;
       if (r->action == "infer") return Infer(*r, std::move(req), tenant, std::move(reply));
@@ -648,7 +656,7 @@ std::optional<serving::ApiGroup> HttpApiGroup(const std::vector<std::string>& se
     if (seg.size() >= 4) {
       if (last == "ready") return G::kHealth;
       if (last == "config") return G::kModelConfig;
-      if (last == "stats") return G::kStatistics;
+      if (last == "stats" || last == "kv_events" || last == "kv_blocks") return G::kStatistics;
       if (last == "setting") return G::kTrace;
       if (last == "infer" || last == "generate" || last == "generate_stream") return G::kInference;
     }

@@ -50,6 +50,13 @@ void KvBlockManager::Evict(int32_t b) {
   blk.committed = false;
   blk.tokens.clear();
   blk.priority = kDefaultRetentionPriority;
+  if (events_) {
+    KvCacheEvent e;
+    e.type = KvCacheEvent::Type::kRemoved;
+    e.group = event_group_;
+    e.block_hash = blk.key;
+    events_->Record(std::move(e));
+  }
 }
 
 uint64_t KvBlockManager::ChainKey(uint64_t parent_key, const int32_t* tokens) const {
@@ -101,7 +108,33 @@ uint64_t KvBlockManager::Commit(int32_t b, uint64_t parent_key, const int32_t* t
   blk.priority = std::clamp(priority, 0, 100);
   table_[key] = b;
   children_.emplace(parent_key, b);
+  if (events_) {
+    KvCacheEvent e;
+    e.type = KvCacheEvent::Type::kStored;
+    e.group = event_group_;
+    e.block_hash = key;
+    e.parent_hash = parent_key;
+    e.tokens = blk.tokens;
+    e.priority = blk.priority;
+    events_->Record(std::move(e));
+  }
   return key;
+}
+
+KvCacheSnapshot KvBlockManager::Snapshot() const {
+  KvCacheSnapshot s;
+  s.last_event_id = events_ ? events_->last_id() : 0;
+  for (const auto& [key, b] : table_) {
+    const Block& blk = blocks_[b];
+    KvCacheEvent e;
+    e.group = event_group_;
+    e.block_hash = key;
+    e.parent_hash = blk.parent_key;
+    e.tokens = blk.tokens;
+    e.priority = blk.priority;
+    s.blocks.push_back(std::move(e));
+  }
+  return s;
 }
 
 std::pair<int32_t, int32_t> KvBlockManager::AcquirePartial(uint64_t parent_key,

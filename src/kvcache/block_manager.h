@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kvcache/kv_events.h"
 
 namespace inflight {
 
@@ -99,6 +100,15 @@ class KvBlockManager {
   // Checks every internal invariant (counts, lists, table); for tests. Empty when fine.
   std::string CheckInvariants() const;
 
+  // Reports each block that becomes reusable (stored) and each reusable block evicted
+  // (removed) to `log` as KV group `group` (null: none). The log outlives the manager.
+  void SetEventLog(KvEventLog* log, int32_t group) {
+    events_ = log;
+    event_group_ = group;
+  }
+  // Every reusable block now, with the id of the last event recorded (a router's resync).
+  KvCacheSnapshot Snapshot() const;
+
  private:
   struct Block {
     int32_t ref_count = 0;
@@ -120,6 +130,8 @@ class KvBlockManager {
   std::set<EvictionKey> evictable_;  // cached, unreferenced
   std::unordered_map<uint64_t, int32_t> table_;          // prefix key -> block
   std::unordered_multimap<uint64_t, int32_t> children_;  // parent key -> committed blocks
+  KvEventLog* events_ = nullptr;
+  int32_t event_group_ = 0;
   int32_t num_free_ = 0;
   int32_t num_cached_ = 0;
   uint64_t clock_ = 0;

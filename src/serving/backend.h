@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "model_config.pb.h"
 #include "serving/infer.h"
+#include "serving/kv_events.h"
 #include "serving/model_config_util.h"
 #include "serving/tenancy.h"
 
@@ -63,6 +64,15 @@ class ModelBackend {
   virtual Status Health() const { return OkStatus(); }
   // An LLM model fills the live view of its engine (the web dashboard) and returns true.
   virtual bool LiveSnapshot(LlmLiveSnapshot* /*out*/) const { return false; }
+  // An LLM model's KV cache events after `after_id` (at most `max`), and a listing of its
+  // reusable blocks with the last event it reflects; UNIMPLEMENTED for other models,
+  // FAILED_PRECONDITION when its events are off.
+  virtual StatusOr<KvEventsPage> KvEvents(uint64_t /*after_id*/, size_t /*max*/) const {
+    return UnimplementedError("this model has no KV cache");
+  }
+  virtual StatusOr<KvCacheListing> KvCacheBlocks() const {
+    return UnimplementedError("this model has no KV cache");
+  }
 };
 
 // Makes the backend of one kind of model (see KindOf). INVALID_ARGUMENT naming the field for a

@@ -644,6 +644,20 @@ StatusOr<int64_t> Server::ContextLengthOf(const std::string& name) const {
   return (*l)->backend->context_length();
 }
 
+StatusOr<KvEventsPage> Server::KvEvents(const std::string& name, const std::string& version,
+                                        uint64_t after_id, size_t max) const {
+  auto l = Find(name, version);
+  if (!l.ok()) return l.status();
+  return (*l)->backend->KvEvents(after_id, max);
+}
+
+StatusOr<KvCacheListing> Server::KvCacheBlocks(const std::string& name,
+                                               const std::string& version) const {
+  auto l = Find(name, version);
+  if (!l.ok()) return l.status();
+  return (*l)->backend->KvCacheBlocks();
+}
+
 std::vector<LlmLiveSnapshot> Server::LiveSnapshots() const {
   std::vector<std::shared_ptr<Loaded>> loaded;
   {

@@ -124,6 +124,11 @@ class Server : public InferenceRunner {
   StatusOr<int64_t> ContextLengthOf(const std::string& name) const;
   // The live view of every ready LLM model's engine (the web dashboard), by model name.
   std::vector<LlmLiveSnapshot> LiveSnapshots() const;
+  // A loaded LLM model's KV cache events and block listing (ModelBackend::KvEvents,
+  // KvCacheBlocks); NOT_FOUND for an unknown or unready model.
+  StatusOr<KvEventsPage> KvEvents(const std::string& name, const std::string& version,
+                                  uint64_t after_id, size_t max) const;
+  StatusOr<KvCacheListing> KvCacheBlocks(const std::string& name, const std::string& version) const;
 
   Metrics& metrics() { return metrics_; }
   Tracer& tracer() { return tracer_; }

@@ -33,6 +33,19 @@
 namespace inflight::serving {
 namespace {
 
+serving::KvEventRecord ToRecord(const KvCacheEvent& e) {
+  serving::KvEventRecord r;
+  r.id = e.id;
+  r.stored = e.type == KvCacheEvent::Type::kStored;
+  r.group = e.group;
+  r.block_hash = e.block_hash;
+  r.parent_hash = e.parent_hash;
+  r.tokens = e.tokens;
+  r.priority = e.priority;
+  r.cache_level = e.cache_level;
+  return r;
+}
+
 namespace fs = std::filesystem;
 
 // Reads the per-row value of a scalar input ([B,1] or [B] or [1]): row b, or the only value.
@@ -181,6 +194,24 @@ class LlmBackend : public ModelBackend {
   std::shared_ptr<const Tokenizer> tokenizer() const override { return tokenizer_; }
   int64_t context_length() const override { return executor_->context_length(); }
   Status Health() const override { return executor_->Health(); }
+  StatusOr<serving::KvEventsPage> KvEvents(uint64_t after_id, size_t max) const override {
+    auto read = executor_->KvEvents(after_id, max);
+    if (!read.ok()) return read.status();
+    serving::KvEventsPage page;
+    page.gap = read->gap;
+    page.last_id = read->last_id;
+    page.dropped = executor_->num_kv_events_dropped();
+    for (const KvCacheEvent& e : read->events) page.events.push_back(ToRecord(e));
+    return page;
+  }
+  StatusOr<serving::KvCacheListing> KvCacheBlocks() const override {
+    auto snap = executor_->KvSnapshot(std::chrono::seconds(10));
+    if (!snap.ok()) return snap.status();
+    serving::KvCacheListing listing;
+    listing.last_event_id = snap->last_event_id;
+    for (const KvCacheEvent& e : snap->blocks) listing.blocks.push_back(ToRecord(e));
+    return listing;
+  }
   bool LiveSnapshot(LlmLiveSnapshot* out) const override {
     out->model = context_.model_name;
     out->max_batch_size = params_.executor.max_batch_size;

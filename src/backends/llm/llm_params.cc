@@ -54,6 +54,9 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   e.enable_chunked_context = GetBoolParameter(config, "enable_chunked_context", false);
   // 0 (the default): auto, twice the running batch's decode step; < 0: off.
   e.max_inter_token_latency_ms = GetDoubleParameter(config, "max_inter_token_latency_ms", 0);
+  // TensorRT-LLM's KvCacheConfig event buffer: events kept for routers (0: off).
+  e.kv_event_buffer_size = static_cast<int32_t>(std::clamp<int64_t>(
+      GetIntParameter(config, "event_buffer_max_size", 0), -1, int64_t{1} << 23));
   e.max_num_tokens =
       static_cast<int32_t>(GetIntParameter(config, "max_num_tokens", e.max_num_tokens));
   e.max_batch_size =

@@ -1,0 +1,170 @@
+// KV cache events for routers, on the real server and the bundled demo model (prefix reuse on,
+// a KV cache of 32 blocks so a load evicts): a router that starts from the kv_blocks listing
+// and applies every event after it holds exactly the cache's own listing at the end of a
+// randomized load with shared prefixes, and bad queries and models without a KV cache get
+// clear errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "server_harness.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::ServerProcess;
+
+class KvEventsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    repo_ = new fs::path(fs::temp_directory_path() /
+                         ("inflight_kv_events_" + std::to_string(getpid())));
+    fs::remove_all(*repo_);
+    const std::string cmd =
+        std::string(INFLIGHT_BINARY_DIR) + "/apps/inflight-server init-repo --model " +
+        testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf --out " + repo_->string() +
+        " --enable-kv-cache-reuse true --kv-event-buffer-size 100000" + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    // A cache of 1,024 tokens (32 blocks of 32): the load below evicts.
+    const fs::path config = *repo_ / "tensorrt_llm" / "config.pbtxt";
+    std::ifstream in(config);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string placeholder = "${max_tokens_in_paged_kv_cache}";
+    const size_t at = text.find(placeholder);
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, placeholder.size(), "1024");
+    std::ofstream(config) << text;
+    server_ = ServerProcess::Start({"--model-repository", repo_->string()}).release();
+  }
+
+  static void TearDownTestSuite() {
+    if (server_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0)
+      std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server_->log().c_str());
+    delete server_;
+    server_ = nullptr;
+    fs::remove_all(*repo_);
+    delete repo_;
+  }
+
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << "the server did not start";
+  }
+
+  static httplib::Result Get(const std::string& path) {
+    httplib::Client c("127.0.0.1", server_->http_port);
+    c.set_read_timeout(60);
+    return c.Get(path);
+  }
+
+  static inline ServerProcess* server_ = nullptr;
+  static inline fs::path* repo_ = nullptr;
+};
+
+using BlockSet = std::map<std::string, std::pair<std::string, json>>;  // hash -> parent, tokens
+
+TEST_F(KvEventsTest, ReplayingFromTheListingReproducesTheCacheUnderLoad) {
+  auto listing = [] {
+    auto r = Get("/v2/models/tensorrt_llm/kv_blocks");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "");
+    return json::parse(r->body);
+  };
+  auto to_set = [](const json& blocks) {
+    BlockSet s;
+    for (const json& b : blocks) s[b["block_hash"]] = {b["parent_hash"], b["tokens"]};
+    return s;
+  };
+  const json start = listing();
+  BlockSet router = to_set(start["blocks"]);
+  uint64_t cursor = start["last_event_id"];
+  int stored = 0, removed = 0;
+  auto drain = [&] {
+    for (;;) {
+      auto r = Get("/v2/models/tensorrt_llm/kv_events?after=" + std::to_string(cursor) + "&max=50");
+      ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
+      const json page = json::parse(r->body);
+      ASSERT_FALSE(page["gap"].get<bool>());
+      for (const json& e : page["events"]) {
+        ASSERT_EQ(e["event_id"].get<uint64_t>(), cursor + 1);
+        cursor = e["event_id"];
+        if (e["type"] == "stored") {
+          router[e["block_hash"]] = {e["parent_hash"], e["tokens"]};
+          ASSERT_EQ(e["tokens"].size(), 32u);
+          ++stored;
+        } else {
+          ASSERT_EQ(router.erase(e["block_hash"].get<std::string>()), 1u);
+          ++removed;
+        }
+      }
+      if (page["events"].size() < 50) break;
+    }
+  };
+  // 4 clients, 12 requests each: prompts of 2-8 sentences from a few shared openings.
+  const std::vector<std::string> openings = {
+      "Once upon a time there was a little girl named Lily who loved to play outside. ",
+      "The big brown dog ran to the park to find his friend the cat and play all day. ",
+      "Tom and Sue went to the store with their mom to buy apples, bread and some milk. "};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      std::mt19937 rng(c);
+      httplib::Client http("127.0.0.1", server_->http_port);
+      http.set_read_timeout(60);
+      for (int i = 0; i < 12; ++i) {
+        std::string prompt;
+        for (int k = 0, n = 2 + static_cast<int>(rng() % 7); k < n; ++k)
+          prompt += openings[k == 0 ? rng() % 3 : (rng() % 3 + k) % 3];
+        auto r =
+            http.Post("/v2/models/ensemble/generate",
+                      json{{"text_input", prompt}, {"max_tokens", 24}}.dump(), "application/json");
+        EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "");
+      }
+    });
+  }
+  // The router reads while the load runs, then once more when it is over.
+  for (int i = 0; i < 20; ++i) {
+    drain();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& t : clients) t.join();
+  ASSERT_TRUE(testing::WaitLlmIdle(server_->metrics_port, "tensorrt_llm"));
+  drain();
+  const json end = listing();
+  EXPECT_EQ(end["last_event_id"].get<uint64_t>(), cursor);
+  EXPECT_EQ(router, to_set(end["blocks"]));
+  EXPECT_GT(stored, 20);
+  EXPECT_GT(removed, 0) << "the load evicted";
+  std::printf("events: %d stored, %d removed; %zu blocks cached at the end\n", stored, removed,
+              router.size());
+}
+
+TEST_F(KvEventsTest, BadQueriesAndModelsWithoutACacheGetClearErrors) {
+  struct Bad {
+    std::string path;
+    int status;
+    std::string words;
+  };
+  for (const Bad& b :
+       std::vector<Bad>{{"/v2/models/tensorrt_llm/kv_events?after=x", 400, "non-negative integers"},
+                        {"/v2/models/tensorrt_llm/kv_events?max=-1", 400, "non-negative integers"},
+                        {"/v2/models/preprocessing/kv_events", 400, "no KV cache"},
+                        {"/v2/models/nope/kv_blocks", 404, ""}}) {
+    auto r = Get(b.path);
+    ASSERT_TRUE(r) << b.path;
+    EXPECT_EQ(r->status, b.status) << b.path << " -> " << r->body;
+    EXPECT_NE(r->body.find(b.words), std::string::npos) << r->body;
+  }
+  httplib::Client c("127.0.0.1", server_->http_port);
+  auto post = c.Post("/v2/models/tensorrt_llm/kv_events", "", "application/json");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+}
+
+}  // namespace
+}  // namespace inflight
