@@ -5,9 +5,11 @@
 // clear errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -142,6 +144,73 @@ TEST_F(KvEventsTest, ReplayingFromTheListingReproducesTheCacheUnderLoad) {
   EXPECT_GT(removed, 0) << "the load evicted";
   std::printf("events: %d stored, %d removed; %zu blocks cached at the end\n", stored, removed,
               router.size());
+}
+
+// The streamed form: a router subscribed from the listing sees the same events.
+TEST_F(KvEventsTest, TheStreamCarriesEveryEventAfterTheListing) {
+  auto r = Get("/v2/models/tensorrt_llm/kv_blocks");
+  ASSERT_TRUE(r && r->status == 200);
+  const json start = json::parse(r->body);
+  std::mutex mu;
+  BlockSet router;
+  for (const json& b : start["blocks"]) router[b["block_hash"]] = {b["parent_hash"], b["tokens"]};
+  uint64_t cursor = start["last_event_id"];
+  std::atomic<uint64_t> wanted{UINT64_MAX};
+  std::atomic<bool> bad{false};
+  std::thread subscriber([&] {
+    httplib::Client c("127.0.0.1", server_->http_port);
+    c.set_read_timeout(60);
+    std::string buffer;
+    c.Get("/v2/models/tensorrt_llm/kv_events?stream=true&after=" + std::to_string(cursor),
+          [&](const char* data, size_t n) {
+            buffer.append(data, n);
+            for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+              const std::string event = buffer.substr(0, end);
+              buffer.erase(0, end + 2);
+              if (event.rfind("data: ", 0) != 0) continue;
+              const json page = json::parse(event.substr(6), nullptr, false);
+              std::lock_guard<std::mutex> lock(mu);
+              if (page.is_discarded() || page.value("gap", true)) bad = true;
+              for (const json& e : page.value("events", json::array())) {
+                if (e["event_id"].get<uint64_t>() != cursor + 1) bad = true;
+                cursor = e["event_id"];
+                if (e["type"] == "stored") {
+                  router[e["block_hash"]] = {e["parent_hash"], e["tokens"]};
+                } else {
+                  router.erase(e["block_hash"].get<std::string>());
+                }
+              }
+            }
+            std::lock_guard<std::mutex> lock(mu);
+            return !bad && cursor < wanted.load();
+          });
+  });
+  httplib::Client http("127.0.0.1", server_->http_port);
+  http.set_read_timeout(60);
+  for (int i = 0; i < 16; ++i) {
+    std::string prompt;
+    for (int k = 0; k <= i % 6; ++k)
+      prompt += "The cat number " + std::to_string(i * 7 + k) + " sat on a mat and looked around. ";
+    auto g = http.Post("/v2/models/ensemble/generate",
+                       json{{"text_input", prompt}, {"max_tokens", 16}}.dump(), "application/json");
+    ASSERT_TRUE(g && g->status == 200);
+  }
+  ASSERT_TRUE(testing::WaitLlmIdle(server_->metrics_port, "tensorrt_llm"));
+  auto end = Get("/v2/models/tensorrt_llm/kv_blocks");
+  ASSERT_TRUE(end && end->status == 200);
+  const json last = json::parse(end->body);
+  wanted = last["last_event_id"].get<uint64_t>();
+  ASSERT_GT(wanted.load(), start["last_event_id"].get<uint64_t>());
+  subscriber.join();  // it stops once it has read up to `wanted`
+  EXPECT_FALSE(bad);
+  BlockSet cache;
+  for (const json& b : last["blocks"]) cache[b["block_hash"]] = {b["parent_hash"], b["tokens"]};
+  EXPECT_EQ(cursor, wanted.load());
+  EXPECT_EQ(router, cache);
+  // A stream for a model without events is an answer, not a stream.
+  auto off = Get("/v2/models/preprocessing/kv_events?stream=true");
+  ASSERT_TRUE(off);
+  EXPECT_EQ(off->status, 400);
 }
 
 TEST_F(KvEventsTest, BadQueriesAndModelsWithoutACacheGetClearErrors) {

@@ -145,11 +145,13 @@ HttpResponse RateLimited(const Admitted& a) {
 class Handlers {
  public:
   Handlers(serving::Server* s, SharedMemoryRegistry* shm, std::shared_ptr<OpenAiFrontend> openai,
-           std::shared_ptr<WebFrontend> web, AccessPolicy access, size_t max_body_bytes)
+           std::shared_ptr<WebFrontend> web, std::shared_ptr<KvEventStreams> kv_streams,
+           AccessPolicy access, size_t max_body_bytes)
       : s_(s),
         shm_(*shm),
         openai_(std::move(openai)),
         web_(std::move(web)),
+        kv_streams_(std::move(kv_streams)),
         access_(std::move(access)),
         max_body_bytes_(max_body_bytes) {}
 
@@ -244,6 +246,8 @@ class Handlers {
       }
       if (r->action == "kv_events" || r->action == "kv_blocks") {
         if (!method(get)) return;
+        if (r->action == "kv_events" && KvEventsStreamed(req.query))
+          return kv_streams_->Start(reply, r->model, r->version, req.query);
         return reply->Send(r->action == "kv_events"
                                ? KvEventsResponse(*s_, r->model, r->version, req.query)
                                : KvBlocksResponse(*s_, r->model, r->version));
@@ -628,6 +632,7 @@ class Handlers {
   SharedMemoryRegistry& shm_;  // shared with the gRPC frontend, as in Triton
   std::shared_ptr<OpenAiFrontend> openai_;
   std::shared_ptr<WebFrontend> web_;
+  std::shared_ptr<KvEventStreams> kv_streams_;
   const AccessPolicy access_;
   const size_t max_body_bytes_;  // also the bound of a decompressed body
 };
@@ -698,14 +703,15 @@ HttpFrontend::HttpFrontend(serving::Server* server, HttpServerOptions options,
       shm_(shm),
       access_(access),
       openai_(std::make_shared<OpenAiFrontend>(server, std::move(openai), access)),
-      web_(std::make_shared<WebFrontend>(server)) {}
+      web_(std::make_shared<WebFrontend>(server)),
+      kv_streams_(std::make_shared<KvEventStreams>(server)) {}
 
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 StatusOr<int> HttpFrontend::Start() {
   RETURN_IF_ERROR(openai_->Init());
-  auto handlers =
-      std::make_shared<Handlers>(server_, shm_, openai_, web_, access_, options_.max_body_bytes);
+  auto handlers = std::make_shared<Handlers>(server_, shm_, openai_, web_, kv_streams_, access_,
+                                             options_.max_body_bytes);
   http_ = std::make_unique<HttpServer>(
       options_, [handlers](HttpRequest req, std::shared_ptr<HttpReply> reply) {
         try {
@@ -724,6 +730,7 @@ void HttpFrontend::StopAccepting() {
 
 void HttpFrontend::Stop(std::chrono::milliseconds grace) {
   web_->Stop();  // live dashboards end; their connections close with the rest
+  kv_streams_->Stop();
   if (http_) http_->Stop(grace);
 }
 

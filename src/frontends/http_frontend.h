@@ -9,6 +9,7 @@
 
 #include "frontends/access.h"
 #include "frontends/http_server.h"
+#include "frontends/kv_events_http.h"
 #include "frontends/openai_frontend.h"
 #include "frontends/shared_memory.h"
 #include "frontends/web_frontend.h"
@@ -38,6 +39,7 @@ class HttpFrontend {
   AccessPolicy access_;
   std::shared_ptr<OpenAiFrontend> openai_;
   std::shared_ptr<WebFrontend> web_;
+  std::shared_ptr<KvEventStreams> kv_streams_;
   std::unique_ptr<HttpServer> http_;
 };
 
