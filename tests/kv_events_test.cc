@@ -46,14 +46,7 @@ class KvEventsTest : public ::testing::Test {
     server_ = ServerProcess::Start({"--model-repository", repo_->string()}).release();
   }
 
-  static void TearDownTestSuite() {
-    if (server_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0)
-      std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server_->log().c_str());
-    delete server_;
-    server_ = nullptr;
-    fs::remove_all(*repo_);
-    delete repo_;
-  }
+  static void TearDownTestSuite() { testing::EndSuite(server_, repo_); }
 
   void SetUp() override {
     if (!server_) GTEST_SKIP() << "the server did not start";

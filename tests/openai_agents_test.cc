@@ -50,15 +50,7 @@ class OpenAiAgentsTest : public ::testing::Test {
     server_ = ServerProcess::Start({"--model-repository", (*dir_ / "repo").string()}).release();
   }
 
-  static void TearDownTestSuite() {
-    if (server_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0)
-      std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server_->log().c_str());
-    delete server_;
-    server_ = nullptr;
-    if (dir_) fs::remove_all(*dir_);
-    delete dir_;
-    dir_ = nullptr;
-  }
+  static void TearDownTestSuite() { testing::EndSuite(server_, dir_); }
 
   void SetUp() override {
     if (!fs::exists(Qwen3Tokenizer())) {
@@ -630,15 +622,7 @@ class HarmonyAgentsTest : public ::testing::Test {
             .release();
   }
 
-  static void TearDownTestSuite() {
-    if (server_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0)
-      std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server_->log().c_str());
-    delete server_;
-    server_ = nullptr;
-    if (dir_) fs::remove_all(*dir_);
-    delete dir_;
-    dir_ = nullptr;
-  }
+  static void TearDownTestSuite() { testing::EndSuite(server_, dir_); }
 
   void SetUp() override {
     if (!fs::exists(Tokenizer())) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -181,6 +182,17 @@ inline std::pair<int, std::string> RunNode(const std::string& script_and_args) {
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   return {pclose(p), out};
+}
+
+// A suite's end: the server's log when a test failed, the server stopped, its folder removed.
+inline void EndSuite(ServerProcess*& server, std::filesystem::path*& dir) {
+  if (server && ::testing::UnitTest::GetInstance()->failed_test_count() > 0)
+    std::fprintf(stderr, "--- inflight-server log ---\n%s\n", server->log().c_str());
+  delete server;
+  server = nullptr;
+  if (dir) std::filesystem::remove_all(*dir);
+  delete dir;
+  dir = nullptr;
 }
 
 }  // namespace inflight::testing

@@ -1,0 +1,48 @@
+// KV cache events of the executor: reads from any thread, block listings answered by the engine
+// thread between steps (so a listing and the last event id agree).
+#include <future>
+
+#include "engine/executor.h"
+
+namespace inflight {
+
+void Executor::AnswerSnapshots(
+    std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>>& requests) {
+  if (requests.empty()) return;
+  // The engine thread is the only one recording events: the log's last id matches the blocks.
+  KvCacheSnapshot snap = blocks_.Snapshot();
+  if (window_blocks_) {
+    KvCacheSnapshot window = window_blocks_->Snapshot();
+    for (KvCacheEvent& b : window.blocks) snap.blocks.push_back(std::move(b));
+  }
+  for (auto& r : requests) r->set_value(snap);
+  requests.clear();
+}
+
+StatusOr<KvEventLog::Read> Executor::KvEvents(uint64_t after_id, size_t max) const {
+  if (!kv_events_)
+    return FailedPreconditionError("KV cache events are off (kv_event_buffer_size is 0)");
+  return kv_events_->Since(after_id, max);
+}
+
+StatusOr<KvCacheSnapshot> Executor::KvSnapshot(std::chrono::milliseconds timeout) {
+  if (!kv_events_)
+    return FailedPreconditionError("KV cache events are off (kv_event_buffer_size is 0)");
+  auto request = std::make_shared<std::promise<KvCacheSnapshot>>();
+  std::future<KvCacheSnapshot> answer = request->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return UnavailableError("the executor is shutting down");
+    snapshot_requests_.push_back(request);
+  }
+  wake_.notify_all();
+  if (answer.wait_for(timeout) != std::future_status::ready)
+    return UnavailableError("the engine did not take the KV cache snapshot in time");
+  try {
+    return answer.get();
+  } catch (const std::future_error&) {
+    return UnavailableError("the executor stopped before taking the KV cache snapshot");
+  }
+}
+
+}  // namespace inflight
