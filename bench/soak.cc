@@ -44,12 +44,21 @@ constexpr const char* kAdminKey = "soak-admin-key";
 
 // ---- the server process ----
 
+// The server's log line when a version a reload replaced is gone.
+constexpr char kRetiredLine[] = "(replaced by a reload)";
+
 struct Server {
   pid_t pid = -1;
   int http_port = 0, grpc_port = 0, metrics_port = 0;
   std::thread reader;
   std::mutex mu;
   std::string log;
+  size_t scanned = 0;  // log bytes searched for kRetiredLine
+  size_t retired = 0;  // kRetiredLine lines seen
+  size_t Count(const char*) {
+    std::lock_guard<std::mutex> lock(mu);
+    return retired;
+  }
 };
 
 int PortIn(const std::string& log, const std::string& service) {
@@ -89,7 +98,17 @@ bool StartServer(Server* s, const std::string& bin, const std::string& repo) {
     while ((n = read(fd, buf, sizeof buf)) > 0) {
       std::lock_guard<std::mutex> lock(s->mu);
       s->log.append(buf, static_cast<size_t>(n));
-      if (s->log.size() > (8 << 20)) s->log.erase(0, s->log.size() - (4 << 20));
+      for (size_t at; (at = s->log.find(kRetiredLine, s->scanned)) != std::string::npos;) {
+        ++s->retired;
+        s->scanned = at + 1;
+      }
+      s->scanned =
+          std::max(s->scanned, s->log.size() - std::min(s->log.size(), sizeof kRetiredLine));
+      if (s->log.size() > (8 << 20)) {
+        const size_t cut = s->log.size() - (4 << 20);
+        s->log.erase(0, cut);
+        s->scanned -= std::min(s->scanned, cut);
+      }
     }
     close(fd);
   });
@@ -393,7 +412,7 @@ int64_t NowMs() {
 }
 
 // Reloads a model every few seconds (load the new version, then swap; requests keep running).
-void Reloader(int port, Tally* tally, std::atomic<bool>* stop, int every_s) {
+void Reloader(Server* server, int port, Tally* tally, std::atomic<bool>* stop, int every_s) {
   std::mt19937 rng(7);
   while (!stop->load()) {
     for (int i = 0; i < every_s * 10 && !stop->load(); ++i)
@@ -401,8 +420,12 @@ void Reloader(int port, Tally* tally, std::atomic<bool>* stop, int every_s) {
     if (stop->load()) break;
     const char* model = rng() % 2 ? "tensorrt_llm" : "ensemble";
     reload_busy_until_ms = INT64_MAX;
+    const size_t retired = server->Count(kRetiredLine);
     auto [status, body] =
         Post(port, std::string("/v2/repository/models/") + model + "/load", "{}", Auth(kAdminKey));
+    // The old version lives on until its running requests end (the server logs when it goes).
+    for (int i = 0; i < 600 && status == 200 && server->Count(kRetiredLine) == retired; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     reload_busy_until_ms = NowMs() + 1500;
     if (status == 200)
       tally->Add(std::string("reload ") + model);
@@ -463,7 +486,7 @@ int main(int argc, char** argv) {
   }
   if (reloads) {
     threads.emplace_back(
-        Reloader, server.http_port, &tally, &stop,
+        Reloader, &server, server.http_port, &tally, &stop,
         std::min(reload_every, std::max(1, static_cast<int>(seconds * warmup_fraction / 2))));
   }
 

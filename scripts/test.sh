@@ -75,6 +75,6 @@ stage release-ctest ctest --test-dir build --output-on-failure --no-tests=error 
 # slow readers, cancels, bad requests, reloads and a SIGTERM; nothing lost, nothing leaked.
 soak() {
   ./build/bench/soak --server build/apps/inflight-server \
-    --model models/demo/inflight-demo-q8_0.gguf --seconds "${SOAK_SECONDS:-60}" 2>/dev/null
+    --model models/demo/inflight-demo-q8_0.gguf --seconds "${SOAK_SECONDS:-60}"
 }
 stage soak soak

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "grpc_service.grpc.pb.h"
 #include "server_harness.h"
@@ -30,7 +31,7 @@ class ControlPlaneTest : public ::testing::Test {
                             " > /dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     server_ = ServerProcess::Start({"--model-repository", repo_.string(), "--model-control-mode",
-                                    "explicit", "--load-model", "*"});
+                                    "explicit", "--load-model", "*", "--exit-timeout-secs", "0"});
     ASSERT_NE(server_, nullptr);
   }
   void TearDown() override {
@@ -144,6 +145,53 @@ TEST_F(ControlPlaneTest, AFailedReloadKeepsTheServingVersion) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_TRUE(Serving());
+}
+
+// A reload cancelled the old version's running requests once the exit timeout had passed
+// since the swap: on a loaded machine the soak saw streams cut mid-answer. The old version now
+// serves them to their end, however long that takes past the exit timeout (here 0).
+TEST_F(ControlPlaneTest, AReloadLetsTheOldVersionFinishItsRequests) {
+  std::atomic<bool> first{false};
+  std::string body;
+  std::chrono::steady_clock::time_point ended;
+  std::thread reader([&] {
+    httplib::Client c = Http();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"model", "ensemble"},
+                    {"prompt", "Once upon a time"},
+                    {"max_tokens", 400},
+                    {"n", 16},
+                    {"ignore_eos", true},
+                    {"stream", true},
+                    {"stream_options", {{"include_usage", true}}}}
+                   .dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      first = true;
+      std::this_thread::sleep_for(std::chrono::microseconds(300));  // a reader, not a sink
+      return true;
+    };
+    c.send(req);
+    ended = std::chrono::steady_clock::now();
+  });
+  while (!first) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto r = Http().Post("/v2/repository/models/tensorrt_llm/load", "", "application/json");
+  const auto reloaded = std::chrono::steady_clock::now();
+  reader.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  // The stream outlived the exit timeout after the swap, or the test proves nothing.
+  EXPECT_GT(std::chrono::duration<double>(ended - reloaded).count(), 0.2)
+      << "the request ended too soon to test the drain";
+  EXPECT_EQ(body.find("\"error\""), std::string::npos) << body.substr(body.size() - 400);
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(body.find("\"completion_tokens\":6400"), std::string::npos)
+      << body.substr(body.size() - 400);
+  EXPECT_TRUE(Serving());
+  EXPECT_EQ(Index()["tensorrt_llm"], "READY");
 }
 
 TEST_F(ControlPlaneTest, FailedNamesDoNotPileUpInTheIndex) {

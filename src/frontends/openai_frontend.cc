@@ -246,7 +246,6 @@ void OpenAiFrontend::Run(OpenAiRequest request, const std::string& tenant,
     return too_many("stop", limits.max_stop_words);
   }
   if (Status s = Prepare(&setup, &param); !s.ok()) return reject(s, param);
-  const Tokenizer& tok = *setup.model.tokenizer;
   int64_t longest = 0;
   for (const auto& ids : setup.prompt_ids) {
     if (ids.empty())

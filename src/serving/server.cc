@@ -255,6 +255,7 @@ struct Server::Entry {
   std::string state = "UNKNOWN";
   std::string reason;
   std::map<int64_t, std::shared_ptr<Loaded>> versions;
+  int retiring = 0;  // replaced versions still finishing their requests (RetireLoop)
   fs::file_time_type config_time{};
 };
 
@@ -312,6 +313,7 @@ StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
     }
   }
   lock.unlock();
+  server->retire_thread_ = std::thread([s = server.get()] { s->RetireLoop(); });
   if (options.control_mode == ModelControlMode::kPoll) {
     server->poll_thread_ = std::thread([s = server.get()] { s->PollLoop(); });
   }
@@ -425,6 +427,10 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
       }
     }
   }
+  // At most two copies of a model: a reload waits for the previous reload's old version to
+  // finish its requests first (Shutdown ends that wait).
+  cv_.wait(lock, [&] { return e->retiring == 0 || shutting_down_; });
+  if (shutting_down_) return UnavailableError("the server is shutting down");
   // A serving model keeps serving while its new version loads; the two swap at the end.
   if (e->versions.empty()) {
     e->state = "LOADING";
@@ -462,8 +468,41 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
   e->state = "READY";
   e->reason.clear();
   INFLIGHT_LOG(kInfo) << "successfully loaded '" << name << "' version " << versions.front();
-  if (!previous.empty()) RetireLocked(std::move(previous), lock, UnloadDeadline());
+  if (!previous.empty()) {
+    // Triton's reload: the old version serves its running requests to their end, and is not
+    // cancelled at a deadline (a slow machine made that cut streams mid-answer).
+    ++e->retiring;
+    retiring_.push_back({e, std::move(previous)});
+    cv_.notify_all();
+  }
   return OkStatus();
+}
+
+void Server::RetireLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait_for(lock, std::chrono::milliseconds(retiring_.empty() ? 1000 : 10));
+    const bool cut = Clock::now().time_since_epoch().count() >= retire_cut_ns_.load();
+    if (shutting_down_ && retiring_.empty() && cut) return;
+    for (size_t i = 0; i < retiring_.size();) {
+      bool drained = true;
+      for (const auto& [v, l] : retiring_[i].versions) drained = drained && l->inflight.load() == 0;
+      if (!drained && !cut) {
+        ++i;
+        continue;
+      }
+      Retiring r = std::move(retiring_[i]);
+      retiring_.erase(retiring_.begin() + static_cast<std::ptrdiff_t>(i));
+      std::string names;
+      for (const auto& [v, l] : r.versions)
+        names += (names.empty() ? "'" : ", '") + l->name + "' version " + std::to_string(v);
+      RetireLocked(std::move(r.versions), lock, Clock::now());  // unlocks while it destroys
+      INFLIGHT_LOG(kInfo) << "retired " << names << " (replaced by a reload)";
+      --r.entry->retiring;
+      cv_.notify_all();
+      i = 0;  // the list may have changed while unlocked
+    }
+  }
 }
 
 void Server::RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions,
@@ -472,6 +511,10 @@ void Server::RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions,
   for (auto& [v, l] : versions) {
     while (l->inflight.load() > 0 && Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (l->inflight.load() > 0) {
+      INFLIGHT_LOG(kWarning) << l->inflight.load() << " requests still running on '" << l->name
+                             << "' version " << v << " at the unload deadline are cancelled";
+    }
   }
   const bool freed = !versions.empty();
   versions.clear();  // destroys the backends (an executor cancels what still runs)
@@ -566,6 +609,10 @@ void Server::Shutdown() {
   const auto deadline = Clock::now() + std::chrono::seconds(options_.exit_timeout_secs);
   while (inflight_.load() > 0 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Versions a reload replaced end now, cancelling what they still run.
+  retire_cut_ns_ = Clock::now().time_since_epoch().count();
+  cv_.notify_all();
+  if (retire_thread_.joinable()) retire_thread_.join();
   std::unique_lock<std::mutex> lock(mu_);
   // LLM models first: unloading one cancels what still runs there, and those requests end
   // with an error that still flows through the ensembles and text models calling them.

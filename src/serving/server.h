@@ -158,6 +158,14 @@ class Server : public InferenceRunner {
   void RetireLocked(std::map<int64_t, std::shared_ptr<Loaded>> versions,
                     std::unique_lock<std::mutex>& lock,
                     std::chrono::steady_clock::time_point deadline);
+  // Versions a reload replaced: they finish their running requests (however long those take;
+  // each request is bounded by its own limits) on retire_thread_, which then destroys them.
+  // Shutdown cuts the wait at its deadline.
+  void RetireLoop();
+  struct Retiring {
+    std::shared_ptr<Entry> entry;
+    std::map<int64_t, std::shared_ptr<Loaded>> versions;
+  };
 
   ServerOptions options_;
   std::vector<std::string> allowed_roots_;  // canonical: the repository and allowed_model_paths
@@ -169,6 +177,9 @@ class Server : public InferenceRunner {
   std::atomic<bool> shutting_down_{false};
   std::atomic<int64_t> inflight_{0};
   std::thread poll_thread_;
+  std::vector<Retiring> retiring_;                 // under mu_
+  std::atomic<int64_t> retire_cut_ns_{INT64_MAX};  // steady-clock ns when Shutdown cuts the wait
+  std::thread retire_thread_;
 };
 
 }  // namespace inflight::serving
