@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--frequency-penalty", sp.frequency_penalty);
   app.add_option("--seed", sp.seed);
   app.add_option("--logprobs", sp.num_top_logprobs, "Top-N log-probs per token in --json");
-  app.add_option("--kv-dtype", kv_dtype_name, "f16, bf16 or f32");
+  app.add_option("--kv-dtype", kv_dtype_name, "f16, bf16, f32 or int8");
   app.add_flag("--ignore-eos", ignore_eos, "Keep generating after end-of-sequence");
   app.add_flag("--no-special", no_special, "Do not add BOS/EOS to the prompt");
   app.add_flag("--json", json_out, "Print one JSON object instead of streaming text");
@@ -107,8 +107,8 @@ int main(int argc, char** argv) {
     if (!b.ok()) return Fail(b.status());
     auto p = CapacityPolicyFromName(policy);
     if (!p.ok()) return Fail(p.status());
-    auto kv = DTypeFromName(kv_dtype_name);
-    if (!kv) return Fail(InvalidArgumentError("--kv-dtype must be f16, bf16 or f32"));
+    auto kv = KvDtypeFromName(kv_dtype_name);
+    if (!kv) return Fail(InvalidArgumentError("--kv-dtype must be f16, bf16, f32 or int8"));
     ec.batching = *b;
     ec.policy = *p;
     ec.kv_dtype = *kv;
@@ -127,11 +127,8 @@ int main(int argc, char** argv) {
 
   if (prompt.empty() == prompt_ids_text.empty())
     return Fail(InvalidArgumentError("give exactly one of --prompt and --prompt-ids"));
-  auto kv_dtype = DTypeFromName(kv_dtype_name);
-  if (!kv_dtype ||
-      (*kv_dtype != DType::kF16 && *kv_dtype != DType::kF32 && *kv_dtype != DType::kBF16)) {
-    return Fail(InvalidArgumentError("--kv-dtype must be f16, bf16 or f32"));
-  }
+  auto kv_dtype = KvDtypeFromName(kv_dtype_name);
+  if (!kv_dtype) return Fail(InvalidArgumentError("--kv-dtype must be f16, bf16, f32 or int8"));
   if (Status s = sp.Validate(); !s.ok()) return Fail(s);
   auto model_or = Model::Load(model_path);
   if (!model_or.ok()) return Fail(model_or.status());

@@ -267,6 +267,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1.0, 3.6e6));
   init_cmd->add_option("--enable-kv-cache-reuse", init.enable_kv_cache_reuse);
   init_cmd
+      ->add_option("--kv-cache-dtype", init.kv_cache_dtype,
+                   "K/V in the cache: f16, bf16, f32 or int8 (8 bits with a scale per token and "
+                   "head: twice the tokens in the same memory, half the bytes read per step)")
+      ->check(CLI::IsMember({"f16", "bf16", "f32", "int8"}));
+  init_cmd
       ->add_option("--kv-event-buffer-size", init.kv_event_buffer_size,
                    "KV cache events kept for routers (GET /v2/models/M/kv_events; 0: off)")
       ->check(CLI::Range(0, 1 << 22));

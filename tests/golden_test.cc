@@ -146,5 +146,119 @@ INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest, ::testing::ValuesIn(kCases), [](con
   return n;
 });
 
+// 8-bit K/V (kv_cache_dtype int8) on the golden files, against the F16 cache and llama.cpp:
+// - free-running greedy ids equal the F16 run's up to its first step whose margin (top-1
+//   minus top-2 log-probability, from the F16 run's own logits) is under 1.0 nats;
+// - teacher forced over every prompt and the reference continuation, the argmax agrees with
+//   the F16 cache's at >= 99% of the positions the F16 cache decides by >= 1.0 nats (and
+//   the agreement over all positions is reported: these random-weight models nearly tie
+//   often, where any rounding of K/V flips the argmax; a BF16 cache flips 0.2-5% too);
+// - llama.cpp's argmax where its margin exceeds 1.0 nats, the rule the quantized files meet.
+// The windowed, soft-capped and sink families run their variants on the 8-bit tiles.
+// gemma2 is below that bar and held to what it measures: its random weights give attention
+// scores past its soft-cap of 50 (golden/arch/README.md), so attention is nearly an argmax
+// over positions and K's 8-bit rounding picks another position at 4% of the decided steps
+// (a BF16 cache: 0.2%).
+struct Int8KvCase {
+  const char* name;
+  double min_decided_agreement;  // percent
+  int max_reference_misses;
+};
+void PrintTo(const Int8KvCase& c, std::ostream* os) { *os << c.name; }
+
+class GoldenInt8KvTest : public ::testing::TestWithParam<Int8KvCase> {};
+
+TEST_P(GoldenInt8KvTest, FollowsTheF16Cache) {
+  const std::string dir = testing::SharedDir() + "/golden/";
+  const std::string name = GetParam().name;
+  REQUIRE_SHARED_FILE(dir + name + ".json");
+  REQUIRE_SHARED_FILE(dir + name + ".gguf");
+  std::ifstream in(dir + name + ".json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  auto model_or = Model::Load(dir + name + ".gguf");
+  ASSERT_TRUE(model_or.ok()) << model_or.status().ToString();
+  const Model& model = **model_or;
+  ThreadPool pool(2);
+  const int32_t vocab = model.config().vocab_size;
+  auto argmax = [&](const float* row) {
+    return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  };
+  auto margin = [&](const float* row) {  // logit gap = log-probability gap
+    std::vector<float> top(row, row + vocab);
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+    return top[0] - top[1];
+  };
+  int64_t positions = 0, agree = 0, decided = 0, decided_agree = 0, free_checked = 0,
+          ref_checked = 0, ref_misses = 0;
+  for (const auto& p : golden["prompts"]) {
+    SCOPED_TRACE(p["name"].get<std::string>());
+    const std::vector<int32_t> prompt = p["prompt_ids"];
+    const std::vector<int32_t> ref = p["generated_ids"];
+    const std::vector<double> ref_margin = p["top1_top2_margin_logprob"];
+    std::vector<int32_t> ids = prompt;
+    ids.insert(ids.end(), ref.begin(), ref.end() - 1);
+    auto f16 = AllLogits(model, ids, DType::kF16, pool);
+    auto i8 = AllLogits(model, ids, DType::kI8, pool);
+    ASSERT_TRUE(f16.ok() && i8.ok());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const float* a = f16->data() + t * vocab;
+      const bool same = argmax(a) == argmax(i8->data() + t * vocab);
+      ++positions, agree += same;
+      if (margin(a) >= 1.0f) ++decided, decided_agree += same;
+    }
+    for (size_t k = 0; k < ref.size(); ++k) {
+      if (ref_margin[k] <= 1.0) continue;
+      ref_misses += argmax(i8->data() + (prompt.size() - 1 + k) * vocab) != ref[k];
+      ++ref_checked;
+    }
+    GenerateParams gp;
+    gp.max_new_tokens = static_cast<int32_t>(ref.size());
+    gp.sampling.temperature = 0;
+    gp.stop_at_eos = false;
+    gp.kv_dtype = DType::kF16;
+    auto want = Generate(model, prompt, gp, pool, nullptr);
+    gp.kv_dtype = DType::kI8;
+    auto got = Generate(model, prompt, gp, pool, nullptr);
+    ASSERT_TRUE(want.ok() && got.ok());
+    std::vector<int32_t> run = prompt;
+    run.insert(run.end(), want->generated_ids.begin(), want->generated_ids.end());
+    auto run_logits = AllLogits(model, run, DType::kF16, pool);
+    ASSERT_TRUE(run_logits.ok());
+    for (size_t k = 0; k < want->generated_ids.size(); ++k) {
+      if (margin(run_logits->data() + (prompt.size() - 1 + k) * vocab) < 1.0f) break;
+      ASSERT_EQ(got->generated_ids[k], want->generated_ids[k]) << "free-running step " << k;
+      ++free_checked;
+    }
+  }
+  std::printf(
+      "%s: int8 K/V, teacher-forced argmax as the F16 cache's at %lld / %lld decided positions "
+      "(%.2f%%), %lld / %lld of all (%.2f%%); %lld free-running steps; llama.cpp's argmax at "
+      "%lld / %lld reference steps\n",
+      name.c_str(), static_cast<long long>(decided_agree), static_cast<long long>(decided),
+      100.0 * decided_agree / decided, static_cast<long long>(agree),
+      static_cast<long long>(positions), 100.0 * agree / positions,
+      static_cast<long long>(free_checked), static_cast<long long>(ref_checked - ref_misses),
+      static_cast<long long>(ref_checked));
+  EXPECT_GE(100.0 * decided_agree, GetParam().min_decided_agreement * decided);
+  EXPECT_GT(decided, positions / 3);  // the gate leaves many positions checked
+  EXPECT_GT(ref_checked, 50);
+  EXPECT_LE(ref_misses, GetParam().max_reference_misses)
+      << "steps where llama.cpp's choice by more than 1.0 nats is not the int8 run's";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Golden, GoldenInt8KvTest,
+    ::testing::Values(Int8KvCase{"llama-gqa-f16", 99, 0}, Int8KvCase{"qwen2-f16", 99, 0},
+                      Int8KvCase{"gpt2-f16", 99, 0}, Int8KvCase{"llama-k-q4_k_m", 99, 0},
+                      Int8KvCase{"arch/gemma3-f16", 99, 0}, Int8KvCase{"arch/gemma2-f16", 95, 6},
+                      Int8KvCase{"arch/gpt-oss-f16", 99, 0}, Int8KvCase{"arch/qwen3moe-f16", 99, 0},
+                      Int8KvCase{"arch/phi3-longrope-f16", 99, 0}),
+    [](const auto& info) {
+      std::string n = info.param.name;
+      for (char& c : n)
+        if (c == '-' || c == '/') c = '_';
+      return n;
+    });
+
 }  // namespace
 }  // namespace inflight

@@ -241,6 +241,20 @@ struct PagedKv {
     k.resize(static_cast<size_t>(positions) * kv_dim), v.resize(k.size());
     for (size_t i = 0; i < k.size(); ++i)
       k[i] = Round(dtype, nd(rng)), v[i] = Round(dtype, nd(rng));
+    if (dtype == DType::kI8) {
+      // The values an 8-bit cache holds: per token and head, max |x| / 127 as F16 the scale.
+      for (std::vector<float>* x : {&k, &v}) {
+        for (size_t at = 0; at < x->size(); at += hd) {
+          float amax = 0;
+          for (int32_t i = 0; i < hd; ++i) amax = std::max(amax, std::fabs((*x)[at + i]));
+          const float scale = Fp16ToFp32(Fp32ToFp16(amax / 127));
+          for (int32_t i = 0; i < hd; ++i) {
+            (*x)[at + i] =
+                scale * std::clamp(std::nearbyint((*x)[at + i] / scale), -127.0f, 127.0f);
+          }
+        }
+      }
+    }
     // In two chunks, as a prompt and its continuation would be written.
     const int32_t first = positions / 3;
     WriteKv(view, {table.data(), 0, first, 0}, k.data(), v.data());
@@ -545,6 +559,78 @@ TEST(Attention, VariantRowsAreTheSameAloneAndInABatch) {
     }
     SetActiveSimdLevel(BestSimdLevel());
   }
+}
+
+// 8-bit K/V (kv_cache_dtype int8): the kernels against NaiveAttention over the values the cache
+// holds (the test's own quantization of the written rows), so what remains is the kernels'
+// 8-bit query and probabilities; every variant, GQA rows of a prompt tile and decode rows,
+// blocks of 16 to 64 positions. The AVX-512 kernel follows the scalar twin's integer model,
+// and a row's result is bit for bit the same alone and beside other rows.
+TEST(Attention, Int8KvMatchesNaiveAttentionOfWhatTheCacheHolds) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const int32_t heads = 8, kv_heads = 2;
+  const std::vector<float> sinks = RandomSinks(heads, rng);
+  double worst = 0, worst_twin = 0;
+  for (int32_t tpb : {16, 32, 64}) {
+    for (int32_t hd : {64, 80, 128}) {
+      const PagedKv kv(DType::kI8, kv_heads, hd, tpb, 700, rng);
+      const std::vector<AttentionSeq> seqs = {{kv.table.data(), 679, 21, 0},
+                                              {kv.table.data(), 150, 1, 21},
+                                              {kv.table.data(), 5, 1, 22}};
+      std::vector<float> q(23 * heads * hd), out(q.size()), twin(q.size());
+      for (float& x : q) x = nd(rng);
+      for (const VariantCase& c : kVariantCases) {
+        const AttentionShape shape = VariantShape(heads, kv_heads, hd, c, sinks);
+        const std::vector<double> ref = NaiveRows(kv, shape, seqs, q.data());
+        std::vector<float> scratch(AttentionScratchFloats(shape, pool.num_threads(), tpb));
+        SetActiveSimdLevel(SimdLevel::kScalar);
+        PagedAttention(kv.view, shape, seqs.data(), 3, q.data(), twin.data(), pool, scratch.data());
+        for (SimdLevel level : Levels()) {
+          SetActiveSimdLevel(level);
+          PagedAttention(kv.view, shape, seqs.data(), 3, q.data(), out.data(), pool,
+                         scratch.data());
+          for (size_t i = 0; i < out.size(); ++i) {
+            // Outputs are averages of values of magnitude ~1: 8-bit queries and
+            // probabilities move them by a few hundredths at most.
+            worst = std::max(worst, std::fabs(out[i] - ref[i]));
+            ASSERT_NEAR(out[i], ref[i], 0.05)
+                << SimdLevelName(level) << " tpb " << tpb << " hd " << hd << " softcap "
+                << c.softcap << " window " << c.window << " sinks " << c.sinks << " row "
+                << i / (heads * hd) << " head " << i / hd % heads;
+            worst_twin = std::max(worst_twin, static_cast<double>(std::fabs(out[i] - twin[i])));
+            ASSERT_NEAR(out[i], twin[i], 0.01) << SimdLevelName(level) << " tpb " << tpb;
+          }
+        }
+        SetActiveSimdLevel(BestSimdLevel());
+      }
+      // Rows alone and together (a prompt tile of 8 rows with different lengths).
+      const std::vector<int32_t> len = {700, 690, 651, 603, 380, 64, 17, 3};
+      const int32_t rows = static_cast<int32_t>(len.size());
+      std::vector<float> got(rows * hd), one(hd);
+      std::vector<const float*> q_rows(rows);
+      std::vector<float*> got_rows(rows);
+      for (int32_t r = 0; r < rows; ++r)
+        q_rows[r] = q.data() + r * hd, got_rows[r] = got.data() + r * hd;
+      std::vector<float> scratch(AttendRowsScratchFloats(rows, hd, tpb));
+      for (SimdLevel level : Levels()) {
+        const AttendRowsArgs args =
+            RowArgs(kv, 1, 0.125f, rows, len.data(), q_rows.data(), got_rows.data());
+        GetKernels(level).attend_rows(kv.view, args, scratch.data());
+        for (int32_t r = 0; r < rows; ++r) {
+          AttendRowsArgs alone = args;
+          float* one_row = one.data();
+          alone.num_rows = 1, alone.len = &len[r], alone.q = &q_rows[r], alone.out = &one_row;
+          GetKernels(level).attend_rows(kv.view, alone, scratch.data());
+          for (int32_t i = 0; i < hd; ++i)
+            ASSERT_EQ(one[i], got[r * hd + i]) << SimdLevelName(level) << " row " << r;
+        }
+      }
+    }
+  }
+  std::printf("int8 K/V: largest difference from the naive attention %.4f, from the twin %.5f\n",
+              worst, worst_twin);
 }
 
 // Blocks wholly before every row's window go back to the pool while the sequence runs: their

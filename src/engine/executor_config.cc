@@ -14,6 +14,14 @@ StatusOr<CapacityPolicy> CapacityPolicyFromName(const std::string& name) {
                               "' (guaranteed_no_evict, max_utilization)");
 }
 
+std::optional<DType> KvDtypeFromName(const std::string& name) {
+  if (name == "f16") return DType::kF16;
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f32") return DType::kF32;
+  if (name == "int8" || name == "i8") return DType::kI8;
+  return std::nullopt;
+}
+
 StatusOr<BatchingStrategy> BatchingStrategyFromName(const std::string& name) {
   if (name == "inflight" || name == "inflight_fused_batching" || name == "inflight_batching")
     return BatchingStrategy::kInflight;
@@ -66,8 +74,12 @@ Status ExecutorConfig::Validate() const {
   if (!(kv_cache_free_mem_fraction > 0 && kv_cache_free_mem_fraction <= 1)) {
     return InvalidArgumentError("kv_cache_free_mem_fraction must be in (0, 1]");
   }
-  if (kv_dtype != DType::kF16 && kv_dtype != DType::kF32 && kv_dtype != DType::kBF16) {
-    return InvalidArgumentError("kv cache dtype must be f16, f32 or bf16");
+  if (kv_dtype != DType::kF16 && kv_dtype != DType::kF32 && kv_dtype != DType::kBF16 &&
+      kv_dtype != DType::kI8) {
+    return InvalidArgumentError("kv cache dtype must be f16, f32, bf16 or int8");
+  }
+  if (kv_dtype == DType::kI8 && tokens_per_block % 16 != 0) {
+    return InvalidArgumentError("an int8 KV cache needs tokens_per_block to be a multiple of 16");
   }
   if (num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
   if (max_beam_width < 1 || max_beam_width > kMaxBeamWidth) {

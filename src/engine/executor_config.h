@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -23,6 +24,8 @@ StatusOr<CapacityPolicy> CapacityPolicyFromName(
 StatusOr<BatchingStrategy> BatchingStrategyFromName(
     const std::string& name);  // inflight[_fused_batching]|static[_batching]|v1
 const char* CapacityPolicyName(CapacityPolicy p);
+// The K/V types of the cache by kv_cache_dtype name: f16, bf16, f32, int8 (kI8); else nullopt.
+std::optional<DType> KvDtypeFromName(const std::string& name);
 
 // Where draft tokens come from (speculative decoding: k guesses verified in one forward pass).
 enum class SpeculativeMode {
@@ -62,7 +65,7 @@ struct ExecutorConfig {
   // TensorRT-LLM's event_buffer_max_size).
   int32_t kv_event_buffer_size = 0;
   double kv_cache_free_mem_fraction = 0.9;  // of the memory available after loading weights
-  DType kv_dtype = DType::kF16;             // kF16, kF32 or kBF16
+  DType kv_dtype = DType::kF16;             // kF16, kF32, kBF16 or kI8 (kv_cache_dtype int8)
   int32_t num_threads = 2;                  // compute threads of the forward pass
   // Speculative decoding: drafts per step and sequence (a request may ask for fewer), and the
   // longest n-gram prompt lookup matches (it falls back to shorter ones down to 1).

@@ -53,11 +53,53 @@ void StoreStrided(DType dtype, void* base, int64_t offset, int64_t stride, const
   }
 }
 
+// One token's head values x[head_dim] as 8 bits with their F16 scale (attention.h): returns
+// the scale's bits; q[i] = round(x[i] / scale) in [-127, 127].
+uint16_t QuantizeKvRow(const float* x, int32_t n, int8_t* q) {
+  float amax = 0.0f;
+  for (int32_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  const uint16_t scale_bits = Fp32ToFp16(amax / 127.0f);
+  const float scale = Fp16ToFp32(scale_bits);
+  const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+  for (int32_t i = 0; i < n; ++i)
+    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+  return scale_bits;
+}
+
+// Stores one token of one head of an 8-bit cache at `index` of its K and V tiles.
+void StoreI8(const KvLayerView& kv, int64_t tile, int32_t index, const float* k, const float* v) {
+  const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim;
+  int8_t q[512];
+  INFLIGHT_CHECK(hd <= 512 && hd % 4 == 0 && tpb % 16 == 0);
+  auto* kt = static_cast<uint8_t*>(kv.k) + tile;
+  auto* vt = static_cast<uint8_t*>(kv.v) + tile;
+  const uint16_t ks = QuantizeKvRow(k, hd, q);
+  for (int32_t d = 0; d < hd; ++d)
+    kt[(static_cast<int64_t>(d / 4) * tpb + index) * 4 + d % 4] = static_cast<uint8_t>(q[d] + 128);
+  std::memcpy(kt + static_cast<int64_t>(tpb) * hd + 2 * index, &ks, 2);
+  const uint16_t vs = QuantizeKvRow(v, hd, q);
+  for (int32_t d = 0; d < hd; ++d)
+    vt[(static_cast<int64_t>(index / 4) * hd + d) * 4 + index % 4] = static_cast<uint8_t>(q[d]);
+  std::memcpy(vt + static_cast<int64_t>(tpb) * hd + 2 * index, &vs, 2);
+}
+
 }  // namespace
 
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v) {
   INFLIGHT_CHECK(kv.head_dim > 0 && kv.kv_dim % kv.head_dim == 0);
   const int32_t heads = kv.kv_dim / kv.head_dim, tpb = kv.tokens_per_block;
+  if (kv.dtype == DType::kI8) {
+    for (int32_t t = 0; t < seq.num_tokens; ++t) {
+      const int32_t pos = seq.start_pos + t;
+      const int32_t block = seq.block_table[pos / tpb], index = pos % tpb;
+      for (int32_t h = 0; h < heads; ++h) {
+        const int64_t off =
+            static_cast<int64_t>(t) * kv.kv_dim + static_cast<int64_t>(h) * kv.head_dim;
+        StoreI8(kv, kv.TileByteOffset(block, h), index, k + off, v + off);
+      }
+    }
+    return;
+  }
   for (int32_t t = 0; t < seq.num_tokens; ++t) {
     const int32_t pos = seq.start_pos + t;
     const int32_t block = seq.block_table[pos / tpb], index = pos % tpb;
@@ -91,9 +133,10 @@ int32_t AttentionRowsPerItem(const AttentionShape& shape) {
 
 int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t tokens_per_block) {
   // Per row: a span's scores, the running output, max, sum, rescale factor and a block's
-  // first and end positions; 64 floats of slack.
-  return static_cast<int64_t>(num_rows) *
-             (AttentionSpanPositions(tokens_per_block) + head_dim + 5) +
+  // first and end positions; for 8-bit K/V the row's 8-bit query and a block's 8-bit
+  // probabilities (bytes) and their scales; 64 floats of slack.
+  return static_cast<int64_t>(num_rows) * (AttentionSpanPositions(tokens_per_block) + head_dim +
+                                           (head_dim + tokens_per_block) / 4 + 9) +
          64;
 }
 

@@ -9,6 +9,16 @@
 //   V tile: [tokens_per_block][head_dim]  (row-major: one position's values per FMA row)
 // Attention walks a sequence block by block with an online softmax (running max and sum per
 // query row), so its scratch does not grow with the context.
+//
+// 8-bit K/V (kI8, kv_cache_dtype int8): one F16 scale per (token, head), so what a block holds
+// never depends on how its tokens were batched or chunked (a per-block scale fixed by its first
+// writes would). The tiles are laid out for the int8 dot instruction (vpdpbusd: 4 u8 x s8
+// products per 32-bit lane), then the tile's scales:
+//   K tile: [head_dim / 4][tokens_per_block][4] uint8, round(k / scale) + 128 (the unsigned
+//           operand; q . k = q . (k + 128) - 128 * sum(q)), then [tokens_per_block] F16 scales
+//   V tile: [tokens_per_block / 4][head_dim][4] int8, round(v / scale), then
+//           [tokens_per_block] F16 scales
+// scale = max |x| / 127 over the head's values of that token. tokens_per_block % 16 == 0.
 #pragma once
 
 #include <algorithm>
@@ -26,15 +36,32 @@ namespace inflight::kernels {
 struct KvLayerView {
   void* k = nullptr;          // [num_blocks][num_kv_heads][head_dim][tokens_per_block]
   void* v = nullptr;          // [num_blocks][num_kv_heads][tokens_per_block][head_dim]
-  DType dtype = DType::kF16;  // kF32, kF16 or kBF16
+  DType dtype = DType::kF16;  // kF32, kF16, kBF16 or kI8
   int32_t tokens_per_block = 32;
   int32_t kv_dim = 0;  // num_kv_heads * head_dim
   int32_t head_dim = 0;
 
   int64_t TileElements() const { return static_cast<int64_t>(tokens_per_block) * head_dim; }
-  // Element offset of K/V head `head`'s tile in block `block` (the same for K and V).
+  // Element offset of K/V head `head`'s tile in block `block` (the same for K and V; not kI8).
   int64_t TileOffset(int32_t block, int32_t head) const {
     return (static_cast<int64_t>(block) * (kv_dim / head_dim) + head) * TileElements();
+  }
+  // Bytes of one tile, scales included.
+  int64_t TileBytes() const { return KvTileBytes(dtype, tokens_per_block, head_dim); }
+  // Byte offset of K/V head `head`'s tile in block `block` (the same for K and V).
+  int64_t TileByteOffset(int32_t block, int32_t head) const {
+    return (static_cast<int64_t>(block) * (kv_dim / head_dim) + head) * TileBytes();
+  }
+  static int64_t KvTileBytes(DType dtype, int32_t tokens_per_block, int32_t head_dim) {
+    const int64_t n = static_cast<int64_t>(tokens_per_block) * head_dim;
+    switch (dtype) {
+      case DType::kF32:
+        return 4 * n;
+      case DType::kI8:
+        return n + 2 * static_cast<int64_t>(tokens_per_block);  // values, then F16 scales
+      default:
+        return 2 * n;
+    }
   }
 };
 

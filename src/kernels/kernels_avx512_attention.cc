@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/attention.h"
+#include "kernels/attention_avx512.h"
 #include "kernels/exp_avx512.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
@@ -189,42 +190,6 @@ inline void AccumulateV(const KvLayerView& kv, int64_t tile, int32_t num_rows, c
   }
 }
 
-// Lanes j + i with lo <= j + i < hi (j < hi).
-inline __mmask16 LaneRange(int32_t j, int32_t lo, int32_t hi) {
-  const uint32_t below = hi - j >= 16 ? 0xffffu : (1u << (hi - j)) - 1;
-  return static_cast<__mmask16>(lo <= j ? below : below & (0xffffu << (lo - j)));
-}
-
-// tanh as Cephes' tanhf: an odd polynomial below |x| = 0.625, (1 - e) / (1 + e) with
-// e = exp(-2|x|) <= 0.29 above (no cancellation), the sign of x put back.
-inline __m512 TanhPs(__m512 x) {
-  const __m512 z = _mm512_mul_ps(x, x);
-  __m512 p = _mm512_set1_ps(-5.70498872745e-3f);
-  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
-  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
-  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
-  p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
-  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
-  const __m512 ax = _mm512_abs_ps(x), one = _mm512_set1_ps(1.0f);
-  const __m512 e = ExpNonPositive(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
-  const __m512 large = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
-  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
-  const __m512 signed_large =
-      _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(large), sign));
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ),
-                              signed_large, small);
-}
-
-// p[lo, hi) = softcap * tanh(p / softcap) (Gemma 2's logit soft-capping).
-inline void SoftCap(float* p, int32_t lo, int32_t hi, float softcap) {
-  const __m512 cap = _mm512_set1_ps(softcap);
-  for (int32_t j = lo & ~15; j < hi; j += 16) {
-    const __mmask16 m = LaneRange(j, lo, hi);
-    const __m512 x = _mm512_maskz_loadu_ps(m, p + j);
-    _mm512_mask_storeu_ps(p + j, m, _mm512_mul_ps(cap, TanhPs(_mm512_div_ps(x, cap))));
-  }
-}
-
 // Query rows against one K/V head's tiles, a span of blocks at a time (see attention.h and
 // the scalar twin, which goes block by block): every row's scores over the span
 // (ScoreRows), each row's online-softmax update (soft-cap, new max, rescale factor of what
@@ -293,28 +258,8 @@ void AttendRowsVec(const KvLayerView& kv, const AttendRowsArgs& args, float* scr
     for (int32_t r = 0; r < num_rows; ++r) {
       const int32_t lo = kWindow ? std::clamp(args.FirstSeen(r) - p0, 0, span) : 0,
                     hi = std::clamp(len[r] - p0, 0, span);
-      alpha[r] = 1.0f;
-      if (hi <= lo) continue;
-      float* p = probs + static_cast<int64_t>(r) * span;
-      if (args.softcap > 0.0f) SoftCap(p, lo, hi, args.softcap);
-      __m512 vmax = _mm512_set1_ps(-INFINITY);
-      for (int32_t j = lo & ~15; j < hi; j += 16) {
-        const __mmask16 m = LaneRange(j, lo, hi);
-        vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, p + j));
-      }
-      const float new_max = std::fmax(row_max[r], _mm512_reduce_max_ps(vmax));
-      const __m512 vnew = _mm512_set1_ps(new_max);
-      __m512 vsum = _mm512_setzero_ps();
-      for (int32_t j = lo & ~15; j < hi; j += 16) {
-        const __mmask16 m = LaneRange(j, lo, hi);
-        const __m512 e = _mm512_maskz_mov_ps(
-            m, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), vnew)));
-        _mm512_mask_storeu_ps(p + j, m, e);
-        vsum = _mm512_add_ps(vsum, e);
-      }
-      alpha[r] = std::exp(row_max[r] - new_max);
-      row_sum[r] = row_sum[r] * alpha[r] + _mm512_reduce_add_ps(vsum);
-      row_max[r] = new_max;
+      SoftmaxUpdate(probs + static_cast<int64_t>(r) * span, lo, hi, args.softcap, &row_max[r],
+                    &row_sum[r], &alpha[r]);
     }
     for (int32_t i = i0; i < blocks; ++i) {
       const int32_t pb = p0 + i * tpb;
@@ -398,6 +343,9 @@ void AttendRowsAvx512(const KvLayerView& kv, const AttendRowsArgs& args, float* 
       break;
     case DType::kBF16:
       done = AttendRowsOfType<DType::kBF16>(kv, args, scratch);
+      break;
+    case DType::kI8:
+      done = AttendRowsI8Avx512(kv, args, scratch);
       break;
     default:
       break;

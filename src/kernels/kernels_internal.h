@@ -60,6 +60,8 @@ void MatMulI16Avx512(const TensorView& w, int64_t row_begin, int64_t row_end, co
 
 // The AVX-512 attention kernel (kernels_avx512_attention.cc).
 void AttendRowsAvx512(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch);
+// Over 8-bit K/V (kernels_avx512_attention_i8.cc); false: a head size it has no kernel for.
+bool AttendRowsI8Avx512(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch);
 
 struct PackedLayout;
 // The AVX-512 matmul over interleaved block-format records (kernels_avx512_packed.cc).

@@ -280,11 +280,83 @@ float SumExpScalar(const float* x, int64_t n, float mx) {
   return static_cast<float>(sum);
 }
 
+// 8-bit K/V (attention.h), the integer model the AVX-512 kernel follows: each row's query as
+// 8 bits with one scale, q . k from the biased unsigned K (minus 128 * sum(q)) times both
+// scales; per block, each row's p * (V's scale) as 8 unsigned bits against its largest value,
+// p . V summed in integers and scaled once.
+void AttendRowsI8Scalar(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch) {
+  const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim, num_rows = args.num_rows;
+  const int64_t tile_values = static_cast<int64_t>(tpb) * hd;
+  float* probs = scratch;    // [tpb]
+  float* acc = probs + tpb;  // [hd]
+  std::vector<int8_t> q8(hd);
+  std::vector<int32_t> sums(hd);
+  for (int32_t r = 0; r < num_rows; ++r) {
+    const float* q = args.q[r];
+    float qa = 0.0f;
+    for (int32_t i = 0; i < hd; ++i) qa = std::fmax(qa, std::fabs(q[i]));
+    const float qinv = qa > 0.0f ? 127.0f / qa : 0.0f, qsc = qa / 127.0f * args.scale;
+    int32_t sumq = 0;
+    for (int32_t i = 0; i < hd; ++i) {
+      q8[i] = static_cast<int8_t>(std::clamp(std::nearbyint(q[i] * qinv), -127.0f, 127.0f));
+      sumq += q8[i];
+    }
+    float mx = args.sinks != nullptr ? args.sinks[r] : -INFINITY;
+    float sum = args.sinks != nullptr ? 1.0f : 0.0f;
+    std::fill(acc, acc + hd, 0.0f);
+    const int32_t first = args.FirstSeen(r);
+    for (int32_t b = first / tpb, p0 = b * tpb; p0 < args.len[r]; ++b, p0 += tpb) {
+      const int64_t tile = kv.TileByteOffset(args.block_table[b], args.kv_head);
+      const auto* kt = static_cast<const uint8_t*>(kv.k) + tile;
+      const auto* vt = static_cast<const int8_t*>(kv.v) + tile;
+      auto scale_at = [&](const void* t, int32_t j) {
+        uint16_t bits;
+        std::memcpy(&bits, static_cast<const uint8_t*>(t) + tile_values + 2 * j, 2);
+        return Fp16ToFp32(bits);
+      };
+      const int32_t lo = std::max(0, first - p0), valid = std::min(tpb, args.len[r] - p0);
+      float block_max = -INFINITY;
+      for (int32_t j = lo; j < valid; ++j) {
+        int32_t dot = 0;
+        for (int32_t i = 0; i < hd; ++i)
+          dot += q8[i] * kt[(static_cast<int64_t>(i / 4) * tpb + j) * 4 + i % 4];
+        float s = static_cast<float>(dot - 128 * sumq) * qsc * scale_at(kt, j);
+        if (args.softcap > 0.0f) s = args.softcap * std::tanh(s / args.softcap);
+        probs[j] = s;
+        block_max = std::fmax(block_max, s);
+      }
+      const float new_max = std::fmax(mx, block_max);
+      const float alpha = std::exp(mx - new_max);
+      float block_sum = 0.0f, pmax = 0.0f;
+      for (int32_t j = lo; j < valid; ++j) {
+        probs[j] = std::exp(probs[j] - new_max);
+        block_sum += probs[j];
+        probs[j] *= scale_at(vt, j);
+        pmax = std::fmax(pmax, probs[j]);
+      }
+      sum = sum * alpha + block_sum;
+      mx = new_max;
+      const float pinv = pmax > 0.0f ? 255.0f / pmax : 0.0f, ps = pmax / 255.0f;
+      std::fill(sums.begin(), sums.end(), 0);
+      for (int32_t j = lo; j < valid; ++j) {
+        const int32_t p8 = static_cast<int32_t>(std::fmin(std::nearbyint(probs[j] * pinv), 255.0f));
+        for (int32_t i = 0; i < hd; ++i)
+          sums[i] += p8 * vt[(static_cast<int64_t>(j / 4) * hd + i) * 4 + j % 4];
+      }
+      for (int32_t i = 0; i < hd; ++i)
+        acc[i] = std::fma(static_cast<float>(sums[i]), ps, acc[i] * alpha);
+    }
+    const float inv = 1.0f / sum;
+    for (int32_t i = 0; i < hd; ++i) args.out[r][i] = acc[i] * inv;
+  }
+}
+
 // Block by block with an online softmax, as the SIMD kernels do: per block the rows' scores,
 // then each row's running max / sum update and its rescaled output plus the block's p . V.
 // The walk starts at the first block a row sees. A sink starts its row's running max and sum
 // (a logit whose value is zero), so it joins the softmax like any position.
 void AttendRowsScalar(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch) {
+  if (kv.dtype == DType::kI8) return AttendRowsI8Scalar(kv, args, scratch);
   const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim, num_rows = args.num_rows;
   const int32_t* len = args.len;
   const float* const* q = args.q;

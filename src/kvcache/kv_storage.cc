@@ -8,7 +8,8 @@ namespace inflight {
 namespace {
 
 size_t BlockBytesPerLayer(const KvStorageConfig& c) {
-  return static_cast<size_t>(c.tokens_per_block) * c.kv_dim * DTypeBlockBytes(c.dtype);
+  return static_cast<size_t>(c.kv_dim / c.head_dim) *
+         kernels::KvLayerView::KvTileBytes(c.dtype, c.tokens_per_block, c.head_dim);
 }
 
 }  // namespace

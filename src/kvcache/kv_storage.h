@@ -26,7 +26,7 @@ struct KvStorageConfig {
   int32_t num_blocks = 0;  // of group 0
   int32_t tokens_per_block = 32;
   int32_t kv_dim = 0;
-  DType dtype = DType::kF16;  // kF32, kF16 or kBF16
+  DType dtype = DType::kF16;  // kF32, kF16, kBF16 or kI8 (kernels/attention.h)
   int32_t head_dim = 0;       // K/V heads are tiles of each block (kernels/attention.h)
   // layer_group[l]: the group of layer l (kFullGroup or kWindowGroup); empty: all in group 0.
   std::vector<uint8_t> layer_group;

@@ -72,10 +72,11 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   p.unbounded_queue = e.max_queue_size < 0;
   if (p.unbounded_queue) e.max_queue_size = 0;
   if (auto kv = GetParameter(config, "kv_cache_dtype")) {
-    auto dt = DTypeFromName(*kv);
-    if (!dt)
+    auto dt = KvDtypeFromName(*kv);
+    if (!dt) {
       return InvalidArgumentError("parameter kv_cache_dtype: '" + *kv +
-                                  "' is not f16, bf16 or f32");
+                                  "' is not f16, bf16, f32 or int8");
+    }
     e.kv_dtype = *dt;
   }
   p.exclude_input_in_output = GetBoolParameter(config, "exclude_input_in_output", false);

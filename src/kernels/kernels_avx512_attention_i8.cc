@@ -1,0 +1,335 @@
+// AVX-512 paged attention over 8-bit K/V (attention.h's kI8 tiles) on the int8 dot instruction
+// (vpdpbusd): each query row as 8 bits with one scale against the biased unsigned K, 64
+// products per instruction; per block, each row's probabilities times V's scales as 8
+// unsigned bits against the signed V. The integer model is the scalar twin's
+// (AttendRowsI8Scalar); the walk (spans of blocks, online softmax, windows, soft-cap, sinks)
+// is kernels_avx512_attention.cc's. A row's arithmetic does not depend on the rows it shares
+// the call with.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/attention.h"
+#include "kernels/attention_avx512.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
+
+namespace inflight::kernels {
+namespace {
+
+// The per-call state of the rows, in the caller's scratch (AttendRowsScratchFloats).
+struct RowsState {
+  float* probs;    // [rows][span]
+  float* acc;      // [rows][head_dim]
+  float* row_max;  // [rows]
+  float* row_sum;
+  float* alpha;
+  float* qsc;     // query scale * attention scale
+  float* ps;      // a block's probability scale
+  int32_t* sumq;  // sum of the 8-bit query
+  int32_t* valid;
+  int32_t* first;
+  int8_t* q8;   // [rows][head_dim]
+  uint8_t* p8;  // [rows][tpb]
+};
+
+inline __m512 ScalesAt(const uint8_t* tile, int64_t tile_values, int32_t j) {
+  return _mm512_cvtph_ps(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + tile_values + 2 * j)));
+}
+
+// s[g][pos0 + 16 v + lane] for kRows rows and kVecs groups of 16 positions of a K tile:
+// sum over 4-element groups c of the row's 8-bit query quad c (broadcast) times the tile's
+// quads of 16 positions, then (dot - 128 * sum(q)) * qsc * K scale.
+template <int kRows, int kVecs>
+inline void ScoreRowsI8(const uint8_t* kt, int32_t tpb, int32_t hd, int32_t pos0,
+                        const RowsState& st, int32_t r0, int32_t stride) {
+  __m512i s[kRows * kVecs];
+  for (int i = 0; i < kRows * kVecs; ++i) s[i] = _mm512_setzero_si512();
+  const int32_t* quads[kRows];
+  for (int g = 0; g < kRows; ++g)
+    quads[g] = reinterpret_cast<const int32_t*>(st.q8 + static_cast<int64_t>(r0 + g) * hd);
+  for (int32_t c = 0; c < hd / 4; ++c) {
+    __m512i k[kVecs];
+    for (int v = 0; v < kVecs; ++v) {
+      k[v] = _mm512_loadu_si512(kt + (static_cast<int64_t>(c) * tpb + pos0 + 16 * v) * 4);
+    }
+    for (int g = 0; g < kRows; ++g) {
+      int32_t quad;
+      std::memcpy(&quad, quads[g] + c, 4);
+      const __m512i qb = _mm512_set1_epi32(quad);
+      for (int v = 0; v < kVecs; ++v)
+        s[g * kVecs + v] = _mm512_dpbusd_epi32(s[g * kVecs + v], k[v], qb);
+    }
+  }
+  const int64_t tile_values = static_cast<int64_t>(tpb) * hd;
+  for (int v = 0; v < kVecs; ++v) {
+    const __m512 ks = ScalesAt(kt, tile_values, pos0 + 16 * v);
+    for (int g = 0; g < kRows; ++g) {
+      const __m512i corr =
+          _mm512_sub_epi32(s[g * kVecs + v], _mm512_set1_epi32(128 * st.sumq[r0 + g]));
+      const __m512 x = _mm512_mul_ps(
+          _mm512_mul_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(st.qsc[r0 + g])), ks);
+      _mm512_storeu_ps(st.probs + static_cast<int64_t>(r0 + g) * stride + pos0 + 16 * v, x);
+    }
+  }
+}
+
+template <int kVecs>
+inline void ScoreAllRowsI8(const uint8_t* kt, int32_t tpb, int32_t hd, int32_t pos0,
+                           int32_t num_rows, const RowsState& st, int32_t stride,
+                           int64_t probs_offset) {
+  RowsState at = st;
+  at.probs = st.probs + probs_offset;
+  for (int32_t r = 0; r < num_rows;) {
+    const int32_t left = num_rows - r;
+    if (left >= 8)
+      ScoreRowsI8<8, kVecs>(kt, tpb, hd, pos0, at, r, stride), r += 8;
+    else if (left >= 4)
+      ScoreRowsI8<4, kVecs>(kt, tpb, hd, pos0, at, r, stride), r += 4;
+    else if (left >= 2)
+      ScoreRowsI8<2, kVecs>(kt, tpb, hd, pos0, at, r, stride), r += 2;
+    else
+      ScoreRowsI8<1, kVecs>(kt, tpb, hd, pos0, at, r, stride), r += 1;
+  }
+}
+
+// acc[g][chunks c0..c0+kPass) = acc * alpha[g] (when alpha is given) + ps[g] * sum over the
+// block's positions j of p8[g][j] * V[j], the sum in 32-bit integers, 4 positions per
+// instruction.
+template <int kRows, int kPass>
+inline void AccumulateVPassI8(const int8_t* vt, int32_t hd, int32_t tpb, int32_t quads, int32_t c0,
+                              const float* alpha, const RowsState& st, int32_t r0) {
+  __m512i s[kRows * kPass];
+  for (int i = 0; i < kRows * kPass; ++i) s[i] = _mm512_setzero_si512();
+  for (int32_t jq = 0; jq < quads; ++jq) {
+    __m512i v[kPass];
+    for (int c = 0; c < kPass; ++c)
+      v[c] = _mm512_loadu_si512(vt + (static_cast<int64_t>(jq) * hd + 16 * (c0 + c)) * 4);
+    for (int g = 0; g < kRows; ++g) {
+      int32_t quad;
+      std::memcpy(&quad, st.p8 + static_cast<int64_t>(r0 + g) * tpb + 4 * jq, 4);
+      const __m512i pb = _mm512_set1_epi32(quad);
+      for (int c = 0; c < kPass; ++c)
+        s[g * kPass + c] = _mm512_dpbusd_epi32(s[g * kPass + c], pb, v[c]);
+    }
+  }
+  for (int g = 0; g < kRows; ++g) {
+    float* a = st.acc + static_cast<int64_t>(r0 + g) * hd + 16 * c0;
+    const __m512 ps = _mm512_set1_ps(st.ps[r0 + g]);
+    const __m512 al = _mm512_set1_ps(alpha != nullptr ? alpha[r0 + g] : 1.0f);
+    for (int c = 0; c < kPass; ++c) {
+      __m512 x = _mm512_loadu_ps(a + 16 * c);
+      if (alpha != nullptr) x = _mm512_mul_ps(x, al);
+      _mm512_storeu_ps(a + 16 * c, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g * kPass + c]), ps, x));
+    }
+  }
+}
+
+template <int kChunks, int kRows>
+inline void AccumulateVGroupI8(const int8_t* vt, int32_t tpb, int32_t quads, const float* alpha,
+                               const RowsState& st, int32_t r0) {
+  constexpr int kHd = 16 * kChunks;
+  constexpr int kPass = std::min(kChunks, 16 / kRows);
+  int32_t c0 = 0;
+  for (; c0 + kPass <= kChunks; c0 += kPass)
+    AccumulateVPassI8<kRows, kPass>(vt, kHd, tpb, quads, c0, alpha, st, r0);
+  if constexpr (kChunks % kPass != 0) {
+    for (; c0 < kChunks; ++c0) AccumulateVPassI8<kRows, 1>(vt, kHd, tpb, quads, c0, alpha, st, r0);
+  }
+}
+
+// One block's p . V for every row: each row's probabilities over the positions it sees times
+// V's scales, as 8 unsigned bits against their largest (0 elsewhere), then the integer sums.
+template <int kChunks>
+inline void AccumulateVI8(const int8_t* vt, int32_t tpb, int32_t num_rows, const float* alpha,
+                          float* block_probs, int32_t stride, const RowsState& st) {
+  constexpr int kHd = 16 * kChunks;
+  const int64_t tile_values = static_cast<int64_t>(tpb) * kHd;
+  const auto* scales = reinterpret_cast<const uint8_t*>(vt);
+  int32_t most = 0;
+  for (int32_t r = 0; r < num_rows; ++r) {
+    float* p = block_probs + static_cast<int64_t>(r) * stride;
+    uint8_t* p8 = st.p8 + static_cast<int64_t>(r) * tpb;
+    const int32_t lo = st.first[r], hi = st.valid[r];
+    most = std::max(most, hi);
+    __m512 vmax = _mm512_setzero_ps();
+    for (int32_t j = 0; j < tpb; j += 16) {
+      const __mmask16 m = LaneRange(j, lo, hi);
+      const __m512 x =
+          _mm512_maskz_mul_ps(m, _mm512_maskz_loadu_ps(m, p + j), ScalesAt(scales, tile_values, j));
+      _mm512_storeu_ps(p + j, x);
+      vmax = _mm512_max_ps(vmax, x);
+    }
+    const float pmax = _mm512_reduce_max_ps(vmax);
+    const __m512 pinv = _mm512_set1_ps(pmax > 0.0f ? 255.0f / pmax : 0.0f),
+                 top = _mm512_set1_ps(255.0f);
+    st.ps[r] = pmax / 255.0f;
+    for (int32_t j = 0; j < tpb; j += 16) {
+      const __m512 x = _mm512_min_ps(_mm512_mul_ps(_mm512_loadu_ps(p + j), pinv), top);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p8 + j),
+                       _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(x)));
+    }
+  }
+  const int32_t quads = (most + 3) / 4;
+  for (int32_t r = 0; r < num_rows;) {
+    const int32_t left = num_rows - r;
+    if (left >= 4)
+      AccumulateVGroupI8<kChunks, 4>(vt, tpb, quads, alpha, st, r), r += 4;
+    else if (left >= 2)
+      AccumulateVGroupI8<kChunks, 2>(vt, tpb, quads, alpha, st, r), r += 2;
+    else
+      AccumulateVGroupI8<kChunks, 1>(vt, tpb, quads, alpha, st, r), r += 1;
+  }
+}
+
+// The rows' 8-bit queries: q8 = round(q * 127 / max|q|), their sums and scales.
+template <int kChunks>
+void QuantizeQueries(const AttendRowsArgs& args, const RowsState& st) {
+  constexpr int kHd = 16 * kChunks;
+  for (int32_t r = 0; r < args.num_rows; ++r) {
+    const float* q = args.q[r];
+    __m512 vmax = _mm512_setzero_ps();
+    for (int c = 0; c < kChunks; ++c)
+      vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(q + 16 * c)));
+    const float qa = _mm512_reduce_max_ps(vmax);
+    const __m512 inv = _mm512_set1_ps(qa > 0.0f ? 127.0f / qa : 0.0f), lo = _mm512_set1_ps(-127.0f),
+                 hi = _mm512_set1_ps(127.0f);
+    __m512i sum = _mm512_setzero_si512();
+    for (int c = 0; c < kChunks; ++c) {
+      const __m512 x =
+          _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(q + 16 * c), inv), lo), hi);
+      const __m512i i = _mm512_cvtps_epi32(x);
+      sum = _mm512_add_epi32(sum, i);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(st.q8 + static_cast<int64_t>(r) * kHd + 16 * c),
+                       _mm512_cvtsepi32_epi8(i));
+    }
+    st.sumq[r] = _mm512_reduce_add_epi32(sum);
+    st.qsc[r] = qa / 127.0f * args.scale;
+  }
+}
+
+// The walk of kernels_avx512_attention.cc's AttendRowsVec over 8-bit tiles.
+template <int kChunks, bool kWindow>
+void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch) {
+  constexpr int kHd = 16 * kChunks;
+  const int32_t num_rows = args.num_rows, tpb = kv.tokens_per_block,
+                span = AttentionSpanPositions(tpb);
+  const int32_t* len = args.len;
+  RowsState st;
+  st.probs = scratch;
+  st.acc = st.probs + static_cast<int64_t>(num_rows) * span;
+  st.row_max = st.acc + static_cast<int64_t>(num_rows) * kHd;
+  st.row_sum = st.row_max + num_rows;
+  st.alpha = st.row_sum + num_rows;
+  st.qsc = st.alpha + num_rows;
+  st.ps = st.qsc + num_rows;
+  st.sumq = reinterpret_cast<int32_t*>(st.ps + num_rows);
+  st.valid = st.sumq + num_rows;
+  st.first = st.valid + num_rows;
+  st.q8 = reinterpret_cast<int8_t*>(st.first + num_rows);
+  st.p8 = reinterpret_cast<uint8_t*>(st.q8 + static_cast<int64_t>(num_rows) * kHd);
+  QuantizeQueries<kChunks>(args, st);
+  int32_t n = 0, first_pos = kWindow ? INT32_MAX : 0;
+  for (int32_t r = 0; r < num_rows; ++r) {
+    n = std::max(n, len[r]);
+    if constexpr (kWindow) first_pos = std::min(first_pos, args.FirstSeen(r));
+    st.row_max[r] = args.sinks != nullptr ? args.sinks[r] : -INFINITY;
+    st.row_sum[r] = args.sinks != nullptr ? 1.0f : 0.0f;
+  }
+  std::fill(st.acc, st.acc + static_cast<int64_t>(num_rows) * kHd, 0.0f);
+  const int32_t vecs = tpb / 16, first_block = first_pos / tpb;
+  const int64_t tile_bytes = kv.TileBytes();
+  int64_t tiles[kMaxSpanBlocks];
+  for (int32_t p0 = first_block * tpb / span * span; p0 < n; p0 += span) {
+    const int32_t b0 = p0 / tpb, blocks = (std::min(span, n - p0) + tpb - 1) / tpb,
+                  i0 = std::max(0, first_block - b0);
+    for (int32_t i = i0; i < blocks; ++i) {
+      const int32_t b = b0 + i;
+      tiles[i] = kv.TileByteOffset(args.block_table[b], args.kv_head);
+      if (static_cast<int64_t>(b + 1) * tpb < n) {
+        const int64_t next = kv.TileByteOffset(args.block_table[b + 1], args.kv_head);
+        for (int64_t off = 0; off < tile_bytes; off += 64) {
+          _mm_prefetch(static_cast<const char*>(kv.k) + next + off, _MM_HINT_T0);
+          _mm_prefetch(static_cast<const char*>(kv.v) + next + off, _MM_HINT_T0);
+        }
+      }
+      const auto* kt = static_cast<const uint8_t*>(kv.k) + tiles[i];
+      for (int32_t v0 = 0; v0 < vecs; v0 += 2) {
+        const int64_t off = static_cast<int64_t>(i) * tpb;
+        if (vecs - v0 >= 2)
+          ScoreAllRowsI8<2>(kt, tpb, kHd, 16 * v0, num_rows, st, span, off);
+        else
+          ScoreAllRowsI8<1>(kt, tpb, kHd, 16 * v0, num_rows, st, span, off);
+      }
+    }
+    for (int32_t r = 0; r < num_rows; ++r) {
+      const int32_t lo = kWindow ? std::clamp(args.FirstSeen(r) - p0, 0, span) : 0,
+                    hi = std::clamp(len[r] - p0, 0, span);
+      SoftmaxUpdate(st.probs + static_cast<int64_t>(r) * span, lo, hi, args.softcap, &st.row_max[r],
+                    &st.row_sum[r], &st.alpha[r]);
+    }
+    for (int32_t i = i0; i < blocks; ++i) {
+      const int32_t pb = p0 + i * tpb;
+      for (int32_t r = 0; r < num_rows; ++r) {
+        st.valid[r] = std::clamp(len[r] - pb, 0, tpb);
+        st.first[r] = kWindow ? std::clamp(args.FirstSeen(r) - pb, 0, tpb) : 0;
+        if (st.first[r] >= st.valid[r]) st.first[r] = st.valid[r] = 0;
+      }
+      const auto* vt = static_cast<const int8_t*>(kv.v) + tiles[i];
+      AccumulateVI8<kChunks>(vt, tpb, num_rows, i == i0 ? st.alpha : nullptr,
+                             st.probs + static_cast<int64_t>(i) * tpb, span, st);
+    }
+  }
+  for (int32_t r = 0; r < num_rows; ++r) {
+    const __m512 inv = _mm512_set1_ps(1.0f / st.row_sum[r]);
+    for (int c = 0; c < kChunks; ++c) {
+      _mm512_storeu_ps(
+          args.out[r] + 16 * c,
+          _mm512_mul_ps(_mm512_loadu_ps(st.acc + static_cast<int64_t>(r) * kHd + 16 * c), inv));
+    }
+  }
+}
+
+template <int kChunks>
+void AttendRowsI8OfWidth(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch) {
+  if (args.window > 0)
+    AttendRowsI8Vec<kChunks, true>(kv, args, scratch);
+  else
+    AttendRowsI8Vec<kChunks, false>(kv, args, scratch);
+}
+
+}  // namespace
+
+bool AttendRowsI8Avx512(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch) {
+  if (kv.tokens_per_block % 16 != 0) return false;
+  switch (kv.head_dim) {
+    case 16:
+      AttendRowsI8OfWidth<1>(kv, args, scratch);
+      return true;
+    case 32:
+      AttendRowsI8OfWidth<2>(kv, args, scratch);
+      return true;
+    case 64:
+      AttendRowsI8OfWidth<4>(kv, args, scratch);
+      return true;
+    case 80:
+      AttendRowsI8OfWidth<5>(kv, args, scratch);
+      return true;
+    case 96:
+      AttendRowsI8OfWidth<6>(kv, args, scratch);
+      return true;
+    case 128:
+      AttendRowsI8OfWidth<8>(kv, args, scratch);
+      return true;
+    case 256:
+      AttendRowsI8OfWidth<16>(kv, args, scratch);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace inflight::kernels
