@@ -38,8 +38,10 @@ inline std::string WriteTinyModel(const std::string& stem, uint64_t seed = 11) {
 
 // Greedy ids of `prompt` run alone on the single-sequence path (private cache).
 inline std::vector<int32_t> GreedyAlone(const Model& model, ThreadPool& pool,
-                                        const std::vector<int32_t>& prompt, int32_t max_tokens) {
+                                        const std::vector<int32_t>& prompt, int32_t max_tokens,
+                                        DType kv_dtype = DType::kF16) {
   GenerateParams gp;
+  gp.kv_dtype = kv_dtype;
   gp.max_new_tokens = max_tokens;
   gp.sampling.temperature = 0;
   gp.stop_at_eos = false;

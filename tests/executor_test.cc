@@ -39,8 +39,9 @@ class ExecutorTest : public ::testing::Test {
     std::filesystem::remove(path_);
   }
 
-  static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int32_t max_tokens) {
-    return testing::GreedyAlone(*model_, *pool_, prompt, max_tokens);
+  static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int32_t max_tokens,
+                                    DType kv_dtype = DType::kF16) {
+    return testing::GreedyAlone(*model_, *pool_, prompt, max_tokens, kv_dtype);
   }
 
   static std::unique_ptr<Executor> Make(ExecutorConfig c) {
@@ -136,6 +137,9 @@ struct InvarianceCase {
   // timing (a sanitized build ran 3 requests at a time and never paused): pausing is asserted
   // only with the budget off.
   int32_t latency_budget_ms;
+  // The cache's type: the 8-bit cache keeps invariance too (a scale per token and head, so a
+  // block's contents do not depend on how its prompt was chunked or batched).
+  DType kv_dtype = DType::kF16;
 };
 
 class BatchInvarianceTest : public ExecutorTest,
@@ -145,13 +149,13 @@ class BatchInvarianceTest : public ExecutorTest,
     static const Workload w = MakeWorkload(2024, 64);
     return w;
   }
-  static const std::vector<std::vector<int32_t>>& Expected() {
-    static const std::vector<std::vector<int32_t>> e = [] {
-      std::vector<std::vector<int32_t>> out;
+  static const std::vector<std::vector<int32_t>>& Expected(DType kv_dtype) {
+    static std::map<DType, std::vector<std::vector<int32_t>>> cache;
+    auto& e = cache[kv_dtype];
+    if (e.empty()) {
       for (size_t i = 0; i < Load().prompts.size(); ++i)
-        out.push_back(Alone(Load().prompts[i], Load().max_tokens[i]));
-      return out;
-    }();
+        e.push_back(Alone(Load().prompts[i], Load().max_tokens[i], kv_dtype));
+    }
     return e;
   }
 };
@@ -159,13 +163,14 @@ class BatchInvarianceTest : public ExecutorTest,
 TEST_P(BatchInvarianceTest, EveryRequestGetsItsAloneOutput) {
   const InvarianceCase ic = GetParam();
   const Workload& w = Load();
-  const auto& expected = Expected();
+  const auto& expected = Expected(ic.kv_dtype);
   ExecutorConfig c;
   c.policy = ic.policy;
   c.enable_chunked_context = ic.chunked;
   c.enable_kv_cache_reuse = ic.reuse;
   c.batching = ic.batching;
   c.max_inter_token_latency_ms = ic.latency_budget_ms;
+  c.kv_dtype = ic.kv_dtype;
   c.tokens_per_block = 16;
   c.max_batch_size = 16;
   c.max_num_tokens = ic.chunked ? 128 : 640;
@@ -243,6 +248,12 @@ std::vector<InvarianceCase> AllCases() {
           v.push_back({p, chunked, reuse, b, max_util ? -1 : 0});
           if (max_util && b == BatchingStrategy::kInflight) v.push_back({p, chunked, reuse, b, 0});
         }
+  // The 8-bit cache under chunking, prefix reuse (partly reused blocks are copied) and, with
+  // max_utilization, pauses that free and refill its blocks.
+  v.push_back(
+      {CapacityPolicy::kGuaranteedNoEvict, true, true, BatchingStrategy::kInflight, 0, DType::kI8});
+  v.push_back(
+      {CapacityPolicy::kMaxUtilization, true, true, BatchingStrategy::kInflight, -1, DType::kI8});
   return v;
 }
 
@@ -253,7 +264,8 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
              (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse") +
              (c.batching == BatchingStrategy::kInflight ? "_Inflight" : "_Static") +
-             (c.latency_budget_ms < 0 ? "_NoBudget" : "");
+             (c.latency_budget_ms < 0 ? "_NoBudget" : "") +
+             (c.kv_dtype == DType::kI8 ? "_Int8Kv" : "");
     });
 
 // ---- No leaks under a cancel storm ----

@@ -135,9 +135,8 @@ int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t toke
   // Per row: a span's scores, the running output, max, sum, rescale factor and a block's
   // first and end positions; for 8-bit K/V the row's 8-bit query and a block's 8-bit
   // probabilities (bytes) and their scales; 64 floats of slack.
-  return static_cast<int64_t>(num_rows) * (AttentionSpanPositions(tokens_per_block) + head_dim +
-                                           (head_dim + tokens_per_block) / 4 + 9) +
-         64;
+  const int64_t span = AttentionSpanPositions(tokens_per_block);
+  return static_cast<int64_t>(num_rows) * (span + head_dim + (head_dim + span) / 4 + 9) + 64;
 }
 
 int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads,

@@ -32,7 +32,7 @@ struct RowsState {
   int32_t* valid;
   int32_t* first;
   int8_t* q8;   // [rows][head_dim]
-  uint8_t* p8;  // [rows][tpb]
+  uint8_t* p8;  // [rows][span]
 };
 
 inline __m512 ScalesAt(const uint8_t* tile, int64_t tile_values, int32_t j) {
@@ -100,8 +100,9 @@ inline void ScoreAllRowsI8(const uint8_t* kt, int32_t tpb, int32_t hd, int32_t p
 // block's positions j of p8[g][j] * V[j], the sum in 32-bit integers, 4 positions per
 // instruction.
 template <int kRows, int kPass>
-inline void AccumulateVPassI8(const int8_t* vt, int32_t hd, int32_t tpb, int32_t quads, int32_t c0,
-                              const float* alpha, const RowsState& st, int32_t r0) {
+inline void AccumulateVPassI8(const int8_t* vt, int32_t hd, const uint8_t* p8, int32_t p8_stride,
+                              int32_t quads, int32_t c0, const float* alpha, const RowsState& st,
+                              int32_t r0) {
   __m512i s[kRows * kPass];
   for (int i = 0; i < kRows * kPass; ++i) s[i] = _mm512_setzero_si512();
   for (int32_t jq = 0; jq < quads; ++jq) {
@@ -110,7 +111,7 @@ inline void AccumulateVPassI8(const int8_t* vt, int32_t hd, int32_t tpb, int32_t
       v[c] = _mm512_loadu_si512(vt + (static_cast<int64_t>(jq) * hd + 16 * (c0 + c)) * 4);
     for (int g = 0; g < kRows; ++g) {
       int32_t quad;
-      std::memcpy(&quad, st.p8 + static_cast<int64_t>(r0 + g) * tpb + 4 * jq, 4);
+      std::memcpy(&quad, p8 + static_cast<int64_t>(r0 + g) * p8_stride + 4 * jq, 4);
       const __m512i pb = _mm512_set1_epi32(quad);
       for (int c = 0; c < kPass; ++c)
         s[g * kPass + c] = _mm512_dpbusd_epi32(s[g * kPass + c], pb, v[c]);
@@ -129,59 +130,62 @@ inline void AccumulateVPassI8(const int8_t* vt, int32_t hd, int32_t tpb, int32_t
 }
 
 template <int kChunks, int kRows>
-inline void AccumulateVGroupI8(const int8_t* vt, int32_t tpb, int32_t quads, const float* alpha,
-                               const RowsState& st, int32_t r0) {
+inline void AccumulateVGroupI8(const int8_t* vt, const uint8_t* p8, int32_t p8_stride,
+                               int32_t quads, const float* alpha, const RowsState& st, int32_t r0) {
   constexpr int kHd = 16 * kChunks;
   constexpr int kPass = std::min(kChunks, 16 / kRows);
   int32_t c0 = 0;
   for (; c0 + kPass <= kChunks; c0 += kPass)
-    AccumulateVPassI8<kRows, kPass>(vt, kHd, tpb, quads, c0, alpha, st, r0);
+    AccumulateVPassI8<kRows, kPass>(vt, kHd, p8, p8_stride, quads, c0, alpha, st, r0);
   if constexpr (kChunks % kPass != 0) {
-    for (; c0 < kChunks; ++c0) AccumulateVPassI8<kRows, 1>(vt, kHd, tpb, quads, c0, alpha, st, r0);
+    for (; c0 < kChunks; ++c0)
+      AccumulateVPassI8<kRows, 1>(vt, kHd, p8, p8_stride, quads, c0, alpha, st, r0);
   }
 }
 
-// One block's p . V for every row: each row's probabilities over the positions it sees times
-// V's scales, as 8 unsigned bits against their largest (0 elsewhere), then the integer sums.
+// One block's p . V for every row, from the span's 8-bit probabilities (QuantizeSpanProbs).
 template <int kChunks>
-inline void AccumulateVI8(const int8_t* vt, int32_t tpb, int32_t num_rows, const float* alpha,
-                          float* block_probs, int32_t stride, const RowsState& st) {
-  constexpr int kHd = 16 * kChunks;
-  const int64_t tile_values = static_cast<int64_t>(tpb) * kHd;
-  const auto* scales = reinterpret_cast<const uint8_t*>(vt);
+inline void AccumulateVI8(const int8_t* vt, const uint8_t* p8, int32_t p8_stride, int32_t num_rows,
+                          const float* alpha, const RowsState& st) {
   int32_t most = 0;
-  for (int32_t r = 0; r < num_rows; ++r) {
-    float* p = block_probs + static_cast<int64_t>(r) * stride;
-    uint8_t* p8 = st.p8 + static_cast<int64_t>(r) * tpb;
-    const int32_t lo = st.first[r], hi = st.valid[r];
-    most = std::max(most, hi);
-    __m512 vmax = _mm512_setzero_ps();
-    for (int32_t j = 0; j < tpb; j += 16) {
-      const __mmask16 m = LaneRange(j, lo, hi);
-      const __m512 x =
-          _mm512_maskz_mul_ps(m, _mm512_maskz_loadu_ps(m, p + j), ScalesAt(scales, tile_values, j));
-      _mm512_storeu_ps(p + j, x);
-      vmax = _mm512_max_ps(vmax, x);
-    }
-    const float pmax = _mm512_reduce_max_ps(vmax);
-    const __m512 pinv = _mm512_set1_ps(pmax > 0.0f ? 255.0f / pmax : 0.0f),
-                 top = _mm512_set1_ps(255.0f);
-    st.ps[r] = pmax / 255.0f;
-    for (int32_t j = 0; j < tpb; j += 16) {
-      const __m512 x = _mm512_min_ps(_mm512_mul_ps(_mm512_loadu_ps(p + j), pinv), top);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(p8 + j),
-                       _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(x)));
-    }
-  }
+  for (int32_t r = 0; r < num_rows; ++r) most = std::max(most, st.valid[r]);
   const int32_t quads = (most + 3) / 4;
   for (int32_t r = 0; r < num_rows;) {
     const int32_t left = num_rows - r;
     if (left >= 4)
-      AccumulateVGroupI8<kChunks, 4>(vt, tpb, quads, alpha, st, r), r += 4;
+      AccumulateVGroupI8<kChunks, 4>(vt, p8, p8_stride, quads, alpha, st, r), r += 4;
     else if (left >= 2)
-      AccumulateVGroupI8<kChunks, 2>(vt, tpb, quads, alpha, st, r), r += 2;
+      AccumulateVGroupI8<kChunks, 2>(vt, p8, p8_stride, quads, alpha, st, r), r += 2;
     else
-      AccumulateVGroupI8<kChunks, 1>(vt, tpb, quads, alpha, st, r), r += 1;
+      AccumulateVGroupI8<kChunks, 1>(vt, p8, p8_stride, quads, alpha, st, r), r += 1;
+  }
+}
+
+// Row r's probabilities over the span's positions [lo, hi) (relative; the span's blocks cover
+// [begin, end)) times V's scales, as 8 unsigned bits against their largest (0 elsewhere): one
+// scale per row and span. Spans are 128 absolute positions, so the rounding depends neither on
+// the block size nor on the rows sharing the call.
+inline void QuantizeSpanProbs(float* p, uint8_t* p8, int32_t lo, int32_t hi, int32_t begin,
+                              int32_t end, int32_t tpb, int64_t tile_values, const int8_t* v,
+                              const int64_t* tiles, float* ps) {
+  if (hi <= lo) lo = hi = 0;
+  __m512 vmax = _mm512_setzero_ps();
+  for (int32_t j = begin; j < end; j += 16) {
+    const __mmask16 m = LaneRange(j, lo, hi);
+    const auto* tile = reinterpret_cast<const uint8_t*>(v + tiles[j / tpb]);
+    const __m512 x = _mm512_maskz_mul_ps(m, _mm512_maskz_loadu_ps(m, p + j),
+                                         ScalesAt(tile, tile_values, j % tpb));
+    _mm512_storeu_ps(p + j, x);
+    vmax = _mm512_max_ps(vmax, x);
+  }
+  const float pmax = _mm512_reduce_max_ps(vmax);
+  const __m512 pinv = _mm512_set1_ps(pmax > 0.0f ? 255.0f / pmax : 0.0f),
+               top = _mm512_set1_ps(255.0f);
+  *ps = pmax / 255.0f;
+  for (int32_t j = begin; j < end; j += 16) {
+    const __m512 x = _mm512_min_ps(_mm512_mul_ps(_mm512_loadu_ps(p + j), pinv), top);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p8 + j),
+                     _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(x)));
   }
 }
 
@@ -270,6 +274,10 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
                     hi = std::clamp(len[r] - p0, 0, span);
       SoftmaxUpdate(st.probs + static_cast<int64_t>(r) * span, lo, hi, args.softcap, &st.row_max[r],
                     &st.row_sum[r], &st.alpha[r]);
+      QuantizeSpanProbs(st.probs + static_cast<int64_t>(r) * span,
+                        st.p8 + static_cast<int64_t>(r) * span, lo, hi, i0 * tpb, blocks * tpb, tpb,
+                        static_cast<int64_t>(tpb) * kHd, static_cast<const int8_t*>(kv.v), tiles,
+                        &st.ps[r]);
     }
     for (int32_t i = i0; i < blocks; ++i) {
       const int32_t pb = p0 + i * tpb;
@@ -279,8 +287,8 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
         if (st.first[r] >= st.valid[r]) st.first[r] = st.valid[r] = 0;
       }
       const auto* vt = static_cast<const int8_t*>(kv.v) + tiles[i];
-      AccumulateVI8<kChunks>(vt, tpb, num_rows, i == i0 ? st.alpha : nullptr,
-                             st.probs + static_cast<int64_t>(i) * tpb, span, st);
+      AccumulateVI8<kChunks>(vt, st.p8 + static_cast<int64_t>(i) * tpb, span, num_rows,
+                             i == i0 ? st.alpha : nullptr, st);
     }
   }
   for (int32_t r = 0; r < num_rows; ++r) {

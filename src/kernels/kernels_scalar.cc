@@ -282,15 +282,26 @@ float SumExpScalar(const float* x, int64_t n, float mx) {
 
 // 8-bit K/V (attention.h), the integer model the AVX-512 kernel follows: each row's query as
 // 8 bits with one scale, q . k from the biased unsigned K (minus 128 * sum(q)) times both
-// scales; per block, each row's p * (V's scale) as 8 unsigned bits against its largest value,
-// p . V summed in integers and scaled once.
+// scales; span by span (128 absolute positions, as the AVX-512 kernel's online softmax goes),
+// each row's p * (V's scale) as 8 unsigned bits against the span's largest, p . V summed in
+// integers and scaled once.
 void AttendRowsI8Scalar(const KvLayerView& kv, const AttendRowsArgs& args, float* scratch) {
-  const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim, num_rows = args.num_rows;
+  const int32_t tpb = kv.tokens_per_block, hd = kv.head_dim, num_rows = args.num_rows,
+                span = AttentionSpanPositions(tpb);
   const int64_t tile_values = static_cast<int64_t>(tpb) * hd;
-  float* probs = scratch;    // [tpb]
-  float* acc = probs + tpb;  // [hd]
+  float* probs = scratch;     // [span]
+  float* acc = probs + span;  // [hd]
   std::vector<int8_t> q8(hd);
   std::vector<int32_t> sums(hd);
+  auto tile_of = [&](int32_t pos) {
+    return kv.TileByteOffset(args.block_table[pos / tpb], args.kv_head);
+  };
+  auto scale_at = [&](const void* base, int32_t pos) {
+    uint16_t bits;
+    std::memcpy(
+        &bits, static_cast<const uint8_t*>(base) + tile_of(pos) + tile_values + 2 * (pos % tpb), 2);
+    return Fp16ToFp32(bits);
+  };
   for (int32_t r = 0; r < num_rows; ++r) {
     const float* q = args.q[r];
     float qa = 0.0f;
@@ -304,44 +315,40 @@ void AttendRowsI8Scalar(const KvLayerView& kv, const AttendRowsArgs& args, float
     float mx = args.sinks != nullptr ? args.sinks[r] : -INFINITY;
     float sum = args.sinks != nullptr ? 1.0f : 0.0f;
     std::fill(acc, acc + hd, 0.0f);
-    const int32_t first = args.FirstSeen(r);
-    for (int32_t b = first / tpb, p0 = b * tpb; p0 < args.len[r]; ++b, p0 += tpb) {
-      const int64_t tile = kv.TileByteOffset(args.block_table[b], args.kv_head);
-      const auto* kt = static_cast<const uint8_t*>(kv.k) + tile;
-      const auto* vt = static_cast<const int8_t*>(kv.v) + tile;
-      auto scale_at = [&](const void* t, int32_t j) {
-        uint16_t bits;
-        std::memcpy(&bits, static_cast<const uint8_t*>(t) + tile_values + 2 * j, 2);
-        return Fp16ToFp32(bits);
-      };
-      const int32_t lo = std::max(0, first - p0), valid = std::min(tpb, args.len[r] - p0);
-      float block_max = -INFINITY;
-      for (int32_t j = lo; j < valid; ++j) {
+    const int32_t first = args.FirstSeen(r), len = args.len[r];
+    for (int32_t p0 = first / span * span; p0 < len; p0 += span) {
+      const int32_t lo = std::max(first, p0), hi = std::min(len, p0 + span);
+      float span_max = -INFINITY;
+      for (int32_t j = lo; j < hi; ++j) {
+        const auto* kt = static_cast<const uint8_t*>(kv.k) + tile_of(j);
         int32_t dot = 0;
         for (int32_t i = 0; i < hd; ++i)
-          dot += q8[i] * kt[(static_cast<int64_t>(i / 4) * tpb + j) * 4 + i % 4];
-        float s = static_cast<float>(dot - 128 * sumq) * qsc * scale_at(kt, j);
+          dot += q8[i] * kt[(static_cast<int64_t>(i / 4) * tpb + j % tpb) * 4 + i % 4];
+        float s = static_cast<float>(dot - 128 * sumq) * qsc * scale_at(kv.k, j);
         if (args.softcap > 0.0f) s = args.softcap * std::tanh(s / args.softcap);
-        probs[j] = s;
-        block_max = std::fmax(block_max, s);
+        probs[j - p0] = s;
+        span_max = std::fmax(span_max, s);
       }
-      const float new_max = std::fmax(mx, block_max);
+      const float new_max = std::fmax(mx, span_max);
       const float alpha = std::exp(mx - new_max);
-      float block_sum = 0.0f, pmax = 0.0f;
-      for (int32_t j = lo; j < valid; ++j) {
-        probs[j] = std::exp(probs[j] - new_max);
-        block_sum += probs[j];
-        probs[j] *= scale_at(vt, j);
-        pmax = std::fmax(pmax, probs[j]);
+      float span_sum = 0.0f, pmax = 0.0f;
+      for (int32_t j = lo; j < hi; ++j) {
+        float& p = probs[j - p0];
+        p = std::exp(p - new_max);
+        span_sum += p;
+        p *= scale_at(kv.v, j);
+        pmax = std::fmax(pmax, p);
       }
-      sum = sum * alpha + block_sum;
+      sum = sum * alpha + span_sum;
       mx = new_max;
       const float pinv = pmax > 0.0f ? 255.0f / pmax : 0.0f, ps = pmax / 255.0f;
       std::fill(sums.begin(), sums.end(), 0);
-      for (int32_t j = lo; j < valid; ++j) {
-        const int32_t p8 = static_cast<int32_t>(std::fmin(std::nearbyint(probs[j] * pinv), 255.0f));
+      for (int32_t j = lo; j < hi; ++j) {
+        const auto* vt = static_cast<const int8_t*>(kv.v) + tile_of(j);
+        const int32_t p8 =
+            static_cast<int32_t>(std::fmin(std::nearbyint(probs[j - p0] * pinv), 255.0f));
         for (int32_t i = 0; i < hd; ++i)
-          sums[i] += p8 * vt[(static_cast<int64_t>(j / 4) * hd + i) * 4 + j % 4];
+          sums[i] += p8 * vt[(static_cast<int64_t>(j % tpb / 4) * hd + i) * 4 + j % 4];
       }
       for (int32_t i = 0; i < hd; ++i)
         acc[i] = std::fma(static_cast<float>(sums[i]), ps, acc[i] * alpha);
