@@ -70,7 +70,7 @@ class BeamSearchTest : public ::testing::Test {
   // Log-softmax of the last position's logits of `ids` (with `banned` left out), in double
   // precision.
   static std::vector<double> LastLogProbs(const std::vector<int32_t>& ids, int32_t banned) {
-    auto all = AllLogits(*model_, ids, DType::kF16, *pool_);
+    auto all = AllLogits(*model_, ids, kv_dtype_, *pool_);
     EXPECT_TRUE(all.ok());
     const int32_t vocab = model_->config().vocab_size;
     std::vector<float> row(all->begin() + static_cast<long>((ids.size() - 1) * vocab),
@@ -279,8 +279,8 @@ class BeamSearchTest : public ::testing::Test {
                  cases[i].width == 1);
       const std::vector<Result> ps = testing::CollectResults(*e, plain_ids[i]);
       ASSERT_FALSE(ps.empty());
-      EXPECT_EQ(ps.back().output_token_ids,
-                testing::GreedyAlone(*model_, *pool_, cases[i].prompt, cases[i].max_tokens))
+      EXPECT_EQ(ps.back().output_token_ids, testing::GreedyAlone(*model_, *pool_, cases[i].prompt,
+                                                                 cases[i].max_tokens, kv_dtype_))
           << "plain " << i;
     }
     if (expect_pauses) {
@@ -314,9 +314,11 @@ class BeamSearchTest : public ::testing::Test {
   static Model* model_;
   static ThreadPool* pool_;
   static std::string path_;
+  static DType kv_dtype_;  // of the naive search and the plain requests' reference
 };
 
 Model* BeamSearchTest::model_ = nullptr;
+DType BeamSearchTest::kv_dtype_ = DType::kF16;
 ThreadPool* BeamSearchTest::pool_ = nullptr;
 std::string BeamSearchTest::path_;
 
@@ -381,6 +383,22 @@ TEST_F(BeamSearchTest, ChunkedPromptsAndPrefixReuseKeepTheBeams) {
   // Shared prefixes: the second ten repeat the first ten's prompts.
   for (int i = 10; i < 20; ++i) cases[i].prompt = cases[i - 10].prompt;
   RunAgainstNaive(cases, c);
+}
+
+// The 8-bit cache: beams share and copy its blocks (copy-on-write of a partial block, prefix
+// reuse) as they do F16 ones, and equal the naive search over the same cache type.
+TEST_F(BeamSearchTest, Int8CacheKeepsTheBeams) {
+  ExecutorConfig c = SmallBlocks();
+  c.tokens_per_block = 16;
+  c.kv_dtype = DType::kI8;
+  c.enable_chunked_context = true;
+  c.enable_kv_cache_reuse = true;
+  c.max_num_tokens = 32;
+  std::vector<BeamCase> cases = TwentyCases(3);
+  for (int i = 10; i < 20; ++i) cases[i].prompt = cases[i - 10].prompt;
+  kv_dtype_ = DType::kI8;
+  RunAgainstNaive(cases, c);
+  kv_dtype_ = DType::kF16;
 }
 
 // A cache too small for all beams of all requests at once: max_utilization pauses requests

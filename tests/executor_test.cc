@@ -268,6 +268,48 @@ INSTANTIATE_TEST_SUITE_P(
              (c.kv_dtype == DType::kI8 ? "_Int8Kv" : "");
     });
 
+// A position's logits do not depend on what follows it in the forward pass (the rows of a
+// prompt tile beside later rows, K/V written past a row's position): with every cache type.
+TEST_F(ExecutorTest, PrefixLogitsEqualTheWholePassesLogits) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 70; ++i) ids.push_back(3 + (i * 37) % 250);
+  const int32_t vocab = model_->config().vocab_size;
+  for (DType dt : {DType::kF16, DType::kI8}) {
+    auto all = AllLogits(*model_, ids, dt, *pool_);
+    ASSERT_TRUE(all.ok());
+    for (size_t t = 1; t < ids.size(); t += 3) {
+      auto part =
+          AllLogits(*model_, std::vector<int32_t>(ids.begin(), ids.begin() + t + 1), dt, *pool_);
+      ASSERT_TRUE(part.ok());
+      ASSERT_TRUE(std::equal(part->begin() + t * vocab, part->begin() + (t + 1) * vocab,
+                             all->begin() + t * vocab))
+          << DTypeName(dt) << " position " << t;
+    }
+    // Decoding token by token gives the one pass's logits too.
+    GenerateParams gp;
+    gp.max_new_tokens = 30;
+    gp.sampling.temperature = 0;
+    gp.stop_at_eos = false;
+    gp.kv_dtype = dt;
+    gp.prefill_chunk_tokens = 7;
+    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 40);
+    auto gen = Generate(*model_, prompt, gp, *pool_, nullptr);
+    ASSERT_TRUE(gen.ok());
+    std::vector<int32_t> run = prompt;
+    run.insert(run.end(), gen->generated_ids.begin(), gen->generated_ids.end());
+    auto pass = AllLogits(*model_, run, dt, *pool_);
+    ASSERT_TRUE(pass.ok());
+    for (size_t k = 0; k < gen->tokens.size(); ++k) {
+      const float* row = pass->data() + (prompt.size() - 1 + k) * vocab;
+      const float mx = *std::max_element(row, row + vocab);
+      double sum = 0;
+      for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+      const double lp = row[gen->generated_ids[k]] - mx - std::log(sum);
+      EXPECT_NEAR(gen->tokens[k].logprob, lp, 1e-5) << DTypeName(dt) << " step " << k;
+    }
+  }
+}
+
 // ---- No leaks under a cancel storm ----
 
 TEST_F(ExecutorTest, CancelStormLeavesNoLeakedBlockAndNoStuckRequest) {

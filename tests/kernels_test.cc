@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -631,6 +632,50 @@ TEST(Attention, Int8KvMatchesNaiveAttentionOfWhatTheCacheHolds) {
   }
   std::printf("int8 K/V: largest difference from the naive attention %.4f, from the twin %.5f\n",
               worst, worst_twin);
+}
+
+// The 8-bit kernels round per (row, 128-position span), so a row's result is the same bit for
+// bit whatever the block size: a sequence cached in 16-position blocks by the executor and in
+// 32-position blocks by a single-sequence run gives the same logits.
+TEST(Attention, Int8ResultsDoNotDependOnTheBlockSize) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int32_t hd = 16, kv_heads = 2, positions = 300;
+  std::vector<float> k(static_cast<size_t>(positions) * kv_heads * hd), v(k.size());
+  for (float& x : k) x = nd(rng);
+  for (float& x : v) x = nd(rng);
+  const std::vector<int32_t> len = {300, 299, 298, 297, 200, 130, 129, 128, 127, 17, 16, 1};
+  const int32_t rows = static_cast<int32_t>(len.size());
+  std::vector<float> q(rows * hd);
+  for (float& x : q) x = 3 * nd(rng);
+  std::vector<const float*> q_rows(rows);
+  for (int32_t r = 0; r < rows; ++r) q_rows[r] = q.data() + r * hd;
+  for (SimdLevel level : Levels()) {
+    std::vector<std::vector<float>> outs;
+    for (int32_t tpb : {16, 32, 64}) {
+      const int32_t blocks = (positions + tpb - 1) / tpb;
+      std::vector<uint8_t> kb(blocks * KvLayerView::KvTileBytes(DType::kI8, tpb, hd) * kv_heads),
+          vb(kb.size());
+      const KvLayerView view{kb.data(), vb.data(), DType::kI8, tpb, kv_heads * hd, hd};
+      std::vector<int32_t> table(blocks);
+      std::iota(table.begin(), table.end(), 0);
+      WriteKv(view, {table.data(), 0, positions, 0}, k.data(), v.data());
+      std::vector<float> out(rows * hd);
+      std::vector<float*> out_rows(rows);
+      for (int32_t r = 0; r < rows; ++r) out_rows[r] = out.data() + r * hd;
+      std::vector<float> scratch(AttendRowsScratchFloats(rows, hd, tpb));
+      AttendRowsArgs a;
+      a.block_table = table.data(), a.kv_head = 1, a.num_rows = rows;
+      a.len = len.data(), a.q = q_rows.data(), a.out = out_rows.data(), a.scale = 0.25f;
+      GetKernels(level).attend_rows(view, a, scratch.data());
+      outs.push_back(out);
+    }
+    for (size_t t = 1; t < outs.size(); ++t) {
+      for (int32_t i = 0; i < rows * hd; ++i)
+        ASSERT_EQ(outs[t][i], outs[0][i]) << SimdLevelName(level) << " row " << i / hd << " (len "
+                                          << len[i / hd] << ") block size #" << t;
+    }
+  }
 }
 
 // Blocks wholly before every row's window go back to the pool while the sequence runs: their

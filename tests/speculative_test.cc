@@ -48,8 +48,9 @@ class SpeculativeTest : public ::testing::Test {
     std::filesystem::remove(path_);
   }
 
-  static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int32_t max_tokens) {
-    return testing::GreedyAlone(*model_, *pool_, prompt, max_tokens);
+  static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int32_t max_tokens,
+                                    DType kv_dtype = DType::kF16) {
+    return testing::GreedyAlone(*model_, *pool_, prompt, max_tokens, kv_dtype);
   }
 
   static std::unique_ptr<Executor> Make(ExecutorConfig c, const Model* draft = nullptr) {
@@ -112,6 +113,7 @@ struct SpecCase {
   bool chunked;
   bool reuse;
   SpeculativeMode mode;
+  DType kv_dtype = DType::kF16;  // the 8-bit cache verifies drafts the same way
 };
 
 class SpeculativeInvarianceTest : public SpeculativeTest,
@@ -139,7 +141,7 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
     max_tokens.push_back(1 + static_cast<int32_t>(rng() % 48));
   }
   std::vector<std::vector<int32_t>> expected;
-  for (int i = 0; i < n; ++i) expected.push_back(Alone(prompts[i], max_tokens[i]));
+  for (int i = 0; i < n; ++i) expected.push_back(Alone(prompts[i], max_tokens[i], sc.kv_dtype));
 
   ExecutorConfig c;
   c.policy = sc.policy;
@@ -150,6 +152,7 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
   c.max_num_tokens = sc.chunked ? 128 : 512;
   c.max_tokens_in_paged_kv_cache = sc.policy == CapacityPolicy::kMaxUtilization ? 1400 : 8192;
   c.speculative_mode = sc.mode;
+  c.kv_dtype = sc.kv_dtype;
   c.max_draft_tokens = 5;
   // The latency budget cuts prompt chunks by measured step costs: a client's drafts then find
   // no room in the last chunk depending on timing (a CI run lost a right draft that way), and
@@ -230,12 +233,17 @@ INSTANTIATE_TEST_SUITE_P(
         SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kPromptLookup},
         SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kDraftModel},
         SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kDraftModel},
-        SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kDraftModel}),
+        SpecCase{CapacityPolicy::kMaxUtilization, false, false, SpeculativeMode::kDraftModel},
+        SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kPromptLookup,
+                 DType::kI8},
+        SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kDraftModel,
+                 DType::kI8}),
     [](const ::testing::TestParamInfo<SpecCase>& info) {
       const SpecCase& c = info.param;
       return std::string(c.mode == SpeculativeMode::kDraftModel ? "DraftModel_" : "PromptLookup_") +
              (c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
-             (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse");
+             (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse") +
+             (c.kv_dtype == DType::kI8 ? "_Int8Kv" : "");
     });
 
 ExecutorConfig SmallConfig() {

@@ -133,10 +133,10 @@ int32_t AttentionRowsPerItem(const AttentionShape& shape) {
 
 int64_t AttendRowsScratchFloats(int32_t num_rows, int32_t head_dim, int32_t tokens_per_block) {
   // Per row: a span's scores, the running output, max, sum, rescale factor and a block's
-  // first and end positions; for 8-bit K/V the row's 8-bit query and a block's 8-bit
-  // probabilities (bytes) and their scales; 64 floats of slack.
+  // first and end positions; for 8-bit K/V the span's integer p . V, the row's 8-bit query and
+  // the span's 8-bit probabilities (bytes) and their scales; 64 floats of slack.
   const int64_t span = AttentionSpanPositions(tokens_per_block);
-  return static_cast<int64_t>(num_rows) * (span + head_dim + (head_dim + span) / 4 + 9) + 64;
+  return static_cast<int64_t>(num_rows) * (span + 2 * head_dim + (head_dim + span) / 4 + 9) + 64;
 }
 
 int64_t AttentionScratchFloats(const AttentionShape& shape, int num_threads,

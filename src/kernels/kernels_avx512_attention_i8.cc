@@ -23,6 +23,7 @@ namespace {
 struct RowsState {
   float* probs;    // [rows][span]
   float* acc;      // [rows][head_dim]
+  int32_t* acc32;  // [rows][head_dim] the span's integer p . V
   float* row_max;  // [rows]
   float* row_sum;
   float* alpha;
@@ -96,15 +97,19 @@ inline void ScoreAllRowsI8(const uint8_t* kt, int32_t tpb, int32_t hd, int32_t p
   }
 }
 
-// acc[g][chunks c0..c0+kPass) = acc * alpha[g] (when alpha is given) + ps[g] * sum over the
-// block's positions j of p8[g][j] * V[j], the sum in 32-bit integers, 4 positions per
-// instruction.
+// acc32[g][chunks c0..c0+kPass) += sum over the block's positions j of p8[g][j] * V[j] in
+// 32-bit integers, 4 positions per instruction.
 template <int kRows, int kPass>
 inline void AccumulateVPassI8(const int8_t* vt, int32_t hd, const uint8_t* p8, int32_t p8_stride,
-                              int32_t quads, int32_t c0, const float* alpha, const RowsState& st,
-                              int32_t r0) {
+                              int32_t quads, int32_t c0, const RowsState& st, int32_t r0) {
+  // The span's integer sums so far (AttendRowsI8Vec scales them once per span: rounding per
+  // block would make the result depend on the block size).
   __m512i s[kRows * kPass];
-  for (int i = 0; i < kRows * kPass; ++i) s[i] = _mm512_setzero_si512();
+  for (int g = 0; g < kRows; ++g) {
+    for (int c = 0; c < kPass; ++c)
+      s[g * kPass + c] =
+          _mm512_loadu_si512(st.acc32 + static_cast<int64_t>(r0 + g) * hd + 16 * (c0 + c));
+  }
   for (int32_t jq = 0; jq < quads; ++jq) {
     __m512i v[kPass];
     for (int c = 0; c < kPass; ++c)
@@ -118,46 +123,41 @@ inline void AccumulateVPassI8(const int8_t* vt, int32_t hd, const uint8_t* p8, i
     }
   }
   for (int g = 0; g < kRows; ++g) {
-    float* a = st.acc + static_cast<int64_t>(r0 + g) * hd + 16 * c0;
-    const __m512 ps = _mm512_set1_ps(st.ps[r0 + g]);
-    const __m512 al = _mm512_set1_ps(alpha != nullptr ? alpha[r0 + g] : 1.0f);
-    for (int c = 0; c < kPass; ++c) {
-      __m512 x = _mm512_loadu_ps(a + 16 * c);
-      if (alpha != nullptr) x = _mm512_mul_ps(x, al);
-      _mm512_storeu_ps(a + 16 * c, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g * kPass + c]), ps, x));
-    }
+    for (int c = 0; c < kPass; ++c)
+      _mm512_storeu_si512(st.acc32 + static_cast<int64_t>(r0 + g) * hd + 16 * (c0 + c),
+                          s[g * kPass + c]);
   }
 }
 
 template <int kChunks, int kRows>
 inline void AccumulateVGroupI8(const int8_t* vt, const uint8_t* p8, int32_t p8_stride,
-                               int32_t quads, const float* alpha, const RowsState& st, int32_t r0) {
+                               int32_t quads, const RowsState& st, int32_t r0) {
   constexpr int kHd = 16 * kChunks;
   constexpr int kPass = std::min(kChunks, 16 / kRows);
   int32_t c0 = 0;
   for (; c0 + kPass <= kChunks; c0 += kPass)
-    AccumulateVPassI8<kRows, kPass>(vt, kHd, p8, p8_stride, quads, c0, alpha, st, r0);
+    AccumulateVPassI8<kRows, kPass>(vt, kHd, p8, p8_stride, quads, c0, st, r0);
   if constexpr (kChunks % kPass != 0) {
     for (; c0 < kChunks; ++c0)
-      AccumulateVPassI8<kRows, 1>(vt, kHd, p8, p8_stride, quads, c0, alpha, st, r0);
+      AccumulateVPassI8<kRows, 1>(vt, kHd, p8, p8_stride, quads, c0, st, r0);
   }
 }
 
 // One block's p . V for every row, from the span's 8-bit probabilities (QuantizeSpanProbs).
 template <int kChunks>
 inline void AccumulateVI8(const int8_t* vt, const uint8_t* p8, int32_t p8_stride, int32_t num_rows,
-                          const float* alpha, const RowsState& st) {
+                          const RowsState& st) {
   int32_t most = 0;
   for (int32_t r = 0; r < num_rows; ++r) most = std::max(most, st.valid[r]);
   const int32_t quads = (most + 3) / 4;
   for (int32_t r = 0; r < num_rows;) {
     const int32_t left = num_rows - r;
     if (left >= 4)
-      AccumulateVGroupI8<kChunks, 4>(vt, p8, p8_stride, quads, alpha, st, r), r += 4;
+      AccumulateVGroupI8<kChunks, 4>(vt, p8, p8_stride, quads, st, r), r += 4;
     else if (left >= 2)
-      AccumulateVGroupI8<kChunks, 2>(vt, p8, p8_stride, quads, alpha, st, r), r += 2;
+      AccumulateVGroupI8<kChunks, 2>(vt, p8, p8_stride, quads, st, r), r += 2;
     else
-      AccumulateVGroupI8<kChunks, 1>(vt, p8, p8_stride, quads, alpha, st, r), r += 1;
+      AccumulateVGroupI8<kChunks, 1>(vt, p8, p8_stride, quads, st, r), r += 1;
   }
 }
 
@@ -225,7 +225,8 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
   RowsState st;
   st.probs = scratch;
   st.acc = st.probs + static_cast<int64_t>(num_rows) * span;
-  st.row_max = st.acc + static_cast<int64_t>(num_rows) * kHd;
+  st.acc32 = reinterpret_cast<int32_t*>(st.acc + static_cast<int64_t>(num_rows) * kHd);
+  st.row_max = reinterpret_cast<float*>(st.acc32 + static_cast<int64_t>(num_rows) * kHd);
   st.row_sum = st.row_max + num_rows;
   st.alpha = st.row_sum + num_rows;
   st.qsc = st.alpha + num_rows;
@@ -244,6 +245,7 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
     st.row_sum[r] = args.sinks != nullptr ? 1.0f : 0.0f;
   }
   std::fill(st.acc, st.acc + static_cast<int64_t>(num_rows) * kHd, 0.0f);
+  std::fill(st.acc32, st.acc32 + static_cast<int64_t>(num_rows) * kHd, 0);
   const int32_t vecs = tpb / 16, first_block = first_pos / tpb;
   const int64_t tile_bytes = kv.TileBytes();
   int64_t tiles[kMaxSpanBlocks];
@@ -287,8 +289,19 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
         if (st.first[r] >= st.valid[r]) st.first[r] = st.valid[r] = 0;
       }
       const auto* vt = static_cast<const int8_t*>(kv.v) + tiles[i];
-      AccumulateVI8<kChunks>(vt, st.p8 + static_cast<int64_t>(i) * tpb, span, num_rows,
-                             i == i0 ? st.alpha : nullptr, st);
+      AccumulateVI8<kChunks>(vt, st.p8 + static_cast<int64_t>(i) * tpb, span, num_rows, st);
+    }
+    // The span's p . V: acc = acc * alpha + (integer sums) * the probabilities' scale.
+    for (int32_t r = 0; r < num_rows; ++r) {
+      float* a = st.acc + static_cast<int64_t>(r) * kHd;
+      int32_t* s32 = st.acc32 + static_cast<int64_t>(r) * kHd;
+      const __m512 ps = _mm512_set1_ps(st.ps[r]), al = _mm512_set1_ps(st.alpha[r]);
+      for (int c = 0; c < kChunks; ++c) {
+        const __m512 sums = _mm512_cvtepi32_ps(_mm512_loadu_si512(s32 + 16 * c));
+        _mm512_storeu_ps(a + 16 * c,
+                         _mm512_fmadd_ps(sums, ps, _mm512_mul_ps(_mm512_loadu_ps(a + 16 * c), al)));
+        _mm512_storeu_si512(s32 + 16 * c, _mm512_setzero_si512());
+      }
     }
   }
   for (int32_t r = 0; r < num_rows; ++r) {
