@@ -23,16 +23,6 @@ std::string Arg(int argc, char** argv, const std::string& name, const std::strin
   return fallback;
 }
 
-inflight::testing::ScenarioConfig ScenarioNamed(const std::string& name) {
-  inflight::testing::ScenarioConfig s;
-  s.name = name;
-  if (name == "max_utilization") {
-    s.policy = inflight::CapacityPolicy::kMaxUtilization;
-    s.kv_tokens = 40 * 16;  // pauses: the workload needs more blocks than this at its peak
-  }
-  return s;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,7 +39,7 @@ int main(int argc, char** argv) {
     }
   } else {
     const inflight::testing::ScenarioConfig scenario =
-        ScenarioNamed(Arg(argc, argv, "--scenario", "default"));
+        inflight::testing::ScenarioNamed(Arg(argc, argv, "--scenario", "default"));
     inflight::parallel::ParallelConfig parallel;
     parallel.tp_size = std::atoi(Arg(argc, argv, "--tp", "1").c_str());
     parallel.pp_size = std::atoi(Arg(argc, argv, "--pp", "1").c_str());

@@ -21,7 +21,21 @@ struct ScenarioConfig {
   CapacityPolicy policy = CapacityPolicy::kGuaranteedNoEvict;
   int64_t kv_tokens = 0;  // max_tokens_in_paged_kv_cache; 0: enough for everything
   int32_t max_num_tokens = 96;
+  DType kv_dtype = DType::kF16;
 };
+
+// The scenarios by name: default; max_utilization (a cache too small for the peak: pauses);
+// int8_kv (the 8-bit cache, max_utilization's small cache).
+inline ScenarioConfig ScenarioNamed(const std::string& name) {
+  ScenarioConfig s;
+  s.name = name;
+  if (name == "max_utilization" || name == "int8_kv") {
+    s.policy = CapacityPolicy::kMaxUtilization;
+    s.kv_tokens = 40 * 16;  // pauses: the workload needs more blocks than this at its peak
+  }
+  if (name == "int8_kv") s.kv_dtype = DType::kI8;
+  return s;
+}
 
 inline ExecutorConfig ScenarioExecutorConfig(const ScenarioConfig& s) {
   ExecutorConfig c;
@@ -34,6 +48,7 @@ inline ExecutorConfig ScenarioExecutorConfig(const ScenarioConfig& s) {
   c.policy = s.policy;
   c.num_threads = 1;
   c.max_beam_width = 2;
+  c.kv_dtype = s.kv_dtype;
   return c;
 }
 

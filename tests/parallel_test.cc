@@ -50,10 +50,7 @@ nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::
 }
 
 nlohmann::json RunLocal(const std::string& model_path, const std::string& scenario_name) {
-  testing::ScenarioConfig s;
-  s.name = scenario_name;
-  if (scenario_name == "max_utilization")
-    s.policy = CapacityPolicy::kMaxUtilization, s.kv_tokens = 40 * 16;
+  const testing::ScenarioConfig s = testing::ScenarioNamed(scenario_name);
   auto model = Model::Load(model_path);
   EXPECT_TRUE(model.ok());
   auto executor = Executor::Create(**model, testing::ScenarioExecutorConfig(s));
@@ -133,6 +130,14 @@ TEST_F(ParallelTest, PipelineParallelTwoStagesEqualsOneProcessUnderMaxUtilizatio
 TEST_F(ParallelTest, TensorTimesPipelineFourRanksEqualsOneProcess) {
   REQUIRE_MPIRUN();
   ExpectSameRun(RunParallel(model_, 2, 2, "max_utilization"), RunLocal(model_, "max_utilization"));
+}
+
+// The 8-bit cache split by heads over two ranks and by layers over two stages, under pauses.
+TEST_F(ParallelTest, Int8KvTensorTimesPipelineFourRanksEqualsOneProcess) {
+  REQUIRE_MPIRUN();
+  const nlohmann::json parallel = RunParallel(model_, 2, 2, "int8_kv");
+  ExpectSameRun(parallel, RunLocal(model_, "int8_kv"));
+  EXPECT_GT(parallel["paused_total"].get<int64_t>(), 0);
 }
 
 TEST_F(ParallelTest, StoriesTensorParallelEqualsOneProcess) {
