@@ -271,6 +271,14 @@ int main(int argc, char** argv) {
                    "K/V in the cache: f16, bf16, f32 or int8 (8 bits with a scale per token and "
                    "head: twice the tokens in the same memory, half the bytes read per step)")
       ->check(CLI::IsMember({"f16", "bf16", "f32", "int8"}));
+  init_cmd->add_option("--kv-cache-disk-path", init.kv_cache_disk_path,
+                       "Directory of the KV cache's disk tier: reusable prompt blocks written "
+                       "behind, read back after evictions and restarts (relative: to the model's "
+                       "folder; inside the repository or an allowed model path)");
+  init_cmd
+      ->add_option("--kv-cache-disk-bytes", init.kv_cache_disk_bytes,
+                   "Size bound of the disk tier (least recently used blocks go first)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   init_cmd
       ->add_option("--kv-event-buffer-size", init.kv_event_buffer_size,
                    "KV cache events kept for routers (GET /v2/models/M/kv_events; 0: off)")

@@ -1,7 +1,8 @@
 // The KV cache's tiers on the real server and the bundled demo model: the 8-bit cache
 // (init-repo --kv-cache-dtype int8) holds about twice the blocks of the F16 one in the same
 // memory and serves the same requests; a bad kv_cache_dtype is refused at load naming the
-// parameter.
+// parameter; the disk tier serves a prompt again after a restart, and its directory must lie
+// inside the repository.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -117,6 +118,62 @@ TEST(KvTiersTest, ABadKvCacheDtypeIsRefusedNamingTheParameter) {
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("kv_cache_dtype"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("int4"), std::string::npos) << r->body;
+  fs::remove_all(repo);
+}
+
+// The disk tier across a restart: the first server writes the prompt's blocks behind, the
+// second (same repository, nothing in memory) reads them back, with the same greedy text.
+TEST(KvTiersTest, TheDiskTierServesAPromptAgainAfterARestart) {
+  const fs::path repo =
+      InitRepo("disk", "--kv-cache-disk-path kv_disk --kv-cache-disk-bytes 200000000");
+  std::string prompt = "Once upon a time";
+  for (int i = 0; i < 40; ++i) prompt += " the little dog ran to the big tree";
+  std::string first;
+  double disk_reused = -1, hits = -1;
+  for (int run = 0; run < 2; ++run) {
+    auto s = ServerProcess::Start({"--model-repository", repo.string()});
+    ASSERT_NE(s, nullptr);
+    const std::string text = Generate(*s, prompt);
+    EXPECT_FALSE(text.empty());
+    if (run == 0) {
+      first = text;
+      continue;
+    }
+    EXPECT_EQ(text, first);
+    for (int i = 0; i < 100 && disk_reused <= 0; ++i) {
+      const std::string m = testing::MetricsText(s->metrics_port);
+      disk_reused = testing::MetricValue(m, "inflight_kv_cache_reused_blocks_total",
+                                         {{"model", "tensorrt_llm"}, {"tier", "disk"}});
+      hits = testing::MetricValue(m, "inflight_kv_cache_disk_tier",
+                                  {{"model", "tensorrt_llm"}, {"value", "hits"}});
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  std::printf("after the restart: %.0f blocks from disk (disk hits %.0f)\n", disk_reused, hits);
+  EXPECT_GT(disk_reused, 10);
+  EXPECT_EQ(disk_reused, hits);
+  EXPECT_GT(std::distance(fs::directory_iterator(repo / "tensorrt_llm" / "kv_disk"),
+                          fs::directory_iterator()),
+            10);
+  fs::remove_all(repo);
+}
+
+// The disk tier's directory is written by the server: it must lie inside the repository (or
+// an allowed model path), as every path a config names.
+TEST(KvTiersTest, ADiskTierOutsideTheRepositoryIsRefused) {
+  const fs::path outside =
+      fs::temp_directory_path() / ("inflight_outside_" + std::to_string(getpid()));
+  const fs::path repo = InitRepo(
+      "outside", "--kv-cache-disk-path " + outside.string() + " --kv-cache-disk-bytes 1000000");
+  auto s = ServerProcess::Start(
+      {"--model-repository", repo.string(), "--model-control-mode", "explicit"});
+  ASSERT_NE(s, nullptr);
+  httplib::Client c("127.0.0.1", s->http_port);
+  auto r = c.Post("/v2/repository/models/tensorrt_llm/load", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("kv_cache_disk_path"), std::string::npos) << r->body;
+  EXPECT_FALSE(fs::exists(outside)) << "nothing is created outside the repository";
   fs::remove_all(repo);
 }
 

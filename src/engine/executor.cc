@@ -15,7 +15,7 @@ constexpr size_t kMaxStatsKept = 1000;
 }  // namespace
 
 Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config,
-                   std::unique_ptr<ModelRunner> draft)
+                   std::unique_ptr<ModelRunner> draft, std::unique_ptr<KvDiskStore> disk)
     : config_(config),
       runner_(std::move(runner)),
       vocab_size_(runner_->vocab_size()),
@@ -41,6 +41,23 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
     kv_events_ = std::make_unique<KvEventLog>(static_cast<size_t>(config.kv_event_buffer_size));
     blocks_.SetEventLog(kv_events_.get(), 0);
     if (window_blocks_) window_blocks_->SetEventLog(kv_events_.get(), 1);
+  }
+  if (disk) {
+    disk_ = std::move(disk);
+    disk_block_.resize(static_cast<size_t>(runner_->KvBlockBytes(kFullGroup)));
+    Scheduler::LowerTier tier;
+    tier.has = [this](uint64_t key) { return disk_->Contains(key); };
+    tier.load = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
+      return disk_->Read(key, parent, tokens, disk_block_.data()) &&
+             runner_->ImportBlock(kFullGroup, block, disk_block_.data());
+    };
+    tier.store = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
+      if (disk_->Contains(key)) return;
+      std::vector<uint8_t> kv(disk_block_.size());
+      if (runner_->ExportBlock(kFullGroup, block, kv.data()))
+        disk_->Write(key, parent, tokens, std::move(kv));
+    };
+    scheduler_.SetLowerTier(std::move(tier));
   }
   if (draft && config.speculative_mode == SpeculativeMode::kDraftModel) {
     draft_runner_ = std::move(draft);
@@ -81,7 +98,27 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
     draft = std::make_unique<LocalModelRunner>(*draft_model, dc, runner->pool(),
                                                /*kv_window_group=*/false);
   }
-  return std::make_unique<Executor>(std::move(runner), config, std::move(draft));
+  std::unique_ptr<KvDiskStore> disk;
+  if (!config.kv_cache_disk_path.empty()) {
+    if (runner->num_window_kv_blocks() > 0) {
+      return InvalidArgumentError(
+          "kv_cache_disk_path is not supported yet for models with sliding-window layers");
+    }
+    if (runner->KvBlockBytes(kFullGroup) <= 0) {
+      return InvalidArgumentError(
+          "kv_cache_disk_path is not supported yet with tensor or pipeline parallelism");
+    }
+    KvDiskStoreConfig dc;
+    dc.path = config.kv_cache_disk_path;
+    dc.max_bytes = config.kv_cache_disk_bytes;
+    dc.fingerprint = config.kv_cache_disk_fingerprint + "|" + runner->KvLayoutFingerprint();
+    dc.tokens_per_block = config.tokens_per_block;
+    dc.block_bytes = runner->KvBlockBytes(kFullGroup);
+    auto opened = KvDiskStore::Open(dc);
+    if (!opened.ok()) return opened.status();
+    disk = std::move(opened).value();
+  }
+  return std::make_unique<Executor>(std::move(runner), config, std::move(draft), std::move(disk));
 }
 
 Executor::~Executor() { Shutdown(); }
@@ -165,8 +202,14 @@ void Executor::Shutdown() {
     wake_.notify_one();
   }
   if (thread_.joinable()) thread_.join();
+  if (disk_) disk_->Flush();  // what the engine queued reaches the disk before we return
   std::lock_guard<std::mutex> lock(waker_->mu);
   waker_->executor = nullptr;
+}
+
+std::optional<KvDiskStats> Executor::KvDiskStatistics() const {
+  if (!disk_) return std::nullopt;
+  return disk_->stats();
 }
 
 std::vector<IterationStats> Executor::GetLatestIterationStats() {
@@ -800,6 +843,7 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   s.window_kv_blocks_used = w.used, s.window_kv_blocks_cached = w.cached;
   s.kv_window = window_blocks_ ? runner_->kv_window() : 0;
   s.kv_blocks_reused = out.num_reused_blocks;
+  s.kv_blocks_reused_from_disk = out.num_disk_reused_blocks;
   s.kv_tokens_partially_reused = out.num_partially_reused_tokens;
   s.waiting_for_kv_cache = out.waiting_for_kv_cache;
   s.waiting_for_max_num_tokens = out.waiting_for_max_num_tokens;

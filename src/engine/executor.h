@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "kvcache/block_manager.h"
+#include "kvcache/kv_disk_store.h"
 #include "kvcache/kv_events.h"
 
 namespace inflight {
@@ -44,8 +46,10 @@ class Executor {
  public:
   // Starts the engine thread over `runner` (owned); `draft` runs the draft model when
   // config.speculative_mode is kDraftModel.
+  // `disk`: the KV cache's disk tier (CreateWithRunner opens it from the config).
   Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& config,
-           std::unique_ptr<ModelRunner> draft = nullptr);
+           std::unique_ptr<ModelRunner> draft = nullptr,
+           std::unique_ptr<KvDiskStore> disk = nullptr);
   // A LocalModelRunner over `model` (which must outlive the executor), and one over
   // `draft_model` on the same compute threads when speculative_mode is kDraftModel (it must
   // share the vocabulary).
@@ -88,6 +92,9 @@ class Executor {
   // window group's): those after `after_id`, or FAILED_PRECONDITION when they are off.
   // Thread-safe.
   StatusOr<KvEventLog::Read> KvEvents(uint64_t after_id, size_t max) const;
+  // The disk tier's figures (files, bytes, hits, writes, drops); nullopt when it is off.
+  // Thread-safe.
+  std::optional<KvDiskStats> KvDiskStatistics() const;
   uint64_t num_kv_events_dropped() const { return kv_events_ ? kv_events_->num_dropped() : 0; }
   // Every reusable block of both groups, taken on the engine thread between steps, with the
   // id of the last event it reflects. UNAVAILABLE when the engine does not answer in
@@ -252,6 +259,8 @@ class Executor {
   // KV cache events, and snapshots asked for by other threads (answered by the engine thread;
   // guarded by mu_).
   std::unique_ptr<KvEventLog> kv_events_;
+  std::unique_ptr<KvDiskStore> disk_;
+  std::vector<uint8_t> disk_block_;  // one block read back from the disk tier
   std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>> snapshot_requests_;
   bool AllOutputPaused() const;  // every request waits for its client to read (engine thread)
   std::vector<std::pair<RequestId, Request>> submissions_;

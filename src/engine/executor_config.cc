@@ -78,6 +78,10 @@ Status ExecutorConfig::Validate() const {
       kv_dtype != DType::kI8) {
     return InvalidArgumentError("kv cache dtype must be f16, f32, bf16 or int8");
   }
+  if (!kv_cache_disk_path.empty() && kv_cache_disk_bytes <= 0)
+    return InvalidArgumentError("kv_cache_disk_bytes must be > 0 with kv_cache_disk_path");
+  if (!kv_cache_disk_path.empty() && !enable_kv_cache_reuse)
+    return InvalidArgumentError("kv_cache_disk_path needs enable_kv_cache_reuse");
   if (kv_dtype == DType::kI8 && tokens_per_block % 16 != 0) {
     return InvalidArgumentError("an int8 KV cache needs tokens_per_block to be a multiple of 16");
   }
@@ -119,6 +123,7 @@ std::string IterationStats::ToJson() const {
                         {"used", kv_blocks_used},
                         {"cached", kv_blocks_cached},
                         {"reused", kv_blocks_reused},
+                        {"reused_from_disk", kv_blocks_reused_from_disk},
                         {"partially_reused_tokens", kv_tokens_partially_reused}}},
                       {"window_kv_blocks",
                        {{"total", window_kv_blocks_total},

@@ -66,7 +66,14 @@ struct ExecutorConfig {
   int32_t kv_event_buffer_size = 0;
   double kv_cache_free_mem_fraction = 0.9;  // of the memory available after loading weights
   DType kv_dtype = DType::kF16;             // kF16, kF32, kBF16 or kI8 (kv_cache_dtype int8)
-  int32_t num_threads = 2;                  // compute threads of the forward pass
+  // The KV cache's disk tier (kvcache/kv_disk_store.h): reusable blocks written behind to this
+  // directory, kept under kv_cache_disk_bytes, read back on prefix lookups; off when empty.
+  // The fingerprint binds the files to the model file (the executor adds the model's layers,
+  // weights and KV layout).
+  std::string kv_cache_disk_path;
+  int64_t kv_cache_disk_bytes = 0;
+  std::string kv_cache_disk_fingerprint;
+  int32_t num_threads = 2;  // compute threads of the forward pass
   // Speculative decoding: drafts per step and sequence (a request may ask for fewer), and the
   // longest n-gram prompt lookup matches (it falls back to shorter ones down to 1).
   SpeculativeMode speculative_mode = SpeculativeMode::kNone;
@@ -102,6 +109,7 @@ struct IterationStats {
           window_kv_blocks_cached = 0;
   int32_t kv_window = 0;                   // the window group's sliding window (tokens)
   int32_t kv_blocks_reused = 0;            // prefix blocks served from the cache this step
+  int32_t kv_blocks_reused_from_disk = 0;  // of those, read back from the disk tier
   int32_t kv_tokens_partially_reused = 0;  // slots copied from partly matching cached blocks
   // Why sequences that could have run did not (counts this step).
   int32_t waiting_for_kv_cache = 0;

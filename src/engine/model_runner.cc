@@ -96,6 +96,13 @@ Status LocalModelRunner::Forward(const BatchPlan& plan, float* logits) {
   return model_.Forward(plan, view_, scratch_, *pool_, logits);
 }
 
+std::string LocalModelRunner::KvLayoutFingerprint() const {
+  const KvStorageConfig& c = storage_.config();
+  return model_.Describe() + "|kv " + DTypeName(c.dtype) + " layers " +
+         std::to_string(c.num_layers) + " kv_dim " + std::to_string(c.kv_dim) + " head_dim " +
+         std::to_string(c.head_dim) + " tokens_per_block " + std::to_string(c.tokens_per_block);
+}
+
 // Copies the whole block: a block holds its positions per head (kernels/attention.h), and the
 // positions past num_tokens are written by the new owner before anything reads them.
 void LocalModelRunner::CopyBlockPrefix(int32_t group, int32_t src, int32_t dst,

@@ -31,6 +31,23 @@ class ModelRunner {
   // Copies the K/V of the first num_tokens slots of block src into block dst of KV cache
   // group `group` (the rest of dst may be overwritten too).
   virtual void CopyBlockPrefix(int32_t group, int32_t src, int32_t dst, int32_t num_tokens) = 0;
+  // The K/V of one block of `group` as bytes (the disk tier), and back; 0 / false when the
+  // runner cannot (its cache is spread over ranks).
+  virtual int64_t KvBlockBytes(int32_t group) const {
+    (void)group;
+    return 0;
+  }
+  virtual bool ExportBlock(int32_t group, int32_t block, uint8_t* out) const {
+    (void)group, (void)block, (void)out;
+    return false;
+  }
+  virtual bool ImportBlock(int32_t group, int32_t block, const uint8_t* in) {
+    (void)group, (void)block, (void)in;
+    return false;
+  }
+  // What a block's bytes depend on besides the model file: the model (layers, weights) and
+  // the cache's type and layout. Files of the disk tier written under another are not read.
+  virtual std::string KvLayoutFingerprint() const { return ""; }
   // The compute pool, for per-sequence work between forward passes; null: run it inline.
   virtual ThreadPool* pool() { return nullptr; }
   // OK while the runner can run steps; an error (e.g. a parallel rank died) is final.
@@ -79,6 +96,18 @@ class LocalModelRunner : public ModelRunner {
   int32_t hidden_size() const override { return model_.config().hidden_size; }
   Status Forward(const BatchPlan& plan, float* logits) override;
   void CopyBlockPrefix(int32_t group, int32_t src, int32_t dst, int32_t num_tokens) override;
+  int64_t KvBlockBytes(int32_t group) const override {
+    return KvStorage::BytesPerBlock(storage_.config(), group);
+  }
+  bool ExportBlock(int32_t group, int32_t block, uint8_t* out) const override {
+    storage_.ExportBlock(group, block, out);
+    return true;
+  }
+  bool ImportBlock(int32_t group, int32_t block, const uint8_t* in) override {
+    storage_.ImportBlock(group, block, in);
+    return true;
+  }
+  std::string KvLayoutFingerprint() const override;
   ThreadPool* pool() override { return pool_; }
 
  private:

@@ -102,7 +102,8 @@ struct RequestStats {
   Clock::time_point last_token_time{};
   int32_t num_prompt_tokens = 0;
   int32_t num_generated_tokens = 0;       // over all sequences
-  int32_t num_reused_blocks = 0;          // KV blocks served from the prefix cache
+  int32_t num_reused_blocks = 0;          // KV blocks served from the prefix cache (any tier)
+  int32_t num_disk_reused_blocks = 0;     // of those, read back from the disk tier
   int32_t num_allocated_blocks = 0;       // KV blocks newly allocated
   int32_t num_pauses = 0;                 // max_utilization preemptions
   int32_t num_draft_tokens = 0;           // speculative decoding: drafts verified

@@ -115,6 +115,13 @@ void Scheduler::CommitFullBlocks(Sequence* seq) {
         blocks_.Commit(seq->blocks[seq->num_committed], seq->last_key,
                        seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
                        seq->request->request.kv_retention_priority);
+    // Prompt blocks only: what a later request can share (a system prompt, a conversation).
+    if (lower_.store && config_.enable_kv_cache_reuse &&
+        static_cast<int64_t>(seq->num_committed + 1) * tpb <= seq->prompt_len) {
+      lower_.store(seq->last_key, parent,
+                   seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
+                   seq->blocks[seq->num_committed]);
+    }
     // The window group's copy under the same key (its parent key is the same chain's).
     const int32_t w = window_blocks_ ? seq->window_blocks[seq->num_committed] : -1;
     if (w >= 0)
@@ -363,6 +370,25 @@ void Scheduler::TakePrefix(Sequence* seq) {
   for (int32_t i = 0; i < n; ++i)
     keys_scratch_.push_back(
         blocks_.ChainKey(keys_scratch_.back(), seq->tokens.data() + static_cast<int64_t>(i) * tpb));
+  // Past the pool's blocks, the lower tier's: each read into a fresh block and committed, so
+  // later requests find it in the pool.
+  seq->disk_blocks = 0;
+  while (lower_.load && !window_blocks_ && (static_cast<int64_t>(n) + 1) * tpb <= usable &&
+         NumAvailable() > 0) {
+    const int32_t* t = seq->tokens.data() + static_cast<int64_t>(n) * tpb;
+    const uint64_t parent = keys_scratch_.back(), key = blocks_.ChainKey(parent, t);
+    if (!lower_.has(key)) break;
+    const int32_t b = *blocks_.Allocate();
+    if (!lower_.load(key, parent, t, b)) {
+      blocks_.Release({b});
+      break;
+    }
+    blocks_.Commit(b, parent, t, seq->request->request.kv_retention_priority);
+    seq->blocks.push_back(b);
+    keys_scratch_.push_back(key);
+    ++n;
+    ++seq->disk_blocks;
+  }
   if (window_blocks_) {
     // The prefix is usable only as far as the window group still has what its window sees:
     // a block it lacks at i leaves a prefix of at most i blocks (whose window may not need it).
@@ -481,7 +507,9 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     policy_->Admitted(*seq, static_cast<int64_t>(seq->blocks.size() - held));
     if (latency_held) ++out_.waiting_for_latency_budget;  // starts, with a shorter chunk
     out_.num_reused_blocks += seq->num_committed;
+    out_.num_disk_reused_blocks += seq->disk_blocks;
     seq->request->stats.num_reused_blocks += seq->num_committed;
+    seq->request->stats.num_disk_reused_blocks += seq->disk_blocks;
     seq->state = SequenceState::kRunning;
     running_.push_back(seq);
     if (n > 0) Schedule(seq, n, budget);
@@ -499,6 +527,7 @@ const ScheduleOutput& Scheduler::Step() {
   out_.chunks.clear();
   out_.paused.clear();
   out_.num_reused_blocks = 0;
+  out_.num_disk_reused_blocks = 0;
   out_.num_partially_reused_tokens = 0;
   out_.waiting_for_kv_cache = out_.waiting_for_max_num_tokens = 0;
   out_.waiting_for_max_batch_size = out_.waiting_for_static_batch = 0;

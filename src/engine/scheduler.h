@@ -71,6 +71,7 @@ struct ScheduleOutput {
   std::vector<ScheduledChunk> chunks;
   std::vector<Sequence*> paused;  // paused in this step (their blocks are already released)
   int32_t num_reused_blocks = 0;
+  int32_t num_disk_reused_blocks = 0;       // of those, read back from the lower tier
   int32_t num_partially_reused_tokens = 0;  // slots copied from a partly matching cached block
   int32_t waiting_for_kv_cache = 0;
   int32_t waiting_for_max_num_tokens = 0;
@@ -126,6 +127,16 @@ class Scheduler {
 
   bool has_window_group() const { return window_blocks_ != nullptr; }
 
+  // A tier below the pool (the disk): at admission, the prefix continues past the pool's
+  // blocks with blocks `load` reads into fresh blocks (committed for reuse); each block a
+  // sequence fills is offered to `store`. Blocks are named as in KvBlockManager.
+  struct LowerTier {
+    std::function<bool(uint64_t key)> has;
+    std::function<bool(uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block)> load;
+    std::function<void(uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block)> store;
+  };
+  void SetLowerTier(LowerTier tier) { lower_ = std::move(tier); }
+
   // Drops a running sequence's blocks and queues it to be recomputed (a beam that found no
   // block for its copy-on-write copy).
   void Requeue(Sequence* seq);
@@ -180,6 +191,7 @@ class Scheduler {
   ScheduleOutput out_;
   int64_t step_ = 0;
   int64_t num_paused_total_ = 0;
+  LowerTier lower_;
 };
 
 }  // namespace inflight

@@ -25,6 +25,7 @@ json StepJson(const serving::EngineStep& s) {
             {"kv_free", s.kv_blocks_free},
             {"kv_cached", s.kv_blocks_cached},
             {"kv_reused", s.kv_blocks_reused},
+            {"kv_reused_disk", s.kv_blocks_reused_from_disk},
             {"waiting_kv_cache", s.waiting_for_kv_cache},
             {"waiting_token_budget", s.waiting_for_max_num_tokens},
             {"waiting_batch_size", s.waiting_for_max_batch_size},

@@ -46,6 +46,28 @@ void KvStorage::CopyBlock(int32_t group, int32_t src, int32_t dst) {
   }
 }
 
+void KvStorage::ExportBlock(int32_t group, int32_t block, uint8_t* out) const {
+  const size_t n = BlockBytesPerLayer(config_);
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    if (config_.GroupOf(l) != group) continue;
+    for (const AlignedBuffer* pool : {&k_[l], &v_[l]}) {
+      std::memcpy(out, static_cast<const uint8_t*>(pool->data()) + block * n, n);
+      out += n;
+    }
+  }
+}
+
+void KvStorage::ImportBlock(int32_t group, int32_t block, const uint8_t* in) {
+  const size_t n = BlockBytesPerLayer(config_);
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    if (config_.GroupOf(l) != group) continue;
+    for (AlignedBuffer* pool : {&k_[l], &v_[l]}) {
+      std::memcpy(static_cast<uint8_t*>(pool->data()) + block * n, in, n);
+      in += n;
+    }
+  }
+}
+
 std::vector<kernels::KvLayerView> KvStorage::LayerViews() {
   std::vector<kernels::KvLayerView> views;
   for (int32_t l = 0; l < config_.num_layers; ++l) {

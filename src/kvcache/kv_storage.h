@@ -52,6 +52,10 @@ class KvStorage {
   // Copies block src's K/V over block dst in every layer of `group` (copy-on-write, partial
   // reuse).
   void CopyBlock(int32_t group, int32_t src, int32_t dst);
+  // The K/V of block `block` of `group` as BytesPerBlock(config, group) bytes (each layer's K
+  // then V), and back: the disk tier's block contents.
+  void ExportBlock(int32_t group, int32_t block, uint8_t* out) const;
+  void ImportBlock(int32_t group, int32_t block, const uint8_t* in);
 
  private:
   KvStorageConfig config_;

@@ -34,6 +34,7 @@ struct EngineStep {
           window_kv_blocks_cached = 0;
   int32_t kv_window = 0;         // the window group's sliding window (tokens); 0: no window group
   int32_t kv_blocks_reused = 0;  // prefix blocks served from the cache this step
+  int32_t kv_blocks_reused_from_disk = 0;  // of those, read back from the disk tier
   int32_t kv_tokens_partially_reused = 0;  // slots copied from partly matching cached blocks
   // Why sequences that could have run did not (counts this step).
   int32_t waiting_for_kv_cache = 0;

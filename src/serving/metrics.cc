@@ -45,6 +45,8 @@ struct Metrics::Families {
   Family<Gauge>* trt_request;
   Family<Gauge>* trt_memory;
   Family<Gauge>* trt_kv;
+  Family<Gauge>* kv_disk;
+  Family<Counter>* kv_reused_tier;
   Family<Gauge>* trt_ifb;
   Family<Gauge>* trt_v1;
   Family<Gauge>* trt_general;
@@ -127,6 +129,15 @@ Metrics::Metrics()
                           "TRT LLM runtime memory metrics", r);
   f_->trt_kv = &Build(BuildGauge(), "nv_trt_llm_kv_cache_block_metrics",
                       "TRT LLM KV cache block metrics", r);
+  f_->kv_disk = &Build(BuildGauge(), "inflight_kv_cache_disk_tier",
+                       "The KV cache's disk tier: files and bytes kept, blocks read back (hits), "
+                       "written, dropped (write queue full), rejected (damaged or foreign files) "
+                       "and evicted (size bound)",
+                       r);
+  f_->kv_reused_tier = &Build(BuildCounter(), "inflight_kv_cache_reused_blocks_total",
+                              "Prompt blocks served from the KV cache instead of computed, by "
+                              "tier: pool (in memory) or disk",
+                              r);
   f_->trt_ifb = &Build(BuildGauge(), "nv_trt_llm_inflight_batcher_metrics",
                        "TRT LLM inflight_batcher-specific metrics", r);
   f_->trt_v1 = &Build(BuildGauge(), "nv_trt_llm_v1_metrics", "TRT LLM v1-specific metrics", r);
@@ -169,6 +180,13 @@ void Metrics::RecordEngineSteps(const std::string& model, const std::string& ver
     ++n;
   }
   const Labels l = ModelLabels(model, version);
+  double from_pool = 0, from_disk = 0;
+  for (const EngineStep& s : steps) {
+    from_pool += s.kv_blocks_reused - s.kv_blocks_reused_from_disk;
+    from_disk += s.kv_blocks_reused_from_disk;
+  }
+  f_->kv_reused_tier->Add(With(l, "tier", "pool")).Increment(from_pool);
+  f_->kv_reused_tier->Add(With(l, "tier", "disk")).Increment(from_disk);
   f_->engine_steps->Add(l).Increment(n);
   f_->engine_step_s->Add(l).Increment(step_ms / 1e3);
   f_->engine_forward_s->Add(l).Increment(forward_ms / 1e3);
@@ -231,6 +249,18 @@ void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
   kv("used", in.blocks.used);
   kv("tokens_per", in.tokens_per_block);
   kv("reused", s.kv_blocks_reused);
+  if (in.disk.on) {
+    auto disk = [&](const char* what, int64_t v) {
+      f_->kv_disk->Add(With(l, "value", what)).Set(static_cast<double>(v));
+    };
+    disk("files", in.disk.files);
+    disk("bytes", in.disk.bytes);
+    disk("hits", in.disk.hits);
+    disk("written", in.disk.written);
+    disk("dropped", in.disk.dropped);
+    disk("rejected", in.disk.rejected);
+    disk("evicted", in.disk.evicted);
+  }
   kv("fraction", in.blocks.total > 0 ? static_cast<double>(in.blocks.used) / in.blocks.total : 0.0);
   // The series above keep TensorRT-LLM's names and count the full group only. A model with
   // sliding-window layers keeps their K/V in a second pool of blocks, of another size, that

@@ -46,6 +46,10 @@ struct LlmGaugeInput {
   int32_t tokens_per_block = 0;
   bool static_batching = false;
   int64_t num_queued = 0;
+  struct DiskTier {
+    bool on = false;
+    int64_t files = 0, bytes = 0, hits = 0, written = 0, dropped = 0, rejected = 0, evicted = 0;
+  } disk;  // the KV cache's disk tier (kvcache/kv_disk_store.h)
 };
 
 class Metrics {

@@ -22,8 +22,10 @@ struct InitRepoOptions {
   // Target time between a running sequence's tokens while prompts arrive (0: auto, twice the
   // decode step; < 0: off).
   double max_inter_token_latency_ms = 0;
-  std::string kv_cache_dtype = "f16";  // f16, bf16, f32 or int8 (8-bit K/V with scales)
-  int32_t kv_event_buffer_size = 0;    // event_buffer_max_size: KV cache events kept (0: off)
+  std::string kv_cache_dtype = "f16";
+  std::string kv_cache_disk_path;    // the disk tier's directory (empty: off)
+  int64_t kv_cache_disk_bytes = 0;   // f16, bf16, f32 or int8 (8-bit K/V with scales)
+  int32_t kv_event_buffer_size = 0;  // event_buffer_max_size: KV cache events kept (0: off)
   bool enable_kv_cache_reuse = true;
   int32_t max_queue_size = 0;
   bool exclude_input_in_output = false;

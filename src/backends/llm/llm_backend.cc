@@ -810,12 +810,37 @@ void LlmBackend::StatsLoop() {
       g.tokens_per_block = params_.executor.tokens_per_block;
       g.static_batching = params_.executor.batching == BatchingStrategy::kStatic;
       g.num_queued = executor_->num_unfinished_requests();
+      if (auto d = executor_->KvDiskStatistics()) {
+        g.disk = {true,       d->files,   d->bytes,    d->hits,
+                  d->written, d->dropped, d->rejected, d->evicted};
+      }
       context_.metrics->SetLlmGauges(context_.model_name, std::to_string(context_.version), g);
       context_.metrics->RecordEngineSteps(context_.model_name, std::to_string(context_.version),
                                           stats);
     }
     lock.lock();
   }
+}
+
+// kv_cache_disk_path, a directory the server writes: resolved against the model's folder,
+// inside the repository or an allowed model path (checked before anything is created), and
+// created when missing.
+StatusOr<std::string> DiskTierPath(const std::string& value, const BackendContext& context) {
+  const fs::path p =
+      fs::path(value).is_absolute() ? fs::path(value) : fs::path(context.model_dir) / value;
+  std::error_code ec;
+  if (fs::exists(p, ec))
+    return ConfinedPath("kv_cache_disk_path", p.string(), context.model_dir, context.allowed_roots);
+  const std::string leaf = p.filename().string();
+  if (leaf.empty() || leaf == "." || leaf == "..")
+    return InvalidArgumentError("parameter kv_cache_disk_path must name a directory");
+  auto parent = ConfinedPath("kv_cache_disk_path", p.parent_path().string(), context.model_dir,
+                             context.allowed_roots);
+  if (!parent.ok()) return parent.status();
+  const fs::path dir = fs::path(*parent) / leaf;
+  fs::create_directory(dir, ec);
+  if (ec) return InvalidArgumentError("parameter kv_cache_disk_path: cannot create the directory");
+  return dir.string();
 }
 
 }  // namespace
@@ -829,6 +854,18 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   auto confined = ConfinedPath("gpt_model_path", *path, context.model_dir, context.allowed_roots);
   if (!confined.ok()) return confined.status();
   const fs::path model_path(*confined);
+  if (auto disk = GetParameter(config, "kv_cache_disk_path"); disk && !disk->empty()) {
+    auto dir = DiskTierPath(*disk, context);
+    if (!dir.ok()) return dir.status();
+    params->executor.kv_cache_disk_path = *dir;
+    // The files hold this model file's K/V: another file (or the same path rewritten) must
+    // not read them.
+    std::error_code ec;
+    const auto size = fs::file_size(model_path, ec);
+    const auto mtime = fs::last_write_time(model_path, ec).time_since_epoch().count();
+    params->executor.kv_cache_disk_fingerprint =
+        model_path.string() + "|" + std::to_string(size) + "|" + std::to_string(mtime);
+  }
   // The draft model: draft_model_path (default: the model's own file), cut to its first
   // draft_model_layers layers when given.
   std::unique_ptr<Model> draft;

@@ -79,6 +79,9 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
     }
     e.kv_dtype = *dt;
   }
+  e.kv_cache_disk_bytes = GetIntParameter(config, "kv_cache_disk_bytes", 0);
+  if (e.kv_cache_disk_bytes < 0)
+    return InvalidArgumentError("parameter kv_cache_disk_bytes must be >= 0");
   p.exclude_input_in_output = GetBoolParameter(config, "exclude_input_in_output", false);
   p.lora_cache_bytes = GetIntParameter(config, "lora_cache_host_memory_bytes", p.lora_cache_bytes);
   if (p.lora_cache_bytes < 1)

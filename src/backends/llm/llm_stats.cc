@@ -29,6 +29,7 @@ EngineStep ToEngineStep(const IterationStats& s) {
   e.window_kv_blocks_cached = s.window_kv_blocks_cached;
   e.kv_window = s.kv_window;
   e.kv_blocks_reused = s.kv_blocks_reused;
+  e.kv_blocks_reused_from_disk = s.kv_blocks_reused_from_disk;
   e.kv_tokens_partially_reused = s.kv_tokens_partially_reused;
   e.waiting_for_kv_cache = s.waiting_for_kv_cache;
   e.waiting_for_max_num_tokens = s.waiting_for_max_num_tokens;

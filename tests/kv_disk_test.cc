@@ -1,0 +1,285 @@
+// The KV cache's disk tier: the store on its own (write behind, read back, restart, a bounded
+// size, a full write queue) and under the executor (a prompt's blocks written as they fill,
+// read back by a new executor over the same directory with the same greedy output, never
+// across cache salts), with a store full of corrupted, truncated, renamed, foreign and stray
+// files survived with every output still correct.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "base/thread_pool.h"
+#include "engine/executor.h"
+#include "engine_test_util.h"
+#include "kvcache/kv_disk_store.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempDir(const std::string& name) {
+  const fs::path p =
+      fs::temp_directory_path() / ("inflight_kv_disk_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+KvDiskStoreConfig StoreConfig(const fs::path& dir, int64_t max_bytes = 1 << 20) {
+  KvDiskStoreConfig c;
+  c.path = dir.string();
+  c.max_bytes = max_bytes;
+  c.fingerprint = "test model";
+  c.tokens_per_block = 4;
+  c.block_bytes = 1000;
+  return c;
+}
+
+std::vector<uint8_t> Bytes(uint8_t seed) {
+  std::vector<uint8_t> b(1000);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(seed + i * 7);
+  return b;
+}
+
+std::vector<fs::path> BlockFiles(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".kvb") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST(KvDiskStoreTest, WritesBehindReadsBackAndSurvivesAReopen) {
+  const fs::path dir = TempDir("store");
+  const int32_t tokens[4] = {1, 2, 3, 4}, other[4] = {1, 2, 3, 5};
+  {
+    auto store = KvDiskStore::Open(StoreConfig(dir));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (uint64_t k = 1; k <= 5; ++k) EXPECT_TRUE((*store)->Write(k, k - 1, tokens, Bytes(k)));
+    EXPECT_FALSE((*store)->Write(3, 2, tokens, Bytes(3))) << "already queued or stored";
+    (*store)->Flush();
+    EXPECT_EQ((*store)->stats().written, 5);
+  }
+  auto store = KvDiskStore::Open(StoreConfig(dir));
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->stats().files, 5);
+  std::vector<uint8_t> out(1000);
+  for (uint64_t k = 1; k <= 5; ++k) {
+    ASSERT_TRUE((*store)->Read(k, k - 1, tokens, out.data())) << k;
+    EXPECT_EQ(out, Bytes(k));
+  }
+  // The key must be the block of these tokens after this parent.
+  EXPECT_FALSE((*store)->Read(2, 7, tokens, out.data()));
+  EXPECT_FALSE((*store)->Read(9, 8, tokens, out.data()));
+  EXPECT_FALSE((*store)->Read(4, 3, other, out.data()));  // a collision is never trusted
+  // Another fingerprint (another model, KV type or layout) reads nothing and deletes nothing.
+  KvDiskStoreConfig foreign = StoreConfig(dir);
+  foreign.fingerprint = "another model";
+  auto other_store = KvDiskStore::Open(foreign);
+  ASSERT_TRUE(other_store.ok());
+  EXPECT_EQ((*other_store)->stats().files, 0);
+  EXPECT_EQ((*other_store)->stats().rejected, 4);  // the one read above as "another prefix" went
+  EXPECT_EQ(BlockFiles(dir).size(), 4u);
+  fs::remove_all(dir);
+}
+
+TEST(KvDiskStoreTest, StaysUnderItsSizeLeastRecentlyUsedFirst) {
+  const fs::path dir = TempDir("bound");
+  const int32_t tokens[4] = {1, 2, 3, 4};
+  const int64_t file = 64 + 16 + 1000;
+  auto store = KvDiskStore::Open(StoreConfig(dir, 3 * file));
+  ASSERT_TRUE(store.ok());
+  std::vector<uint8_t> out(1000);
+  for (uint64_t k = 1; k <= 3; ++k) (*store)->Write(k, 0, tokens, Bytes(k));
+  (*store)->Flush();
+  ASSERT_TRUE((*store)->Read(1, 0, tokens, out.data()));  // 1 is now the most recent
+  for (uint64_t k = 4; k <= 5; ++k) (*store)->Write(k, 0, tokens, Bytes(k));
+  (*store)->Flush();
+  const KvDiskStats s = (*store)->stats();
+  EXPECT_EQ(s.files, 3);
+  EXPECT_LE(s.bytes, 3 * file);
+  EXPECT_EQ(s.evicted, 2);
+  EXPECT_TRUE((*store)->Contains(1));
+  EXPECT_FALSE((*store)->Contains(2));
+  EXPECT_FALSE((*store)->Contains(3));
+  EXPECT_EQ(BlockFiles(dir).size(), 3u);
+  fs::remove_all(dir);
+}
+
+TEST(KvDiskStoreTest, AFullWriteQueueDropsBlocksInsteadOfWaiting) {
+  const fs::path dir = TempDir("queue");
+  KvDiskStoreConfig c = StoreConfig(dir, 1 << 30);
+  c.max_queued_bytes = 2000;  // two blocks
+  auto store = KvDiskStore::Open(c);
+  ASSERT_TRUE(store.ok());
+  const int32_t tokens[4] = {1, 2, 3, 4};
+  int accepted = 0;
+  for (uint64_t k = 1; k <= 200; ++k) accepted += (*store)->Write(k, 0, tokens, Bytes(k));
+  (*store)->Flush();
+  const KvDiskStats s = (*store)->stats();
+  EXPECT_EQ(s.written, accepted);
+  EXPECT_EQ(s.dropped, 200 - accepted);
+  EXPECT_GT(s.dropped, 0) << "200 writes in a row never filled a two-block queue";
+  fs::remove_all(dir);
+}
+
+class KvDiskExecutorTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = new std::string(testing::WriteTinyModel("inflight_kv_disk_test"));
+    auto m = Model::Load(*path_);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value().release();
+    pool_ = new ThreadPool(2);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete pool_;
+    fs::remove(*path_);
+    delete path_;
+  }
+
+  static ExecutorConfig Config(const fs::path& dir, int64_t disk_bytes = 64 << 20) {
+    ExecutorConfig c;
+    c.tokens_per_block = 16;
+    c.max_tokens_in_paged_kv_cache = 4096;
+    c.enable_kv_cache_reuse = true;
+    c.num_threads = 2;
+    c.kv_cache_disk_path = dir.string();
+    c.kv_cache_disk_bytes = disk_bytes;
+    c.kv_cache_disk_fingerprint = "tiny test model";
+    return c;
+  }
+
+  // Runs one greedy request on a new executor over `dir`; its output ids and stats.
+  static std::pair<std::vector<int32_t>, RequestStats> Run(const ExecutorConfig& c,
+                                                           const std::vector<int32_t>& prompt,
+                                                           uint64_t salt = 0,
+                                                           KvDiskStats* disk = nullptr) {
+    auto e = Executor::Create(*model_, c);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    if (!e.ok()) return {};
+    Request r;
+    r.prompt_ids = prompt;
+    r.max_tokens = 8;
+    r.sampling.temperature = 0;
+    r.exclude_input_in_output = true;
+    r.cache_salt = salt;
+    auto id = (*e)->Enqueue(std::move(r));
+    EXPECT_TRUE(id.ok());
+    std::vector<Result> rs = testing::CollectResults(**e, *id);
+    EXPECT_FALSE(rs.empty());
+    (*e)->Shutdown();  // flushes the disk tier
+    if (disk) *disk = *(*e)->KvDiskStatistics();
+    return {rs.back().output_token_ids, rs.back().stats};
+  }
+
+  static std::vector<int32_t> Prompt(int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> p(n);
+    for (auto& t : p) t = static_cast<int32_t>(3 + rng() % 250);
+    return p;
+  }
+
+  static inline Model* model_ = nullptr;
+  static inline ThreadPool* pool_ = nullptr;
+  static inline std::string* path_ = nullptr;
+};
+
+TEST_F(KvDiskExecutorTest, ANewExecutorReadsThePromptBackFromDisk) {
+  const fs::path dir = TempDir("executor");
+  const std::vector<int32_t> prompt = Prompt(300, 1);
+  const std::vector<int32_t> alone = testing::GreedyAlone(*model_, *pool_, prompt, 8);
+  KvDiskStats disk;
+  auto [cold, cold_stats] = Run(Config(dir), prompt, 0, &disk);
+  EXPECT_EQ(cold, alone);
+  EXPECT_EQ(cold_stats.num_disk_reused_blocks, 0);
+  EXPECT_EQ(disk.written, 300 / 16);  // the prompt's full blocks
+  // A restart: the pool is empty, the disk holds the prompt's blocks.
+  auto [warm, warm_stats] = Run(Config(dir), prompt, 0, &disk);
+  EXPECT_EQ(warm, alone);
+  EXPECT_EQ(warm_stats.num_disk_reused_blocks, 299 / 16);  // the last token is recomputed
+  EXPECT_EQ(warm_stats.num_reused_blocks, 299 / 16);
+  EXPECT_EQ(disk.hits, 299 / 16);
+  // Another tenant's salt never finds them.
+  auto [salted, salted_stats] = Run(Config(dir), prompt, 12345, &disk);
+  EXPECT_EQ(salted, alone);
+  EXPECT_EQ(salted_stats.num_disk_reused_blocks, 0);
+  // A prompt sharing the first 200 tokens reads those back and computes the rest.
+  std::vector<int32_t> branch(prompt.begin(), prompt.begin() + 200);
+  for (int32_t t : Prompt(60, 2)) branch.push_back(t);
+  auto [branched, branch_stats] = Run(Config(dir), branch);
+  EXPECT_EQ(branched, testing::GreedyAlone(*model_, *pool_, branch, 8));
+  EXPECT_EQ(branch_stats.num_disk_reused_blocks, 200 / 16);
+  fs::remove_all(dir);
+}
+
+TEST_F(KvDiskExecutorTest, AStoreOfDamagedFilesIsSurvivedWithCorrectOutputs) {
+  const fs::path dir = TempDir("damaged");
+  const std::vector<int32_t> prompt = Prompt(400, 3);
+  const std::vector<int32_t> alone = testing::GreedyAlone(*model_, *pool_, prompt, 8);
+  EXPECT_EQ(Run(Config(dir), prompt).first, alone);
+  std::vector<fs::path> files = BlockFiles(dir);
+  ASSERT_EQ(files.size(), 400u / 16);
+  std::mt19937 rng(9);
+  std::shuffle(files.begin(), files.end(), rng);
+  // Corrupted (a byte of K/V flipped), truncated, renamed onto another key, emptied.
+  {
+    std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(files[0]) - 10));
+    f.put('\x5a');
+  }
+  fs::resize_file(files[1], fs::file_size(files[1]) / 2);
+  fs::rename(files[2], files[3]);  // files[3]'s name now holds files[2]'s block
+  std::ofstream(files[4], std::ios::trunc).close();
+  // Strays: a half-written block, a file of another store, and noise.
+  std::ofstream(dir / "00000000000000aa.kvb.tmp") << "partial";
+  std::ofstream(dir / "00000000000000bb.kvb") << std::string(5000, 'x');
+  std::ofstream(dir / "notes.txt") << "not a block";
+  // Each damaged block is dropped when found (at open, or on its first read, where the
+  // checksum fails) and recomputed and written again: by the third run the chain is whole.
+  int64_t rejected = 0;
+  for (int round = 0; round < 3; ++round) {
+    KvDiskStats disk;
+    auto [out, stats] = Run(Config(dir), prompt, 0, &disk);
+    EXPECT_EQ(out, alone) << "round " << round;
+    rejected += disk.rejected;
+    if (round == 0) EXPECT_FALSE(fs::exists(dir / "00000000000000aa.kvb.tmp"));
+    if (round == 2) EXPECT_EQ(stats.num_disk_reused_blocks, 399 / 16);
+  }
+  EXPECT_GE(rejected, 5) << "the corrupt, truncated, renamed and empty blocks and the noise";
+  EXPECT_TRUE(fs::exists(dir / "notes.txt")) << "files that are not blocks are left alone";
+  fs::remove_all(dir);
+}
+
+TEST_F(KvDiskExecutorTest, TheStoreStaysUnderItsBytes) {
+  const fs::path dir = TempDir("small");
+  const int64_t block = 64 + 16 * 4 +
+                        KvStorage::BytesPerBlock(KvStorageConfig{
+                            model_->config().num_layers, 1, 16, model_->config().kv_dim(),
+                            DType::kF16, model_->config().head_dim});
+  KvDiskStats disk;
+  for (uint32_t seed = 10; seed < 14; ++seed)
+    Run(Config(dir, 8 * block), Prompt(200, seed), 0, &disk);
+  EXPECT_LE(disk.bytes, 8 * block);
+  EXPECT_LE(BlockFiles(dir).size(), 8u);
+  EXPECT_GT(disk.evicted, 0);
+  fs::remove_all(dir);
+}
+
+TEST_F(KvDiskExecutorTest, BadDiskConfigurationsAreRefused) {
+  ExecutorConfig c = Config(TempDir("bad"));
+  c.kv_cache_disk_bytes = 0;
+  EXPECT_FALSE(Executor::Create(*model_, c).ok());
+  c = Config("/proc/inflight_cannot_write_here");
+  auto e = Executor::Create(*model_, c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("kv_cache_disk_path"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace inflight
