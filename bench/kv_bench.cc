@@ -10,17 +10,23 @@
 // filled with random K/V (a decode step's cost does not depend on what they hold; prefilling
 // 8192 tokens per sequence would only cost bench time).
 //
+// and the time to first token of a repeated 2,000-token system prompt cold, from the pool and
+// from the disk tier after a restart.
+//
 // Usage: kv_bench [--threads 2] [--model-dir bench-models] [--steps 16] [--reps 3]
+//                 [--ttft-only 1] [--disk-dir kv_bench_disk]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "bench_models.h"
+#include "engine/executor.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kvcache/kv_storage.h"
@@ -100,6 +106,81 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Time to first token of one request (greedy, 4 tokens) through the executor.
+double Ttft(Executor& e, const std::vector<int32_t>& prompt, int32_t* disk_blocks) {
+  Request r;
+  r.prompt_ids = prompt;
+  r.max_tokens = 4;
+  r.sampling.temperature = 0;
+  auto id = e.Enqueue(std::move(r));
+  if (!id.ok()) {
+    std::fprintf(stderr, "%s\n", id.status().ToString().c_str());
+    std::exit(1);
+  }
+  for (;;) {
+    for (const Result& res : e.AwaitResponses(*id, std::chrono::milliseconds(100))) {
+      if (res.is_final) {
+        *disk_blocks = res.stats.num_disk_reused_blocks;
+        return res.stats.time_to_first_token_ms();
+      }
+    }
+  }
+}
+
+// A repeated 2,000-token system prompt: cold, from the pool, and from the disk tier after a
+// restart (a new executor over the same directory, nothing in memory), each with its own
+// 32-token question after it.
+void TtftTable(const Model& model, const std::string& dir, int reps) {
+  std::mt19937 rng(5);
+  auto tokens = [&](int n) {
+    std::vector<int32_t> v(n);
+    for (auto& t : v) t = static_cast<int32_t>(100 + rng() % 30000);
+    return v;
+  };
+  const std::vector<int32_t> system = tokens(2000);
+  auto with_question = [&] {
+    std::vector<int32_t> p = system;
+    for (int32_t t : tokens(32)) p.push_back(t);
+    return p;
+  };
+  std::printf(
+      "\n| KV | cold TTFT ms | from the pool | from disk after a restart | disk / cold | "
+      "blocks read from disk |\n|---|---:|---:|---:|---:|---:|\n");
+  for (DType dt : {DType::kF16, DType::kI8}) {
+    std::vector<double> cold, pool, disk;
+    int32_t blocks = 0, unused = 0;
+    for (int r = 0; r < reps; ++r) {
+      std::filesystem::remove_all(dir);
+      ExecutorConfig c;
+      c.kv_dtype = dt;
+      c.tokens_per_block = kTokensPerBlock;
+      c.max_tokens_in_paged_kv_cache = 8192;
+      c.max_num_tokens = 2048;
+      c.enable_chunked_context = true;
+      c.enable_kv_cache_reuse = true;
+      c.kv_cache_disk_path = dir;
+      c.kv_cache_disk_bytes = int64_t{4} << 30;
+      c.kv_cache_disk_fingerprint = "kv_bench";
+      {
+        auto e = Executor::Create(model, c);
+        if (!e.ok()) {
+          std::fprintf(stderr, "%s\n", e.status().ToString().c_str());
+          std::exit(1);
+        }
+        cold.push_back(Ttft(**e, with_question(), &unused));
+        pool.push_back(Ttft(**e, with_question(), &unused));
+        (*e)->Shutdown();  // the disk tier's queue is written
+      }
+      auto e = Executor::Create(model, c);
+      disk.push_back(Ttft(**e, with_question(), &blocks));
+    }
+    std::printf("| %s | %.0f | %.0f | %.0f | %.2f | %d |\n", dt == DType::kF16 ? "F16" : "int8",
+                Median(cold), Median(pool), Median(disk), Median(disk) / Median(cold), blocks);
+    std::fflush(stdout);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +188,8 @@ int main(int argc, char** argv) {
               tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
                           "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   int threads = 2, steps = 16, reps = 3;
+  bool ttft_only = false;
+  std::string disk_dir = "kv_bench_disk";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--threads")
@@ -119,6 +202,10 @@ int main(int argc, char** argv) {
       reps = std::stoi(v);
     else if (f == "--tokenizer")
       tokenizer = v;
+    else if (f == "--ttft-only")
+      ttft_only = v == "1";
+    else if (f == "--disk-dir")
+      disk_dir = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -140,6 +227,10 @@ int main(int argc, char** argv) {
   std::printf("model %s: %s, %.2f GB of weights read per step, %d threads\n", path.c_str(),
               model.Describe().c_str(), weight_bytes / 1e9, threads);
 
+  if (ttft_only) {
+    TtftTable(model, disk_dir, reps);
+    return 0;
+  }
   auto token_bytes = [&](DType dt) {  // K and V of one token over every layer
     const KvStorageConfig one{c.num_layers, 1, kTokensPerBlock, c.kv_dim(), dt, c.head_dim};
     return static_cast<double>(KvStorage::BytesPerBlock(one)) / kTokensPerBlock;
@@ -216,5 +307,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  TtftTable(model, disk_dir, reps);
   return 0;
 }
