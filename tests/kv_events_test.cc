@@ -3,6 +3,7 @@
 // and applies every event after it holds exactly the cache's own listing at the end of a
 // randomized load with shared prefixes, and bad queries and models without a KV cache get
 // clear errors.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "kv_events.grpc.pb.h"
 #include "server_harness.h"
 #include "test_util.h"
 
@@ -226,6 +228,84 @@ TEST_F(KvEventsTest, BadQueriesAndModelsWithoutACacheGetClearErrors) {
   auto post = c.Post("/v2/models/tensorrt_llm/kv_events", "", "application/json");
   ASSERT_TRUE(post);
   EXPECT_EQ(post->status, 405);
+}
+
+// The gRPC form (inflight.KvCacheEvents): the listing and a page are the HTTP ones, a
+// following stream carries the events a new prompt stores, and errors are statuses.
+TEST_F(KvEventsTest, TheSameEventsOverGrpc) {
+  auto stub = inflight::KvCacheEvents::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext blocks_ctx;
+  inflight::KvBlocksRequest blocks_req;
+  blocks_req.set_model_name("tensorrt_llm");
+  inflight::KvBlocksResponse blocks;
+  ASSERT_TRUE(stub->Blocks(&blocks_ctx, blocks_req, &blocks).ok());
+  auto http = Get("/v2/models/tensorrt_llm/kv_blocks");
+  ASSERT_TRUE(http && http->status == 200);
+  const json listing = json::parse(http->body);
+  EXPECT_EQ(blocks.last_event_id(), listing["last_event_id"].get<uint64_t>());
+  EXPECT_EQ(static_cast<size_t>(blocks.blocks_size()), listing["blocks"].size());
+  // One page without follow: the HTTP page's ids.
+  {
+    grpc::ClientContext ctx;
+    inflight::KvEventsRequest req;
+    req.set_model_name("tensorrt_llm");
+    req.set_max_events(5);
+    auto reader = stub->Events(&ctx, req);
+    inflight::KvEventsResponse page;
+    ASSERT_TRUE(reader->Read(&page));
+    EXPECT_FALSE(reader->Read(&page)) << "one response";
+    ASSERT_TRUE(reader->Finish().ok());
+    auto h = Get("/v2/models/tensorrt_llm/kv_events?after=0&max=5");
+    ASSERT_TRUE(h && h->status == 200);
+    const json hp = json::parse(h->body);
+    ASSERT_EQ(static_cast<size_t>(page.events_size()), hp["events"].size());
+    for (int i = 0; i < page.events_size(); ++i)
+      EXPECT_EQ(page.events(i).event_id(), hp["events"][i]["event_id"].get<uint64_t>());
+  }
+  // Following from the listing: a new prompt's blocks arrive as stored events.
+  grpc::ClientContext ctx;
+  inflight::KvEventsRequest req;
+  req.set_model_name("tensorrt_llm");
+  req.set_after_id(blocks.last_event_id());
+  req.set_follow(true);
+  auto reader = stub->Events(&ctx, req);
+  std::atomic<int> stored{0};
+  std::atomic<uint64_t> last{blocks.last_event_id()};
+  std::thread follower([&] {
+    inflight::KvEventsResponse r;
+    while (reader->Read(&r)) {
+      for (const auto& e : r.events()) {
+        if (e.event_id() <= last.load())
+          ADD_FAILURE() << "event " << e.event_id() << " out of order";
+        last = e.event_id();
+        stored += e.type() == inflight::KvEvent::STORED;
+      }
+      if (stored.load() > 0) ctx.TryCancel();
+    }
+  });
+  std::string prompt = "A brand new story about a purple elephant";
+  for (int i = 0; i < 12; ++i) prompt += " who liked to sing songs by the river";
+  httplib::Client c("127.0.0.1", server_->http_port);
+  c.set_read_timeout(60);
+  auto g = c.Post("/v2/models/ensemble/generate",
+                  json{{"text_input", prompt}, {"max_tokens", 4}}.dump(), "application/json");
+  ASSERT_TRUE(g && g->status == 200);
+  follower.join();
+  EXPECT_GT(stored.load(), 0);
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // Errors: an unknown model, a model without a KV cache.
+  for (const auto& [model, code] : std::vector<std::pair<std::string, grpc::StatusCode>>{
+           {"nosuch", grpc::StatusCode::NOT_FOUND},
+           {"preprocessing", grpc::StatusCode::UNIMPLEMENTED}}) {
+    grpc::ClientContext ectx;
+    inflight::KvEventsRequest ereq;
+    ereq.set_model_name(model);
+    auto er = stub->Events(&ectx, ereq);
+    inflight::KvEventsResponse r;
+    EXPECT_FALSE(er->Read(&r));
+    EXPECT_EQ(er->Finish().error_code(), code) << model;
+  }
 }
 
 }  // namespace

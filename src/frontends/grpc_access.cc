@@ -3,6 +3,8 @@
 #include <optional>
 #include <vector>
 
+#include "tokenizer/utf8.h"
+
 namespace inflight::frontends {
 namespace {
 
@@ -207,6 +209,37 @@ void HealthService::Shutdown() {
   shut_down_ = true;
   std::set<Call*> watchers = watchers_;
   for (Call* c : watchers) c->EndLocked();
+}
+
+grpc::Status ToGrpc(const Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  switch (s.code()) {
+    case StatusCode::kOk:
+      return grpc::Status::OK;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kFailedPrecondition:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case StatusCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case StatusCode::kUnimplemented:
+      code = grpc::StatusCode::UNIMPLEMENTED;
+      break;
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
+      break;
+    case StatusCode::kCancelled:
+      code = grpc::StatusCode::CANCELLED;
+      break;
+    case StatusCode::kInternal:
+    case StatusCode::kDataLoss:
+      code = grpc::StatusCode::INTERNAL;
+      break;
+  }
+  return grpc::Status(code, ToValidUtf8(s.message()));
 }
 
 }  // namespace inflight::frontends

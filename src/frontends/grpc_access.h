@@ -10,6 +10,7 @@
 #include <string>
 #include <variant>
 
+#include "base/status.h"
 #include "frontends/access.h"
 
 namespace inflight::frontends {
@@ -18,6 +19,10 @@ namespace inflight::frontends {
 // PERMISSION_DENIED for a key without the right to the group. No detail either way.
 // `server_probe`: the server's liveness/readiness (not a model's), open without a key unless
 // the server says otherwise (serving::AuthOptions::health_needs_key).
+// The gRPC status of a project status (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ...), its
+// message made valid UTF-8.
+grpc::Status ToGrpc(const Status& s);
+
 std::variant<std::string, grpc::Status> AuthorizeGrpc(const AccessPolicy& access,
                                                       serving::ApiGroup group,
                                                       const grpc::ServerContextBase& ctx,

@@ -12,6 +12,7 @@
 
 #include "base/output_credit.h"
 #include "frontends/grpc_access.h"
+#include "frontends/grpc_kv_events.h"
 #include "frontends/log_settings.h"
 #include "grpc_service.grpc.pb.h"
 #include "serving/model_config_util.h"
@@ -31,37 +32,6 @@ class RefusedStream final : public grpc::ServerBidiReactor<inference::ModelInfer
   explicit RefusedStream(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
 };
-
-grpc::Status ToGrpc(const Status& s) {
-  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return grpc::Status::OK;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange:
-    case StatusCode::kFailedPrecondition:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case StatusCode::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case StatusCode::kUnimplemented:
-      code = grpc::StatusCode::UNIMPLEMENTED;
-      break;
-    case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable:
-      code = grpc::StatusCode::UNAVAILABLE;
-      break;
-    case StatusCode::kCancelled:
-      code = grpc::StatusCode::CANCELLED;
-      break;
-    case StatusCode::kInternal:
-    case StatusCode::kDataLoss:
-      code = grpc::StatusCode::INTERNAL;
-      break;
-  }
-  return grpc::Status(code, ToValidUtf8(s.message()));
-}
 
 template <typename T>
 void AppendRaw(std::string* out, T v) {
@@ -919,10 +889,12 @@ StatusOr<int> GrpcFrontend::Start() {
   service_ = std::make_unique<GrpcService>(server_, shm_, max_stream_buffer_bytes_, access_);
   // grpc.health.v1 (Kubernetes gRPC probes), behind the same credentials: SERVING until drained.
   health_ = std::make_unique<HealthService>(&access_);
+  kv_events_ = std::make_unique<KvEventsService>(server_, &access_);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(address_ + ":" + std::to_string(port_), credentials, &bound);
   builder.RegisterService(service_.get());
+  builder.RegisterService(kv_events_.get());
   builder.RegisterCallbackGenericService(health_.get());
   // tritonclient's compression_algorithm (with --grpc-allow-compression): gzip/deflate
   // requests are decompressed, and responses are compressed at
@@ -949,6 +921,7 @@ void GrpcFrontend::Stop() {
   if (grpc_) {
     if (health_)
       health_->Shutdown();  // open Watch calls end, so the shutdown need not wait them out
+    if (kv_events_) kv_events_->Shutdown();  // and open KV event streams
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     grpc_.reset();
   }

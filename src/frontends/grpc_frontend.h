@@ -21,6 +21,7 @@ namespace inflight::frontends {
 
 class GrpcService;
 class HealthService;
+class KvEventsService;
 
 class GrpcFrontend {
  public:
@@ -62,7 +63,8 @@ class GrpcFrontend {
   bool allow_compression_ = false;
   std::unique_ptr<GrpcService> service_;
   std::unique_ptr<HealthService> health_;
-  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<KvEventsService> kv_events_;  // inflight.KvCacheEvents
+  std::unique_ptr<grpc::Server> grpc_;          // last: destroyed first, while the services live
 };
 
 }  // namespace inflight::frontends
