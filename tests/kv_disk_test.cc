@@ -7,8 +7,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "base/thread_pool.h"
 #include "engine/executor.h"
@@ -268,6 +270,73 @@ TEST_F(KvDiskExecutorTest, TheStoreStaysUnderItsBytes) {
   EXPECT_LE(disk.bytes, 8 * block);
   EXPECT_LE(BlockFiles(dir).size(), 8u);
   EXPECT_GT(disk.evicted, 0);
+  fs::remove_all(dir);
+}
+
+// KV cache events across the tiers: a router replaying the events from a snapshot holds the
+// cache's own listing, each block at its level (0 memory, 1 disk): blocks evicted from the
+// pool but kept on disk are updated to level 1, not removed, and a restarted executor lists
+// what its disk holds.
+TEST_F(KvDiskExecutorTest, EventsFollowBlocksAcrossTheTiers) {
+  const fs::path dir = TempDir("events");
+  ExecutorConfig c = Config(dir);
+  c.kv_event_buffer_size = 100000;
+  c.max_tokens_in_paged_kv_cache = 16 * 40;  // 40 blocks: five 300-token prompts evict
+  std::map<uint64_t, int32_t> router;        // block hash -> cache level
+  auto apply = [&](const KvCacheEvent& e) {
+    if (e.type == KvCacheEvent::Type::kRemoved)
+      router.erase(e.block_hash);
+    else
+      router[e.block_hash] = e.cache_level;
+  };
+  auto listing = [](const KvCacheSnapshot& s) {
+    std::map<uint64_t, int32_t> m;
+    for (const KvCacheEvent& b : s.blocks) m[b.block_hash] = b.cache_level;
+    return m;
+  };
+  int updated = 0;
+  {
+    auto e = Executor::Create(*model_, c);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    auto start = (*e)->KvSnapshot(std::chrono::seconds(10));
+    ASSERT_TRUE(start.ok());
+    router = listing(*start);
+    uint64_t cursor = start->last_event_id;
+    for (uint32_t seed = 20; seed < 25; ++seed) {
+      Request r;
+      r.prompt_ids = Prompt(300, seed);
+      r.max_tokens = 2;
+      r.sampling.temperature = 0;
+      auto id = (*e)->Enqueue(std::move(r));
+      ASSERT_TRUE(id.ok());
+      testing::CollectResults(**e, *id);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer catches up
+    auto end = (*e)->KvSnapshot(std::chrono::seconds(10));
+    ASSERT_TRUE(end.ok());
+    auto read = (*e)->KvEvents(cursor, 1000000);
+    ASSERT_TRUE(read.ok());
+    ASSERT_FALSE(read->gap);
+    for (const KvCacheEvent& ev : read->events) {
+      if (ev.id > end->last_event_id) break;
+      updated += ev.type == KvCacheEvent::Type::kUpdated;
+      apply(ev);
+    }
+    EXPECT_EQ(router, listing(*end));
+    int on_disk_only = 0;
+    for (const auto& [h, level] : listing(*end)) on_disk_only += level == 1;
+    EXPECT_GT(updated, 0) << "no evicted block was kept on disk";
+    EXPECT_GT(on_disk_only, 0);
+  }
+  // A restart: the listing holds what the disk holds, at level 1.
+  auto e = Executor::Create(*model_, c);
+  ASSERT_TRUE(e.ok());
+  auto start = (*e)->KvSnapshot(std::chrono::seconds(10));
+  ASSERT_TRUE(start.ok());
+  EXPECT_EQ(start->blocks.size(), BlockFiles(dir).size());
+  for (const KvCacheEvent& b : start->blocks) EXPECT_EQ(b.cache_level, 1);
+  std::printf("%d blocks updated to the disk tier; %zu blocks listed after the restart\n", updated,
+              start->blocks.size());
   fs::remove_all(dir);
 }
 

@@ -58,6 +58,10 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
         disk_->Write(key, parent, tokens, std::move(kv));
     };
     scheduler_.SetLowerTier(std::move(tier));
+    if (kv_events_) {
+      blocks_.SetLowerTierHolds([this](uint64_t key) { return on_disk_.count(key) > 0; });
+      SyncDiskTier();
+    }
   }
   if (draft && config.speculative_mode == SpeculativeMode::kDraftModel) {
     draft_runner_ = std::move(draft);
@@ -114,6 +118,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
     dc.fingerprint = config.kv_cache_disk_fingerprint + "|" + runner->KvLayoutFingerprint();
     dc.tokens_per_block = config.tokens_per_block;
     dc.block_bytes = runner->KvBlockBytes(kFullGroup);
+    dc.track_changes = config.kv_event_buffer_size > 0;
     auto opened = KvDiskStore::Open(dc);
     if (!opened.ok()) return opened.status();
     disk = std::move(opened).value();

@@ -260,6 +260,14 @@ class Executor {
   // guarded by mu_).
   std::unique_ptr<KvEventLog> kv_events_;
   std::unique_ptr<KvDiskStore> disk_;
+  // What the engine knows is on disk (KV cache events: a block's tier), from the store's
+  // changes, taken by SyncDiskTier on the engine thread.
+  struct DiskBlock {
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+  };
+  std::unordered_map<uint64_t, DiskBlock> on_disk_;
+  void SyncDiskTier();
   std::vector<uint8_t> disk_block_;  // one block read back from the disk tier
   std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>> snapshot_requests_;
   bool AllOutputPaused() const;  // every request waits for its client to read (engine thread)

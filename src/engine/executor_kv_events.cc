@@ -6,11 +6,48 @@
 
 namespace inflight {
 
+// The disk tier's changes as events (engine thread): a block written while the pool no longer
+// holds it is stored at level 1; one leaving the disk while the pool does not hold it is
+// removed. A block the pool holds is reported at level 0 whatever the disk does.
+void Executor::SyncDiskTier() {
+  if (!disk_ || !kv_events_) return;
+  for (KvDiskStore::Change& c : disk_->TakeChanges()) {
+    const bool in_pool = blocks_.HoldsKey(c.key);
+    KvCacheEvent e;
+    e.group = kFullGroup;
+    e.block_hash = c.key;
+    e.cache_level = 1;
+    if (c.held) {
+      const bool fresh = !on_disk_.count(c.key);
+      on_disk_[c.key] = {c.parent, c.tokens};
+      if (!fresh || in_pool) continue;
+      e.type = KvCacheEvent::Type::kStored;
+      e.parent_hash = c.parent;
+      e.tokens = std::move(c.tokens);
+    } else {
+      if (on_disk_.erase(c.key) == 0 || in_pool) continue;
+      e.type = KvCacheEvent::Type::kRemoved;
+    }
+    kv_events_->Record(std::move(e));
+  }
+}
+
 void Executor::AnswerSnapshots(
     std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>>& requests) {
+  SyncDiskTier();
   if (requests.empty()) return;
   // The engine thread is the only one recording events: the log's last id matches the blocks.
   KvCacheSnapshot snap = blocks_.Snapshot();
+  for (const auto& [key, b] : on_disk_) {  // held on disk only: level 1
+    if (blocks_.HoldsKey(key)) continue;
+    KvCacheEvent e;
+    e.group = kFullGroup;
+    e.block_hash = key;
+    e.parent_hash = b.parent;
+    e.tokens = b.tokens;
+    e.cache_level = 1;
+    snap.blocks.push_back(std::move(e));
+  }
   if (window_blocks_) {
     KvCacheSnapshot window = window_blocks_->Snapshot();
     for (KvCacheEvent& b : window.blocks) snap.blocks.push_back(std::move(b));

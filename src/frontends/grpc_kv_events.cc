@@ -24,7 +24,7 @@ void FillPage(const serving::KvEventsPage& page, KvEventsResponse* out) {
   for (const serving::KvEventRecord& r : page.events) {
     KvEvent* e = out->add_events();
     e->set_event_id(r.id);
-    e->set_type(r.stored ? KvEvent::STORED : KvEvent::REMOVED);
+    e->set_type(r.stored ? KvEvent::STORED : r.updated ? KvEvent::UPDATED : KvEvent::REMOVED);
     FillBlock(r, e->mutable_block());
   }
   out->set_gap(page.gap);

@@ -14,7 +14,8 @@ using nlohmann::json;
 json RecordJson(const serving::KvEventRecord& e, bool with_id) {
   json j = json::object();
   if (with_id) j["event_id"] = e.id;
-  j["type"] = e.stored ? "stored" : "removed";
+  j["type"] = e.stored ? "stored" : e.updated ? "updated" : "removed";
+  if (e.updated) j["cache_level"] = e.cache_level;
   j["group"] = e.group;
   j["block_hash"] = std::to_string(e.block_hash);
   if (e.stored) {

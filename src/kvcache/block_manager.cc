@@ -55,6 +55,10 @@ void KvBlockManager::Evict(int32_t b) {
     e.type = KvCacheEvent::Type::kRemoved;
     e.group = event_group_;
     e.block_hash = blk.key;
+    if (lower_holds_ && lower_holds_(blk.key)) {  // still held, on disk
+      e.type = KvCacheEvent::Type::kUpdated;
+      e.cache_level = 1;
+    }
     events_->Record(std::move(e));
   }
 }

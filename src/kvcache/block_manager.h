@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -108,6 +109,13 @@ class KvBlockManager {
   }
   // Every reusable block now, with the id of the last event recorded (a router's resync).
   KvCacheSnapshot Snapshot() const;
+  // Whether a lower tier (the disk) holds the block of a key: an evicted block it holds is
+  // reported as updated to cache level 1, not removed. Null: no lower tier.
+  void SetLowerTierHolds(std::function<bool(uint64_t key)> holds) {
+    lower_holds_ = std::move(holds);
+  }
+  // Whether the pool holds a reusable block under `key`.
+  bool HoldsKey(uint64_t key) const { return table_.count(key) > 0; }
 
  private:
   struct Block {
@@ -131,6 +139,7 @@ class KvBlockManager {
   std::unordered_map<uint64_t, int32_t> table_;          // prefix key -> block
   std::unordered_multimap<uint64_t, int32_t> children_;  // parent key -> committed blocks
   KvEventLog* events_ = nullptr;
+  std::function<bool(uint64_t key)> lower_holds_;
   int32_t event_group_ = 0;
   int32_t num_free_ = 0;
   int32_t num_cached_ = 0;

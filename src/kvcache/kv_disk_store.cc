@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "base/logging.h"
 
@@ -118,6 +119,13 @@ void KvDiskStore::Index() {
     Header h{};
     std::ifstream in(p, std::ios::binary);
     const bool read = static_cast<bool>(in.read(reinterpret_cast<char*>(&h), sizeof h));
+    std::vector<int32_t> ids;
+    if (config_.track_changes && read) {
+      ids.resize(static_cast<size_t>(config_.tokens_per_block));
+      if (!in.read(reinterpret_cast<char*>(ids.data()),
+                   static_cast<std::streamsize>(ids.size() * sizeof(int32_t))))
+        ids.clear();
+    }
     const int64_t size = static_cast<int64_t>(e.file_size(ec));
     std::string problem;
     if (!read || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.version != kVersion ||
@@ -145,8 +153,9 @@ void KvDiskStore::Index() {
       fs::remove(p, ec);
       continue;
     }
-    index_[key] = {h.parent, size, 0};
+    index_[key] = {h.parent, size, 0, ids};
     stats_.bytes += size;
+    if (config_.track_changes) changes_.push_back({key, h.parent, std::move(ids), true});
     found.emplace_back(e.last_write_time(ec), key);
   }
   // Least recently written first: the order eviction follows until blocks are used again.
@@ -225,6 +234,11 @@ void KvDiskStore::Flush() {
   drained_.wait(lock, [&] { return (queue_.empty() && !writing_) || !writer_.joinable(); });
 }
 
+std::vector<KvDiskStore::Change> KvDiskStore::TakeChanges() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(changes_, {});
+}
+
 KvDiskStats KvDiskStore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   KvDiskStats s = stats_;
@@ -252,9 +266,11 @@ void KvDiskStore::WriterLoop() {
     queued_.erase(p.key);
     std::error_code ec;
     if (fs::exists(FileOf(p.key), ec)) {
-      index_[p.key] = {p.parent, size, ++clock_};
+      index_[p.key] = {p.parent, size, ++clock_,
+                       config_.track_changes ? p.tokens : std::vector<int32_t>()};
       stats_.bytes += size;
       ++stats_.written;
+      if (config_.track_changes) changes_.push_back({p.key, p.parent, p.tokens, true});
     }
     writing_ = false;
     drained_.notify_all();
@@ -309,6 +325,8 @@ void KvDiskStore::DropLocked(uint64_t key, bool evicted) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
   stats_.bytes -= it->second.bytes;
+  if (config_.track_changes)
+    changes_.push_back({key, it->second.parent, std::move(it->second.tokens), false});
   index_.erase(it);
   if (evicted) ++stats_.evicted;
   std::error_code ec;

@@ -37,6 +37,8 @@ struct KvDiskStoreConfig {
   int32_t tokens_per_block = 32;
   int64_t block_bytes = 0;                // K/V bytes of one block
   int64_t max_queued_bytes = 64ll << 20;  // blocks waiting for the writer
+  // Keep the blocks that come onto the disk or leave it for TakeChanges (KV cache events).
+  bool track_changes = false;
 };
 
 struct KvDiskStats {
@@ -67,6 +69,15 @@ class KvDiskStore {
   void Flush();
 
   KvDiskStats stats() const;
+
+  // A block that came onto the disk (written, or found at Open) or left it (evicted,
+  // rejected), in order; with track_changes only.
+  struct Change {
+    uint64_t key = 0, parent = 0;
+    std::vector<int32_t> tokens;
+    bool held = true;  // on disk now; else gone
+  };
+  std::vector<Change> TakeChanges();
   const KvDiskStoreConfig& config() const { return config_; }
 
  private:
@@ -74,6 +85,7 @@ class KvDiskStore {
     uint64_t parent = 0;
     int64_t bytes = 0;  // of the file
     uint64_t last_used = 0;
+    std::vector<int32_t> tokens;  // kept only with track_changes
   };
   struct Pending {
     uint64_t key = 0, parent = 0;
@@ -101,6 +113,7 @@ class KvDiskStore {
   bool stop_ = false;
   uint64_t clock_ = 0;
   KvDiskStats stats_;
+  std::vector<Change> changes_;  // with track_changes
   std::thread writer_;
 };
 

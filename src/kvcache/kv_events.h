@@ -15,8 +15,13 @@
 
 namespace inflight {
 
+// Tiers: cache_level 0 is the memory pool, 1 the disk tier (kvcache/kv_disk_store.h). A block
+// held in both is reported at level 0. stored: the block is held now, at cache_level (a stored
+// event for a block held at another level moves it there); removed: it is held nowhere;
+// updated: it moved to cache_level (TensorRT-LLM's KVCacheUpdatedData: evicted from memory,
+// kept on disk).
 struct KvCacheEvent {
-  enum class Type { kStored, kRemoved };
+  enum class Type { kStored, kRemoved, kUpdated };
   uint64_t id = 0;  // 1, 2, 3, ...
   Type type = Type::kStored;
   int32_t group = 0;            // the KV group (0: full attention; windowed groups after it)
@@ -24,7 +29,7 @@ struct KvCacheEvent {
   uint64_t parent_hash = 0;     // stored: the key of the prefix before it (a root for the first)
   std::vector<int32_t> tokens;  // stored: the block's token ids
   int32_t priority = 0;         // stored: the block's retention priority (0..100)
-  int32_t cache_level = 0;      // 0: the memory pool
+  int32_t cache_level = 0;      // 0: the memory pool, 1: the disk tier
 };
 
 // A cache's reusable blocks at one moment, and the last event reflected in it.

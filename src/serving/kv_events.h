@@ -9,14 +9,15 @@
 namespace inflight::serving {
 
 struct KvEventRecord {
-  uint64_t id = 0;     // the event's sequence number (0 in a snapshot's block list)
-  bool stored = true;  // else removed
-  int32_t group = 0;   // 0: full-attention blocks, 1: the sliding-window group's
+  uint64_t id = 0;       // the event's sequence number (0 in a snapshot's block list)
+  bool stored = true;    // else removed, or updated
+  bool updated = false;  // the block moved to cache_level (TensorRT-LLM's updated event)
+  int32_t group = 0;     // 0: full-attention blocks, 1: the sliding-window group's
   uint64_t block_hash = 0;
   uint64_t parent_hash = 0;     // stored: the prefix before the block
   std::vector<int32_t> tokens;  // stored: the block's token ids
   int32_t priority = 0;
-  int32_t cache_level = 0;  // 0: memory
+  int32_t cache_level = 0;  // 0: memory, 1: the disk tier
 };
 
 struct KvEventsPage {

@@ -37,6 +37,7 @@ serving::KvEventRecord ToRecord(const KvCacheEvent& e) {
   serving::KvEventRecord r;
   r.id = e.id;
   r.stored = e.type == KvCacheEvent::Type::kStored;
+  r.updated = e.type == KvCacheEvent::Type::kUpdated;
   r.group = e.group;
   r.block_hash = e.block_hash;
   r.parent_hash = e.parent_hash;
