@@ -331,5 +331,17 @@ TEST(KvCacheEvents, ASlowConsumerLosesEventsNotMemory) {
   EXPECT_TRUE(log.Since(r.last_id, 1000).events.empty());
 }
 
+// A cursor from another log (a reloaded model's ids start again) is a gap, not a wait.
+TEST(KvCacheEvents, ACursorPastTheNewestEventIsAGap) {
+  KvEventLog log(8);
+  for (int i = 0; i < 3; ++i) log.Record(KvCacheEvent{});
+  EXPECT_FALSE(log.Since(3, 10).gap);
+  EXPECT_FALSE(log.Since(1, 10).gap);
+  const KvEventLog::Read r = log.Since(500, 10);
+  EXPECT_TRUE(r.gap);
+  EXPECT_EQ(r.last_id, 3u);
+  EXPECT_TRUE(r.events.empty());
+}
+
 }  // namespace
 }  // namespace inflight

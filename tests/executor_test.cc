@@ -310,6 +310,20 @@ TEST_F(ExecutorTest, PrefixLogitsEqualTheWholePassesLogits) {
   }
 }
 
+// The 8-bit kernels round per 128-position span: block sizes that do not divide it are refused.
+TEST_F(ExecutorTest, Int8KvNeedsABlockSizeThatDividesTheSpan) {
+  ExecutorConfig c;
+  c.kv_dtype = DType::kI8;
+  for (int32_t tpb : {8, 48, 96, 256}) {
+    c.tokens_per_block = tpb;
+    EXPECT_FALSE(c.Validate().ok()) << tpb;
+  }
+  for (int32_t tpb : {16, 32, 64, 128}) {
+    c.tokens_per_block = tpb;
+    EXPECT_TRUE(c.Validate().ok()) << tpb;
+  }
+}
+
 // ---- No leaks under a cancel storm ----
 
 TEST_F(ExecutorTest, CancelStormLeavesNoLeakedBlockAndNoStuckRequest) {

@@ -47,9 +47,10 @@ std::vector<uint8_t> Bytes(uint8_t seed) {
   return b;
 }
 
+// The block files under `dir` (the store keeps them in a folder per fingerprint).
 std::vector<fs::path> BlockFiles(const fs::path& dir) {
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir))
+  for (const auto& e : fs::recursive_directory_iterator(dir))
     if (e.path().extension() == ".kvb") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   return files;
@@ -78,14 +79,15 @@ TEST(KvDiskStoreTest, WritesBehindReadsBackAndSurvivesAReopen) {
   EXPECT_FALSE((*store)->Read(2, 7, tokens, out.data()));
   EXPECT_FALSE((*store)->Read(9, 8, tokens, out.data()));
   EXPECT_FALSE((*store)->Read(4, 3, other, out.data()));  // a collision is never trusted
-  // Another fingerprint (another model, KV type or layout) reads nothing and deletes nothing.
+  // Another fingerprint (another model, KV type or layout) sharing the path keeps its own
+  // folder: it reads nothing of ours and deletes nothing.
   KvDiskStoreConfig foreign = StoreConfig(dir);
   foreign.fingerprint = "another model";
   auto other_store = KvDiskStore::Open(foreign);
   ASSERT_TRUE(other_store.ok());
   EXPECT_EQ((*other_store)->stats().files, 0);
-  EXPECT_EQ((*other_store)->stats().rejected, 4);  // the one read above as "another prefix" went
-  EXPECT_EQ(BlockFiles(dir).size(), 4u);
+  EXPECT_FALSE((*other_store)->Read(1, 0, tokens, out.data()));
+  EXPECT_EQ(BlockFiles(dir).size(), 4u);  // the one read above as "another prefix" went
   fs::remove_all(dir);
 }
 
@@ -238,10 +240,14 @@ TEST_F(KvDiskExecutorTest, AStoreOfDamagedFilesIsSurvivedWithCorrectOutputs) {
   fs::resize_file(files[1], fs::file_size(files[1]) / 2);
   fs::rename(files[2], files[3]);  // files[3]'s name now holds files[2]'s block
   std::ofstream(files[4], std::ios::trunc).close();
-  // Strays: a half-written block, a file of another store, and noise.
-  std::ofstream(dir / "00000000000000aa.kvb.tmp") << "partial";
-  std::ofstream(dir / "00000000000000bb.kvb") << std::string(5000, 'x');
-  std::ofstream(dir / "notes.txt") << "not a block";
+  // Strays: a half-written block a crash left an hour ago, a block-named file of garbage, and
+  // noise.
+  const fs::path store = files[5].parent_path();
+  std::ofstream(store / "00000000000000aa.kvb.1-2.tmp") << "partial";
+  fs::last_write_time(store / "00000000000000aa.kvb.1-2.tmp",
+                      fs::file_time_type::clock::now() - std::chrono::hours(1));
+  std::ofstream(store / "00000000000000bb.kvb") << std::string(5000, 'x');
+  std::ofstream(store / "notes.txt") << "not a block";
   // Each damaged block is dropped when found (at open, or on its first read, where the
   // checksum fails) and recomputed and written again: by the third run the chain is whole.
   int64_t rejected = 0;
@@ -250,11 +256,11 @@ TEST_F(KvDiskExecutorTest, AStoreOfDamagedFilesIsSurvivedWithCorrectOutputs) {
     auto [out, stats] = Run(Config(dir), prompt, 0, &disk);
     EXPECT_EQ(out, alone) << "round " << round;
     rejected += disk.rejected;
-    if (round == 0) EXPECT_FALSE(fs::exists(dir / "00000000000000aa.kvb.tmp"));
+    if (round == 0) EXPECT_FALSE(fs::exists(store / "00000000000000aa.kvb.1-2.tmp"));
     if (round == 2) EXPECT_EQ(stats.num_disk_reused_blocks, 399 / 16);
   }
   EXPECT_GE(rejected, 5) << "the corrupt, truncated, renamed and empty blocks and the noise";
-  EXPECT_TRUE(fs::exists(dir / "notes.txt")) << "files that are not blocks are left alone";
+  EXPECT_TRUE(fs::exists(store / "notes.txt")) << "files that are not blocks are left alone";
   fs::remove_all(dir);
 }
 

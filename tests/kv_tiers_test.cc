@@ -152,8 +152,8 @@ TEST(KvTiersTest, TheDiskTierServesAPromptAgainAfterARestart) {
   std::printf("after the restart: %.0f blocks from disk (disk hits %.0f)\n", disk_reused, hits);
   EXPECT_GT(disk_reused, 10);
   EXPECT_EQ(disk_reused, hits);
-  EXPECT_GT(std::distance(fs::directory_iterator(repo / "tensorrt_llm" / "kv_disk"),
-                          fs::directory_iterator()),
+  EXPECT_GT(std::distance(fs::recursive_directory_iterator(repo / "tensorrt_llm" / "kv_disk"),
+                          fs::recursive_directory_iterator()),
             10);
   fs::remove_all(repo);
 }

@@ -42,27 +42,7 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
     blocks_.SetEventLog(kv_events_.get(), 0);
     if (window_blocks_) window_blocks_->SetEventLog(kv_events_.get(), 1);
   }
-  if (disk) {
-    disk_ = std::move(disk);
-    disk_block_.resize(static_cast<size_t>(runner_->KvBlockBytes(kFullGroup)));
-    Scheduler::LowerTier tier;
-    tier.has = [this](uint64_t key) { return disk_->Contains(key); };
-    tier.load = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
-      return disk_->Read(key, parent, tokens, disk_block_.data()) &&
-             runner_->ImportBlock(kFullGroup, block, disk_block_.data());
-    };
-    tier.store = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
-      if (disk_->Contains(key)) return;
-      std::vector<uint8_t> kv(disk_block_.size());
-      if (runner_->ExportBlock(kFullGroup, block, kv.data()))
-        disk_->Write(key, parent, tokens, std::move(kv));
-    };
-    scheduler_.SetLowerTier(std::move(tier));
-    if (kv_events_) {
-      blocks_.SetLowerTierHolds([this](uint64_t key) { return on_disk_.count(key) > 0; });
-      SyncDiskTier();
-    }
-  }
+  if (disk) SetUpDiskTier(std::move(disk));
   if (draft && config.speculative_mode == SpeculativeMode::kDraftModel) {
     draft_runner_ = std::move(draft);
     draft_blocks_ = std::make_unique<KvBlockManager>(
@@ -104,22 +84,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
   }
   std::unique_ptr<KvDiskStore> disk;
   if (!config.kv_cache_disk_path.empty()) {
-    if (runner->num_window_kv_blocks() > 0) {
-      return InvalidArgumentError(
-          "kv_cache_disk_path is not supported yet for models with sliding-window layers");
-    }
-    if (runner->KvBlockBytes(kFullGroup) <= 0) {
-      return InvalidArgumentError(
-          "kv_cache_disk_path is not supported yet with tensor or pipeline parallelism");
-    }
-    KvDiskStoreConfig dc;
-    dc.path = config.kv_cache_disk_path;
-    dc.max_bytes = config.kv_cache_disk_bytes;
-    dc.fingerprint = config.kv_cache_disk_fingerprint + "|" + runner->KvLayoutFingerprint();
-    dc.tokens_per_block = config.tokens_per_block;
-    dc.block_bytes = runner->KvBlockBytes(kFullGroup);
-    dc.track_changes = config.kv_event_buffer_size > 0;
-    auto opened = KvDiskStore::Open(dc);
+    auto opened = OpenDiskTier(*runner, config);
     if (!opened.ok()) return opened.status();
     disk = std::move(opened).value();
   }
@@ -210,11 +175,6 @@ void Executor::Shutdown() {
   if (disk_) disk_->Flush();  // what the engine queued reaches the disk before we return
   std::lock_guard<std::mutex> lock(waker_->mu);
   waker_->executor = nullptr;
-}
-
-std::optional<KvDiskStats> Executor::KvDiskStatistics() const {
-  if (!disk_) return std::nullopt;
-  return disk_->stats();
 }
 
 std::vector<IterationStats> Executor::GetLatestIterationStats() {

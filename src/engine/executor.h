@@ -268,6 +268,9 @@ class Executor {
   };
   std::unordered_map<uint64_t, DiskBlock> on_disk_;
   void SyncDiskTier();
+  static StatusOr<std::unique_ptr<KvDiskStore>> OpenDiskTier(const ModelRunner& runner,
+                                                             const ExecutorConfig& config);
+  void SetUpDiskTier(std::unique_ptr<KvDiskStore> disk);
   std::vector<uint8_t> disk_block_;  // one block read back from the disk tier
   std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>> snapshot_requests_;
   bool AllOutputPaused() const;  // every request waits for its client to read (engine thread)

@@ -82,8 +82,11 @@ Status ExecutorConfig::Validate() const {
     return InvalidArgumentError("kv_cache_disk_bytes must be > 0 with kv_cache_disk_path");
   if (!kv_cache_disk_path.empty() && !enable_kv_cache_reuse)
     return InvalidArgumentError("kv_cache_disk_path needs enable_kv_cache_reuse");
-  if (kv_dtype == DType::kI8 && tokens_per_block % 16 != 0) {
-    return InvalidArgumentError("an int8 KV cache needs tokens_per_block to be a multiple of 16");
+  // The 8-bit kernels round the probabilities per 128-position span: block sizes that divide it
+  // keep results independent of the block size (and of batching).
+  if (kv_dtype == DType::kI8 && tokens_per_block != 16 && tokens_per_block != 32 &&
+      tokens_per_block != 64 && tokens_per_block != 128) {
+    return InvalidArgumentError("an int8 KV cache needs tokens_per_block 16, 32, 64 or 128");
   }
   if (num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
   if (max_beam_width < 1 || max_beam_width > kMaxBeamWidth) {

@@ -1,10 +1,56 @@
-// KV cache events of the executor: reads from any thread, block listings answered by the engine
-// thread between steps (so a listing and the last event id agree).
+// The KV cache's tiers and events in the executor: the disk tier (opened from the config, its
+// hooks in the scheduler, its changes turned into events on the engine thread) and KV cache
+// events (reads from any thread; block listings answered by the engine thread between steps,
+// so a listing and the last event id agree).
 #include <future>
 
 #include "engine/executor.h"
 
 namespace inflight {
+
+StatusOr<std::unique_ptr<KvDiskStore>> Executor::OpenDiskTier(const ModelRunner& runner,
+                                                              const ExecutorConfig& config) {
+  if (runner.num_window_kv_blocks() > 0) {
+    return InvalidArgumentError(
+        "kv_cache_disk_path is not supported yet for models with sliding-window layers");
+  }
+  if (runner.KvBlockBytes(kFullGroup) <= 0) {
+    return InvalidArgumentError(
+        "kv_cache_disk_path is not supported yet with tensor or pipeline parallelism");
+  }
+  KvDiskStoreConfig dc;
+  dc.path = config.kv_cache_disk_path;
+  dc.max_bytes = config.kv_cache_disk_bytes;
+  dc.fingerprint = config.kv_cache_disk_fingerprint + "|" + runner.KvLayoutFingerprint();
+  dc.tokens_per_block = config.tokens_per_block;
+  dc.block_bytes = runner.KvBlockBytes(kFullGroup);
+  dc.track_changes = config.kv_event_buffer_size > 0;
+  return KvDiskStore::Open(dc);
+}
+
+// The scheduler reads prefixes on from the disk after the pool, and offers it every prompt
+// block it fills (written behind; the engine never waits).
+void Executor::SetUpDiskTier(std::unique_ptr<KvDiskStore> disk) {
+  disk_ = std::move(disk);
+  disk_block_.resize(static_cast<size_t>(runner_->KvBlockBytes(kFullGroup)));
+  Scheduler::LowerTier tier;
+  tier.has = [this](uint64_t key) { return disk_->Contains(key); };
+  tier.load = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
+    return disk_->Read(key, parent, tokens, disk_block_.data()) &&
+           runner_->ImportBlock(kFullGroup, block, disk_block_.data());
+  };
+  tier.store = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
+    if (disk_->Contains(key)) return;
+    std::vector<uint8_t> kv(disk_block_.size());
+    if (runner_->ExportBlock(kFullGroup, block, kv.data()))
+      disk_->Write(key, parent, tokens, std::move(kv));
+  };
+  scheduler_.SetLowerTier(std::move(tier));
+  if (kv_events_) {
+    blocks_.SetLowerTierHolds([this](uint64_t key) { return on_disk_.count(key) > 0; });
+    SyncDiskTier();
+  }
+}
 
 // The disk tier's changes as events (engine thread): a block written while the pool no longer
 // holds it is stored at level 1; one leaving the disk while the pool does not hold it is
@@ -54,6 +100,11 @@ void Executor::AnswerSnapshots(
   }
   for (auto& r : requests) r->set_value(snap);
   requests.clear();
+}
+
+std::optional<KvDiskStats> Executor::KvDiskStatistics() const {
+  if (!disk_) return std::nullopt;
+  return disk_->stats();
 }
 
 StatusOr<KvEventLog::Read> Executor::KvEvents(uint64_t after_id, size_t max) const {

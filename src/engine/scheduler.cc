@@ -116,7 +116,7 @@ void Scheduler::CommitFullBlocks(Sequence* seq) {
                        seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
                        seq->request->request.kv_retention_priority);
     // Prompt blocks only: what a later request can share (a system prompt, a conversation).
-    if (lower_.store && config_.enable_kv_cache_reuse &&
+    if (lower_.store && config_.enable_kv_cache_reuse && !seq->request->request.lora &&
         static_cast<int64_t>(seq->num_committed + 1) * tpb <= seq->prompt_len) {
       lower_.store(seq->last_key, parent,
                    seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
@@ -373,8 +373,10 @@ void Scheduler::TakePrefix(Sequence* seq) {
   // Past the pool's blocks, the lower tier's: each read into a fresh block and committed, so
   // later requests find it in the pool.
   seq->disk_blocks = 0;
-  while (lower_.load && !window_blocks_ && (static_cast<int64_t>(n) + 1) * tpb <= usable &&
-         NumAvailable() > 0) {
+  // Not for LoRA requests: their salt is the adapter's task id, which a restart may give to
+  // other weights.
+  const bool lower_tier_ok = lower_.load && !window_blocks_ && !seq->request->request.lora;
+  while (lower_tier_ok && (static_cast<int64_t>(n) + 1) * tpb <= usable && NumAvailable() > 0) {
     const int32_t* t = seq->tokens.data() + static_cast<int64_t>(n) * tpb;
     const uint64_t parent = keys_scratch_.back(), key = blocks_.ChainKey(parent, t);
     if (!lower_.has(key)) break;

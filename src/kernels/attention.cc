@@ -61,8 +61,10 @@ uint16_t QuantizeKvRow(const float* x, int32_t n, int8_t* q) {
   const uint16_t scale_bits = Fp32ToFp16(amax / 127.0f);
   const float scale = Fp16ToFp32(scale_bits);
   const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-  for (int32_t i = 0; i < n; ++i)
-    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+  for (int32_t i = 0; i < n; ++i) {
+    const float r = std::nearbyint(x[i] * inv);  // NaN for NaN, or Inf times a zero inverse
+    q[i] = std::isnan(r) ? int8_t{0} : static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
   return scale_bits;
 }
 

@@ -1,6 +1,9 @@
 #include "kvcache/kv_disk_store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -73,13 +76,16 @@ StatusOr<std::unique_ptr<KvDiskStore>> KvDiskStore::Open(const KvDiskStoreConfig
   if (config.max_bytes <= 0) return InvalidArgumentError("kv_cache_disk_bytes must be > 0");
   if (config.block_bytes <= 0 || config.tokens_per_block <= 0)
     return InvalidArgumentError("the KV disk store needs the block size");
+  std::unique_ptr<KvDiskStore> store(new KvDiskStore(config));
+  // One folder per fingerprint: models (or KV layouts) sharing the path never touch each
+  // other's files. Only the server's user reads them (they hold prompts' token ids).
   std::error_code ec;
-  fs::create_directories(config.path, ec);
-  if (!fs::is_directory(config.path, ec)) {
+  fs::create_directories(store->dir_, ec);
+  if (!fs::is_directory(store->dir_, ec)) {
     return InvalidArgumentError("kv_cache_disk_path '" + config.path +
                                 "' is not a directory that can be created");
   }
-  std::unique_ptr<KvDiskStore> store(new KvDiskStore(config));
+  fs::permissions(store->dir_, fs::perms::owner_all, ec);
   store->Index();
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   return store;
@@ -87,7 +93,8 @@ StatusOr<std::unique_ptr<KvDiskStore>> KvDiskStore::Open(const KvDiskStoreConfig
 
 KvDiskStore::KvDiskStore(const KvDiskStoreConfig& config)
     : config_(config),
-      fingerprint_hash_(Checksum(config.fingerprint.data(), config.fingerprint.size())) {}
+      fingerprint_hash_(Checksum(config.fingerprint.data(), config.fingerprint.size())),
+      dir_((fs::path(config.path) / Hex(fingerprint_hash_)).string()) {}
 
 KvDiskStore::~KvDiskStore() {
   Flush();
@@ -100,7 +107,7 @@ KvDiskStore::~KvDiskStore() {
 }
 
 std::string KvDiskStore::FileOf(uint64_t key) const {
-  return (fs::path(config_.path) / (Hex(key) + kSuffix)).string();
+  return (fs::path(dir_) / (Hex(key) + kSuffix)).string();
 }
 
 void KvDiskStore::Index() {
@@ -108,10 +115,12 @@ void KvDiskStore::Index() {
       static_cast<int64_t>(sizeof(Header)) + 4ll * config_.tokens_per_block + config_.block_bytes;
   std::vector<std::pair<fs::file_time_type, uint64_t>> found;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(config_.path, ec)) {
+  const auto stale = fs::file_time_type::clock::now() - std::chrono::minutes(1);
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const fs::path p = e.path();
-    if (p.extension() == ".tmp") {  // a write a crash cut short
-      fs::remove(p, ec);
+    if (p.extension() == ".tmp") {
+      // A write a crash cut short (not one of a store still open here: a reload's old model).
+      if (e.last_write_time(ec) < stale) fs::remove(p, ec);
       continue;
     }
     uint64_t key = 0;
@@ -153,7 +162,7 @@ void KvDiskStore::Index() {
       fs::remove(p, ec);
       continue;
     }
-    index_[key] = {h.parent, size, 0, ids};
+    index_[key] = {h.parent, size, 0, ids, ++generation_};
     stats_.bytes += size;
     if (config_.track_changes) changes_.push_back({key, h.parent, std::move(ids), true});
     found.emplace_back(e.last_write_time(ec), key);
@@ -172,13 +181,16 @@ bool KvDiskStore::Contains(uint64_t key) const {
 }
 
 bool KvDiskStore::Read(uint64_t key, uint64_t parent, const int32_t* tokens, uint8_t* out) {
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(key);
     if (it == index_.end() || it->second.parent != parent) return false;
+    generation = it->second.generation;
   }
   const std::string path = FileOf(key);
   std::ifstream in(path, std::ios::binary);
+  if (!in) return false;  // evicted meanwhile: a miss
   Header h{};
   std::vector<int32_t> ids(static_cast<size_t>(config_.tokens_per_block));
   const size_t id_bytes = ids.size() * sizeof(int32_t);
@@ -199,9 +211,12 @@ bool KvDiskStore::Read(uint64_t key, uint64_t parent, const int32_t* tokens, uin
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!problem.empty()) {
+    // Unless the file was replaced while it was read (evicted and written again).
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.generation != generation) return false;
     INFLIGHT_LOG(kWarning) << "KV disk store: deleting " << Hex(key) << kSuffix << ": " << problem;
     ++stats_.rejected;
-    if (index_.count(key)) DropLocked(key, false);
+    DropLocked(key, false);
     return false;
   }
   auto it = index_.find(key);
@@ -267,7 +282,7 @@ void KvDiskStore::WriterLoop() {
     std::error_code ec;
     if (fs::exists(FileOf(p.key), ec)) {
       index_[p.key] = {p.parent, size, ++clock_,
-                       config_.track_changes ? p.tokens : std::vector<int32_t>()};
+                       config_.track_changes ? p.tokens : std::vector<int32_t>(), ++generation_};
       stats_.bytes += size;
       ++stats_.written;
       if (config_.track_changes) changes_.push_back({p.key, p.parent, p.tokens, true});
@@ -291,7 +306,10 @@ void KvDiskStore::WriteFile(const Pending& p) {
   h.header_checksum = HeaderChecksum(h);
   // Written aside and renamed into place: a reader (or a restart after a crash) sees whole
   // files only.
-  const std::string path = FileOf(p.key), tmp = path + ".tmp";
+  // A name of this store's own: a reload's old and new model may write the same block at once.
+  const std::string path = FileOf(p.key),
+                    tmp = path + "." + std::to_string(getpid()) + "-" +
+                          std::to_string(reinterpret_cast<uintptr_t>(this) % 1000003) + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(&h), sizeof h);
@@ -308,6 +326,7 @@ void KvDiskStore::WriteFile(const Pending& p) {
     }
   }
   std::error_code ec;
+  fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
   fs::rename(tmp, path, ec);
   if (ec) fs::remove(tmp, ec);
 }

@@ -2,13 +2,13 @@
 // of kvcache/block_manager.h) written behind to a bounded directory, found again by the same
 // key after an eviction, a restart or a crash, and read back instead of recomputed.
 //
-// One file per block, "<key as 16 hex digits>.kvb": a header (magic, version, the store's
-// fingerprint, the block's key, its parent key, sizes, checksums), the block's token ids, then
-// the K/V bytes of every layer (KvStorage::ExportBlock). The fingerprint binds files to the
-// model file, the weights' format and the KV layout and type; the tenant salt is in the key
-// chain itself. Nothing in a file is trusted: a file that is truncated, corrupt, renamed to
-// another key or of another store is skipped with a warning (deleted when it is ours and
-// broken; left alone when it belongs to another fingerprint), never read into the cache.
+// One file per block, "<fingerprint hash>/<key as 16 hex digits>.kvb" under the path: a header
+// (magic, version, the store's fingerprint, the block's key, its parent key, sizes, checksums), the
+// block's token ids, then the K/V bytes of every layer (KvStorage::ExportBlock). The fingerprint
+// binds files to the model file, the weights' format and the KV layout and type; the tenant salt is
+// in the key chain itself. Nothing in a file is trusted: a file that is truncated, corrupt, renamed
+// to another key or of another store is skipped with a warning (deleted when it is ours and broken;
+// left alone when it belongs to another fingerprint), never read into the cache.
 //
 // Writes never block the caller: Write queues a copy of the block for a writer thread and
 // drops it when the queue is full. The directory is kept under max_bytes, least recently used
@@ -86,6 +86,7 @@ class KvDiskStore {
     int64_t bytes = 0;  // of the file
     uint64_t last_used = 0;
     std::vector<int32_t> tokens;  // kept only with track_changes
+    uint64_t generation = 0;      // which write of the key's file
   };
   struct Pending {
     uint64_t key = 0, parent = 0;
@@ -103,6 +104,8 @@ class KvDiskStore {
 
   KvDiskStoreConfig config_;
   uint64_t fingerprint_hash_ = 0;
+  std::string dir_;  // path/<fingerprint hash>
+  uint64_t generation_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_, drained_;
   std::unordered_map<uint64_t, Entry> index_;

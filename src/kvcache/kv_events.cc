@@ -20,7 +20,9 @@ KvEventLog::Read KvEventLog::Since(uint64_t after_id, size_t max) const {
   Read r;
   r.last_id = next_id_ - 1;
   const uint64_t oldest = ring_.empty() ? next_id_ : ring_.front().id;
-  r.gap = after_id + 1 < oldest;
+  // A cursor past the newest id comes from another log (the model was reloaded and its ids
+  // start again): a gap too, so the reader resyncs instead of waiting for ids to catch up.
+  r.gap = after_id + 1 < oldest || after_id > r.last_id;
   // Ids are dense: the first wanted event's place in the ring is arithmetic.
   const uint64_t from = std::max(after_id + 1, oldest);
   for (uint64_t id = from; id < next_id_ && r.events.size() < max; ++id)

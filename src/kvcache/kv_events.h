@@ -47,7 +47,8 @@ class KvEventLog {
 
   struct Read {
     std::vector<KvCacheEvent> events;  // ids after `after_id`, ascending, at most `max`
-    bool gap = false;  // events after `after_id` were dropped: resync from a snapshot
+    bool gap = false;  // events after `after_id` were dropped (or after_id is not of this log:
+                       // past its newest id): resync from a snapshot
     uint64_t last_id = 0;
   };
   Read Since(uint64_t after_id, size_t max) const;

@@ -294,6 +294,7 @@ StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   } else {
     to_load = names;
   }
+  server->retire_thread_ = std::thread([s = server.get()] { s->RetireLoop(); });
   std::unique_lock<std::mutex> lock(server->mu_);
   for (const std::string& n : names) server->models_[n] = std::make_shared<Entry>();
   // Composing models first, so an ensemble finds its steps ready.
@@ -313,7 +314,6 @@ StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
     }
   }
   lock.unlock();
-  server->retire_thread_ = std::thread([s = server.get()] { s->RetireLoop(); });
   if (options.control_mode == ModelControlMode::kPoll) {
     server->poll_thread_ = std::thread([s = server.get()] { s->PollLoop(); });
   }
@@ -428,8 +428,13 @@ Status Server::LoadLocked(const std::string& name, const std::optional<std::stri
     }
   }
   // At most two copies of a model: a reload waits for the previous reload's old version to
-  // finish its requests first (Shutdown ends that wait).
-  cv_.wait(lock, [&] { return e->retiring == 0 || shutting_down_; });
+  // finish its requests first (Shutdown ends that wait), for a while.
+  const auto patience =
+      Clock::now() + std::chrono::seconds(std::max(30, options_.exit_timeout_secs));
+  if (!cv_.wait_until(lock, patience, [&] { return e->retiring == 0 || shutting_down_; })) {
+    return UnavailableError("the previous version of '" + name +
+                            "' is still finishing its requests; load it again later");
+  }
   if (shutting_down_) return UnavailableError("the server is shutting down");
   // A serving model keeps serving while its new version loads; the two swap at the end.
   if (e->versions.empty()) {
@@ -485,8 +490,11 @@ void Server::RetireLoop() {
     const bool cut = Clock::now().time_since_epoch().count() >= retire_cut_ns_.load();
     if (shutting_down_ && retiring_.empty() && cut) return;
     for (size_t i = 0; i < retiring_.size();) {
+      // Drained: nothing runs on it and no request holds it (Infer finds a version before
+      // it counts itself in inflight).
       bool drained = true;
-      for (const auto& [v, l] : retiring_[i].versions) drained = drained && l->inflight.load() == 0;
+      for (const auto& [v, l] : retiring_[i].versions)
+        drained = drained && l->inflight.load() == 0 && l.use_count() == 1;
       if (!drained && !cut) {
         ++i;
         continue;
@@ -603,7 +611,11 @@ void Server::PollLoop() {
 }
 
 void Server::Shutdown() {
-  if (shutting_down_.exchange(true)) return;
+  {
+    // Set under the mutex: a thread between checking it and waiting on cv_ cannot miss it.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_.exchange(true)) return;
+  }
   cv_.notify_all();
   if (poll_thread_.joinable()) poll_thread_.join();
   const auto deadline = Clock::now() + std::chrono::seconds(options_.exit_timeout_secs);

@@ -830,8 +830,23 @@ StatusOr<std::string> DiskTierPath(const std::string& value, const BackendContex
   const fs::path p =
       fs::path(value).is_absolute() ? fs::path(value) : fs::path(context.model_dir) / value;
   std::error_code ec;
-  if (fs::exists(p, ec))
-    return ConfinedPath("kv_cache_disk_path", p.string(), context.model_dir, context.allowed_roots);
+  if (fs::exists(p, ec)) {
+    auto dir =
+        ConfinedPath("kv_cache_disk_path", p.string(), context.model_dir, context.allowed_roots);
+    if (!dir.ok()) return dir;
+    // A folder of its own: not a root, not a model's folder (the store deletes what it finds
+    // broken in it).
+    const fs::path model_dir = fs::weakly_canonical(context.model_dir, ec);
+    bool own = fs::is_directory(*dir, ec) && !fs::exists(fs::path(*dir) / "config.pbtxt", ec) &&
+               fs::path(*dir) != model_dir && fs::path(*dir) != model_dir.parent_path();
+    for (const std::string& root : context.allowed_roots) own = own && fs::path(*dir) != root;
+    if (!own) {
+      return InvalidArgumentError(
+          "parameter kv_cache_disk_path must name a folder of its own inside the repository "
+          "(not a model's folder or the repository itself)");
+    }
+    return dir;
+  }
   const std::string leaf = p.filename().string();
   if (leaf.empty() || leaf == "." || leaf == "..")
     return InvalidArgumentError("parameter kv_cache_disk_path must name a directory");
