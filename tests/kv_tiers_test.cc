@@ -63,6 +63,16 @@ void EditConfig(const fs::path& repo, const std::string& from, const std::string
   std::ofstream(config) << text;
 }
 
+// The answer to loading tensorrt_llm of `repo` on a server in explicit mode.
+httplib::Result LoadAnswer(const fs::path& repo) {
+  auto s = ServerProcess::Start(
+      {"--model-repository", repo.string(), "--model-control-mode", "explicit"});
+  EXPECT_NE(s, nullptr);
+  httplib::Client c("127.0.0.1", s ? s->http_port : 1);
+  c.set_read_timeout(60);
+  return c.Post("/v2/repository/models/tensorrt_llm/load", "", "application/json");
+}
+
 TEST(KvTiersTest, Int8CacheHoldsTwiceTheBlocksAndServes) {
   // The same share of memory for both, small enough that the bytes bound the cache (the demo
   // model's blocks are tiny: a larger share is capped at twice a full batch of contexts).
@@ -101,19 +111,8 @@ TEST(KvTiersTest, Int8CacheHoldsTwiceTheBlocksAndServes) {
 
 TEST(KvTiersTest, ABadKvCacheDtypeIsRefusedNamingTheParameter) {
   const fs::path repo = InitRepo("bad", "");
-  const fs::path config = repo / "tensorrt_llm" / "config.pbtxt";
-  std::ifstream in(config);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string from = "string_value: \"f16\"";
-  const size_t at = text.find(from);
-  ASSERT_NE(at, std::string::npos);
-  text.replace(at, from.size(), "string_value: \"int4\"");
-  std::ofstream(config) << text;
-  auto s = ServerProcess::Start(
-      {"--model-repository", repo.string(), "--model-control-mode", "explicit"});
-  ASSERT_NE(s, nullptr);
-  httplib::Client c("127.0.0.1", s->http_port);
-  auto r = c.Post("/v2/repository/models/tensorrt_llm/load", "", "application/json");
+  EditConfig(repo, "string_value: \"f16\"", "string_value: \"int4\"");
+  const httplib::Result r = LoadAnswer(repo);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("kv_cache_dtype"), std::string::npos) << r->body;
@@ -165,11 +164,7 @@ TEST(KvTiersTest, ADiskTierOutsideTheRepositoryIsRefused) {
       fs::temp_directory_path() / ("inflight_outside_" + std::to_string(getpid()));
   const fs::path repo = InitRepo(
       "outside", "--kv-cache-disk-path " + outside.string() + " --kv-cache-disk-bytes 1000000");
-  auto s = ServerProcess::Start(
-      {"--model-repository", repo.string(), "--model-control-mode", "explicit"});
-  ASSERT_NE(s, nullptr);
-  httplib::Client c("127.0.0.1", s->http_port);
-  auto r = c.Post("/v2/repository/models/tensorrt_llm/load", "", "application/json");
+  const httplib::Result r = LoadAnswer(repo);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("kv_cache_disk_path"), std::string::npos) << r->body;

@@ -18,6 +18,14 @@ inline __mmask16 LaneRange(int32_t j, int32_t lo, int32_t hi) {
   return static_cast<__mmask16>(below & above);
 }
 
+// Prefetches `bytes` of K and of V at byte `offset` of their pools (the next block's tiles).
+inline void PrefetchTiles(const void* k, const void* v, int64_t offset, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) {
+    _mm_prefetch(static_cast<const char*>(k) + offset + off, _MM_HINT_T0);
+    _mm_prefetch(static_cast<const char*>(v) + offset + off, _MM_HINT_T0);
+  }
+}
+
 // tanh as Cephes' tanhf: an odd polynomial below |x| = 0.625, (1 - e) / (1 + e) with
 // e = exp(-2|x|) <= 0.29 above (no cancellation), the sign of x put back.
 inline __m512 TanhPs(__m512 x) {

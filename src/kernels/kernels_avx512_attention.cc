@@ -234,11 +234,8 @@ void AttendRowsVec(const KvLayerView& kv, const AttendRowsArgs& args, float* scr
       const int32_t b = b0 + i;
       tiles[i] = kv.TileOffset(args.block_table[b], args.kv_head);
       if (static_cast<int64_t>(b + 1) * tpb < n) {
-        const int64_t next = kv.TileOffset(args.block_table[b + 1], args.kv_head) * elem_bytes;
-        for (int64_t off = 0; off < tile_bytes; off += 64) {
-          _mm_prefetch(static_cast<const char*>(kv.k) + next + off, _MM_HINT_T0);
-          _mm_prefetch(static_cast<const char*>(kv.v) + next + off, _MM_HINT_T0);
-        }
+        PrefetchTiles(kv.k, kv.v, kv.TileOffset(args.block_table[b + 1], args.kv_head) * elem_bytes,
+                      tile_bytes);
       }
       float* block_probs = probs + static_cast<int64_t>(i) * tpb;
       if (tpb < 16) {

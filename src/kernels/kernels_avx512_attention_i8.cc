@@ -256,11 +256,8 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
       const int32_t b = b0 + i;
       tiles[i] = kv.TileByteOffset(args.block_table[b], args.kv_head);
       if (static_cast<int64_t>(b + 1) * tpb < n) {
-        const int64_t next = kv.TileByteOffset(args.block_table[b + 1], args.kv_head);
-        for (int64_t off = 0; off < tile_bytes; off += 64) {
-          _mm_prefetch(static_cast<const char*>(kv.k) + next + off, _MM_HINT_T0);
-          _mm_prefetch(static_cast<const char*>(kv.v) + next + off, _MM_HINT_T0);
-        }
+        PrefetchTiles(kv.k, kv.v, kv.TileByteOffset(args.block_table[b + 1], args.kv_head),
+                      tile_bytes);
       }
       const auto* kt = static_cast<const uint8_t*>(kv.k) + tiles[i];
       for (int32_t v0 = 0; v0 < vecs; v0 += 2) {

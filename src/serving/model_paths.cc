@@ -55,4 +55,36 @@ StatusOr<std::string> ConfinedPath(const std::string& param, const std::string& 
   return resolved.string();
 }
 
+StatusOr<std::string> OwnFolderPath(const std::string& param, const std::string& value,
+                                    const std::string& model_dir,
+                                    const std::vector<std::string>& roots) {
+  const fs::path p = fs::path(value).is_absolute() ? fs::path(value) : fs::path(model_dir) / value;
+  std::error_code ec;
+  if (fs::exists(p, ec)) {
+    auto dir = ConfinedPath(param, p.string(), model_dir, roots);
+    if (!dir.ok()) return dir;
+    // A folder of its own: not a root, not a model's folder (a writer such as the disk tier
+    // deletes what it finds broken in it).
+    const fs::path model_folder = fs::weakly_canonical(model_dir, ec);
+    bool own = fs::is_directory(*dir, ec) && !fs::exists(fs::path(*dir) / "config.pbtxt", ec) &&
+               fs::path(*dir) != model_folder && fs::path(*dir) != model_folder.parent_path();
+    for (const std::string& root : roots) own = own && fs::path(*dir) != root;
+    if (!own) {
+      return InvalidArgumentError("parameter " + param +
+                                  " must name a folder of its own inside the repository "
+                                  "(not a model's folder or the repository itself)");
+    }
+    return dir;
+  }
+  const std::string leaf = p.filename().string();
+  if (leaf.empty() || leaf == "." || leaf == "..")
+    return InvalidArgumentError("parameter " + param + " must name a directory");
+  auto parent = ConfinedPath(param, p.parent_path().string(), model_dir, roots);
+  if (!parent.ok()) return parent.status();
+  const fs::path dir = fs::path(*parent) / leaf;
+  fs::create_directory(dir, ec);
+  if (ec) return InvalidArgumentError("parameter " + param + ": cannot create the directory");
+  return dir.string();
+}
+
 }  // namespace inflight::serving

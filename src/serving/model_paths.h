@@ -24,4 +24,11 @@ StatusOr<std::string> ConfinedPath(const std::string& param, const std::string& 
                                    const std::string& model_dir,
                                    const std::vector<std::string>& roots);
 
+// A folder the server writes (e.g. kv_cache_disk_path): `value` resolved against `model_dir`,
+// inside a root (checked before anything is created), a folder of its own (not a root, not a
+// model's folder), created when missing. INVALID_ARGUMENT naming `param` otherwise.
+StatusOr<std::string> OwnFolderPath(const std::string& param, const std::string& value,
+                                    const std::string& model_dir,
+                                    const std::vector<std::string>& roots);
+
 }  // namespace inflight::serving

@@ -823,42 +823,6 @@ void LlmBackend::StatsLoop() {
   }
 }
 
-// kv_cache_disk_path, a directory the server writes: resolved against the model's folder,
-// inside the repository or an allowed model path (checked before anything is created), and
-// created when missing.
-StatusOr<std::string> DiskTierPath(const std::string& value, const BackendContext& context) {
-  const fs::path p =
-      fs::path(value).is_absolute() ? fs::path(value) : fs::path(context.model_dir) / value;
-  std::error_code ec;
-  if (fs::exists(p, ec)) {
-    auto dir =
-        ConfinedPath("kv_cache_disk_path", p.string(), context.model_dir, context.allowed_roots);
-    if (!dir.ok()) return dir;
-    // A folder of its own: not a root, not a model's folder (the store deletes what it finds
-    // broken in it).
-    const fs::path model_dir = fs::weakly_canonical(context.model_dir, ec);
-    bool own = fs::is_directory(*dir, ec) && !fs::exists(fs::path(*dir) / "config.pbtxt", ec) &&
-               fs::path(*dir) != model_dir && fs::path(*dir) != model_dir.parent_path();
-    for (const std::string& root : context.allowed_roots) own = own && fs::path(*dir) != root;
-    if (!own) {
-      return InvalidArgumentError(
-          "parameter kv_cache_disk_path must name a folder of its own inside the repository "
-          "(not a model's folder or the repository itself)");
-    }
-    return dir;
-  }
-  const std::string leaf = p.filename().string();
-  if (leaf.empty() || leaf == "." || leaf == "..")
-    return InvalidArgumentError("parameter kv_cache_disk_path must name a directory");
-  auto parent = ConfinedPath("kv_cache_disk_path", p.parent_path().string(), context.model_dir,
-                             context.allowed_roots);
-  if (!parent.ok()) return parent.status();
-  const fs::path dir = fs::path(*parent) / leaf;
-  fs::create_directory(dir, ec);
-  if (ec) return InvalidArgumentError("parameter kv_cache_disk_path: cannot create the directory");
-  return dir.string();
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelConfig& config,
@@ -871,7 +835,7 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
   if (!confined.ok()) return confined.status();
   const fs::path model_path(*confined);
   if (auto disk = GetParameter(config, "kv_cache_disk_path"); disk && !disk->empty()) {
-    auto dir = DiskTierPath(*disk, context);
+    auto dir = OwnFolderPath("kv_cache_disk_path", *disk, context.model_dir, context.allowed_roots);
     if (!dir.ok()) return dir.status();
     params->executor.kv_cache_disk_path = *dir;
     // The files hold this model file's K/V: another file (or the same path rewritten) must
