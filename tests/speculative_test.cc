@@ -188,6 +188,7 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
     if (i >= 8) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
   }
   int64_t drafts = 0, accepted = 0, spec_steps = 0;
+  int right_draft_requests = 0, right_drafts_accepted = 0;
   for (int i = 0; i < n; ++i) {
     std::vector<Result> rs = Collect(*e, ids[i]);
     ASSERT_FALSE(rs.empty());
@@ -201,8 +202,12 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
     if (i % 3 == 0) {
       EXPECT_EQ(res.stats.num_draft_tokens, 0) << i;
     }
+    // A client's right drafts are accepted. Counted over those requests, not each: a step's
+    // token budget also holds the other sequences' decode rows, so whether a prompt's last
+    // chunk leaves room for its drafts depends on timing (a TSan run had none for one).
     if (i % 9 == 2 && max_tokens[i] > 1) {
-      EXPECT_GT(res.stats.num_accepted_draft_tokens, 0) << "the right drafts of request " << i;
+      ++right_draft_requests;
+      right_drafts_accepted += res.stats.num_accepted_draft_tokens > 0;
     }
     drafts += res.stats.num_draft_tokens;
     accepted += res.stats.num_accepted_draft_tokens;
@@ -218,6 +223,9 @@ TEST_P(SpeculativeInvarianceTest, GreedyOutputIsExactlyTheOutputWithoutSpeculati
   std::printf("drafts %lld, accepted %lld (%.0f%%), steps with drafts %lld, peak batch %d\n",
               static_cast<long long>(drafts), static_cast<long long>(accepted),
               drafts ? 100.0 * accepted / drafts : 0.0, static_cast<long long>(spec_steps), peak);
+  EXPECT_GE(2 * right_drafts_accepted, right_draft_requests)
+      << right_drafts_accepted << " of " << right_draft_requests
+      << " requests with right client drafts had them accepted";
   EXPECT_GT(peak, 4) << "requests must share steps";
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, drafts) << "some drafts must be rejected for the test to mean anything";
