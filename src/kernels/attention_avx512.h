@@ -4,9 +4,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/exp_avx512.h"
 
 namespace inflight::kernels {
@@ -56,6 +58,19 @@ inline void SoftCap(float* p, int32_t lo, int32_t hi, float softcap) {
   }
 }
 
+// The largest of a span's scores p[lo, hi) (relative positions) after soft-capping them in
+// place; -inf for an empty range.
+inline float SpanMax(float* p, int32_t lo, int32_t hi, float softcap) {
+  if (hi <= lo) return -INFINITY;
+  if (softcap > 0.0f) SoftCap(p, lo, hi, softcap);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int32_t j = lo & ~15; j < hi; j += 16) {
+    const __mmask16 m = LaneRange(j, lo, hi);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, p + j));
+  }
+  return _mm512_reduce_max_ps(vmax);
+}
+
 // One row's online-softmax update over a span's scores p[lo, hi) (relative positions):
 // soft-cap, the new running max, the rescale factor of what was accumulated (alpha), and the
 // probabilities exp(p - max) in place (lanes outside [lo, hi) of the touched vectors are 0).
@@ -63,13 +78,7 @@ inline void SoftmaxUpdate(float* p, int32_t lo, int32_t hi, float softcap, float
                           float* row_sum, float* alpha) {
   *alpha = 1.0f;
   if (hi <= lo) return;
-  if (softcap > 0.0f) SoftCap(p, lo, hi, softcap);
-  __m512 vmax = _mm512_set1_ps(-INFINITY);
-  for (int32_t j = lo & ~15; j < hi; j += 16) {
-    const __mmask16 m = LaneRange(j, lo, hi);
-    vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, p + j));
-  }
-  const float new_max = std::fmax(*row_max, _mm512_reduce_max_ps(vmax));
+  const float new_max = std::fmax(*row_max, SpanMax(p, lo, hi, softcap));
   const __m512 vnew = _mm512_set1_ps(new_max);
   __m512 vsum = _mm512_setzero_ps();
   for (int32_t j = lo & ~15; j < hi; j += 16) {
@@ -83,5 +92,47 @@ inline void SoftmaxUpdate(float* p, int32_t lo, int32_t hi, float softcap, float
   *row_sum = *row_sum * *alpha + _mm512_reduce_add_ps(vsum);
   *row_max = new_max;
 }
+
+// Prefetches the next span's K and V tiles a few lines at a time between the current span's
+// steps: a burst of every line at once fills the core's miss buffers and stalls it until
+// memory answers, while lines spread over the span's work arrive as it computes.
+class SpanPrefetch {
+ public:
+  SpanPrefetch(const void* k, const void* v, int64_t tile_bytes)
+      : k_(static_cast<const char*>(k)),
+        v_(static_cast<const char*>(v)),
+        lines_per_tile_((tile_bytes + 63) / 64) {}
+
+  // Starts on the tiles at byte offsets `offsets[0, n)`, spread over `steps` calls of Step.
+  void Start(const int64_t* offsets, int32_t n, int32_t steps) {
+    Finish();
+    for (int32_t i = 0; i < n; ++i) offsets_[i] = offsets[i];
+    total_ = static_cast<int64_t>(n) * 2 * lines_per_tile_;
+    next_ = line_ = 0, tile_ = 0, in_v_ = false;
+    per_step_ = steps > 0 ? (total_ + steps - 1) / steps : total_;
+  }
+  void Step() { Issue(per_step_); }
+  void Finish() { Issue(total_ - next_); }
+
+ private:
+  // Lines go tile by tile, K's then V's (no division per line).
+  void Issue(int64_t lines) {
+    for (const int64_t end = std::min(total_, next_ + lines); next_ < end; ++next_) {
+      _mm_prefetch((in_v_ ? v_ : k_) + offsets_[tile_] + 64 * line_, _MM_HINT_T0);
+      if (++line_ == lines_per_tile_) {
+        line_ = 0;
+        if (in_v_) ++tile_;
+        in_v_ = !in_v_;
+      }
+    }
+  }
+  const char* k_;
+  const char* v_;
+  int64_t lines_per_tile_;
+  int64_t offsets_[kMaxSpanBlocks] = {};
+  int64_t total_ = 0, next_ = 0, per_step_ = 0, line_ = 0;
+  int32_t tile_ = 0;
+  bool in_v_ = false;
+};
 
 }  // namespace inflight::kernels

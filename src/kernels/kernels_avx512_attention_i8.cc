@@ -44,28 +44,27 @@ inline __m512 ScalesAt(const uint8_t* tile, int64_t tile_values, int32_t j) {
 // s[g][pos0 + 16 v + lane] for kRows rows and kVecs groups of 16 positions of a K tile:
 // sum over 4-element groups c of the row's 8-bit query quad c (broadcast) times the tile's
 // quads of 16 positions, then (dot - 128 * sum(q)) * qsc * K scale.
-template <int kRows, int kVecs>
-inline void ScoreRowsI8(const uint8_t* kt, int32_t tpb, int32_t hd, int32_t pos0,
-                        const RowsState& st, int32_t r0, int32_t stride) {
+template <int kRows, int kVecs, int kHd>
+inline void ScoreRowsI8(const uint8_t* kt, int32_t tpb, int32_t pos0, const RowsState& st,
+                        int32_t r0, int32_t stride) {
   __m512i s[kRows * kVecs];
   for (int i = 0; i < kRows * kVecs; ++i) s[i] = _mm512_setzero_si512();
-  const int32_t* quads[kRows];
-  for (int g = 0; g < kRows; ++g)
-    quads[g] = reinterpret_cast<const int32_t*>(st.q8 + static_cast<int64_t>(r0 + g) * hd);
-  for (int32_t c = 0; c < hd / 4; ++c) {
+  // The rows' queries are consecutive: every broadcast is one load at a constant offset.
+  const int8_t* q = st.q8 + static_cast<int64_t>(r0) * kHd;
+  const uint8_t* k0 = kt + static_cast<int64_t>(pos0) * 4;
+  for (int32_t c = 0; c < kHd / 4; ++c) {
     __m512i k[kVecs];
-    for (int v = 0; v < kVecs; ++v) {
-      k[v] = _mm512_loadu_si512(kt + (static_cast<int64_t>(c) * tpb + pos0 + 16 * v) * 4);
-    }
+    for (int v = 0; v < kVecs; ++v)
+      k[v] = _mm512_loadu_si512(k0 + (static_cast<int64_t>(c) * tpb + 16 * v) * 4);
     for (int g = 0; g < kRows; ++g) {
       int32_t quad;
-      std::memcpy(&quad, quads[g] + c, 4);
+      std::memcpy(&quad, q + g * kHd + 4 * c, 4);
       const __m512i qb = _mm512_set1_epi32(quad);
       for (int v = 0; v < kVecs; ++v)
         s[g * kVecs + v] = _mm512_dpbusd_epi32(s[g * kVecs + v], k[v], qb);
     }
   }
-  const int64_t tile_values = static_cast<int64_t>(tpb) * hd;
+  const int64_t tile_values = static_cast<int64_t>(tpb) * kHd;
   for (int v = 0; v < kVecs; ++v) {
     const __m512 ks = ScalesAt(kt, tile_values, pos0 + 16 * v);
     for (int g = 0; g < kRows; ++g) {
@@ -78,22 +77,28 @@ inline void ScoreRowsI8(const uint8_t* kt, int32_t tpb, int32_t hd, int32_t pos0
   }
 }
 
-template <int kVecs>
-inline void ScoreAllRowsI8(const uint8_t* kt, int32_t tpb, int32_t hd, int32_t pos0,
-                           int32_t num_rows, const RowsState& st, int32_t stride,
-                           int64_t probs_offset) {
+// The calls ScoreAllRowsI8 makes for num_rows rows (groups of 4, 2 and 1).
+inline int32_t RowGroups(int32_t num_rows) {
+  return num_rows / 4 + num_rows % 4 / 2 + num_rows % 2;
+}
+
+// Groups of at most 4 rows: 8 accumulators, 2 K vectors and a broadcast stay in registers (GCC
+// 12 spills 8-row groups inside the loop).
+template <int kVecs, int kHd>
+inline void ScoreAllRowsI8(const uint8_t* kt, int32_t tpb, int32_t pos0, int32_t num_rows,
+                           const RowsState& st, int32_t stride, int64_t probs_offset,
+                           SpanPrefetch& prefetch) {
   RowsState at = st;
   at.probs = st.probs + probs_offset;
   for (int32_t r = 0; r < num_rows;) {
+    prefetch.Step();
     const int32_t left = num_rows - r;
-    if (left >= 8)
-      ScoreRowsI8<8, kVecs>(kt, tpb, hd, pos0, at, r, stride), r += 8;
-    else if (left >= 4)
-      ScoreRowsI8<4, kVecs>(kt, tpb, hd, pos0, at, r, stride), r += 4;
+    if (left >= 4)
+      ScoreRowsI8<4, kVecs, kHd>(kt, tpb, pos0, at, r, stride), r += 4;
     else if (left >= 2)
-      ScoreRowsI8<2, kVecs>(kt, tpb, hd, pos0, at, r, stride), r += 2;
+      ScoreRowsI8<2, kVecs, kHd>(kt, tpb, pos0, at, r, stride), r += 2;
     else
-      ScoreRowsI8<1, kVecs>(kt, tpb, hd, pos0, at, r, stride), r += 1;
+      ScoreRowsI8<1, kVecs, kHd>(kt, tpb, pos0, at, r, stride), r += 1;
   }
 }
 
@@ -161,22 +166,39 @@ inline void AccumulateVI8(const int8_t* vt, const uint8_t* p8, int32_t p8_stride
   }
 }
 
-// Row r's probabilities over the span's positions [lo, hi) (relative; the span's blocks cover
-// [begin, end)) times V's scales, as 8 unsigned bits against their largest (0 elsewhere): one
-// scale per row and span. Spans are 128 absolute positions, so the rounding depends neither on
-// the block size nor on the rows sharing the call.
-inline void QuantizeSpanProbs(float* p, uint8_t* p8, int32_t lo, int32_t hi, int32_t begin,
-                              int32_t end, int32_t tpb, int64_t tile_values, const int8_t* v,
-                              const int64_t* tiles, float* ps) {
+// Row r's online-softmax update over the span's scores p[lo, hi) (relative; the span's blocks
+// cover [begin, end)) and its probabilities times V's scales as 8 unsigned bits against their
+// largest (0 elsewhere): one scale per row and span. Spans are 128 absolute positions, so the
+// rounding depends neither on the block size nor on the rows sharing the call. One pass takes
+// exp, the sum, V's scale and the largest; a second rounds.
+inline void SoftmaxSpanToBytes(float* p, uint8_t* p8, int32_t lo, int32_t hi, int32_t begin,
+                               int32_t end, int32_t tpb, int64_t tile_values, const int8_t* v,
+                               const int64_t* tiles, float softcap, float* row_max, float* row_sum,
+                               float* alpha, float* ps) {
+  const float new_max = std::fmax(*row_max, SpanMax(p, lo, hi, softcap));
   if (hi <= lo) lo = hi = 0;
-  __m512 vmax = _mm512_setzero_ps();
-  for (int32_t j = begin; j < end; j += 16) {
-    const __mmask16 m = LaneRange(j, lo, hi);
-    const auto* tile = reinterpret_cast<const uint8_t*>(v + tiles[j / tpb]);
-    const __m512 x = _mm512_maskz_mul_ps(m, _mm512_maskz_loadu_ps(m, p + j),
-                                         ScalesAt(tile, tile_values, j % tpb));
-    _mm512_storeu_ps(p + j, x);
-    vmax = _mm512_max_ps(vmax, x);
+  const __m512 vnew = _mm512_set1_ps(new_max);
+  __m512 vsum = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
+  for (int32_t b0 = begin; b0 < end; b0 += tpb) {
+    const auto* tile = reinterpret_cast<const uint8_t*>(v + tiles[b0 / tpb]) + tile_values;
+    for (int32_t j = b0; j < b0 + tpb; j += 16) {
+      const __mmask16 m = LaneRange(j, lo, hi);
+      const __m512 e = _mm512_maskz_mov_ps(
+          m, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), vnew)));
+      vsum = _mm512_add_ps(vsum, e);
+      // Masked: the scales of positions past a sequence's end may be anything.
+      const __m512 x = _mm512_maskz_mul_ps(
+          m, e,
+          _mm512_cvtph_ps(_mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(tile + 2 * static_cast<int64_t>(j - b0)))));
+      _mm512_storeu_ps(p + j, x);
+      vmax = _mm512_max_ps(vmax, x);
+    }
+  }
+  *alpha = hi > lo ? std::exp(*row_max - new_max) : 1.0f;
+  if (hi > lo) {
+    *row_sum = *row_sum * *alpha + _mm512_reduce_add_ps(vsum);
+    *row_max = new_max;
   }
   const float pmax = _mm512_reduce_max_ps(vmax);
   const __m512 pinv = _mm512_set1_ps(pmax > 0.0f ? 255.0f / pmax : 0.0f),
@@ -247,36 +269,40 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
   std::fill(st.acc, st.acc + static_cast<int64_t>(num_rows) * kHd, 0.0f);
   std::fill(st.acc32, st.acc32 + static_cast<int64_t>(num_rows) * kHd, 0);
   const int32_t vecs = tpb / 16, first_block = first_pos / tpb;
-  const int64_t tile_bytes = kv.TileBytes();
-  int64_t tiles[kMaxSpanBlocks];
+  SpanPrefetch prefetch(kv.k, kv.v, kv.TileBytes());
+  int64_t tiles[kMaxSpanBlocks], next_tiles[kMaxSpanBlocks];
   for (int32_t p0 = first_block * tpb / span * span; p0 < n; p0 += span) {
     const int32_t b0 = p0 / tpb, blocks = (std::min(span, n - p0) + tpb - 1) / tpb,
                   i0 = std::max(0, first_block - b0);
+    for (int32_t i = i0; i < blocks; ++i)
+      tiles[i] = kv.TileByteOffset(args.block_table[b0 + i], args.kv_head);
+    if (p0 <= first_pos) prefetch.Start(tiles + i0, blocks - i0, 0);  // nothing to overlap
+    // The next span's tiles, a few lines before each row group's scores, each row's softmax
+    // and each block's p . V.
+    const int32_t next_blocks = p0 + span < n ? (std::min(span, n - p0 - span) + tpb - 1) / tpb : 0;
+    for (int32_t i = 0; i < next_blocks; ++i)
+      next_tiles[i] = kv.TileByteOffset(args.block_table[b0 + blocks + i], args.kv_head);
+    prefetch.Start(next_tiles, next_blocks,
+                   (blocks - i0) * ((vecs + 1) / 2 * RowGroups(num_rows) + 1) + num_rows);
     for (int32_t i = i0; i < blocks; ++i) {
-      const int32_t b = b0 + i;
-      tiles[i] = kv.TileByteOffset(args.block_table[b], args.kv_head);
-      if (static_cast<int64_t>(b + 1) * tpb < n) {
-        PrefetchTiles(kv.k, kv.v, kv.TileByteOffset(args.block_table[b + 1], args.kv_head),
-                      tile_bytes);
-      }
       const auto* kt = static_cast<const uint8_t*>(kv.k) + tiles[i];
       for (int32_t v0 = 0; v0 < vecs; v0 += 2) {
         const int64_t off = static_cast<int64_t>(i) * tpb;
         if (vecs - v0 >= 2)
-          ScoreAllRowsI8<2>(kt, tpb, kHd, 16 * v0, num_rows, st, span, off);
+          ScoreAllRowsI8<2, kHd>(kt, tpb, 16 * v0, num_rows, st, span, off, prefetch);
         else
-          ScoreAllRowsI8<1>(kt, tpb, kHd, 16 * v0, num_rows, st, span, off);
+          ScoreAllRowsI8<1, kHd>(kt, tpb, 16 * v0, num_rows, st, span, off, prefetch);
       }
     }
     for (int32_t r = 0; r < num_rows; ++r) {
+      prefetch.Step();
       const int32_t lo = kWindow ? std::clamp(args.FirstSeen(r) - p0, 0, span) : 0,
                     hi = std::clamp(len[r] - p0, 0, span);
-      SoftmaxUpdate(st.probs + static_cast<int64_t>(r) * span, lo, hi, args.softcap, &st.row_max[r],
-                    &st.row_sum[r], &st.alpha[r]);
-      QuantizeSpanProbs(st.probs + static_cast<int64_t>(r) * span,
-                        st.p8 + static_cast<int64_t>(r) * span, lo, hi, i0 * tpb, blocks * tpb, tpb,
-                        static_cast<int64_t>(tpb) * kHd, static_cast<const int8_t*>(kv.v), tiles,
-                        &st.ps[r]);
+      SoftmaxSpanToBytes(st.probs + static_cast<int64_t>(r) * span,
+                         st.p8 + static_cast<int64_t>(r) * span, lo, hi, i0 * tpb, blocks * tpb,
+                         tpb, static_cast<int64_t>(tpb) * kHd, static_cast<const int8_t*>(kv.v),
+                         tiles, args.softcap, &st.row_max[r], &st.row_sum[r], &st.alpha[r],
+                         &st.ps[r]);
     }
     for (int32_t i = i0; i < blocks; ++i) {
       const int32_t pb = p0 + i * tpb;
@@ -285,6 +311,7 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
         st.first[r] = kWindow ? std::clamp(args.FirstSeen(r) - pb, 0, tpb) : 0;
         if (st.first[r] >= st.valid[r]) st.first[r] = st.valid[r] = 0;
       }
+      prefetch.Step();
       const auto* vt = static_cast<const int8_t*>(kv.v) + tiles[i];
       AccumulateVI8<kChunks>(vt, st.p8 + static_cast<int64_t>(i) * tpb, span, num_rows, st);
     }
