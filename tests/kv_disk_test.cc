@@ -1,10 +1,12 @@
 // The KV cache's disk tier: the store on its own (write behind, read back, restart, a bounded
-// size, a full write queue) and under the executor (a prompt's blocks written as they fill,
+// size, a full write queue), its reader (chains read on a thread of its own, staged within a
+// bound) and under the executor (a prompt's blocks written as they fill,
 // read back by a new executor over the same directory with the same greedy output, never
 // across cache salts), with a store full of corrupted, truncated, renamed, foreign and stray
 // files survived with every output still correct.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "engine/executor.h"
 #include "engine_test_util.h"
+#include "kvcache/kv_disk_reader.h"
 #include "kvcache/kv_disk_store.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -131,6 +134,85 @@ TEST(KvDiskStoreTest, AFullWriteQueueDropsBlocksInsteadOfWaiting) {
   fs::remove_all(dir);
 }
 
+// Waits (at most 10 s) until the reader has the chain read.
+bool WaitReady(KvDiskReader& reader, const std::vector<KvDiskReader::Block>& chain) {
+  for (int i = 0; i < 1000; ++i) {
+    if (reader.Ready(chain)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// A chain of n blocks written to the store (block i: key 100 + i after key 99 + i, tokens
+// 4i..4i+3, bytes Bytes(i)).
+std::vector<KvDiskReader::Block> WriteChain(KvDiskStore& store, int n) {
+  std::vector<KvDiskReader::Block> chain;
+  for (int i = 0; i < n; ++i) {
+    KvDiskReader::Block b{100u + i, 99u + i, {4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3}};
+    EXPECT_TRUE(store.Write(b.key, b.parent, b.tokens.data(), Bytes(static_cast<uint8_t>(i))));
+    chain.push_back(std::move(b));
+  }
+  store.Flush();
+  return chain;
+}
+
+TEST(KvDiskReaderTest, ReadsAChainOnItsOwnThreadAndHandsEachBlockOverOnce) {
+  const fs::path dir = TempDir("reader");
+  auto store = KvDiskStore::Open(StoreConfig(dir));
+  ASSERT_TRUE(store.ok());
+  const std::vector<KvDiskReader::Block> chain = WriteChain(**store, 6);
+  std::atomic<int> woken{0};
+  KvDiskReader reader(**store, 1 << 20, [&] { ++woken; });
+  EXPECT_FALSE(reader.Ready(chain)) << "the first ask only queues the reads";
+  ASSERT_TRUE(WaitReady(reader, chain));
+  EXPECT_GE(woken.load(), 1) << "the reader wakes whoever waits";
+  EXPECT_EQ(reader.stats().read, 6);
+  EXPECT_EQ(reader.stats().staged_bytes, 6 * 1000);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(reader.Take(100u + i), Bytes(static_cast<uint8_t>(i)));
+  EXPECT_TRUE(reader.Take(100u).empty()) << "taken once";
+  EXPECT_EQ(reader.stats().staged_bytes, 0);
+  fs::remove_all(dir);
+}
+
+TEST(KvDiskReaderTest, AChainEndsAtABlockThatCannotBeRead) {
+  const fs::path dir = TempDir("reader_gap");
+  auto store = KvDiskStore::Open(StoreConfig(dir));
+  ASSERT_TRUE(store.ok());
+  std::vector<KvDiskReader::Block> chain = WriteChain(**store, 5);
+  chain[2].tokens[0] = 999;  // block 2 holds another prefix than the one asked for
+  KvDiskReader reader(**store, 1 << 20, nullptr);
+  ASSERT_TRUE(WaitReady(reader, chain)) << "a failed read ends the chain: it is ready";
+  EXPECT_EQ(reader.Take(100u), Bytes(0));
+  EXPECT_EQ(reader.Take(101u), Bytes(1));
+  EXPECT_TRUE(reader.Take(102u).empty());
+  EXPECT_EQ(reader.stats().failed, 1);
+  fs::remove_all(dir);
+}
+
+TEST(KvDiskReaderTest, ChainsPastTheRoomWaitForIt) {
+  const fs::path dir = TempDir("reader_room");
+  auto store = KvDiskStore::Open(StoreConfig(dir));
+  ASSERT_TRUE(store.ok());
+  const std::vector<KvDiskReader::Block> all = WriteChain(**store, 8);
+  // Room for 4 blocks: a chain stages at most 2; two chains fill it, a third waits.
+  KvDiskReader reader(**store, 4 * 1000, nullptr);
+  EXPECT_EQ(reader.max_blocks(), 2);
+  const std::vector<KvDiskReader::Block> a(all.begin(), all.begin() + 3),
+      b(all.begin() + 3, all.begin() + 6), c(all.begin() + 6, all.end());
+  ASSERT_TRUE(WaitReady(reader, a));
+  ASSERT_TRUE(WaitReady(reader, b));
+  EXPECT_EQ(reader.stats().read, 4) << "each chain cut to its first 2 blocks";
+  EXPECT_FALSE(reader.Ready(c));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(reader.Ready(c)) << "staged blocks not yet taken are kept for their chains";
+  EXPECT_LE(reader.stats().staged_bytes, 4 * 1000);
+  EXPECT_EQ(reader.Take(100u), Bytes(0));
+  EXPECT_EQ(reader.Take(101u), Bytes(1));
+  ASSERT_TRUE(WaitReady(reader, c)) << "taking a chain's blocks makes room for the next";
+  EXPECT_EQ(reader.Take(106u), Bytes(6));
+  fs::remove_all(dir);
+}
+
 class KvDiskExecutorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -219,6 +301,59 @@ TEST_F(KvDiskExecutorTest, ANewExecutorReadsThePromptBackFromDisk) {
   auto [branched, branch_stats] = Run(Config(dir), branch);
   EXPECT_EQ(branched, testing::GreedyAlone(*model_, *pool_, branch, 8));
   EXPECT_EQ(branch_stats.num_disk_reused_blocks, 200 / 16);
+  fs::remove_all(dir);
+}
+
+// A prefix found on disk is read while the other sequences keep running: the request waits
+// for its reads (a step counts it as waiting for them while another sequence decodes) and is
+// admitted with the blocks read back, its output that of a cold run.
+TEST_F(KvDiskExecutorTest, APrefixIsReadFromDiskWhileTheOthersRun) {
+  const fs::path dir = TempDir("async");
+  const std::vector<int32_t> prompt = Prompt(300, 4), other = Prompt(40, 5);
+  const std::vector<int32_t> alone = testing::GreedyAlone(*model_, *pool_, prompt, 8);
+  EXPECT_EQ(Run(Config(dir), prompt).first, alone);  // writes the prompt's blocks
+  auto e = Executor::Create(*model_, Config(dir));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  auto request = [](const std::vector<int32_t>& p, int32_t max_tokens) {
+    Request r;
+    r.prompt_ids = p;
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.exclude_input_in_output = true;
+    return r;
+  };
+  // A decodes for as long as the context allows (it is cancelled once B is done).
+  const int32_t long_run = model_->config().context_length - static_cast<int32_t>(other.size());
+  auto a = (*e)->Enqueue(request(other, long_run));
+  ASSERT_TRUE(a.ok());
+  std::vector<IterationStats> steps;
+  auto decoding = [&] {
+    for (const IterationStats& s : steps)
+      if (s.num_generation_tokens > 0) return true;
+    return false;
+  };
+  for (int i = 0; i < 1000 && !decoding(); ++i) {
+    for (IterationStats& s : (*e)->GetLatestIterationStats()) steps.push_back(std::move(s));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(decoding());
+  auto b = (*e)->Enqueue(request(prompt, 8));
+  ASSERT_TRUE(b.ok());
+  const std::vector<Result> rb = testing::CollectResults(**e, *b);
+  ASSERT_FALSE(rb.empty());
+  EXPECT_EQ(rb.back().output_token_ids, alone);
+  EXPECT_EQ(rb.back().stats.num_disk_reused_blocks, 299 / 16);
+  for (IterationStats& s : (*e)->GetLatestIterationStats()) steps.push_back(std::move(s));
+  int waiting_beside_decode = 0;
+  for (const IterationStats& s : steps)
+    waiting_beside_decode += s.waiting_for_kv_disk_reads > 0 && s.num_generation_tokens > 0;
+  EXPECT_GE(waiting_beside_decode, 1) << "steps that decoded while the prefix was being read";
+  (*e)->Cancel(*a);
+  const std::vector<Result> ra = testing::CollectResults(**e, *a);
+  ASSERT_FALSE(ra.empty());
+  EXPECT_LT(ra.back().output_token_ids.size(), static_cast<size_t>(long_run)) << "A still ran";
+  testing::ExpectNoKvLeaks(**e);
+  (*e)->Shutdown();
   fs::remove_all(dir);
 }
 

@@ -343,8 +343,10 @@ bool Executor::RunStep() {
   const ScheduleOutput& out = scheduler_.Step();
   ++iteration_;
   if (out.chunks.empty()) {
-    if (scheduler_.running().empty() && !scheduler_.waiting().empty()) {
-      // Enqueue's checks make this unreachable; never leave a request waiting forever.
+    if (scheduler_.running().empty() && !scheduler_.waiting().empty() &&
+        out.waiting_for_kv_disk_reads == 0) {
+      // Enqueue's checks make this unreachable; never leave a request waiting forever. (A
+      // prefix being read from disk is admitted when the reader wakes the loop.)
       FailRequest(
           scheduler_.waiting().front()->request,
           ResourceExhaustedError(
@@ -815,6 +817,7 @@ void Executor::RecordStats(const ScheduleOutput& out, Clock::time_point start, i
   s.waiting_for_max_batch_size = out.waiting_for_max_batch_size;
   s.waiting_for_static_batch = out.waiting_for_static_batch;
   s.waiting_for_latency_budget = out.waiting_for_latency_budget;
+  s.waiting_for_kv_disk_reads = out.waiting_for_kv_disk_reads;
   s.latency_target_ms = last_latency_target_ms_;
   s.predicted_forward_ms = last_predicted_ms_;
   last_latency_target_ms_ = last_predicted_ms_ = 0;

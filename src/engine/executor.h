@@ -37,6 +37,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "kvcache/block_manager.h"
+#include "kvcache/kv_disk_reader.h"
 #include "kvcache/kv_disk_store.h"
 #include "kvcache/kv_events.h"
 
@@ -260,6 +261,10 @@ class Executor {
   // guarded by mu_).
   std::unique_ptr<KvEventLog> kv_events_;
   std::unique_ptr<KvDiskStore> disk_;
+  // Reads a waiting sequence's prefix from disk_ off the engine thread (after disk_: it reads
+  // from it until destroyed). At most this much of read blocks waits to be admitted.
+  std::unique_ptr<KvDiskReader> disk_reader_;
+  static constexpr int64_t kDiskStagingBytes = 512ll << 20;
   // What the engine knows is on disk (KV cache events: a block's tier), from the store's
   // changes, taken by SyncDiskTier on the engine thread.
   struct DiskBlock {
@@ -271,7 +276,6 @@ class Executor {
   static StatusOr<std::unique_ptr<KvDiskStore>> OpenDiskTier(const ModelRunner& runner,
                                                              const ExecutorConfig& config);
   void SetUpDiskTier(std::unique_ptr<KvDiskStore> disk);
-  std::vector<uint8_t> disk_block_;  // one block read back from the disk tier
   std::vector<std::shared_ptr<std::promise<KvCacheSnapshot>>> snapshot_requests_;
   bool AllOutputPaused() const;  // every request waits for its client to read (engine thread)
   std::vector<std::pair<RequestId, Request>> submissions_;

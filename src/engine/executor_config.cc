@@ -139,7 +139,8 @@ std::string IterationStats::ToJson() const {
                         {"max_num_tokens", waiting_for_max_num_tokens},
                         {"max_batch_size", waiting_for_max_batch_size},
                         {"static_batch", waiting_for_static_batch},
-                        {"latency_budget", waiting_for_latency_budget}}},
+                        {"latency_budget", waiting_for_latency_budget},
+                        {"kv_disk_reads", waiting_for_kv_disk_reads}}},
                       {"latency_target_ms", latency_target_ms},
                       {"predicted_forward_ms", predicted_forward_ms}};
   return j.dump();

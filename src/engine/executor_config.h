@@ -117,6 +117,7 @@ struct IterationStats {
   int32_t waiting_for_max_batch_size = 0;
   int32_t waiting_for_static_batch = 0;
   int32_t waiting_for_latency_budget = 0;  // prompts held back or cut short by the budget
+  int32_t waiting_for_kv_disk_reads = 0;   // prefixes being read from the disk tier
   // The latency target this step's prompt tokens were budgeted to (0: no limit this step),
   // and the step's forward time the cost model predicted before it ran (0: no prediction).
   double latency_target_ms = 0;

@@ -28,20 +28,31 @@ StatusOr<std::unique_ptr<KvDiskStore>> Executor::OpenDiskTier(const ModelRunner&
   return KvDiskStore::Open(dc);
 }
 
-// The scheduler reads prefixes on from the disk after the pool, and offers it every prompt
-// block it fills (written behind; the engine never waits).
+// The scheduler continues prefixes from the disk after the pool, and offers it every prompt
+// block it fills (written behind). The engine waits for the disk neither way: a prefix's
+// blocks are read by the reader's thread while the sequence waits to be admitted, and
+// admitting it copies them into the pool.
 void Executor::SetUpDiskTier(std::unique_ptr<KvDiskStore> disk) {
   disk_ = std::move(disk);
-  disk_block_.resize(static_cast<size_t>(runner_->KvBlockBytes(kFullGroup)));
+  disk_reader_ = std::make_unique<KvDiskReader>(*disk_, kDiskStagingBytes, [w = waker_] {
+    std::lock_guard<std::mutex> lock(w->mu);
+    if (w->executor == nullptr) return;
+    std::lock_guard<std::mutex> executor_lock(w->executor->mu_);
+    w->executor->resumed_ = true;  // a sequence waiting for the reads may be admitted now
+    w->executor->wake_.notify_one();
+  });
   Scheduler::LowerTier tier;
   tier.has = [this](uint64_t key) { return disk_->Contains(key); };
-  tier.load = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
-    return disk_->Read(key, parent, tokens, disk_block_.data()) &&
-           runner_->ImportBlock(kFullGroup, block, disk_block_.data());
+  tier.ready = [this](const std::vector<KvDiskReader::Block>& chain) {
+    return disk_reader_->Ready(chain);
+  };
+  tier.load = [this](uint64_t key, uint64_t, const int32_t*, int32_t block) {
+    const std::vector<uint8_t> bytes = disk_reader_->Take(key);
+    return !bytes.empty() && runner_->ImportBlock(kFullGroup, block, bytes.data());
   };
   tier.store = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
     if (disk_->Contains(key)) return;
-    std::vector<uint8_t> kv(disk_block_.size());
+    std::vector<uint8_t> kv(static_cast<size_t>(runner_->KvBlockBytes(kFullGroup)));
     if (runner_->ExportBlock(kFullGroup, block, kv.data()))
       disk_->Write(key, parent, tokens, std::move(kv));
   };

@@ -355,6 +355,35 @@ int32_t Scheduler::AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t
   return num_blocks;
 }
 
+bool Scheduler::LowerTierUsable(const Sequence& seq) const {
+  return lower_.load && config_.enable_kv_cache_reuse && !window_blocks_ &&
+         !seq.request->request.lora && !seq.request->request.return_context_logits;
+}
+
+bool Scheduler::LowerTierReady(const Sequence& seq) {
+  if (!lower_.ready || !LowerTierUsable(seq) || !seq.blocks.empty()) return true;
+  const int32_t tpb = config_.tokens_per_block;
+  const int64_t usable = static_cast<int64_t>(seq.tokens.size()) - 1;
+  uint64_t key = KvBlockManager::RootKey(seq.request->request.cache_salt);
+  int64_t n = 0;
+  // The pool's part of the prefix (as TakePrefix will find it, unless evicted meanwhile)...
+  for (; (n + 1) * tpb <= usable; ++n) {
+    const uint64_t next = blocks_.ChainKey(key, seq.tokens.data() + n * tpb);
+    if (!blocks_.HoldsKey(next)) break;
+    key = next;
+  }
+  // ... then the tier's.
+  chain_scratch_.clear();
+  for (; (n + 1) * tpb <= usable; ++n) {
+    const int32_t* t = seq.tokens.data() + n * tpb;
+    const uint64_t next = blocks_.ChainKey(key, t);
+    if (!lower_.has(next)) break;
+    chain_scratch_.push_back({next, key, std::vector<int32_t>(t, t + tpb)});
+    key = next;
+  }
+  return chain_scratch_.empty() || lower_.ready(chain_scratch_);
+}
+
 void Scheduler::TakePrefix(Sequence* seq) {
   if (!config_.enable_kv_cache_reuse || seq->request->request.return_context_logits ||
       !seq->blocks.empty())
@@ -370,13 +399,11 @@ void Scheduler::TakePrefix(Sequence* seq) {
   for (int32_t i = 0; i < n; ++i)
     keys_scratch_.push_back(
         blocks_.ChainKey(keys_scratch_.back(), seq->tokens.data() + static_cast<int64_t>(i) * tpb));
-  // Past the pool's blocks, the lower tier's: each read into a fresh block and committed, so
+  // Past the pool's blocks, the lower tier's: each put into a fresh block and committed, so
   // later requests find it in the pool.
   seq->disk_blocks = 0;
-  // Not for LoRA requests: their salt is the adapter's task id, which a restart may give to
-  // other weights.
-  const bool lower_tier_ok = lower_.load && !window_blocks_ && !seq->request->request.lora;
-  while (lower_tier_ok && (static_cast<int64_t>(n) + 1) * tpb <= usable && NumAvailable() > 0) {
+  while (LowerTierUsable(*seq) && (static_cast<int64_t>(n) + 1) * tpb <= usable &&
+         NumAvailable() > 0) {
     const int32_t* t = seq->tokens.data() + static_cast<int64_t>(n) * tpb;
     const uint64_t parent = keys_scratch_.back(), key = blocks_.ChainKey(parent, t);
     if (!lower_.has(key)) break;
@@ -475,7 +502,9 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
   pools.step = step_;
   policy_->BeginAdmission(running_, pools);
   size_t i = 0;
-  size_t kept = 0;  // waiting_[0, kept): paused for their clients, they stay first in line
+  // waiting_[0, kept): paused for their clients or waiting for disk reads, they stay first in
+  // line.
+  size_t kept = 0;
   int32_t* blocked_reason = nullptr;
   for (; i < waiting_.size(); ++i) {
     Sequence* seq = waiting_[i];
@@ -489,6 +518,12 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
         static_cast<int32_t>(out_.chunks.size()) >= config_.max_batch_size) {
       blocked_reason = &out_.waiting_for_max_batch_size;
       break;
+    }
+    // Its prefix is still being read from the lower tier: the next ones go first meanwhile.
+    if (!LowerTierReady(*seq)) {
+      ++out_.waiting_for_kv_disk_reads;
+      waiting_[kept++] = seq;
+      continue;
     }
     TakePrefix(seq);
     bool latency_held = false;
@@ -517,7 +552,7 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     if (n > 0) Schedule(seq, n, budget);
   }
   if (blocked_reason) *blocked_reason += static_cast<int32_t>(waiting_.size() - i);
-  // [kept, i) were admitted; the paused ones moved to [0, kept) in their order.
+  // [kept, i) were admitted; the ones passed over moved to [0, kept) in their order.
   waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(kept),
                  waiting_.begin() + static_cast<std::ptrdiff_t>(i));
 }
@@ -534,6 +569,7 @@ const ScheduleOutput& Scheduler::Step() {
   out_.waiting_for_kv_cache = out_.waiting_for_max_num_tokens = 0;
   out_.waiting_for_max_batch_size = out_.waiting_for_static_batch = 0;
   out_.waiting_for_latency_budget = 0;
+  out_.waiting_for_kv_disk_reads = 0;
   out_.latency_target_ms = 0;
   decode_shape_ = StepShape{};
   prompt_ms_ = StepBudget::kNoLimit;

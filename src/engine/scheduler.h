@@ -44,6 +44,7 @@
 #include "engine/sequence.h"
 #include "engine/step_budget.h"
 #include "kvcache/block_manager.h"
+#include "kvcache/kv_disk_reader.h"
 
 namespace inflight {
 
@@ -78,6 +79,7 @@ struct ScheduleOutput {
   int32_t waiting_for_max_batch_size = 0;
   int32_t waiting_for_static_batch = 0;
   int32_t waiting_for_latency_budget = 0;  // prompts held back (or cut short) by the budget
+  int32_t waiting_for_kv_disk_reads = 0;   // prefixes being read from the lower tier
   double latency_target_ms = 0;  // the target the step's prompt tokens were budgeted to; 0: none
 };
 
@@ -128,12 +130,16 @@ class Scheduler {
   bool has_window_group() const { return window_blocks_ != nullptr; }
 
   // A tier below the pool (the disk): at admission, the prefix continues past the pool's
-  // blocks with blocks `load` reads into fresh blocks (committed for reuse); each block a
-  // sequence fills is offered to `store`. Blocks are named as in KvBlockManager.
+  // blocks with blocks `load` puts into fresh blocks (committed for reuse); each block a
+  // sequence fills is offered to `store`. Blocks are named as in KvBlockManager. With `ready`,
+  // a sequence whose prefix continues in the tier is admitted only once `ready` says the
+  // tier's blocks past the pool's (keys, parents, tokens) are read: until then it waits while
+  // the others run (the reads are the tier's, off the engine thread).
   struct LowerTier {
     std::function<bool(uint64_t key)> has;
     std::function<bool(uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block)> load;
     std::function<void(uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block)> store;
+    std::function<bool(const std::vector<KvDiskReader::Block>& chain)> ready;
   };
   void SetLowerTier(LowerTier tier) { lower_ = std::move(tier); }
 
@@ -171,6 +177,11 @@ class Scheduler {
   void ScheduleRunning(int32_t& budget);
   void AdmitWaiting(int32_t& budget);
   void TakePrefix(Sequence* seq);
+  // Whether the lower tier may continue the sequence's prefix (not for LoRA requests: their
+  // salt is the adapter's task id, which a restart may give to other weights).
+  bool LowerTierUsable(const Sequence& seq) const;
+  // False while the lower tier's part of the sequence's prefix is still being read.
+  bool LowerTierReady(const Sequence& seq);
   void Schedule(Sequence* seq, int32_t n, int32_t& budget);
   int32_t FitDrafts(Sequence* seq, int32_t n, int32_t budget);
 
@@ -185,6 +196,7 @@ class Scheduler {
   double prompt_ms_ = StepBudget::kNoLimit;
   bool first_prompt_ = true;  // no prompt chunk scheduled yet this step
   std::vector<uint64_t> keys_scratch_;
+  std::vector<KvDiskReader::Block> chain_scratch_;
   std::vector<Sequence*> running_;  // in start order
   std::vector<Sequence*> waiting_;
   std::vector<Sequence*> order_scratch_;
