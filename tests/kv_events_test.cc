@@ -308,5 +308,65 @@ TEST_F(KvEventsTest, TheSameEventsOverGrpc) {
   }
 }
 
+// gRPC's bounds: max_events past its limit is INVALID_ARGUMENT, and at most kMaxStreams
+// following streams are open at once (the next one is RESOURCE_EXHAUSTED until one closes).
+TEST_F(KvEventsTest, GrpcStreamsAreBounded) {
+  auto stub = inflight::KvCacheEvents::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->grpc_port), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    inflight::KvEventsRequest req;
+    req.set_model_name("tensorrt_llm");
+    req.set_max_events(100001);
+    auto reader = stub->Events(&ctx, req);
+    inflight::KvEventsResponse r;
+    EXPECT_FALSE(reader->Read(&r));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // A prompt's blocks make events; streams from event 0 then answer a first page at once,
+  // so each is open once read.
+  httplib::Client c("127.0.0.1", server_->http_port);
+  c.set_read_timeout(60);
+  std::string prompt = "The streams are bounded:";
+  for (int i = 0; i < 8; ++i) prompt += " a long enough prompt fills whole blocks of the cache";
+  auto g = c.Post("/v2/models/ensemble/generate",
+                  json{{"text_input", prompt}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(g && g->status == 200);
+  constexpr size_t kStreams = 64;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<inflight::KvEventsResponse>>> readers;
+  auto open = [&] {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    inflight::KvEventsRequest req;
+    req.set_model_name("tensorrt_llm");
+    req.set_follow(true);
+    req.set_max_events(1);
+    readers.push_back(stub->Events(contexts.back().get(), req));
+    inflight::KvEventsResponse r;
+    return readers.back()->Read(&r);
+  };
+  for (size_t i = 0; i < kStreams; ++i) ASSERT_TRUE(open()) << "stream " << i;
+  EXPECT_FALSE(open()) << "one stream past the bound";
+  EXPECT_EQ(readers.back()->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  readers.pop_back(), contexts.pop_back();
+  contexts.front()->TryCancel();
+  EXPECT_EQ(readers.front()->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // The closed stream's place is free again (the service drops it as it sees the cancel).
+  bool reopened = false;
+  for (int i = 0; i < 100 && !reopened; ++i) {
+    reopened = open();
+    if (!reopened) {
+      readers.back()->Finish();
+      readers.pop_back(), contexts.pop_back();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  EXPECT_TRUE(reopened);
+  for (size_t i = 1; i < contexts.size(); ++i) {
+    contexts[i]->TryCancel();
+    readers[i]->Finish();
+  }
+}
+
 }  // namespace
 }  // namespace inflight
