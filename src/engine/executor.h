@@ -265,6 +265,8 @@ class Executor {
   // from it until destroyed). At most this much of read blocks waits to be admitted.
   std::unique_ptr<KvDiskReader> disk_reader_;
   static constexpr int64_t kDiskStagingBytes = 512ll << 20;
+  // Blocks read back during one admission, kept for their window group's part (engine thread).
+  std::unordered_map<uint64_t, std::vector<uint8_t>> window_parts_;
   // What the engine knows is on disk (KV cache events: a block's tier), from the store's
   // changes, taken by SyncDiskTier on the engine thread.
   struct DiskBlock {

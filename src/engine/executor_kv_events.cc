@@ -10,10 +10,6 @@ namespace inflight {
 
 StatusOr<std::unique_ptr<KvDiskStore>> Executor::OpenDiskTier(const ModelRunner& runner,
                                                               const ExecutorConfig& config) {
-  if (runner.num_window_kv_blocks() > 0) {
-    return InvalidArgumentError(
-        "kv_cache_disk_path is not supported yet for models with sliding-window layers");
-  }
   if (runner.KvBlockBytes(kFullGroup) <= 0) {
     return InvalidArgumentError(
         "kv_cache_disk_path is not supported yet with tensor or pipeline parallelism");
@@ -23,7 +19,9 @@ StatusOr<std::unique_ptr<KvDiskStore>> Executor::OpenDiskTier(const ModelRunner&
   dc.max_bytes = config.kv_cache_disk_bytes;
   dc.fingerprint = config.kv_cache_disk_fingerprint + "|" + runner.KvLayoutFingerprint();
   dc.tokens_per_block = config.tokens_per_block;
-  dc.block_bytes = runner.KvBlockBytes(kFullGroup);
+  // A file holds every layer's K/V of its block: the full group's, then the window group's.
+  dc.block_bytes = runner.KvBlockBytes(kFullGroup) +
+                   (runner.num_window_kv_blocks() > 0 ? runner.KvBlockBytes(kWindowGroup) : 0);
   dc.track_changes = config.kv_event_buffer_size > 0;
   return KvDiskStore::Open(dc);
 }
@@ -46,16 +44,31 @@ void Executor::SetUpDiskTier(std::unique_ptr<KvDiskStore> disk) {
   tier.ready = [this](const std::vector<KvDiskReader::Block>& chain) {
     return disk_reader_->Ready(chain);
   };
-  tier.load = [this](uint64_t key, uint64_t, const int32_t*, int32_t block) {
-    const std::vector<uint8_t> bytes = disk_reader_->Take(key);
-    return !bytes.empty() && runner_->ImportBlock(kFullGroup, block, bytes.data());
+  const bool windows = window_blocks_ != nullptr;
+  const int64_t full_bytes = runner_->KvBlockBytes(kFullGroup);
+  tier.load = [this, windows, full_bytes](uint64_t key, uint64_t, const int32_t*, int32_t block) {
+    std::vector<uint8_t> bytes = disk_reader_->Take(key);
+    if (bytes.empty() || !runner_->ImportBlock(kFullGroup, block, bytes.data())) return false;
+    // The window part waits for TakePrefix's window pass (load_window), then `done`.
+    if (windows) window_parts_[key] = std::move(bytes);
+    return true;
   };
-  tier.store = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
+  tier.store = [this, windows, full_bytes](uint64_t key, uint64_t parent, const int32_t* tokens,
+                                           int32_t block, int32_t window_block) {
     if (disk_->Contains(key)) return;
-    std::vector<uint8_t> kv(static_cast<size_t>(runner_->KvBlockBytes(kFullGroup)));
-    if (runner_->ExportBlock(kFullGroup, block, kv.data()))
+    std::vector<uint8_t> kv(static_cast<size_t>(disk_->config().block_bytes));
+    if (runner_->ExportBlock(kFullGroup, block, kv.data()) &&
+        (!windows || runner_->ExportBlock(kWindowGroup, window_block, kv.data() + full_bytes)))
       disk_->Write(key, parent, tokens, std::move(kv));
   };
+  if (windows) {
+    tier.load_window = [this, full_bytes](uint64_t key, int32_t window_block) {
+      auto it = window_parts_.find(key);
+      return it != window_parts_.end() &&
+             runner_->ImportBlock(kWindowGroup, window_block, it->second.data() + full_bytes);
+    };
+    tier.done = [this] { window_parts_.clear(); };
+  }
   scheduler_.SetLowerTier(std::move(tier));
   if (kv_events_) {
     blocks_.SetLowerTierHolds([this](uint64_t key) { return on_disk_.count(key) > 0; });

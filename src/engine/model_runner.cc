@@ -98,9 +98,12 @@ Status LocalModelRunner::Forward(const BatchPlan& plan, float* logits) {
 
 std::string LocalModelRunner::KvLayoutFingerprint() const {
   const KvStorageConfig& c = storage_.config();
+  std::string groups;  // which layers' K/V a file holds first (the full group) and after
+  for (int32_t l = 0; l < c.num_layers; ++l) groups += static_cast<char>('0' + c.GroupOf(l));
   return model_.Describe() + "|kv " + DTypeName(c.dtype) + " layers " +
          std::to_string(c.num_layers) + " kv_dim " + std::to_string(c.kv_dim) + " head_dim " +
-         std::to_string(c.head_dim) + " tokens_per_block " + std::to_string(c.tokens_per_block);
+         std::to_string(c.head_dim) + " tokens_per_block " + std::to_string(c.tokens_per_block) +
+         " groups " + groups;
 }
 
 // Copies the whole block: a block holds its positions per head (kernels/attention.h), and the

@@ -116,14 +116,15 @@ void Scheduler::CommitFullBlocks(Sequence* seq) {
                        seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
                        seq->request->request.kv_retention_priority);
     // Prompt blocks only: what a later request can share (a system prompt, a conversation).
-    if (lower_.store && config_.enable_kv_cache_reuse && !seq->request->request.lora &&
-        static_cast<int64_t>(seq->num_committed + 1) * tpb <= seq->prompt_len) {
-      lower_.store(seq->last_key, parent,
-                   seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
-                   seq->blocks[seq->num_committed]);
-    }
     // The window group's copy under the same key (its parent key is the same chain's).
     const int32_t w = window_blocks_ ? seq->window_blocks[seq->num_committed] : -1;
+    if (lower_.store && config_.enable_kv_cache_reuse && !seq->request->request.lora &&
+        static_cast<int64_t>(seq->num_committed + 1) * tpb <= seq->prompt_len &&
+        (!window_blocks_ || w >= 0)) {
+      lower_.store(seq->last_key, parent,
+                   seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
+                   seq->blocks[seq->num_committed], w);
+    }
     if (w >= 0)
       window_blocks_->Commit(w, parent,
                              seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
@@ -338,14 +339,25 @@ void Scheduler::ScheduleRunning(int32_t& budget) {
 }
 
 int32_t Scheduler::AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t>& keys,
-                                       int32_t num_blocks) {
+                                       int32_t num_blocks, int32_t from_lower) {
   const int32_t tpb = config_.tokens_per_block;
   const int64_t first = FirstWindowBlock(static_cast<int64_t>(num_blocks) * tpb, window_, tpb);
   seq->window_blocks.assign(static_cast<size_t>(num_blocks), -1);
   seq->window_first = static_cast<int32_t>(std::min<int64_t>(first, num_blocks));
   for (int64_t i = first; i < num_blocks; ++i) {
-    const int32_t b = window_blocks_->AcquireCommitted(keys[static_cast<size_t>(i)],
-                                                       seq->tokens.data() + i * tpb);
+    const int32_t* t = seq->tokens.data() + i * tpb;
+    int32_t b = window_blocks_->AcquireCommitted(keys[static_cast<size_t>(i)], t);
+    if (b < 0 && i >= from_lower && lower_.load_window && window_blocks_->NumAvailable() > 0) {
+      // Read back with the full group's part: a fresh window block, committed like it.
+      b = *window_blocks_->Allocate();
+      if (lower_.load_window(keys[static_cast<size_t>(i) + 1], b)) {
+        window_blocks_->Commit(b, keys[static_cast<size_t>(i)], t,
+                               seq->request->request.kv_retention_priority);
+      } else {
+        window_blocks_->Release({b});
+        b = -1;
+      }
+    }
     if (b < 0) {
       ReleaseWindow(seq, 0);
       return static_cast<int32_t>(i);
@@ -356,7 +368,7 @@ int32_t Scheduler::AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t
 }
 
 bool Scheduler::LowerTierUsable(const Sequence& seq) const {
-  return lower_.load && config_.enable_kv_cache_reuse && !window_blocks_ &&
+  return lower_.load && config_.enable_kv_cache_reuse && (!window_blocks_ || lower_.load_window) &&
          !seq.request->request.lora && !seq.request->request.return_context_logits;
 }
 
@@ -402,6 +414,7 @@ void Scheduler::TakePrefix(Sequence* seq) {
   // Past the pool's blocks, the lower tier's: each put into a fresh block and committed, so
   // later requests find it in the pool.
   seq->disk_blocks = 0;
+  const int32_t pool_blocks = n;
   while (LowerTierUsable(*seq) && (static_cast<int64_t>(n) + 1) * tpb <= usable &&
          NumAvailable() > 0) {
     const int32_t* t = seq->tokens.data() + static_cast<int64_t>(n) * tpb;
@@ -422,13 +435,15 @@ void Scheduler::TakePrefix(Sequence* seq) {
     // The prefix is usable only as far as the window group still has what its window sees:
     // a block it lacks at i leaves a prefix of at most i blocks (whose window may not need it).
     for (;;) {
-      const int32_t lacking = AcquireWindowPrefix(seq, keys_scratch_, n);
+      const int32_t lacking = AcquireWindowPrefix(seq, keys_scratch_, n, pool_blocks);
       if (lacking == n) break;
       blocks_.Release(std::vector<int32_t>(seq->blocks.begin() + lacking, seq->blocks.end()));
       seq->blocks.resize(static_cast<size_t>(lacking));
       n = lacking;
     }
+    seq->disk_blocks = std::max(0, n - pool_blocks);
   }
+  if (lower_.done) lower_.done();
   seq->num_computed = n * tpb;
   seq->num_committed = n;
   seq->last_key = keys_scratch_[static_cast<size_t>(n)];

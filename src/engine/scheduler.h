@@ -131,15 +131,23 @@ class Scheduler {
 
   // A tier below the pool (the disk): at admission, the prefix continues past the pool's
   // blocks with blocks `load` puts into fresh blocks (committed for reuse); each block a
-  // sequence fills is offered to `store`. Blocks are named as in KvBlockManager. With `ready`,
+  // sequence fills is offered to `store`, with its window group's block (-1: none). With a
+  // window group, `load_window` puts the window group's part of a block `load` just loaded
+  // into a fresh window block (for the blocks the prefix's window sees), and `done` ends the
+  // admission (what load kept for load_window is dropped). Blocks are named as in
+  // KvBlockManager. With `ready`,
   // a sequence whose prefix continues in the tier is admitted only once `ready` says the
   // tier's blocks past the pool's (keys, parents, tokens) are read: until then it waits while
   // the others run (the reads are the tier's, off the engine thread).
   struct LowerTier {
     std::function<bool(uint64_t key)> has;
     std::function<bool(uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block)> load;
-    std::function<void(uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block)> store;
+    std::function<void(uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block,
+                       int32_t window_block)>
+        store;
     std::function<bool(const std::vector<KvDiskReader::Block>& chain)> ready;
+    std::function<bool(uint64_t key, int32_t window_block)> load_window;
+    std::function<void()> done;
   };
   void SetLowerTier(LowerTier tier) { lower_ = std::move(tier); }
 
@@ -165,8 +173,11 @@ class Scheduler {
   int64_t NumAvailable() const;
   void ReleaseBehindWindow(Sequence* seq);
   // The window blocks of a cached prefix of num_blocks blocks (chain keys[i] before block i):
-  // acquires those its window sees; returns the first block it lacks, or num_blocks.
-  int32_t AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t>& keys, int32_t num_blocks);
+  // acquires those its window sees (from the window group's pool, else for the blocks loaded
+  // from the lower tier at or after from_lower, from there); returns the first block it lacks,
+  // or num_blocks.
+  int32_t AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t>& keys, int32_t num_blocks,
+                              int32_t from_lower);
   void ReleaseWindow(Sequence* seq, size_t from);
   // Blocks for the sequence's next n tokens, making room as the policy allows; false when it
   // could not (the policy has dealt with the sequence).
