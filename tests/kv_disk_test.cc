@@ -241,12 +241,14 @@ class KvDiskExecutorTest : public ::testing::Test {
     return c;
   }
 
-  // Runs one greedy request on a new executor over `dir`; its output ids and stats.
+  // Runs one greedy request on a new executor over `dir` (of `model`, else the tiny model);
+  // its output ids and stats.
   static std::pair<std::vector<int32_t>, RequestStats> Run(const ExecutorConfig& c,
                                                            const std::vector<int32_t>& prompt,
                                                            uint64_t salt = 0,
-                                                           KvDiskStats* disk = nullptr) {
-    auto e = Executor::Create(*model_, c);
+                                                           KvDiskStats* disk = nullptr,
+                                                           const Model* model = nullptr) {
+    auto e = Executor::Create(model ? *model : *model_, c);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     if (!e.ok()) return {};
     Request r;
@@ -484,43 +486,22 @@ TEST_F(KvDiskExecutorTest, EventsFollowBlocksAcrossTheTiers) {
 // Models with sliding-window layers: a file holds the block's K/V of every layer, and a prefix
 // read back after a restart gets the window group's blocks its window sees from the same
 // files, with the cold run's output.
-TEST(KvDiskWindowTest, WindowedModelsReadTheirPrefixBackAfterARestart) {
+TEST_F(KvDiskExecutorTest, WindowedModelsReadTheirPrefixBackAfterARestart) {
   for (const std::string name : {"gemma3-f16", "gpt-oss-f16"}) {
     SCOPED_TRACE(name);
     const std::string path = testing::SharedDir() + "/golden/arch/" + name + ".gguf";
     REQUIRE_SHARED_FILE(path);
     auto model = Model::Load(path);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
-    ThreadPool pool(2);
-    std::mt19937 rng(7);
-    std::vector<int32_t> prompt(300);  // past every window of these models (64 and 32)
-    for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % 250);
-    const std::vector<int32_t> alone = testing::GreedyAlone(**model, pool, prompt, 8);
+    const std::vector<int32_t> prompt = Prompt(300, 7);  // past every window (64 and 32)
+    const std::vector<int32_t> alone = testing::GreedyAlone(**model, *pool_, prompt, 8);
     const fs::path dir = TempDir("window_" + name);
-    ExecutorConfig c;
-    c.tokens_per_block = 16;
-    c.max_tokens_in_paged_kv_cache = 4096;
-    c.enable_kv_cache_reuse = true;
-    c.num_threads = 2;
-    c.kv_cache_disk_path = dir.string();
-    c.kv_cache_disk_bytes = 256 << 20;
+    ExecutorConfig c = Config(dir, 256 << 20);
     c.kv_cache_disk_fingerprint = name;
     for (int run = 0; run < 2; ++run) {
-      auto e = Executor::Create(**model, c);
-      ASSERT_TRUE(e.ok()) << e.status().ToString();
-      Request r;
-      r.prompt_ids = prompt;
-      r.max_tokens = 8;
-      r.sampling.temperature = 0;
-      r.exclude_input_in_output = true;
-      auto id = (*e)->Enqueue(std::move(r));
-      ASSERT_TRUE(id.ok());
-      const std::vector<Result> rs = testing::CollectResults(**e, *id);
-      ASSERT_FALSE(rs.empty());
-      EXPECT_EQ(rs.back().output_token_ids, alone) << "run " << run;
-      EXPECT_EQ(rs.back().stats.num_disk_reused_blocks, run == 0 ? 0 : 299 / 16) << "run " << run;
-      testing::ExpectNoKvLeaks(**e);
-      (*e)->Shutdown();
+      auto [out, stats] = Run(c, prompt, 0, nullptr, model->get());
+      EXPECT_EQ(out, alone) << "run " << run;
+      EXPECT_EQ(stats.num_disk_reused_blocks, run == 0 ? 0 : 299 / 16) << "run " << run;
     }
     fs::remove_all(dir);
   }
