@@ -283,13 +283,16 @@ struct Variant {
 };
 
 // softmax(scale q . K_j) . V_j over j < len in double, from the rows as written; with a
-// variant, over the window's positions only, scores soft-capped, a sink in the denominator.
+// variant, over the window's positions only, scores soft-capped, a sink in the denominator;
+// with `seen`, over the positions it marks only.
 std::vector<double> NaiveAttention(const PagedKv& kv, int32_t head, int32_t hd, int32_t len,
-                                   const float* q, float scale, const Variant& var = {}) {
+                                   const float* q, float scale, const Variant& var = {},
+                                   const std::vector<bool>* seen = nullptr) {
   const int32_t lo = var.window > 0 ? std::max(0, len - var.window) : 0;
-  std::vector<double> scores(len), out(hd, 0.0);
+  std::vector<double> scores(len, -INFINITY), out(hd, 0.0);
   double mx = var.sink != nullptr ? *var.sink : -INFINITY, sum = 0;
   for (int32_t j = lo; j < len; ++j) {
+    if (seen != nullptr && !(*seen)[j]) continue;
     double s = 0;
     for (int32_t i = 0; i < hd; ++i)
       s += static_cast<double>(q[i]) * kv.k[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
@@ -298,7 +301,7 @@ std::vector<double> NaiveAttention(const PagedKv& kv, int32_t head, int32_t hd, 
     mx = std::max(mx, scores[j]);
   }
   if (var.sink != nullptr) sum = std::exp(*var.sink - mx);
-  for (int32_t j = lo; j < len; ++j) sum += scores[j] = std::exp(scores[j] - mx);
+  for (int32_t j = lo; j < len; ++j) sum += scores[j] = std::exp(scores[j] - mx);  // unseen: 0
   for (int32_t j = lo; j < len; ++j) {
     for (int32_t i = 0; i < hd; ++i)
       out[i] += scores[j] / sum * kv.v[static_cast<size_t>(j) * kv.kv_dim + head * hd + i];
@@ -496,6 +499,87 @@ TEST(Attention, WindowSoftcapAndSinksMatchNaiveAttention) {
         }
       }
       SetActiveSimdLevel(BestSimdLevel());
+    }
+  }
+}
+
+// Tree attention (drafts verified as a tree): each tree token's rows equal the naive attention
+// over the positions before the tree and its own branch, and the same branch run alone (its
+// tokens at consecutive positions, causally), for F32, F16 and 8-bit caches, with soft-capping
+// and sinks, trees inside one span and across a span's end, at every SIMD level.
+TEST(Attention, TreeAttentionEqualsEachBranchRunAlone) {
+  std::mt19937 rng(53);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const int32_t heads = 8, kv_heads = 2, hd = 64, tree = 14;
+  const std::vector<float> sinks = RandomSinks(heads, rng);
+  // A random tree in topological order: parent[t] < t; bits[t]: t's ancestors and itself.
+  std::vector<int32_t> parent(tree, -1);
+  std::vector<uint64_t> bits(tree);
+  for (int32_t t = 0; t < tree; ++t) {
+    if (t > 0) parent[t] = static_cast<int32_t>(rng() % t);
+    bits[t] = (t > 0 ? bits[parent[t]] : 0) | (uint64_t{1} << t);
+  }
+  for (DType dt : {DType::kF32, DType::kF16, DType::kI8}) {
+    for (int32_t tpb : {16, 32}) {
+      for (int32_t context : {120, 150}) {  // the tree across a 128-position span's end, or not
+        const PagedKv kv(dt, kv_heads, hd, tpb, context + tree, rng);
+        std::vector<float> q(tree * heads * hd), out(q.size()), alone(heads * hd);
+        for (float& x : q) x = nd(rng);
+        const double tolerance = dt == DType::kI8 ? 0.05 : 1e-5;
+        for (const VariantCase& c :
+             {VariantCase{0, 0, false}, VariantCase{2.5f, 0, false}, VariantCase{0, 0, true}}) {
+          const AttentionShape shape = VariantShape(heads, kv_heads, hd, c, sinks);
+          std::vector<float> scratch(AttentionScratchFloats(shape, pool.num_threads(), tpb));
+          const AttentionSeq seq{kv.table.data(), context, tree, 0, bits.data()};
+          for (SimdLevel level : Levels()) {
+            SetActiveSimdLevel(level);
+            PagedAttention(kv.view, shape, &seq, 1, q.data(), out.data(), pool, scratch.data());
+            for (int32_t t = 0; t < tree; ++t) {
+              SCOPED_TRACE(std::string(SimdLevelName(level)) + " " + DTypeName(dt) + " tpb " +
+                           std::to_string(tpb) + " context " + std::to_string(context) +
+                           " softcap " + std::to_string(c.softcap) + " sinks " +
+                           std::to_string(c.sinks) + " token " + std::to_string(t));
+              // The branch: the context, then t's ancestors and t.
+              std::vector<bool> seen(context + tree, false);
+              std::vector<int32_t> branch;
+              for (int32_t j = 0; j < context; ++j) seen[j] = true;
+              for (int32_t j = 0; j < tree; ++j) {
+                if ((bits[t] >> j) & 1u) seen[context + j] = true, branch.push_back(j);
+              }
+              // Alone: a cache holding the context and the branch at consecutive positions
+              // (the values the tree's cache holds, written again: 8-bit rows round the same).
+              PagedKv lone(dt, kv_heads, hd, tpb, context + tree, rng);
+              const int32_t n = context + static_cast<int32_t>(branch.size());
+              std::vector<float> k(kv.k.begin(), kv.k.begin() + context * kv.kv_dim),
+                  v(kv.v.begin(), kv.v.begin() + context * kv.kv_dim);
+              for (int32_t j : branch) {
+                const size_t at = static_cast<size_t>(context + j) * kv.kv_dim;
+                k.insert(k.end(), kv.k.begin() + at, kv.k.begin() + at + kv.kv_dim);
+                v.insert(v.end(), kv.v.begin() + at, kv.v.begin() + at + kv.kv_dim);
+              }
+              WriteKv(lone.view, {lone.table.data(), 0, n, 0}, k.data(), v.data());
+              const AttentionSeq last{lone.table.data(), n - 1, 1, 0};
+              PagedAttention(lone.view, shape, &last, 1, q.data() + t * heads * hd, alone.data(),
+                             pool, scratch.data());
+              for (int32_t h = 0; h < heads; ++h) {
+                const float* row = out.data() + (t * heads + h) * hd;
+                const Variant var{shape.softcap, 0, shape.sinks ? shape.sinks + h : nullptr};
+                const std::vector<double> ref =
+                    NaiveAttention(kv, h / (heads / kv_heads), hd, context + tree,
+                                   q.data() + (t * heads + h) * hd, shape.scale, var, &seen);
+                for (int32_t i = 0; i < hd; ++i) {
+                  ASSERT_NEAR(row[i], ref[i], tolerance * (1 + std::fabs(ref[i]))) << "head " << h;
+                  ASSERT_NEAR(row[i], alone[h * hd + i],
+                              (dt == DType::kI8 ? 0.02 : 1e-5) * (1 + std::fabs(ref[i])))
+                      << "head " << h << " against the branch alone";
+                }
+              }
+            }
+          }
+          SetActiveSimdLevel(BestSimdLevel());
+        }
+      }
     }
   }
 }

@@ -158,6 +158,7 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
   // and handed out in chunks as threads free up (later tiles of a prompt cost more).
   std::vector<int64_t> first_item(num_seqs + 1, 0);
   for (int s = 0; s < num_seqs; ++s) {
+    INFLIGHT_CHECK(seqs[s].tree == nullptr || (seqs[s].num_tokens <= 64 && shape.window == 0));
     const int64_t tiles = (seqs[s].num_tokens + tile - 1) / tile;
     first_item[s + 1] = first_item[s] + tiles * shape.num_kv_heads;
   }
@@ -173,6 +174,7 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
     std::vector<const float*> q_rows(len.size());
     std::vector<float*> out_rows(len.size());
     std::vector<float> sinks(shape.sinks != nullptr ? len.size() : 0);
+    std::vector<uint64_t> tree_bits(len.size());
     AttendRowsArgs args;
     args.scale = shape.scale, args.softcap = shape.softcap, args.window = shape.window;
     args.len = len.data(), args.q = q_rows.data(), args.out = out_rows.data();
@@ -200,9 +202,12 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
             q_rows[rows] = q + base + static_cast<int64_t>(g) * shape.head_dim;
             out_rows[rows] = out + base + static_cast<int64_t>(g) * shape.head_dim;
             if (shape.sinks != nullptr) sinks[rows] = shape.sinks[kvh * group + g];
+            if (seq.tree != nullptr) tree_bits[rows] = seq.tree[t];
           }
         }
         args.block_table = seq.block_table, args.kv_head = kvh, args.num_rows = rows;
+        args.tree_start = seq.start_pos;
+        args.tree_bits = seq.tree != nullptr ? tree_bits.data() : nullptr;
         k.attend_rows(kv, args, thread_scratch);
       }
     }

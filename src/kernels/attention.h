@@ -84,11 +84,17 @@ struct AttentionShape {
 // The new tokens of one sequence in a step: rows [row_offset, row_offset + num_tokens) of
 // q / out, at positions start_pos.. (they attend to positions 0..their own, causally, or to
 // the last `window` of them).
+//
+// Tree attention (drafts verified as a tree, each path a candidate continuation): with `tree`,
+// token t sees the positions before start_pos and the step's token j only if bit j of tree[t]
+// is set (its ancestors and itself; ancestors come before their descendants). At most 64
+// tokens, no sliding window (its window would count slots, not the branch's positions).
 struct AttentionSeq {
   const int32_t* block_table = nullptr;
   int32_t start_pos = 0;
   int32_t num_tokens = 0;
   int64_t row_offset = 0;
+  const uint64_t* tree = nullptr;  // [num_tokens], or null: causal
 };
 
 // Stores k/v rows ([num_tokens, kv_dim] each, heads side by side) at the sequence's positions.

@@ -10,6 +10,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/exp_avx512.h"
+#include "kernels/kernels.h"
 
 namespace inflight::kernels {
 
@@ -58,6 +59,18 @@ inline void SoftCap(float* p, int32_t lo, int32_t hi, float softcap) {
   }
 }
 
+// Tree attention: row r's span scores s[lo, hi) (positions p0 + j) soft-capped here and those
+// its tree hides set to -inf (capping after would make them finite again). Returns the
+// soft-cap still to apply (0 once applied here; the args' when the rows have no tree).
+inline float TreeMask(const AttendRowsArgs& args, int32_t r, float* s, int32_t p0, int32_t lo,
+                      int32_t hi) {
+  if (args.tree_bits == nullptr) return args.softcap;
+  if (hi <= lo) return 0.0f;
+  if (args.softcap > 0.0f) SoftCap(s, lo, hi, args.softcap);
+  args.MaskTree(r, s + lo, p0 + lo, hi - lo);
+  return 0.0f;
+}
+
 // The largest of a span's scores p[lo, hi) (relative positions) after soft-capping them in
 // place; -inf for an empty range.
 inline float SpanMax(float* p, int32_t lo, int32_t hi, float softcap) {
@@ -79,6 +92,7 @@ inline void SoftmaxUpdate(float* p, int32_t lo, int32_t hi, float softcap, float
   *alpha = 1.0f;
   if (hi <= lo) return;
   const float new_max = std::fmax(*row_max, SpanMax(p, lo, hi, softcap));
+  if (new_max == -INFINITY) return;  // every position hidden so far (tree attention)
   const __m512 vnew = _mm512_set1_ps(new_max);
   __m512 vsum = _mm512_setzero_ps();
   for (int32_t j = lo & ~15; j < hi; j += 16) {

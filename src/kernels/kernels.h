@@ -8,6 +8,8 @@
 // accumulators), so a request's result does not depend on its batch.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -64,10 +66,26 @@ struct AttendRowsArgs {
   float softcap = 0.0f;          // 0: no capping
   int32_t window = 0;            // 0: no sliding window
   const float* sinks = nullptr;  // [num_rows] sink logits (unscaled), or null: none
+  // Tree attention (drafts verified as a tree): row r sees position tree_start + j, j < 64,
+  // only if bit j of tree_bits[r] is set (the step's tokens on its own branch). null: causal.
+  int32_t tree_start = 0;
+  const uint64_t* tree_bits = nullptr;  // [num_rows]
 
   // The first position row r sees.
   int32_t FirstSeen(int32_t r) const {
     return window > 0 ? (len[r] > window ? len[r] - window : 0) : 0;
+  }
+  // Whether row r's tree hides position p (a step token off its branch).
+  bool Hidden(int32_t r, int32_t p) const {
+    return tree_bits != nullptr && p >= tree_start && p - tree_start < 64 &&
+           ((tree_bits[r] >> (p - tree_start)) & 1u) == 0;
+  }
+  // Scores s[0, n) of positions p0.. that row r's tree hides become -inf (after soft-capping:
+  // the cap would make them finite again).
+  void MaskTree(int32_t r, float* s, int32_t p0, int32_t n) const {
+    if (tree_bits == nullptr) return;
+    for (int32_t p = std::max(p0, tree_start); p < std::min(p0 + n, tree_start + 64); ++p)
+      if (Hidden(r, p)) s[p - p0] = -INFINITY;
   }
 };
 

@@ -255,8 +255,9 @@ void AttendRowsVec(const KvLayerView& kv, const AttendRowsArgs& args, float* scr
     for (int32_t r = 0; r < num_rows; ++r) {
       const int32_t lo = kWindow ? std::clamp(args.FirstSeen(r) - p0, 0, span) : 0,
                     hi = std::clamp(len[r] - p0, 0, span);
-      SoftmaxUpdate(probs + static_cast<int64_t>(r) * span, lo, hi, args.softcap, &row_max[r],
-                    &row_sum[r], &alpha[r]);
+      float* scores = probs + static_cast<int64_t>(r) * span;
+      SoftmaxUpdate(scores, lo, hi, TreeMask(args, r, scores, p0, lo, hi), &row_max[r], &row_sum[r],
+                    &alpha[r]);
     }
     for (int32_t i = i0; i < blocks; ++i) {
       const int32_t pb = p0 + i * tpb;

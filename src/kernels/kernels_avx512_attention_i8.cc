@@ -176,7 +176,7 @@ inline void SoftmaxSpanToBytes(float* p, uint8_t* p8, int32_t lo, int32_t hi, in
                                const int64_t* tiles, float softcap, float* row_max, float* row_sum,
                                float* alpha, float* ps) {
   const float new_max = std::fmax(*row_max, SpanMax(p, lo, hi, softcap));
-  if (hi <= lo) lo = hi = 0;
+  if (hi <= lo || new_max == -INFINITY) lo = hi = 0;  // nothing seen (so far)
   const __m512 vnew = _mm512_set1_ps(new_max);
   __m512 vsum = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
   for (int32_t b0 = begin; b0 < end; b0 += tpb) {
@@ -298,11 +298,12 @@ void AttendRowsI8Vec(const KvLayerView& kv, const AttendRowsArgs& args, float* s
       prefetch.Step();
       const int32_t lo = kWindow ? std::clamp(args.FirstSeen(r) - p0, 0, span) : 0,
                     hi = std::clamp(len[r] - p0, 0, span);
-      SoftmaxSpanToBytes(st.probs + static_cast<int64_t>(r) * span,
-                         st.p8 + static_cast<int64_t>(r) * span, lo, hi, i0 * tpb, blocks * tpb,
-                         tpb, static_cast<int64_t>(tpb) * kHd, static_cast<const int8_t*>(kv.v),
-                         tiles, args.softcap, &st.row_max[r], &st.row_sum[r], &st.alpha[r],
-                         &st.ps[r]);
+      float* scores = st.probs + static_cast<int64_t>(r) * span;
+      const float softcap = TreeMask(args, r, scores, p0, lo, hi);
+      SoftmaxSpanToBytes(scores, st.p8 + static_cast<int64_t>(r) * span, lo, hi, i0 * tpb,
+                         blocks * tpb, tpb, static_cast<int64_t>(tpb) * kHd,
+                         static_cast<const int8_t*>(kv.v), tiles, softcap, &st.row_max[r],
+                         &st.row_sum[r], &st.alpha[r], &st.ps[r]);
     }
     for (int32_t i = i0; i < blocks; ++i) {
       const int32_t pb = p0 + i * tpb;

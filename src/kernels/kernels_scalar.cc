@@ -326,10 +326,12 @@ void AttendRowsI8Scalar(const KvLayerView& kv, const AttendRowsArgs& args, float
           dot += q8[i] * kt[(static_cast<int64_t>(i / 4) * tpb + j % tpb) * 4 + i % 4];
         float s = static_cast<float>(dot - 128 * sumq) * qsc * scale_at(kv.k, j);
         if (args.softcap > 0.0f) s = args.softcap * std::tanh(s / args.softcap);
+        if (args.Hidden(r, j)) s = -INFINITY;
         probs[j - p0] = s;
         span_max = std::fmax(span_max, s);
       }
       const float new_max = std::fmax(mx, span_max);
+      if (new_max == -INFINITY) continue;  // every position hidden so far (tree attention)
       const float alpha = std::exp(mx - new_max);
       float span_sum = 0.0f, pmax = 0.0f;
       for (int32_t j = lo; j < hi; ++j) {
@@ -403,9 +405,11 @@ void AttendRowsScalar(const KvLayerView& kv, const AttendRowsArgs& args, float* 
           s += q[r][i] * load(kv.k, tile + static_cast<int64_t>(i) * tpb + j);
         p[j] = s * scale;
         if (softcap > 0.0f) p[j] = softcap * std::tanh(p[j] / softcap);
+        if (args.Hidden(r, p0 + j)) p[j] = -INFINITY;
         block_max = std::fmax(block_max, p[j]);
       }
       const float new_max = std::fmax(mx[r], block_max);
+      if (new_max == -INFINITY) continue;  // every position hidden so far (tree attention)
       const float alpha = std::exp(mx[r] - new_max);
       float block_sum = 0;
       for (int32_t j = lo; j < valid; ++j) {
