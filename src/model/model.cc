@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -301,6 +302,22 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
                                   " exceed the context length " +
                                   std::to_string(config_.context_length));
     }
+    if (c.tree != nullptr) {
+      if (c.tree_depth == nullptr || c.num_tokens > 64)
+        return InvalidArgumentError("a tree chunk needs its depths and at most 64 tokens");
+      if (!kv.layer_group.empty() || config_.sliding_window > 0)
+        return InvalidArgumentError("tree attention does not support sliding-window layers");
+      for (int32_t i = 0; i < c.num_tokens; ++i) {
+        const uint64_t bits = c.tree[i], up = bits & ~(uint64_t{1} << i);
+        // Itself, nothing after it, its parent's branch (the parent is its last ancestor) and
+        // a depth that counts its ancestors.
+        const bool parent_ok = up == 0 || c.tree[63 - std::countl_zero(up)] == up;
+        if (((bits >> i) & 1u) == 0 || (i < 63 && (bits >> (i + 1)) != 0) || !parent_ok ||
+            c.tree_depth[i] != std::popcount(bits) - 1)
+          return InvalidArgumentError("tree token " + std::to_string(i) +
+                                      " is not a node of a tree in order");
+      }
+    }
     if (kv.layers.empty()) continue;
     const int32_t tpb = kv.layers[0].tokens_per_block;
     const int64_t need = (static_cast<int64_t>(c.start_pos) + c.num_tokens + tpb - 1) / tpb;
@@ -439,8 +456,8 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
       !kv.layer_group.empty() && kv.layer_group[static_cast<size_t>(local)] != 0;
   int64_t row = 0;
   for (const SequenceChunk& ch : plan.chunks) {
-    seqs.push_back(
-        {window_group ? ch.window_block_table : ch.block_table, ch.start_pos, ch.num_tokens, row});
+    seqs.push_back({window_group ? ch.window_block_table : ch.block_table, ch.start_pos,
+                    ch.num_tokens, row, ch.tree});
     row += ch.num_tokens;
   }
   const kernels::KvLayerView& kv_layer = kv.layers[local];
@@ -618,7 +635,7 @@ Status Model::Embed(const BatchPlan& plan, ForwardScratch& s, int64_t T,
     row = 0;
     for (const SequenceChunk& ch : plan.chunks) {
       for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
-        kernels::DequantizeRow(weights_.position_embedding, ch.start_pos + i, pos_row.data());
+        kernels::DequantizeRow(weights_.position_embedding, ch.PositionOf(i), pos_row.data());
         kernels::AddInPlace(s.x + row * H, pos_row.data(), H);
       }
     }
@@ -709,7 +726,7 @@ Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, Forward
     for (const SequenceChunk& ch : plan.chunks) {
       for (int32_t i = 0; i < ch.num_tokens; ++i, ++row) {
         float* cos = s.rope_angles + (table * T + row) * c.rope_dim;
-        kernels::RopeAngles(rope.inv_freq.data(), c.rope_dim, ch.start_pos + i, cos,
+        kernels::RopeAngles(rope.inv_freq.data(), c.rope_dim, ch.PositionOf(i), cos,
                             cos + c.rope_dim / 2);
         if (rope.attn_factor != 1.0f) {
           for (int32_t j = 0; j < c.rope_dim; ++j) cos[j] *= rope.attn_factor;

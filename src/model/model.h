@@ -79,6 +79,17 @@ struct SequenceChunk {
   // entry is a block only where a window can still see it (-1 behind the window).
   const int32_t* window_block_table = nullptr;
   int32_t num_window_blocks = 0;
+  // Tree verification (drafts as a tree, one pass): token i's K/V go to slot start_pos + i,
+  // its position is start_pos + tree_depth[i] and it attends to the positions before
+  // start_pos and to the chunk's tokens tree[i] marks (kernels/attention.h AttentionSeq::tree:
+  // its ancestors and itself, ancestors first). At most 64 tokens; not with sliding-window
+  // layers. null: a causal chunk.
+  const uint64_t* tree = nullptr;
+  const int32_t* tree_depth = nullptr;
+
+  int32_t PositionOf(int32_t i) const {
+    return start_pos + (tree_depth != nullptr ? tree_depth[i] : i);
+  }
 };
 
 // One forward pass: a ragged batch, no padding.
