@@ -505,8 +505,9 @@ TEST(Attention, WindowSoftcapAndSinksMatchNaiveAttention) {
 
 // Tree attention (drafts verified as a tree): each tree token's rows equal the naive attention
 // over the positions before the tree and its own branch, and the same branch run alone (its
-// tokens at consecutive positions, causally), for F32, F16 and 8-bit caches, with soft-capping
-// and sinks, trees inside one span and across a span's end, at every SIMD level.
+// tokens at consecutive positions, causally) — within rounding masked in place, bit for bit
+// with scratch blocks — for F32, F16 and 8-bit caches, with soft-capping and sinks, trees
+// inside one span and across a span's end, at every SIMD level.
 TEST(Attention, TreeAttentionEqualsEachBranchRunAlone) {
   std::mt19937 rng(53);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -523,8 +524,13 @@ TEST(Attention, TreeAttentionEqualsEachBranchRunAlone) {
   for (DType dt : {DType::kF32, DType::kF16, DType::kI8}) {
     for (int32_t tpb : {16, 32}) {
       for (int32_t context : {120, 150}) {  // the tree across a 128-position span's end, or not
-        const PagedKv kv(dt, kv_heads, hd, tpb, context + tree, rng);
-        std::vector<float> q(tree * heads * hd), out(q.size()), alone(heads * hd);
+        // Positions past the tree only make room: their blocks are the exact pass's scratch.
+        const int32_t scratch_blocks = TreeScratchBlocks(context, tree, bits.data(), tpb);
+        const PagedKv kv(dt, kv_heads, hd, tpb, context + tree + scratch_blocks * tpb, rng);
+        const std::vector<int32_t> scratch_ids(
+            kv.table.begin() + (context + tree + tpb - 1) / tpb,
+            kv.table.begin() + (context + tree + tpb - 1) / tpb + scratch_blocks);
+        std::vector<float> q(tree * heads * hd), out(q.size()), exact(q.size()), alone(heads * hd);
         for (float& x : q) x = nd(rng);
         const double tolerance = dt == DType::kI8 ? 0.05 : 1e-5;
         for (const VariantCase& c :
@@ -532,9 +538,13 @@ TEST(Attention, TreeAttentionEqualsEachBranchRunAlone) {
           const AttentionShape shape = VariantShape(heads, kv_heads, hd, c, sinks);
           std::vector<float> scratch(AttentionScratchFloats(shape, pool.num_threads(), tpb));
           const AttentionSeq seq{kv.table.data(), context, tree, 0, bits.data()};
+          const AttentionSeq exact_seq{kv.table.data(), context,           tree, 0,
+                                       bits.data(),     scratch_ids.data()};
           for (SimdLevel level : Levels()) {
             SetActiveSimdLevel(level);
             PagedAttention(kv.view, shape, &seq, 1, q.data(), out.data(), pool, scratch.data());
+            PagedAttention(kv.view, shape, &exact_seq, 1, q.data(), exact.data(), pool,
+                           scratch.data());
             for (int32_t t = 0; t < tree; ++t) {
               SCOPED_TRACE(std::string(SimdLevelName(level)) + " " + DTypeName(dt) + " tpb " +
                            std::to_string(tpb) + " context " + std::to_string(context) +
@@ -562,6 +572,10 @@ TEST(Attention, TreeAttentionEqualsEachBranchRunAlone) {
               const AttentionSeq last{lone.table.data(), n - 1, 1, 0};
               PagedAttention(lone.view, shape, &last, 1, q.data() + t * heads * hd, alone.data(),
                              pool, scratch.data());
+              for (int32_t i = 0; i < heads * hd; ++i) {
+                ASSERT_EQ(exact[t * heads * hd + i], alone[i])
+                    << "with scratch blocks: the branch alone bit for bit";
+              }
               for (int32_t h = 0; h < heads; ++h) {
                 const float* row = out.data() + (t * heads + h) * hd;
                 const Variant var{shape.softcap, 0, shape.sinks ? shape.sinks + h : nullptr};

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <tuple>
 
 #include "base/thread_pool.h"
 #include "engine/executor_config.h"
@@ -36,7 +37,8 @@ struct Runner {
   }
   // Runs `tokens` at positions start.. causally; the logits of every token.
   std::vector<float> Run(const std::vector<int32_t>& tokens, int32_t start,
-                         const uint64_t* tree = nullptr, const int32_t* depth = nullptr) {
+                         const uint64_t* tree = nullptr, const int32_t* depth = nullptr,
+                         bool exact = false) {
     SequenceChunk c;
     c.token_ids = tokens.data();
     c.num_tokens = static_cast<int32_t>(tokens.size());
@@ -45,6 +47,12 @@ struct Runner {
     c.num_blocks = static_cast<int32_t>(table.size());
     c.num_logits = c.num_tokens;
     c.tree = tree, c.tree_depth = depth;
+    if (exact) {  // the blocks past the chunk's are free
+      const int32_t used = (start + c.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock;
+      c.tree_scratch = table.data() + used;
+      c.num_tree_scratch = static_cast<int32_t>(table.size()) - used;
+      c.num_blocks = used;
+    }
     BatchPlan plan;
     plan.chunks.push_back(c);
     std::vector<float> logits(tokens.size() * model.config().vocab_size);
@@ -81,10 +89,12 @@ Tree RandomTree(int32_t n, int32_t vocab, bool chain, std::mt19937& rng) {
 
 // Each tree token's logits against its branch run alone (the prompt, then the branch, in a
 // pool of its own). A chain (every token the child of the one before) is a causal chunk and
-// must match bit for bit. A branched tree reads its branch from slots with gaps: the softmax
-// sums the same terms, but in other SIMD lanes and 128-position spans, so the rounding differs;
-// on these random-weight models the layers grow that to a few hundredths of a logit.
-void ExpectTreeEqualsBranches(const std::string& path, bool chain) {
+// must match bit for bit, and so must every tree with scratch blocks (each branch copied to
+// consecutive positions). Masked in place, a branched tree reads its branch from slots with
+// gaps: the softmax sums the same terms, but in other SIMD lanes and 128-position spans, so the
+// rounding differs; on these random-weight models the layers grow that to a few hundredths of
+// a logit.
+void ExpectTreeEqualsBranches(const std::string& path, bool chain, bool exact) {
   REQUIRE_SHARED_FILE(path);
   auto model = Model::Load(path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -97,7 +107,7 @@ void ExpectTreeEqualsBranches(const std::string& path, bool chain) {
   runner.Run(prompt, 0);
   ASSERT_TRUE(runner.status.ok()) << runner.status.ToString();
   const std::vector<float> got = runner.Run(tree.tokens, static_cast<int32_t>(prompt.size()),
-                                            tree.bits.data(), tree.depth.data());
+                                            tree.bits.data(), tree.depth.data(), exact);
   ASSERT_TRUE(runner.status.ok()) << runner.status.ToString();
   float worst = 0;
   for (int32_t i = 0; i < static_cast<int32_t>(tree.tokens.size()); ++i) {
@@ -114,21 +124,22 @@ void ExpectTreeEqualsBranches(const std::string& path, bool chain) {
     std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
     for (int32_t v = 0; v < vocab; ++v) {
       worst = std::max(worst, std::fabs(a[v] - b[v]));
-      if (chain) ASSERT_EQ(a[v], b[v]) << "token " << i << " logit " << v;
+      if (chain || exact) ASSERT_EQ(a[v], b[v]) << "token " << i << " logit " << v;
     }
     if (top[0] - top[1] > 0.1f) {
       EXPECT_EQ(std::max_element(a, a + vocab) - a, std::max_element(b, b + vocab) - b)
           << "token " << i;
     }
   }
-  std::printf("%s %s: largest logit difference from the branches alone %.2g\n", path.c_str(),
-              chain ? "chain" : "tree", worst);
+  std::printf("%s %s%s: largest logit difference from the branches alone %.2g\n", path.c_str(),
+              chain ? "chain" : "tree", exact ? " with scratch blocks" : "", worst);
   EXPECT_LT(worst, 0.05f);
 }
 
 TEST(TreeForwardTest, EveryTokenGetsItsBranchsLogits) {
+  const std::string demo = testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf";
   for (bool chain : {true, false}) {
-    ExpectTreeEqualsBranches(testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf", chain);
+    for (bool exact : {false, true}) ExpectTreeEqualsBranches(demo, chain, exact);
   }
 }
 
@@ -136,8 +147,11 @@ TEST(TreeForwardTest, EveryTokenGetsItsBranchsLogits) {
 // depth.
 TEST(TreeForwardTest, LearnedPositionsAndExperts) {
   for (bool chain : {true, false}) {
-    ExpectTreeEqualsBranches(testing::SharedDir() + "/golden/gpt2-f16.gguf", chain);
-    ExpectTreeEqualsBranches(testing::SharedDir() + "/golden/arch/qwen3moe-f16.gguf", chain);
+    for (bool exact : {false, true}) {
+      ExpectTreeEqualsBranches(testing::SharedDir() + "/golden/gpt2-f16.gguf", chain, exact);
+      ExpectTreeEqualsBranches(testing::SharedDir() + "/golden/arch/qwen3moe-f16.gguf", chain,
+                               exact);
+    }
   }
 }
 
@@ -158,8 +172,31 @@ TEST(TreeForwardTest, ChunksThatAreNotTreesAndWindowedModelsAreRefused) {
   const std::vector<uint64_t> good = {1, 3, 5};
   runner.Run(tokens, 0, good.data(), nullptr);
   EXPECT_EQ(runner.status.code(), StatusCode::kInvalidArgument) << "no depths";
+  runner.Run(tokens, 0, nullptr, depth.data());
+  EXPECT_EQ(runner.status.code(), StatusCode::kInvalidArgument) << "depths without a tree";
+  const std::vector<uint64_t> past_the_end = {1 | uint64_t{1} << 50, 3, 5};
+  runner.Run(tokens, 0, past_the_end.data(), depth.data());
+  EXPECT_EQ(runner.status.code(), StatusCode::kInvalidArgument) << "a bit past the chunk";
   runner.Run(tokens, 0, good.data(), depth.data());
   EXPECT_TRUE(runner.status.ok()) << runner.status.ToString();
+  // Scratch blocks: as many as the tree needs, none the chunk itself uses.
+  SequenceChunk c;
+  c.token_ids = tokens.data(), c.num_tokens = 3, c.num_logits = 3;
+  c.block_table = runner.table.data(), c.num_blocks = 1;
+  c.tree = good.data(), c.tree_depth = depth.data();
+  const std::vector<int32_t> overlapping = {runner.table[0], runner.table[5], runner.table[6]},
+                             apart = {runner.table[4], runner.table[5], runner.table[6]};
+  std::vector<float> logits(3 * (*model)->config().vocab_size);
+  const std::vector<int32_t> twice = {runner.table[4], runner.table[5], runner.table[4]};
+  for (const auto& [ids, n, ok] : {std::tuple{&apart, 2, false}, std::tuple{&overlapping, 3, false},
+                                   std::tuple{&twice, 3, false}, std::tuple{&apart, 3, true}}) {
+    c.tree_scratch = ids->data(), c.num_tree_scratch = n;
+    BatchPlan plan;
+    plan.chunks.push_back(c);
+    const Status st =
+        (*model)->Forward(plan, runner.view, runner.scratch, runner.pool, logits.data());
+    EXPECT_EQ(st.ok(), ok) << st.ToString();
+  }
 
   const std::string gemma = testing::SharedDir() + "/golden/arch/gemma3-f16.gguf";
   REQUIRE_SHARED_FILE(gemma);

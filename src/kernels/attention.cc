@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -87,6 +88,94 @@ void StoreI8(const KvLayerView& kv, int64_t tile, int32_t index, const float* k,
 
 }  // namespace
 
+namespace {
+
+// Copies slot from_index of block from_block to slot to_index of block to_block, every head's K
+// and V with their scales, in the tile layouts of attention.h.
+void CopyKvSlot(const KvLayerView& kv, int32_t from_block, int32_t from_index, int32_t to_block,
+                int32_t to_index) {
+  const int32_t heads = kv.kv_dim / kv.head_dim, tpb = kv.tokens_per_block, hd = kv.head_dim;
+  for (int32_t h = 0; h < heads; ++h) {
+    if (kv.dtype == DType::kI8) {
+      const int64_t src = kv.TileByteOffset(from_block, h), dst = kv.TileByteOffset(to_block, h);
+      auto* k = static_cast<uint8_t*>(kv.k);
+      auto* v = static_cast<uint8_t*>(kv.v);
+      for (int32_t q = 0; q < hd / 4; ++q) {
+        std::memcpy(k + dst + (static_cast<int64_t>(q) * tpb + to_index) * 4,
+                    k + src + (static_cast<int64_t>(q) * tpb + from_index) * 4, 4);
+      }
+      for (int32_t i = 0; i < hd; ++i) {
+        v[dst + (static_cast<int64_t>(to_index / 4) * hd + i) * 4 + to_index % 4] =
+            v[src + (static_cast<int64_t>(from_index / 4) * hd + i) * 4 + from_index % 4];
+      }
+      const int64_t scales = static_cast<int64_t>(tpb) * hd;
+      std::memcpy(k + dst + scales + 2 * to_index, k + src + scales + 2 * from_index, 2);
+      std::memcpy(v + dst + scales + 2 * to_index, v + src + scales + 2 * from_index, 2);
+      continue;
+    }
+    const int64_t elem = kv.dtype == DType::kF32 ? 4 : 2;
+    const int64_t src = kv.TileOffset(from_block, h) * elem,
+                  dst = kv.TileOffset(to_block, h) * elem;
+    auto* k = static_cast<uint8_t*>(kv.k);
+    auto* v = static_cast<uint8_t*>(kv.v);
+    for (int32_t i = 0; i < hd; ++i) {
+      std::memcpy(k + dst + (static_cast<int64_t>(i) * tpb + to_index) * elem,
+                  k + src + (static_cast<int64_t>(i) * tpb + from_index) * elem, elem);
+    }
+    std::memcpy(v + dst + static_cast<int64_t>(to_index) * hd * elem,
+                v + src + static_cast<int64_t>(from_index) * hd * elem, hd * elem);
+  }
+}
+
+}  // namespace
+
+int32_t TreeScratchBlocks(int32_t start_pos, int32_t num_tokens, const uint64_t* tree,
+                          int32_t tokens_per_block) {
+  int32_t blocks = 0;
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    const int32_t depth = std::popcount(tree[t]) - 1;
+    blocks += (start_pos % tokens_per_block + depth + tokens_per_block) / tokens_per_block;
+  }
+  return blocks;
+}
+
+namespace {
+
+// The exact tree pass's block tables: token t's table is the sequence's up to start_pos's
+// block, then scratch blocks holding that block's slots before start_pos and t's branch at
+// consecutive positions (its causal length is start_pos + depth + 1).
+struct TreeTables {
+  std::vector<std::vector<int32_t>> tables;  // [token]
+  std::vector<int32_t> len;                  // [token]
+};
+
+TreeTables BuildTreeTables(const KvLayerView& kv, const AttentionSeq& seq) {
+  const int32_t tpb = kv.tokens_per_block, first = seq.start_pos / tpb,
+                before = seq.start_pos % tpb;
+  TreeTables out;
+  const int32_t* scratch = seq.tree_scratch;
+  for (int32_t t = 0; t < seq.num_tokens; ++t) {
+    std::vector<int32_t> table(seq.block_table, seq.block_table + first);
+    int32_t pos = seq.start_pos;  // the next consecutive position of t's branch
+    auto slot_of = [&](int32_t p) { return std::make_pair(table[p / tpb], p % tpb); };
+    const int32_t depth = std::popcount(seq.tree[t]) - 1;
+    const int32_t blocks = (before + depth + tpb) / tpb;
+    for (int32_t b = 0; b < blocks; ++b) table.push_back(*scratch++);
+    for (int32_t i = 0; i < before; ++i) CopyKvSlot(kv, seq.block_table[first], i, table[first], i);
+    for (int32_t j = 0; j < seq.num_tokens; ++j) {
+      if (((seq.tree[t] >> j) & 1u) == 0) continue;
+      const int32_t from = seq.start_pos + j;
+      const auto [to_block, to_index] = slot_of(pos++);
+      CopyKvSlot(kv, seq.block_table[from / tpb], from % tpb, to_block, to_index);
+    }
+    out.tables.push_back(std::move(table));
+    out.len.push_back(pos);
+  }
+  return out;
+}
+
+}  // namespace
+
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v) {
   INFLIGHT_CHECK(kv.head_dim > 0 && kv.kv_dim % kv.head_dim == 0);
   const int32_t heads = kv.kv_dim / kv.head_dim, tpb = kv.tokens_per_block;
@@ -156,10 +245,15 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
   const int32_t tile = TokensPerTile(shape);
   // Work item = (sequence, tile of tokens, K/V head). Items are numbered sequence by sequence
   // and handed out in chunks as threads free up (later tiles of a prompt cost more).
+  // Exact tree passes: each token alone over its own block table (a tile of one token).
+  std::vector<TreeTables> trees(num_seqs);
   std::vector<int64_t> first_item(num_seqs + 1, 0);
   for (int s = 0; s < num_seqs; ++s) {
     INFLIGHT_CHECK(seqs[s].tree == nullptr || (seqs[s].num_tokens <= 64 && shape.window == 0));
-    const int64_t tiles = (seqs[s].num_tokens + tile - 1) / tile;
+    const bool exact_tree = seqs[s].tree != nullptr && seqs[s].tree_scratch != nullptr;
+    if (exact_tree) trees[s] = BuildTreeTables(kv, seqs[s]);
+    const int32_t seq_tile = exact_tree ? 1 : tile;
+    const int64_t tiles = (seqs[s].num_tokens + seq_tile - 1) / seq_tile;
     first_item[s + 1] = first_item[s] + tiles * shape.num_kv_heads;
   }
   const int64_t total = first_item[num_seqs];
@@ -189,25 +283,28 @@ void PagedAttention(const KvLayerView& kv, const AttentionShape& shape, const At
       for (int64_t item = begin; item < end; ++item) {
         while (item >= first_item[s + 1]) ++s;
         const AttentionSeq& seq = seqs[s];
+        const bool exact_tree = !trees[s].tables.empty();
+        const int32_t seq_tile = exact_tree ? 1 : tile;
         const int64_t local = item - first_item[s];
-        const int32_t t0 = static_cast<int32_t>(local / shape.num_kv_heads) * tile;
+        const int32_t t0 = static_cast<int32_t>(local / shape.num_kv_heads) * seq_tile;
         const int32_t kvh = static_cast<int32_t>(local % shape.num_kv_heads);
-        const int32_t tokens = std::min(tile, seq.num_tokens - t0);
+        const int32_t tokens = std::min(seq_tile, seq.num_tokens - t0);
         int32_t rows = 0;
         for (int32_t t = t0; t < t0 + tokens; ++t) {
           const int64_t base =
               (seq.row_offset + t) * q_stride + static_cast<int64_t>(kvh) * group * shape.head_dim;
           for (int32_t g = 0; g < group; ++g, ++rows) {
-            len[rows] = seq.start_pos + t + 1;
+            len[rows] = exact_tree ? trees[s].len[t] : seq.start_pos + t + 1;
             q_rows[rows] = q + base + static_cast<int64_t>(g) * shape.head_dim;
             out_rows[rows] = out + base + static_cast<int64_t>(g) * shape.head_dim;
             if (shape.sinks != nullptr) sinks[rows] = shape.sinks[kvh * group + g];
             if (seq.tree != nullptr) tree_bits[rows] = seq.tree[t];
           }
         }
-        args.block_table = seq.block_table, args.kv_head = kvh, args.num_rows = rows;
+        args.block_table = exact_tree ? trees[s].tables[t0].data() : seq.block_table;
+        args.kv_head = kvh, args.num_rows = rows;
         args.tree_start = seq.start_pos;
-        args.tree_bits = seq.tree != nullptr ? tree_bits.data() : nullptr;
+        args.tree_bits = seq.tree != nullptr && !exact_tree ? tree_bits.data() : nullptr;
         k.attend_rows(kv, args, thread_scratch);
       }
     }

@@ -89,13 +89,25 @@ struct AttentionShape {
 // token t sees the positions before start_pos and the step's token j only if bit j of tree[t]
 // is set (its ancestors and itself; ancestors come before their descendants). At most 64
 // tokens, no sliding window (its window would count slots, not the branch's positions).
+//
+// With `tree_scratch` (TreeScratchBlocks(...) block ids the call may overwrite), the result is
+// bit for bit the branch's run alone: each token's branch is copied behind the positions before
+// start_pos into scratch blocks, at consecutive positions as the branch alone would hold them,
+// and attended causally. Without, the step's tokens off a branch are masked in place: one pass,
+// but the softmax sums in other SIMD lanes and spans than the branch alone (rounding differs).
 struct AttentionSeq {
   const int32_t* block_table = nullptr;
   int32_t start_pos = 0;
   int32_t num_tokens = 0;
   int64_t row_offset = 0;
-  const uint64_t* tree = nullptr;  // [num_tokens], or null: causal
+  const uint64_t* tree = nullptr;         // [num_tokens], or null: causal
+  const int32_t* tree_scratch = nullptr;  // with a tree: scratch blocks, or null: masked
 };
+
+// Scratch blocks an exact tree pass needs: per token, the blocks from start_pos's block to the
+// end of its branch.
+int32_t TreeScratchBlocks(int32_t start_pos, int32_t num_tokens, const uint64_t* tree,
+                          int32_t tokens_per_block);
 
 // Stores k/v rows ([num_tokens, kv_dim] each, heads side by side) at the sequence's positions.
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v);

@@ -92,7 +92,11 @@ inline void SoftmaxUpdate(float* p, int32_t lo, int32_t hi, float softcap, float
   *alpha = 1.0f;
   if (hi <= lo) return;
   const float new_max = std::fmax(*row_max, SpanMax(p, lo, hi, softcap));
-  if (new_max == -INFINITY) return;  // every position hidden so far (tree attention)
+  if (new_max == -INFINITY) {  // every position hidden so far (tree attention): nothing seen
+    for (int32_t j = lo & ~15; j < hi; j += 16)
+      _mm512_mask_storeu_ps(p + j, LaneRange(j, lo, hi), _mm512_setzero_ps());
+    return;
+  }
   const __m512 vnew = _mm512_set1_ps(new_max);
   __m512 vsum = _mm512_setzero_ps();
   for (int32_t j = lo & ~15; j < hi; j += 16) {

@@ -35,7 +35,8 @@ bool KvDiskReader::MakeRoomLocked(int64_t bytes) {
     entries_.erase(it);
     ++stats_.dropped;
   }
-  return held_bytes_ + bytes <= max_bytes_;
+  // One block always fits an empty room (a block larger than the room would wait forever).
+  return held_bytes_ + bytes <= max_bytes_ || held_bytes_ == 0;
 }
 
 bool KvDiskReader::Ready(const std::vector<Block>& chain) {
@@ -47,8 +48,14 @@ bool KvDiskReader::Ready(const std::vector<Block>& chain) {
       const Block& b = chain[i];
       auto it = entries_.find(b.key);
       if (it != entries_.end()) {
-        if (it->second.state == State::kFailed) break;  // the chain ends here
-        if (it->second.state == State::kQueued) ready = false;
+        Entry& e = it->second;
+        if (e.state == State::kFailed) break;  // the chain ends here
+        if (e.state == State::kQueued) ready = false;
+        if (e.state == State::kStaged) {
+          // Still wanted: the newest again, so waiting for the rest of its chain never drops it.
+          staged_order_.splice(staged_order_.end(), staged_order_, e.age);
+          e.staged_at = std::chrono::steady_clock::now();
+        }
         continue;
       }
       // Not asked for yet. The room it needs is taken now (a queued block is never dropped),
@@ -57,7 +64,10 @@ bool KvDiskReader::Ready(const std::vector<Block>& chain) {
         ready = false;  // the rest waits for room
         break;
       }
-      entries_.emplace(b.key, Entry{});
+      Entry e;
+      e.parent = b.parent;
+      e.tokens = b.tokens;
+      entries_.emplace(b.key, std::move(e));
       held_bytes_ += block_bytes_;
       jobs_.push_back(Job{b});
       queued = true;
@@ -73,10 +83,15 @@ bool KvDiskReader::Ready(const std::vector<Block>& chain) {
   return ready;
 }
 
-std::vector<uint8_t> KvDiskReader::Take(uint64_t key) {
+std::vector<uint8_t> KvDiskReader::Take(uint64_t key, uint64_t parent, const int32_t* tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.state == State::kQueued) return {};
+  // Read for the prefix that asked first: a key is a 64-bit hash, so the block must also be
+  // this one's (its parent and tokens) to be handed over.
+  if (it->second.parent != parent ||
+      !std::equal(it->second.tokens.begin(), it->second.tokens.end(), tokens))
+    return {};
   std::vector<uint8_t> bytes = std::move(it->second.bytes);
   if (it->second.state == State::kStaged) {
     staged_order_.erase(it->second.age);

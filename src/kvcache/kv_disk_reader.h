@@ -39,9 +39,10 @@ class KvDiskReader {
   // staged, up to one whose read failed (the chain ends there). Blocks neither staged nor
   // queued are queued, as many as the room allows; false while any is still to come.
   bool Ready(const std::vector<Block>& chain);
-  // The staged bytes of `key`, moved out (empty when not staged: not read, failed or
-  // dropped).
-  std::vector<uint8_t> Take(uint64_t key);
+  // The staged bytes of `key` read as the block of `tokens` (tokens_per_block) after `parent`,
+  // moved out (empty when not staged: not read, failed, dropped, or read for another prefix
+  // under the same key).
+  std::vector<uint8_t> Take(uint64_t key, uint64_t parent, const int32_t* tokens);
   // The most blocks of one chain staged (half the room: two long chains are read at once).
   int64_t max_blocks() const { return max_blocks_; }
 
@@ -57,6 +58,8 @@ class KvDiskReader {
   enum class State { kQueued, kStaged, kFailed };
   struct Entry {
     State state = State::kQueued;
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
     std::vector<uint8_t> bytes;
     std::list<uint64_t>::iterator age;  // in staged_order_ when staged
     std::chrono::steady_clock::time_point staged_at;

@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include "base/thread_pool.h"
 #include "kernels/interleave.h"
@@ -302,6 +303,8 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
                                   " exceed the context length " +
                                   std::to_string(config_.context_length));
     }
+    if (c.tree == nullptr && (c.tree_depth != nullptr || c.tree_scratch != nullptr))
+      return InvalidArgumentError("tree depths or scratch blocks without a tree");
     if (c.tree != nullptr) {
       if (c.tree_depth == nullptr || c.num_tokens > 64)
         return InvalidArgumentError("a tree chunk needs its depths and at most 64 tokens");
@@ -309,10 +312,11 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
         return InvalidArgumentError("tree attention does not support sliding-window layers");
       for (int32_t i = 0; i < c.num_tokens; ++i) {
         const uint64_t bits = c.tree[i], up = bits & ~(uint64_t{1} << i);
-        // Itself, nothing after it, its parent's branch (the parent is its last ancestor) and
-        // a depth that counts its ancestors.
-        const bool parent_ok = up == 0 || c.tree[63 - std::countl_zero(up)] == up;
-        if (((bits >> i) & 1u) == 0 || (i < 63 && (bits >> (i + 1)) != 0) || !parent_ok ||
+        // Itself, nothing after it, its parent's branch (the parent is its last ancestor,
+        // before it: checked only once nothing after it is set) and a depth that counts its
+        // ancestors.
+        if (((bits >> i) & 1u) == 0 || (i < 63 && (bits >> (i + 1)) != 0) ||
+            (up != 0 && c.tree[63 - std::countl_zero(up)] != up) ||
             c.tree_depth[i] != std::popcount(bits) - 1)
           return InvalidArgumentError("tree token " + std::to_string(i) +
                                       " is not a node of a tree in order");
@@ -327,6 +331,17 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
       if (c.block_table[b] < 0 || c.block_table[b] >= kv.num_blocks)
         return InvalidArgumentError("block id out of range");
     }
+    if (c.tree != nullptr && c.tree_scratch != nullptr) {
+      const int32_t scratch = kernels::TreeScratchBlocks(c.start_pos, c.num_tokens, c.tree, tpb);
+      if (c.num_tree_scratch < scratch)
+        return InvalidArgumentError("a tree chunk needs " + std::to_string(scratch) +
+                                    " scratch blocks");
+      for (int32_t i = 0; i < scratch; ++i) {
+        const int32_t b = c.tree_scratch[i];
+        if (b < 0 || b >= kv.num_blocks)
+          return InvalidArgumentError("tree scratch block out of range");
+      }
+    }
     if (kv.layer_group.empty()) continue;
     // The window group: every block the chunk's first window can see, and those it writes.
     if (c.num_window_blocks < need)
@@ -335,6 +350,32 @@ Status Model::ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const {
     for (int64_t b = first_seen; b < need; ++b) {
       if (c.window_block_table[b] < 0 || c.window_block_table[b] >= kv.num_window_blocks)
         return InvalidArgumentError("window block id out of range");
+    }
+  }
+  return CheckTreeScratch(plan, kv);
+}
+
+// Tree scratch blocks are overwritten by every layer: none may be a block any chunk of the
+// plan reads or writes, nor appear twice.
+Status Model::CheckTreeScratch(const BatchPlan& plan, const KvCacheView& kv) const {
+  if (kv.layers.empty()) return OkStatus();
+  const int32_t tpb = kv.layers[0].tokens_per_block;
+  std::unordered_set<int32_t> used, scratch;
+  bool any = false;
+  for (const SequenceChunk& c : plan.chunks) {
+    const int64_t need = (static_cast<int64_t>(c.start_pos) + c.num_tokens + tpb - 1) / tpb;
+    used.insert(c.block_table, c.block_table + need);
+    any |= c.tree_scratch != nullptr;
+  }
+  if (!any) return OkStatus();
+  for (const SequenceChunk& c : plan.chunks) {
+    if (c.tree_scratch == nullptr) continue;
+    const int32_t n = kernels::TreeScratchBlocks(c.start_pos, c.num_tokens, c.tree, tpb);
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t b = c.tree_scratch[i];
+      if (used.count(b) > 0 || !scratch.insert(b).second)
+        return InvalidArgumentError("tree scratch block " + std::to_string(b) +
+                                    " is in use or given twice");
     }
   }
   return OkStatus();
@@ -457,7 +498,7 @@ Status Model::Attention(int layer, const BatchPlan& plan, const KvCacheView& kv,
   int64_t row = 0;
   for (const SequenceChunk& ch : plan.chunks) {
     seqs.push_back({window_group ? ch.window_block_table : ch.block_table, ch.start_pos,
-                    ch.num_tokens, row, ch.tree});
+                    ch.num_tokens, row, ch.tree, ch.tree_scratch});
     row += ch.num_tokens;
   }
   const kernels::KvLayerView& kv_layer = kv.layers[local];

@@ -83,13 +83,15 @@ struct SequenceChunk {
   // its position is start_pos + tree_depth[i] and it attends to the positions before
   // start_pos and to the chunk's tokens tree[i] marks (kernels/attention.h AttentionSeq::tree:
   // its ancestors and itself, ancestors first). At most 64 tokens; not with sliding-window
-  // layers. null: a causal chunk.
+  // layers. null: a causal chunk. With tree_scratch (kernels::TreeScratchBlocks of them, blocks
+  // of no sequence: each layer overwrites them) every token's logits are bit for bit its
+  // branch's run alone; without, within rounding (kernels/attention.h).
   const uint64_t* tree = nullptr;
   const int32_t* tree_depth = nullptr;
+  const int32_t* tree_scratch = nullptr;
+  int32_t num_tree_scratch = 0;
 
-  int32_t PositionOf(int32_t i) const {
-    return start_pos + (tree_depth != nullptr ? tree_depth[i] : i);
-  }
+  int32_t PositionOf(int32_t i) const { return start_pos + (tree != nullptr ? tree_depth[i] : i); }
 };
 
 // One forward pass: a ragged batch, no padding.
@@ -265,6 +267,7 @@ class Model {
  private:
   friend class LayerPass;
   Status ValidatePlan(const BatchPlan& plan, const KvCacheView& kv) const;
+  Status CheckTreeScratch(const BatchPlan& plan, const KvCacheView& kv) const;
   // `layer` is the global id; weights_.layers and kv.layers hold this stage's only.
   Status Attention(int layer, const BatchPlan& plan, const KvCacheView& kv, ForwardScratch& s,
                    ThreadPool& pool, int64_t num_tokens, TensorParallelGroup* tp) const;
