@@ -46,8 +46,7 @@ void Executor::SetUpDiskTier(std::unique_ptr<KvDiskStore> disk) {
   };
   const bool windows = window_blocks_ != nullptr;
   const int64_t full_bytes = runner_->KvBlockBytes(kFullGroup);
-  tier.load = [this, windows, full_bytes](uint64_t key, uint64_t parent, const int32_t* tokens,
-                                          int32_t block) {
+  tier.load = [this, windows](uint64_t key, uint64_t parent, const int32_t* tokens, int32_t block) {
     std::vector<uint8_t> bytes = disk_reader_->Take(key, parent, tokens);
     if (bytes.empty() || !runner_->ImportBlock(kFullGroup, block, bytes.data())) return false;
     // The window part waits for TakePrefix's window pass (load_window), then `done`.
