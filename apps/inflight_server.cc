@@ -19,6 +19,7 @@
 #include "backends/llm/init_repo.h"
 #include "backends/llm/llm_backend.h"
 #include "base/logging.h"
+#include "engine/lookahead.h"
 #include "frontends/grpc_frontend.h"
 #include "frontends/http_frontend.h"
 #include "parallel/mpi_process.h"
@@ -287,8 +288,22 @@ int main(int argc, char** argv) {
   init_cmd
       ->add_option(
           "--speculative-decoding-mode", init.speculative_decoding_mode,
-          "none, prompt_lookup (drafts from earlier occurrences of the last n-gram) or draft_model")
-      ->check(CLI::IsMember({"none", "prompt_lookup", "draft_model"}));
+          "none, prompt_lookup (drafts from earlier occurrences of the last n-gram), draft_model "
+          "or lookahead (Jacobi guesses and an n-gram pool verified as a tree; "
+          "--lookahead-config W,N,G)")
+      ->check(CLI::IsMember({"none", "prompt_lookup", "draft_model", "lookahead"}));
+  init_cmd
+      ->add_option("--lookahead-config", init.lookahead_config,
+                   "lookahead: window size, n-gram size, verification set size (the requests' "
+                   "largest), e.g. 4,3,4")
+      ->check([](const std::string& v) {
+        int w = 0, n = 0, g = 0;
+        char extra = 0;
+        if (std::sscanf(v.c_str(), "%d,%d,%d%c", &w, &n, &g, &extra) != 3)
+          return std::string("expected W,N,G (three whole numbers)");
+        const Status st = LookaheadConfig{w, n, g}.Validate("lookahead_");
+        return st.ok() ? std::string() : st.message();
+      });
   init_cmd->add_option("--draft-model", init.draft_model_path,
                        "draft_model: a smaller model of the same vocabulary (default: the model)");
   init_cmd

@@ -15,6 +15,7 @@
 //                   [--decode-tokens 128] [--draft 4] [--ngram 3] [--draft-layers 0] [--passage 80]
 //                   [--reps 3]
 //                   [--block-output-scale 1] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
+//                   [--mode lookahead --lookahead W,N,G] [--adaptive 0|1] [--batch 16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,8 +37,11 @@ struct Run {
   int32_t drafts = 0, accepted = 0;
 };
 
+// `batch` copies of the request at once (each its own sequence: prefix reuse is off), after
+// their prompts: decode_tps is the batch's tokens after each one's first over the time from
+// the last first token to the last token (the decode phase all of them share).
 Run RunOne(const Model& model, const ExecutorConfig& config, const std::vector<int32_t>& prompt,
-           int32_t max_tokens, const Model* draft = nullptr) {
+           int32_t max_tokens, const Model* draft = nullptr, int batch = 1) {
   auto e = Executor::Create(model, config, draft);
   if (!e.ok()) {
     std::fprintf(stderr, "%s\n", e.status().ToString().c_str());
@@ -49,23 +53,41 @@ Run RunOne(const Model& model, const ExecutorConfig& config, const std::vector<i
   r.sampling.temperature = 0;
   r.exclude_input_in_output = true;
   const auto t0 = std::chrono::steady_clock::now();
-  auto id = (*e)->Enqueue(r);
-  if (!id.ok()) {
-    std::fprintf(stderr, "%s\n", id.status().ToString().c_str());
-    std::exit(1);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < batch; ++i) {
+    auto id = (*e)->Enqueue(r);
+    if (!id.ok()) {
+      std::fprintf(stderr, "%s\n", id.status().ToString().c_str());
+      std::exit(1);
+    }
+    ids.push_back(*id);
   }
   Run out;
-  while (true) {
-    for (Result& res : (*e)->AwaitResponses(*id, std::chrono::milliseconds(1000))) {
-      if (!res.is_final) continue;
-      out.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      out.output = res.output_token_ids;
-      out.drafts = res.stats.num_draft_tokens;
-      out.accepted = res.stats.num_accepted_draft_tokens;
-      out.decode_tps = (res.stats.num_generated_tokens - 1) / (res.stats.decode_ms() / 1000);
-      return out;
+  Clock::time_point last_first{}, last_token{};
+  int64_t tokens = 0;
+  for (RequestId id : ids) {
+    for (bool done = false; !done;) {
+      for (Result& res : (*e)->AwaitResponses(id, std::chrono::milliseconds(1000))) {
+        if (!res.is_final) continue;
+        done = true;
+        if (out.output.empty()) out.output = res.output_token_ids;
+        if (res.output_token_ids != out.output) {
+          std::fprintf(stderr, "batched copies of one greedy request differ\n");
+          std::exit(1);
+        }
+        out.drafts += res.stats.num_draft_tokens;
+        out.accepted += res.stats.num_accepted_draft_tokens;
+        tokens += res.stats.num_generated_tokens - 1;
+        last_first = std::max(last_first, res.stats.first_token_time);
+        last_token = std::max(last_token, res.stats.last_token_time);
+      }
     }
   }
+  out.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // One request: its own decode phase; a batch: the shared phase after every first token.
+  const double span = std::chrono::duration<double>(last_token - last_first).count();
+  out.decode_tps = batch == 1 ? tokens / span : tokens * (span > 0 ? 1.0 : 0.0) / span;
+  return out;
 }
 
 }  // namespace
@@ -75,7 +97,10 @@ int main(int argc, char** argv) {
   std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
                           "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   double block_output_scale = 1.0;
-  int draft_layers = 0;
+  int draft_layers = 0, batch = 1;
+  bool adaptive = true;
+  std::string mode;  // prompt_lookup (default), draft_model (with --draft-layers), lookahead
+  LookaheadConfig lookahead = ExecutorConfig{}.lookahead;
   int prompt_tokens = 512, decode_tokens = 128, draft_len = 4, ngram = 3, passage = 80, reps = 3,
       threads = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -108,6 +133,15 @@ int main(int argc, char** argv) {
       draft_layers = std::stoi(v);
     else if (f == "--threads")
       threads = std::stoi(v);
+    else if (f == "--mode")
+      mode = v;
+    else if (f == "--lookahead")
+      std::sscanf(v.c_str(), "%d,%d,%d", &lookahead.window, &lookahead.ngram,
+                  &lookahead.verification_set);
+    else if (f == "--batch")
+      batch = std::stoi(v);
+    else if (f == "--adaptive")
+      adaptive = std::stoi(v) != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -137,6 +171,12 @@ int main(int argc, char** argv) {
   ExecutorConfig spec = plain;
   spec.speculative_mode =
       draft_layers > 0 ? SpeculativeMode::kDraftModel : SpeculativeMode::kPromptLookup;
+  if (mode == "lookahead") spec.speculative_mode = SpeculativeMode::kLookahead;
+  spec.lookahead = lookahead;
+  spec.adaptive_draft_length = adaptive;
+  plain.max_batch_size = spec.max_batch_size = std::max(batch, 1);
+  plain.max_tokens_in_paged_kv_cache = spec.max_tokens_in_paged_kv_cache =
+      static_cast<int64_t>(std::max(batch, 1)) * (prompt_tokens + decode_tokens + 64) + 4096;
   // The draft model: the target's own first layers (with its embeddings and output head).
   std::unique_ptr<Model> draft;
   if (draft_layers > 0) {
@@ -169,6 +209,12 @@ int main(int argc, char** argv) {
     std::printf(
         "drafts from a draft model: the first %d layers (%.2f GB read per token against %.2f)\n",
         draft_layers, draft->DecodeWeightBytes() / 1e9, m.DecodeWeightBytes() / 1e9);
+  } else if (spec.speculative_mode == SpeculativeMode::kLookahead) {
+    std::printf(
+        "drafts from lookahead decoding (window %d, n-gram %d, verification set %d)%s, "
+        "batch %d\n",
+        lookahead.window, lookahead.ngram, lookahead.verification_set,
+        adaptive ? "" : " every step", batch);
   } else {
     std::printf("drafts from prompt lookup (n-gram <= %d)\n", ngram);
   }
@@ -182,20 +228,21 @@ int main(int argc, char** argv) {
       // A then B, then B then A: neither always runs on a warmer machine.
       Run a, b;
       if (r % 2 == 0) {
-        a = RunOne(m, plain, prompt, decode_tokens);
-        b = RunOne(m, spec, prompt, decode_tokens, draft.get());
+        a = RunOne(m, plain, prompt, decode_tokens, nullptr, batch);
+        b = RunOne(m, spec, prompt, decode_tokens, draft.get(), batch);
       } else {
-        b = RunOne(m, spec, prompt, decode_tokens, draft.get());
-        a = RunOne(m, plain, prompt, decode_tokens);
+        b = RunOne(m, spec, prompt, decode_tokens, draft.get(), batch);
+        a = RunOne(m, plain, prompt, decode_tokens, nullptr, batch);
       }
       if (a.output != b.output) {
         std::fprintf(stderr, "%s: speculative output differs from the plain output\n", name);
         return 1;
       }
       // Steps after the first token: each gives one token plus its accepted drafts.
-      const double steps = (decode_tokens - 1) - b.accepted;
+      const double steps = (decode_tokens - 1) - static_cast<double>(b.accepted) / batch;
       std::printf("%-11s %-4d %14.2f %14.2f %7.2fx %12.2f %9.0f%% %12.2f\n", name, r, a.decode_tps,
-                  b.decode_tps, b.decode_tps / a.decode_tps, steps > 0 ? b.drafts / steps : 0.0,
+                  b.decode_tps, b.decode_tps / a.decode_tps,
+                  steps > 0 ? static_cast<double>(b.drafts) / batch / steps : 0.0,
                   b.drafts ? 100.0 * b.accepted / b.drafts : 0.0,
                   steps > 0 ? (decode_tokens - 1) / steps : 0.0);
       std::fflush(stdout);

@@ -125,6 +125,11 @@ class ServerE2eTest : public ::testing::Test {
          {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
           "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"prompt_lookup\""}});
     AddVariant(
+        *repo_, "tensorrt_llm_lookahead",
+        {{"decoupled: true", "decoupled: false"},
+         {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
+          "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"lookahead\""}});
+    AddVariant(
         *repo_, "tensorrt_llm_draft",
         {{"decoupled: true", "decoupled: false"},
          {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
@@ -1030,7 +1035,8 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(output(json::parse(r->body), "output_ids").get<std::vector<int32_t>>(), alone);
   }
-  for (const std::string model : {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft"}) {
+  for (const std::string model :
+       {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft", "tensorrt_llm_lookahead"}) {
     auto r = Post("/v2/models/" + model + "/infer", body(drafts));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -1043,7 +1049,7 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     if (model == "tensorrt_llm_sync") {
       EXPECT_EQ(total, 4) << "no prompt lookup without speculative_decoding_mode";
     } else {
-      EXPECT_GT(total, 4) << model << ": prompt lookup or the draft model adds drafts";
+      EXPECT_GT(total, 4) << model << ": prompt lookup, the draft model or lookahead add drafts";
     }
     EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(),
                 static_cast<double>(accepted) / total, 1e-6);
@@ -1103,6 +1109,40 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     EXPECT_EQ(r->status, want.first) << r->body;
     EXPECT_NE(r->body.find(want.second), std::string::npos) << r->body;
   }
+  // Lookahead's per-request triple: within the model's (4, 3, 4), each field named when not.
+  const std::vector<std::pair<std::string, std::string>> bad_lookahead = {
+      {R"({"name": "lookahead_window_size", "datatype": "INT32", "shape": [1, 1], "data": [9]})",
+       "lookahead_window_size 9 exceeds the model's 4"},
+      {R"({"name": "lookahead_ngram_size", "datatype": "INT32", "shape": [1, 1], "data": [1]})",
+       "lookahead_ngram_size must be >= 2"},
+      {R"({"name": "lookahead_verification_set_size", "datatype": "INT32", "shape": [1, 1],
+           "data": [-3]})",
+       "lookahead_verification_set_size must be a whole number"},
+  };
+  for (const auto& [extra, want] : bad_lookahead) {
+    auto r = Post("/v2/models/tensorrt_llm_lookahead/infer", body(extra));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find(want), std::string::npos) << r->body;
+  }
+  {
+    // A smaller triple of the request's own keeps the output.
+    auto r = Post("/v2/models/tensorrt_llm_lookahead/infer",
+                  body(R"({"name": "lookahead_window_size", "datatype": "INT32", "shape": [1, 1],
+                           "data": [2]})"));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(output(json::parse(r->body), "output_ids").get<std::vector<int32_t>>(), alone);
+  }
+  {
+    // Through the ensemble to a model that does not run lookahead: 400 naming the fields.
+    auto r = Post("/v2/models/ensemble/generate",
+                  R"({"text_input": "Lily went to the park.", "max_tokens": 4,
+                      "lookahead_window_size": 2})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find("lookahead_window_size"), std::string::npos) << r->body;
+  }
   // The BLS model passes num_draft_tokens on (0: no drafts for this request).
   for (int per_request : {-1, 0}) {
     json body = {{"text_input", "Lily went to the park. Lily went to the park. Lily went to the"},
@@ -1121,9 +1161,15 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
   }
   EXPECT_TRUE(WaitIdle("tensorrt_llm_spec"));
   const std::string metrics = Metrics();
-  EXPECT_NE(
-      metrics.find("inflight_speculative_accepted_draft_tokens_total{model=\"tensorrt_llm_spec\""),
-      std::string::npos);
+  // Acceptance per mode.
+  for (const char* series : {"inflight_speculative_accepted_draft_tokens_total{mode=\"prompt_"
+                             "lookup\",model=\"tensorrt_llm_spec\"",
+                             "inflight_speculative_accepted_draft_tokens_total{mode=\"lookahead\","
+                             "model=\"tensorrt_llm_lookahead\"",
+                             "inflight_speculative_draft_tokens_total{mode=\"draft_model\",model="
+                             "\"tensorrt_llm_draft\""}) {
+    EXPECT_NE(metrics.find(series), std::string::npos) << series;
+  }
 }
 
 TEST_F(ServerE2eTest, ConcurrentStreamingClientsAreBatchedAndKeepTheirOutputs) {

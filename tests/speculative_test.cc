@@ -245,10 +245,16 @@ INSTANTIATE_TEST_SUITE_P(
         SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kPromptLookup,
                  DType::kI8},
         SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kDraftModel,
+                 DType::kI8},
+        SpecCase{CapacityPolicy::kGuaranteedNoEvict, false, false, SpeculativeMode::kLookahead},
+        SpecCase{CapacityPolicy::kMaxUtilization, true, true, SpeculativeMode::kLookahead},
+        SpecCase{CapacityPolicy::kGuaranteedNoEvict, true, true, SpeculativeMode::kLookahead,
                  DType::kI8}),
     [](const ::testing::TestParamInfo<SpecCase>& info) {
       const SpecCase& c = info.param;
-      return std::string(c.mode == SpeculativeMode::kDraftModel ? "DraftModel_" : "PromptLookup_") +
+      return std::string(c.mode == SpeculativeMode::kDraftModel  ? "DraftModel_"
+                         : c.mode == SpeculativeMode::kLookahead ? "Lookahead_"
+                                                                 : "PromptLookup_") +
              (c.policy == CapacityPolicy::kGuaranteedNoEvict ? "NoEvict" : "MaxUtil") +
              (c.chunked ? "_Chunked" : "_Whole") + (c.reuse ? "_Reuse" : "_NoReuse") +
              (c.kv_dtype == DType::kI8 ? "_Int8Kv" : "");
@@ -428,6 +434,162 @@ TEST_F(SpeculativeTest, SeededSamplingKeepsItsDistribution) {
   std::printf("chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f)\n", chi2, df, critical);
   EXPECT_LT(chi2, critical);
   ExpectNoLeaks(*e);
+}
+
+// A near-bigram model (block outputs scaled down: its next token mostly follows from the
+// current one), whose text a pool and Jacobi guesses can predict, as on real text.
+std::unique_ptr<Model> NearBigramModel(const std::string& base) {
+  auto config = PresetConfig(Architecture::kLlama, "tiny");
+  EXPECT_TRUE(config.ok());
+  RandomModelParams params;
+  params.config = *config;
+  params.dtype = DType::kQ8_0;
+  params.seed = 777;
+  params.block_output_scale = 0.15f;
+  const std::string file = base + ".bigram.gguf";
+  EXPECT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), file).ok());
+  auto m = Model::Load(file);
+  std::filesystem::remove(file);
+  EXPECT_TRUE(m.ok());
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+// Lookahead on text it predicts: 48 greedy requests in flight (chunked prompts, prefix reuse,
+// a small cache under max_utilization, some without drafts) give exactly their output alone,
+// with branches off the tree's first path accepted (their K/V moved to their positions).
+TEST_F(SpeculativeTest, LookaheadOnPredictableTextIsExact) {
+  std::unique_ptr<Model> bigram = NearBigramModel(path_);
+  ASSERT_TRUE(bigram);
+  std::mt19937 rng(11);
+  const int n = 48;
+  std::vector<std::vector<int32_t>> prompts, expected;
+  std::vector<int32_t> max_tokens;
+  // Half the prompts hold the model's own text, then a copy with every fourth token wrong:
+  // the pool's newest n-grams after a token are then often wrong and older ones right (a
+  // branch off the first path), and the Jacobi window finds the rest.
+  const std::vector<int32_t> text = testing::GreedyAlone(*bigram, *pool_, kPrompt, 96, DType::kF16);
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p(1 + rng() % (i % 2 ? 300 : 60));
+    for (auto& t : p) t = static_cast<int32_t>(3 + rng() % 256);
+    if (i % 2 == 0) {
+      // The text, a wrong copy of its second half, then its first half again: the model goes
+      // on with the second half, whose newest n-grams are the wrong copy's.
+      p.insert(p.end(), text.begin(), text.end());
+      for (size_t k = 48; k < text.size(); ++k)
+        p.push_back(k % 4 == 3 ? static_cast<int32_t>(3 + rng() % 256) : text[k]);
+      p.insert(p.end(), text.begin(), text.begin() + 48);
+    }
+    prompts.push_back(p);
+    max_tokens.push_back(1 + static_cast<int32_t>(rng() % 64));
+    expected.push_back(testing::GreedyAlone(*bigram, *pool_, p, max_tokens.back(), DType::kF16));
+  }
+  ExecutorConfig c;
+  c.num_threads = 1;
+  c.policy = CapacityPolicy::kMaxUtilization;
+  c.enable_chunked_context = true;
+  c.enable_kv_cache_reuse = true;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 16;
+  c.max_num_tokens = 128;
+  c.max_tokens_in_paged_kv_cache = 2400;
+  c.speculative_mode = SpeculativeMode::kLookahead;
+  c.lookahead = {4, 3, 4};
+  c.adaptive_draft_length = false;  // trees every step, whatever they cost (timing-free)
+  auto made = Executor::Create(*bigram, c);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Executor& e = **made;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < n; ++i) {
+    Request r = Greedy(prompts[i], max_tokens[i]);
+    if (i % 6 == 0) r.num_draft_tokens = 0;
+    if (i % 6 == 1) r.lookahead = {2, 2, 2};  // a request's own, smaller configuration
+    auto id = e.Enqueue(std::move(r));
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*id);
+  }
+  int64_t drafts = 0, accepted = 0;
+  for (int i = 0; i < n; ++i) {
+    std::vector<Result> rs = Collect(e, ids[i]);
+    ASSERT_FALSE(rs.empty());
+    ASSERT_TRUE(rs.back().error.ok()) << rs.back().error.ToString();
+    EXPECT_EQ(rs.back().output_token_ids, expected[i]) << "request " << i;
+    if (i % 6 == 0) {
+      EXPECT_EQ(rs.back().stats.num_draft_tokens, 0);
+    }
+    drafts += rs.back().stats.num_draft_tokens;
+    accepted += rs.back().stats.num_accepted_draft_tokens;
+  }
+  std::printf("drafts %lld, accepted %lld, K/V slots moved %lld\n", static_cast<long long>(drafts),
+              static_cast<long long>(accepted), static_cast<long long>(e.num_tree_kv_moves()));
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(e.num_tree_kv_moves(), 0) << "no branch off the tree's first path was accepted";
+  ExpectNoLeaks(e);
+}
+
+// Lookahead decoding's trees keep the distribution too: each node offers its first child as
+// the draft and follows whichever child the draw matches. On a near-bigram model (its text
+// predictable from its own earlier text, as a pool needs), the second to fourth tokens (the
+// first comes from the prompt's pass) of many seeded samples against as many without.
+TEST_F(SpeculativeTest, SeededSamplingWithLookaheadKeepsItsDistribution) {
+  std::unique_ptr<Model> bigram = NearBigramModel(path_);
+  ASSERT_TRUE(bigram);
+  ExecutorConfig c = SmallConfig();
+  c.num_threads = 1;
+  c.speculative_mode = SpeculativeMode::kLookahead;
+  c.adaptive_draft_length = false;  // a tree every step
+  c.lookahead = {3, 3, 4};
+  auto made = Executor::Create(*bigram, c);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  c.speculative_mode = SpeculativeMode::kNone;
+  auto made_plain = Executor::Create(*bigram, c);
+  ASSERT_TRUE(made_plain.ok());
+  // The prompt ends with the model's own greedy text: the pool holds its likely n-grams.
+  std::vector<int32_t> prompt = kPrompt;
+  const std::vector<int32_t> greedy =
+      testing::GreedyAlone(*bigram, *pool_, kPrompt, 64, DType::kF16);
+  prompt.insert(prompt.end(), greedy.begin(), greedy.end());
+  const int draws = 1500;
+  int64_t drafts = 0, accepted = 0;
+  auto sample = [&](Executor& ex, int seed_base) {
+    std::map<std::pair<int32_t, int32_t>, int> counts;
+    std::vector<RequestId> ids;
+    for (int i = 0; i < draws; ++i) {
+      Request r;
+      r.prompt_ids = prompt;
+      r.max_tokens = 4;
+      r.exclude_input_in_output = true;
+      r.sampling.temperature = 3.0f;
+      r.sampling.top_k = 3;
+      r.sampling.seed = static_cast<uint64_t>(seed_base + i);
+      auto id = ex.Enqueue(std::move(r));
+      EXPECT_TRUE(id.ok());
+      ids.push_back(*id);
+    }
+    for (RequestId id : ids) {
+      std::vector<Result> rs = Collect(ex, id);
+      const auto& t = rs.back().output_token_ids;
+      EXPECT_EQ(t.size(), 4u);
+      drafts += rs.back().stats.num_draft_tokens;
+      accepted += rs.back().stats.num_accepted_draft_tokens;
+      if (t.size() == 4) counts[{t[1], t[2] * 100003 + t[3]}]++;
+    }
+    return counts;
+  };
+  const auto plain = sample(**made_plain, 1000);
+  drafts = accepted = 0;
+  const auto spec = sample(**made, 900000);
+  const auto [chi2, df] = ChiSquareTwoSample(plain, spec);
+  ASSERT_GE(df, 3) << "too few outcomes for the test to mean anything";
+  const double critical = ChiSquareCritical999(df);
+  std::printf(
+      "chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f); drafts %lld, "
+      "accepted %lld\n",
+      chi2, df, critical, static_cast<long long>(drafts), static_cast<long long>(accepted));
+  EXPECT_LT(chi2, critical);
+  EXPECT_GT(accepted, draws / 2)
+      << "the trees' drafts must be accepted for the test to mean anything";
+  EXPECT_LT(accepted, drafts);
+  ExpectNoLeaks(**made);
 }
 
 // Speculative sampling with the draft model's distribution (draft_logits): drafts drawn from

@@ -82,6 +82,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
     draft = std::make_unique<LocalModelRunner>(*draft_model, dc, runner->pool(),
                                                /*kv_window_group=*/false);
   }
+  if (config.speculative_mode == SpeculativeMode::kLookahead && !runner->SupportsTreeDrafts()) {
+    return InvalidArgumentError(
+        "speculative decoding mode lookahead verifies drafts as a tree, which this model does "
+        "not support (sliding-window layers, or tensor/pipeline parallelism)");
+  }
   std::unique_ptr<KvDiskStore> disk;
   if (!config.kv_cache_disk_path.empty()) {
     auto opened = OpenDiskTier(*runner, config);
@@ -383,6 +388,14 @@ bool Executor::RunStep() {
     ch.num_blocks = static_cast<int32_t>(seq->blocks.size());
     ch.window_block_table = seq->window_blocks.data();
     ch.num_window_blocks = static_cast<int32_t>(seq->window_blocks.size());
+    if (c.num_draft > 0 && !seq->draft_parent.empty()) {
+      // Drafts as a tree (the scheduler took its scratch blocks): each draft's logits are its
+      // branch's run alone, bit for bit.
+      ch.tree = seq->step_tree.data();
+      ch.tree_depth = seq->step_depth.data();
+      ch.tree_scratch = seq->tree_scratch.data();
+      ch.num_tree_scratch = static_cast<int32_t>(seq->tree_scratch.size());
+    }
     // Context logits of the prompt's first pass; the last token's row and each draft's row
     // choose tokens.
     const bool all_logits = seq->index == 0 && seq->request->request.return_context_logits &&
@@ -411,7 +424,9 @@ bool Executor::RunStep() {
   const Status st = runner_->Forward(plan_, logits_.data());
   last_forward_ms_ =
       std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
+  scheduler_.ReleaseTreeScratch();
   if (st.ok()) step_budget_.cost().Observe(shape, last_forward_ms_);
+  last_gen_seqs_ = gen_seqs;
   if (context_seqs == 0 && gen_seqs > 0) {
     // A decode step's time as if it verified no drafts: what a draft pass is weighed against.
     int64_t drafts = 0;

@@ -108,6 +108,8 @@ class Executor {
   // The draft model's KV blocks (all free when it has none).
   BlockCounts DraftKvBlockCounts() const;
   int32_t num_kv_blocks() const { return num_kv_blocks_; }
+  // K/V slots moved after tree verification so far (an accepted branch off the first path).
+  int64_t num_tree_kv_moves() const { return tree_kv_moves_.load(); }
   int32_t vocab_size() const { return vocab_size_; }
   int32_t context_length() const { return context_length_; }
   const ExecutorConfig& config() const { return config_; }
@@ -144,6 +146,13 @@ class Executor {
   void VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch,
                     std::vector<SampledToken>* out);
   void AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn, int32_t num_draft);
+  // Drafts as a tree: walks from the last token down the children the draws match (the path
+  // goes to seq->tree_path); a lookahead sequence's window moves one Jacobi step.
+  void VerifyTree(Sequence* seq, const float* rows, int32_t num_draft, float* scratch,
+                  std::vector<SampledToken>* out);
+  // Lookahead decoding's tree for a decoding sequence, when it pays off (else none, trying
+  // now and then).
+  void ProposeLookahead(Sequence* seq);
   void AcceptToken(Sequence* seq, const SampledToken& token);
   void SampleAll();
   void Fork(Sequence* parent, const float* logits_row);
@@ -187,6 +196,9 @@ class Executor {
   // Decayed mean times of one draft-model pass and of the target's forward pass: what a
   // draft costs against the step it may save.
   double draft_pass_ms_ = 0, target_forward_ms_ = 0;
+  std::vector<std::pair<int32_t, int32_t>> tree_moves_;  // AcceptDrawn's K/V slot moves
+  std::atomic<int64_t> tree_kv_moves_{0};
+  int32_t last_gen_seqs_ = 0;  // decode rows of the last step (what a tree's tokens slow down)
   // Prompt tokens beside decode rows under max_inter_token_latency_ms; its cost model learns
   // from every forward pass.
   StepBudget step_budget_;

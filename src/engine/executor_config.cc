@@ -39,8 +39,9 @@ StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name) {
   if (name == "none" || name.empty()) return SpeculativeMode::kNone;
   if (name == "prompt_lookup") return SpeculativeMode::kPromptLookup;
   if (name == "draft_model" || name == "draft_tokens_external") return SpeculativeMode::kDraftModel;
+  if (name == "lookahead" || name == "lookahead_decoding") return SpeculativeMode::kLookahead;
   return InvalidArgumentError("unknown speculative decoding mode '" + name +
-                              "' (none, prompt_lookup, draft_model)");
+                              "' (none, prompt_lookup, draft_model, lookahead)");
 }
 
 const char* SpeculativeModeName(SpeculativeMode m) {
@@ -51,6 +52,8 @@ const char* SpeculativeModeName(SpeculativeMode m) {
       return "prompt_lookup";
     case SpeculativeMode::kDraftModel:
       return "draft_model";
+    case SpeculativeMode::kLookahead:
+      return "lookahead";
   }
   return "none";
 }
@@ -103,6 +106,8 @@ Status ExecutorConfig::Validate() const {
     return InvalidArgumentError("max_inter_token_latency_ms must be finite and <= 3600000");
   if (prompt_lookup_ngram < 1 || prompt_lookup_ngram > 16)
     return InvalidArgumentError("prompt_lookup_ngram must be in [1, 16]");
+  if (speculative_mode == SpeculativeMode::kLookahead)
+    RETURN_IF_ERROR(lookahead.Validate("lookahead_"));
   return OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "engine/lookahead.h"
 #include "tensor/dtype.h"
 
 namespace inflight {
@@ -32,9 +33,10 @@ enum class SpeculativeMode {
   kNone,          // only drafts a client hands in (Request::draft_tokens)
   kPromptLookup,  // the tokens that followed the latest earlier occurrence of the last n-gram
   kDraftModel,    // a smaller model of the same vocabulary, run greedily inside the step
+  kLookahead,     // Jacobi guesses and an n-gram pool verified as a tree (engine/lookahead.h)
 };
 StatusOr<SpeculativeMode> SpeculativeModeFromName(
-    const std::string& name);  // none|prompt_lookup|draft_model
+    const std::string& name);  // none|prompt_lookup|draft_model|lookahead
 const char* SpeculativeModeName(SpeculativeMode m);
 const char* BatchingStrategyName(BatchingStrategy b);
 
@@ -82,6 +84,9 @@ struct ExecutorConfig {
   // when drafts rarely hold, trying one now and then); false: always max_draft_tokens.
   bool adaptive_draft_length = true;
   int32_t prompt_lookup_ngram = 3;
+  // Lookahead decoding's (window, n-gram, verification set): the model's, which requests may
+  // lower (TensorRT-LLM's lookahead_window_size, _ngram_size, _verification_set_size).
+  LookaheadConfig lookahead{4, 3, 4};
 
   // INVALID_ARGUMENT naming the field.
   Status Validate() const;

@@ -166,10 +166,90 @@ void Executor::ProposeWithDraftModel() {
   for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->draft.resize(made[i]);
 }
 
+void Executor::ProposeLookahead(Sequence* seq) {
+  seq->draft.clear();
+  seq->draft_parent.clear();
+  const Request& r = seq->request->request;
+  if (r.beam_width > 1 || r.guide || r.prompt_table || r.num_draft_tokens == 0) return;
+  if (r.max_tokens - seq->num_generated() - 1 <= 0) return;
+  if (!seq->lookahead) {
+    seq->lookahead = std::make_unique<LookaheadDecoder>(
+        r.lookahead.empty() ? config_.lookahead : r.lookahead,
+        seq->request->id * 31 + static_cast<uint64_t>(seq->index));
+  }
+  LookaheadDecoder& la = *seq->lookahead;
+  la.Observe(seq->tokens);
+  la.Propose(seq->tokens, /*with_window=*/true, &seq->draft, &seq->draft_parent);
+  if (config_.adaptive_draft_length) {
+    // A tree's x tokens slow the whole step by x rows' cost; the step's B rows make B tokens,
+    // so the tree pays when its expected accepted tokens exceed x * (row cost * B / step).
+    // Without the window branch only the pool's n-grams are verified; with neither paying,
+    // the whole tree is tried now and then (Sequence::next_probe), which also moves the
+    // window on.
+    // The extra rows' cost comes from the step cost model (a step of the last step's decode
+    // rows at this context, with and without the tree): rows and the positions they attend
+    // to both grow with it.
+    const double rows = std::max(last_gen_seqs_, 1), x = static_cast<double>(seq->draft.size());
+    double share = kVerifyCost;
+    const StepCostModel& cost = step_budget_.cost();
+    if (cost.ready()) {
+      StepShape base;
+      base.decode_rows = rows;
+      base.decode_positions = rows * seq->num_computed;
+      StepShape more = base;
+      more.decode_rows += x;
+      more.decode_positions += AttendedPositions(seq->num_computed, x);
+      const double t0 = cost.PredictMs(base), t1 = cost.PredictMs(more);
+      // Never below the memory-bound guess: until the fit has seen steps of several rows it
+      // prices a row at almost nothing.
+      if (t0 > 0 && t1 > t0) share = std::max(share, (t1 - t0) / t0 * rows / x);
+    }
+    const double expected = (seq->drafts_accepted + 1) / (seq->drafts_verified + 1);
+    const bool probe = seq->num_generated() >= seq->next_probe;
+    if (!probe && expected <= share * x) {
+      const int32_t verify = la.window_begin();
+      la.DropWindow();
+      if (verify > 0 && expected > share * verify) {
+        seq->draft.resize(verify);
+        seq->draft_parent.resize(verify);
+      } else {
+        seq->draft.clear();
+        seq->draft_parent.clear();
+      }
+    }
+  }
+  if (r.num_draft_tokens > 0 && static_cast<int32_t>(seq->draft.size()) > r.num_draft_tokens) {
+    // The request's cap: a prefix of the tree (parents come first) is a tree.
+    seq->draft.resize(r.num_draft_tokens);
+    seq->draft_parent.resize(r.num_draft_tokens);
+  }
+  if (seq->draft.empty()) {
+    seq->draft_parent.clear();
+    return;
+  }
+  // The chunk's tree over [last token, drafts...]: bits of each token's branch, its depth.
+  const size_t n = seq->draft.size();
+  seq->step_tree.assign(1, 1);
+  seq->step_depth.assign(1, 0);
+  for (size_t j = 0; j < n; ++j) {
+    const size_t p = static_cast<size_t>(seq->draft_parent[j] + 1);
+    seq->step_tree.push_back(seq->step_tree[p] | (uint64_t{1} << (j + 1)));
+    seq->step_depth.push_back(seq->step_depth[p] + 1);
+  }
+}
+
 void Executor::ProposeDrafts() {
   if (config_.speculative_mode == SpeculativeMode::kNone) return;
   if (config_.speculative_mode == SpeculativeMode::kDraftModel) {
     if (draft_runner_) ProposeWithDraftModel();
+    return;
+  }
+  if (config_.speculative_mode == SpeculativeMode::kLookahead) {
+    for (Sequence* seq : scheduler_.running()) {
+      if (seq->num_uncomputed() != 1 || seq->num_generated() == 0) continue;  // not decoding
+      if (seq->request->output_paused) continue;                              // sits this step out
+      ProposeLookahead(seq);
+    }
     return;
   }
   for (Sequence* seq : scheduler_.running()) {
@@ -184,8 +264,60 @@ void Executor::ProposeDrafts() {
   }
 }
 
+void Executor::VerifyTree(Sequence* seq, const float* rows, int32_t num_draft, float* scratch,
+                          std::vector<SampledToken>* out) {
+  out->clear();
+  seq->tree_path.clear();
+  if (seq->lookahead && seq->lookahead->window_in_step()) {
+    // The window's last level: each row's most likely token is the column's next guess (read
+    // before the walk below may apply penalties to rows in place).
+    const int32_t first = seq->lookahead->window_last_level();
+    const int32_t end = std::min(num_draft, first + seq->lookahead->config().window);
+    std::vector<int32_t> argmax(static_cast<size_t>(std::max(end, 0)), -1);
+    for (int32_t j = first; j < end; ++j)
+      argmax[j] = ArgMax(rows + static_cast<int64_t>(j + 1) * vocab_size_, vocab_size_);
+    seq->lookahead->Advance(argmax, num_draft);
+  }
+  // From the last token down: draw the node's next token (offering its first child as the
+  // draft: a draw that rejects it samples the rest of the distribution, so matching any other
+  // child keeps the distribution exact); a child that matches is the next node.
+  const int32_t end_id = seq->request->request.end_id;
+  const std::vector<int32_t>& parent = seq->draft_parent;
+  int32_t node = -1, pushed = 0;
+  for (;;) {
+    int32_t first = -1;
+    for (int32_t j = node + 1; j < num_draft; ++j) {
+      if (parent[j] == node) {
+        first = j;
+        break;
+      }
+    }
+    out->push_back(DrawNext(seq, rows + static_cast<int64_t>(node + 1) * vocab_size_, scratch,
+                            first >= 0 ? seq->draft[first] : -1, nullptr));
+    const int32_t id = out->back().id;
+    if (first < 0 || id == end_id) break;
+    int32_t next = -1;
+    for (int32_t j = first; j < num_draft; ++j) {
+      if (parent[j] == node && seq->draft[j] == id) {
+        next = j;
+        break;
+      }
+    }
+    if (next < 0) break;
+    seq->tree_path.push_back(next);
+    seq->tokens.push_back(id);
+    ++pushed;
+    node = next;
+  }
+  seq->tokens.resize(seq->tokens.size() - pushed);  // AcceptDrawn appends them for real
+}
+
 void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch,
                             std::vector<SampledToken>* out) {
+  if (!seq->draft_parent.empty()) {
+    VerifyTree(seq, rows, num_draft, scratch, out);
+    return;
+  }
   // Row i chooses the token after draft i-1: accepted drafts join the sequence for the
   // next row's bad words, min_tokens and penalties, and the first mismatch ends the run (its
   // token replaces the rejected draft; all drafts matching adds one more token).
@@ -223,6 +355,7 @@ void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft,
 void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn,
                            int32_t num_draft) {
   RequestState* rs = seq->request;
+  const bool tree = !seq->draft_parent.empty();
   int32_t accepted = 0;
   for (size_t i = 0; i < drawn.size(); ++i) {
     if (seq->state == SequenceState::kFinished) {
@@ -233,14 +366,18 @@ void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn
       }
       break;
     }
-    const bool is_draft = static_cast<int32_t>(i) < num_draft && drawn[i].id == seq->draft[i];
+    const bool is_draft = tree
+                              ? i < seq->tree_path.size()
+                              : static_cast<int32_t>(i) < num_draft && drawn[i].id == seq->draft[i];
     AcceptToken(seq, drawn[i]);
     if (is_draft) ++accepted;
   }
   rs->stats.num_draft_tokens += num_draft;
   rs->stats.num_accepted_draft_tokens += accepted;
-  // Drafts verified: the accepted ones and the first rejected one (the rest never were).
-  seq->drafts_verified = 0.9 * seq->drafts_verified + accepted + (accepted < num_draft ? 1 : 0);
+  // Drafts verified: the accepted ones and the first rejected one (the rest never were); a
+  // tree counts steps (its estimate is tokens accepted per tree).
+  seq->drafts_verified =
+      0.9 * seq->drafts_verified + (tree ? 1 : accepted + (accepted < num_draft ? 1 : 0));
   seq->drafts_accepted = 0.9 * seq->drafts_accepted + accepted;
   if (accepted == 0) {
     seq->probe_interval = std::min(2 * seq->probe_interval, 256);
@@ -251,7 +388,22 @@ void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn
   step_draft_tokens_ += num_draft;
   step_accepted_draft_tokens_ += accepted;
   seq->draft.clear();
+  seq->draft_parent.clear();
   if (seq->state == SequenceState::kFinished) return;
+  if (tree && accepted > 0) {
+    // The accepted branch's K/V sit at their drafts' slots (the last token's slot + 1 + draft
+    // index); they move to the slots of the positions they hold. A draft's slot is never
+    // before its position's, so moving in order overwrites nothing still to move.
+    tree_moves_.clear();
+    for (int32_t m = 0; m < accepted; ++m) {
+      const int32_t from = seq->num_computed + seq->tree_path[m], to = seq->num_computed + m;
+      if (from != to) tree_moves_.emplace_back(from, to);
+    }
+    if (!tree_moves_.empty()) {
+      runner_->MoveKvSlots(seq->blocks.data(), tree_moves_);
+      tree_kv_moves_.fetch_add(static_cast<int64_t>(tree_moves_.size()));
+    }
+  }
   // The accepted drafts' K/V were computed in this step; the rejected ones' slots are
   // overwritten later and any block only they used goes back to the pool.
   seq->num_computed += accepted;

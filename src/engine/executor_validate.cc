@@ -121,6 +121,15 @@ Status Executor::Validate(const Request& r) const {
     return InvalidArgumentError("num_draft_tokens must be in [0, " +
                                 std::to_string(kMaxDraftTokens) + "]");
   }
+  if (!r.lookahead.empty()) {
+    if (config_.speculative_mode != SpeculativeMode::kLookahead) {
+      return InvalidArgumentError(
+          "lookahead_window_size, lookahead_ngram_size and lookahead_verification_set_size need "
+          "a model served with speculative_decoding_mode lookahead (this one: " +
+          std::string(SpeculativeModeName(config_.speculative_mode)) + ")");
+    }
+    RETURN_IF_ERROR(r.lookahead.ValidateWithin(config_.lookahead, "lookahead_"));
+  }
   if (!config_.enable_chunked_context && prompt > config_.max_num_tokens) {
     return InvalidArgumentError(
         "prompt of " + std::to_string(prompt) + " tokens exceeds max_num_tokens " +

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/scheduler.h"
+#include "kernels/attention.h"
 
 namespace inflight {
 namespace {
@@ -112,6 +113,16 @@ void LocalModelRunner::CopyBlockPrefix(int32_t group, int32_t src, int32_t dst,
                                        int32_t num_tokens) {
   (void)num_tokens;
   storage_.CopyBlock(group, src, dst);
+}
+
+void LocalModelRunner::MoveKvSlots(const int32_t* block_table,
+                                   const std::vector<std::pair<int32_t, int32_t>>& moves) {
+  const int32_t tpb = storage_.config().tokens_per_block;
+  for (const kernels::KvLayerView& kv : view_.layers) {
+    for (const auto& [from, to] : moves) {
+      kernels::CopyKvSlot(kv, block_table[from / tpb], from % tpb, block_table[to / tpb], to % tpb);
+    }
+  }
 }
 
 }  // namespace inflight

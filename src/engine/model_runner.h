@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -48,6 +50,15 @@ class ModelRunner {
   // What a block's bytes depend on besides the model file: the model (layers, weights) and
   // the cache's type and layout. Files of the disk tier written under another are not read.
   virtual std::string KvLayoutFingerprint() const { return ""; }
+  // Drafts verified as a tree (SequenceChunk::tree) and their K/V moved: false when the runner
+  // cannot (sliding-window layers, a cache spread over ranks).
+  virtual bool SupportsTreeDrafts() const { return false; }
+  // Copies K/V slot from (a position of the table) to slot to, in every layer, for each
+  // (from, to) in order: a verified branch's tokens move to the positions they hold.
+  virtual void MoveKvSlots(const int32_t* block_table,
+                           const std::vector<std::pair<int32_t, int32_t>>& moves) {
+    (void)block_table, (void)moves;
+  }
   // The compute pool, for per-sequence work between forward passes; null: run it inline.
   virtual ThreadPool* pool() { return nullptr; }
   // OK while the runner can run steps; an error (e.g. a parallel rank died) is final.
@@ -108,6 +119,11 @@ class LocalModelRunner : public ModelRunner {
     return true;
   }
   std::string KvLayoutFingerprint() const override;
+  bool SupportsTreeDrafts() const override {
+    return model_.config().sliding_window == 0 && view_.layer_group.empty();
+  }
+  void MoveKvSlots(const int32_t* block_table,
+                   const std::vector<std::pair<int32_t, int32_t>>& moves) override;
   ThreadPool* pool() override { return pool_; }
 
  private:

@@ -11,6 +11,7 @@
 
 #include "base/latency_histogram.h"
 #include "base/status.h"
+#include "engine/lookahead.h"
 #include "model/lora.h"
 #include "sampling/sampler.h"
 #include "sampling/token_constraint.h"
@@ -76,6 +77,9 @@ struct Request {
   // drafts were proposed with certainty). Sampling then keeps a draft with probability
   // min(1, p / q) (TensorRT-LLM's draft_logits).
   std::vector<float> draft_logits;
+  // Lookahead decoding: this request's (window, n-gram, verification set), each at most the
+  // model's; all 0: the model's.
+  LookaheadConfig lookahead;
   // Guided decoding: the constraint at the start of the output (each sequence works on its
   // own clone); its mask applies before sampling, and the sequence ends once it is
   // complete. Not with beam search or draft tokens.

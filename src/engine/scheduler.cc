@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "base/check.h"
+#include "kernels/attention.h"
 #include "kvcache/kv_storage.h"
 
 namespace inflight {
@@ -235,6 +236,7 @@ int32_t Scheduler::FitDrafts(Sequence* seq, int32_t n, int32_t budget) {
   // drafts), in blocks that are free now: drafts never pause anyone. Under max_utilization a
   // block per running sequence stays free for their own next tokens.
   if (seq->draft.empty() || n != seq->num_uncomputed()) return 0;
+  if (!seq->draft_parent.empty() && n != 1) return 0;  // a tree rides only on a decode row
   const int32_t left = seq->request->request.max_tokens - seq->num_generated() - 1;
   int32_t d = std::min({static_cast<int32_t>(seq->draft.size()), budget - n, left});
   if (d <= 0) return 0;
@@ -592,7 +594,36 @@ const ScheduleOutput& Scheduler::Step() {
   int32_t budget = config_.max_num_tokens;
   ScheduleRunning(budget);
   AdmitWaiting(budget);
+  TakeTreeScratch();
   return out_;
+}
+
+void Scheduler::TakeTreeScratch() {
+  const int32_t tpb = config_.tokens_per_block;
+  int64_t spare = blocks_.NumFree();
+  for (ScheduledChunk& c : out_.chunks) {
+    Sequence* seq = c.seq;
+    if (c.num_draft == 0 || seq->draft_parent.empty()) continue;
+    // A prefix of a tree (parents first) is a tree: cut it until its scratch fits.
+    int32_t need = 0;
+    while (c.num_draft > 0) {
+      need = kernels::TreeScratchBlocks(seq->num_computed, 1 + c.num_draft, seq->step_tree.data(),
+                                        tpb);
+      if (need <= spare) break;
+      c.num_draft = c.num_draft * 3 / 4;
+    }
+    if (c.num_draft == 0) continue;
+    spare -= need;
+    for (int32_t i = 0; i < need; ++i) seq->tree_scratch.push_back(*blocks_.Allocate());
+  }
+}
+
+void Scheduler::ReleaseTreeScratch() {
+  for (const ScheduledChunk& c : out_.chunks) {
+    if (c.seq->tree_scratch.empty()) continue;
+    blocks_.Release(c.seq->tree_scratch);
+    c.seq->tree_scratch.clear();
+  }
 }
 
 }  // namespace inflight

@@ -157,6 +157,8 @@ class Scheduler {
 
   // Releases the blocks past the sequence's tokens (slots of rejected draft tokens).
   void TrimBlocks(Sequence* seq);
+  // Gives back the step's tree scratch blocks of every scheduled sequence (after the pass).
+  void ReleaseTreeScratch();
 
   // For the capacity policies (engine/capacity_policy.h): the running sequence to pause for
   // `exclude` (the most recently started one not scheduled this step; null when none), and the
@@ -195,6 +197,9 @@ class Scheduler {
   bool LowerTierReady(const Sequence& seq);
   void Schedule(Sequence* seq, int32_t n, int32_t& budget);
   int32_t FitDrafts(Sequence* seq, int32_t n, int32_t budget);
+  // Scratch blocks for the step's draft trees, from blocks holding nothing (after everything
+  // else is scheduled, so they never keep a request out); a tree without room is cut.
+  void TakeTreeScratch();
 
   ExecutorConfig config_;
   KvBlockManager& blocks_;

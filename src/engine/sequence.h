@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/lookahead.h"
 #include "engine/request.h"
 #include "kvcache/block_manager.h"
 #include "sampling/sampler.h"
@@ -59,6 +60,17 @@ struct Sequence {
   // tokens the step computes, [uncomputed tokens..., drafts...] (the chunk points into it).
   std::vector<int32_t> draft;
   std::vector<int32_t> step_tokens;
+  // Drafts as a tree (lookahead decoding): draft_parent[j] is draft j's parent among the
+  // drafts (-1: the sequence's last token; parents come first); empty: a chain. For the step:
+  // the tree over [last token, drafts...] as SequenceChunk::tree bits and depths, its scratch
+  // blocks (taken by the scheduler, given back after the pass: the exact tree path), and the
+  // drafts verification accepted, in order (their K/V move to consecutive slots).
+  std::vector<int32_t> draft_parent;
+  std::vector<uint64_t> step_tree;
+  std::vector<int32_t> step_depth;
+  std::vector<int32_t> tree_scratch;
+  std::vector<int32_t> tree_path;
+  std::unique_ptr<LookaheadDecoder> lookahead;  // the sequence's window and n-gram pool
   // Draft model: its own KV blocks (no prefix sharing) and how many leading tokens they hold.
   std::vector<int32_t> draft_blocks;
   int32_t draft_computed = 0;

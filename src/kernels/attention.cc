@@ -88,10 +88,6 @@ void StoreI8(const KvLayerView& kv, int64_t tile, int32_t index, const float* k,
 
 }  // namespace
 
-namespace {
-
-// Copies slot from_index of block from_block to slot to_index of block to_block, every head's K
-// and V with their scales, in the tile layouts of attention.h.
 void CopyKvSlot(const KvLayerView& kv, int32_t from_block, int32_t from_index, int32_t to_block,
                 int32_t to_index) {
   const int32_t heads = kv.kv_dim / kv.head_dim, tpb = kv.tokens_per_block, hd = kv.head_dim;
@@ -126,8 +122,6 @@ void CopyKvSlot(const KvLayerView& kv, int32_t from_block, int32_t from_index, i
                 v + src + static_cast<int64_t>(from_index) * hd * elem, hd * elem);
   }
 }
-
-}  // namespace
 
 int32_t TreeScratchBlocks(int32_t start_pos, int32_t num_tokens, const uint64_t* tree,
                           int32_t tokens_per_block) {

@@ -109,6 +109,12 @@ struct AttentionSeq {
 int32_t TreeScratchBlocks(int32_t start_pos, int32_t num_tokens, const uint64_t* tree,
                           int32_t tokens_per_block);
 
+// Copies slot from_index of block from_block to slot to_index of block to_block: every head's K
+// and V with their scales, in the layer's layout (a verified tree's branch moves to the slots
+// its positions own).
+void CopyKvSlot(const KvLayerView& kv, int32_t from_block, int32_t from_index, int32_t to_block,
+                int32_t to_index);
+
 // Stores k/v rows ([num_tokens, kv_dim] each, heads side by side) at the sequence's positions.
 void WriteKv(const KvLayerView& kv, const AttentionSeq& seq, const float* k, const float* v);
 

@@ -51,6 +51,8 @@ class KvBlockManager {
   BlockCounts counts() const;
   // Blocks an allocation could get now (free + cached).
   int32_t NumAvailable() const { return num_free_ + num_cached_; }
+  // Of those, the blocks holding nothing reusable (an allocation takes these first).
+  int32_t NumFree() const { return num_free_; }
 
   // A fresh block with reference count 1; nullopt when every block is referenced.
   std::optional<int32_t> Allocate();

@@ -307,12 +307,27 @@ inference::ModelEnsembling ReferenceEnsembleSteps(const std::string& llm_model_n
   lin["runtime_top_p"] = "top_p";
   lin["temperature"] = "temperature";
   lin["len_penalty"] = "length_penalty";
-  for (const char* same :
-       {"repetition_penalty", "min_tokens", "presence_penalty", "frequency_penalty", "seed",
-        "return_log_probs", "return_context_logits", "return_generation_logits",
-        "return_perf_metrics", "num_return_sequences", "beam_width", "prompt_embedding_table",
-        "prompt_vocab_size", "lora_task_id", "lora_weights", "lora_config",
-        "guided_decoding_guide_type", "guided_decoding_guide"}) {
+  for (const char* same : {"repetition_penalty",
+                           "min_tokens",
+                           "presence_penalty",
+                           "frequency_penalty",
+                           "seed",
+                           "return_log_probs",
+                           "return_context_logits",
+                           "return_generation_logits",
+                           "return_perf_metrics",
+                           "num_return_sequences",
+                           "beam_width",
+                           "prompt_embedding_table",
+                           "prompt_vocab_size",
+                           "lora_task_id",
+                           "lora_weights",
+                           "lora_config",
+                           "guided_decoding_guide_type",
+                           "guided_decoding_guide",
+                           "lookahead_window_size",
+                           "lookahead_ngram_size",
+                           "lookahead_verification_set_size"}) {
     lin[same] = same;
   }
   lin["streaming"] = "stream";

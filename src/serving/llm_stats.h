@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "base/latency_histogram.h"
 
@@ -51,6 +52,8 @@ struct LlmRequestRecord {
   int32_t num_generated_tokens = 0;  // over all sequences
   int32_t num_draft_tokens = 0;      // speculative decoding: drafts verified
   int32_t num_accepted_draft_tokens = 0;
+  // Where the drafts came from: the model's speculative decoding mode (none: a client's).
+  std::string speculative_mode = "none";
   double queue_ms = -1;                  // arrival -> first scheduled
   double time_to_first_token_ms = -1;    // arrival -> first token
   double end_to_end_ms = -1;             // arrival -> last token (set with the first token)

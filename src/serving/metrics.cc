@@ -315,8 +315,10 @@ void Metrics::ObserveLlmRequest(const std::string& model, const std::string& ver
       .Observe(st.num_generated_tokens);
   if (st.queue_ms >= 0) f_->queue->Add(l, kLatencyBuckets).Observe(st.queue_ms / 1000);
   // Created at a model's first finished request, so both show (at 0) for every LLM model.
-  f_->draft_tokens->Add(l).Increment(st.num_draft_tokens);
-  f_->accepted_draft_tokens->Add(l).Increment(st.num_accepted_draft_tokens);
+  // Per speculative decoding mode: acceptance is what tells the modes apart.
+  const Labels ml = With(l, "mode", st.speculative_mode);
+  f_->draft_tokens->Add(ml).Increment(st.num_draft_tokens);
+  f_->accepted_draft_tokens->Add(ml).Increment(st.num_accepted_draft_tokens);
   if (st.time_to_first_token_ms >= 0) {
     f_->ttft->Add(l, kLatencyBuckets).Observe(st.time_to_first_token_ms / 1000);
     f_->e2e->Add(l, kLatencyBuckets).Observe(st.end_to_end_ms / 1000);

@@ -1,9 +1,11 @@
 #include "backends/llm/init_repo.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "engine/executor_config.h"
 #include "serving/ensemble_backend.h"
 #include "serving/model_config_util.h"
 
@@ -116,7 +118,18 @@ std::vector<Io> TextModelInputs(bool scalar_flags) {
       {"lora_config", "TYPE_INT32", "[ -1, 3 ]", true, false, true},
       {"guided_decoding_guide_type", "TYPE_STRING", "[ 1 ]", true, false, true},
       {"guided_decoding_guide", "TYPE_STRING", "[ 1 ]", true, false, true},
+      {"lookahead_window_size", "TYPE_INT32", "[ 1 ]", true},
+      {"lookahead_ngram_size", "TYPE_INT32", "[ 1 ]", true},
+      {"lookahead_verification_set_size", "TYPE_INT32", "[ 1 ]", true},
   };
+}
+
+// Field i of a "W,N,G" lookahead triple, or the server's default when none was given.
+std::string LookaheadField(const std::string& triple, int i) {
+  const LookaheadConfig d = ExecutorConfig{}.lookahead;
+  int v[3] = {d.window, d.ngram, d.verification_set};
+  if (!triple.empty()) std::sscanf(triple.c_str(), "%d,%d,%d", &v[0], &v[1], &v[2]);
+  return std::to_string(v[i]);
 }
 
 std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
@@ -154,6 +167,9 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
       {"draft_logits", "TYPE_FP32", "[ -1, -1 ]", true, false, true},
       {"draft_acceptance_threshold", "TYPE_FP32", "[ 1 ]", true, true},
       {"num_draft_tokens", "TYPE_INT32", "[ 1 ]", true, true},
+      {"lookahead_window_size", "TYPE_INT32", "[ 1 ]", true, true},
+      {"lookahead_ngram_size", "TYPE_INT32", "[ 1 ]", true, true},
+      {"lookahead_verification_set_size", "TYPE_INT32", "[ 1 ]", true, true},
       // Declared for the ensemble's wiring; a request that fills them gets UNIMPLEMENTED.
       {"decoder_input_ids", "TYPE_INT32", "[ -1 ]", true, false, true},
       {"decoder_input_lengths", "TYPE_INT32", "[ 1 ]", true, true},
@@ -221,6 +237,9 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
       {"tensor_parallel_size", std::to_string(o.tensor_parallel_size)},
       {"pipeline_parallel_size", std::to_string(o.pipeline_parallel_size)},
       {"stats_check_period_ms", "100"},
+      {"lookahead_window_size", LookaheadField(o.lookahead_config, 0)},
+      {"lookahead_ngram_size", LookaheadField(o.lookahead_config, 1)},
+      {"lookahead_verification_set_size", LookaheadField(o.lookahead_config, 2)},
   });
   return c.str();
 }

@@ -30,7 +30,8 @@ struct InitRepoOptions {
   int32_t max_queue_size = 0;
   bool exclude_input_in_output = false;
   int32_t max_beam_width = 1;                      // widest beam search a request may ask for
-  std::string speculative_decoding_mode = "none";  // prompt_lookup, draft_model
+  std::string speculative_decoding_mode = "none";  // prompt_lookup, draft_model, lookahead
+  std::string lookahead_config;                    // "W,N,G" (empty: the server's default)
   int32_t max_draft_len = 4;                       // draft tokens per step and sequence
   std::string draft_model_path;        // draft_model: the draft (default: the model itself)
   int32_t draft_model_layers = 0;      // draft_model: only its first n layers (0: all)

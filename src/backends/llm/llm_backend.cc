@@ -489,6 +489,9 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
   INFLIGHT_READ(nrs, "num_return_sequences");
   INFLIGHT_READ(perf, "return_perf_metrics");
   INFLIGHT_READ(num_draft, "num_draft_tokens");
+  INFLIGHT_READ(la_window, "lookahead_window_size");
+  INFLIGHT_READ(la_ngram, "lookahead_ngram_size");
+  INFLIGHT_READ(la_set, "lookahead_verification_set_size");
   INFLIGHT_READ(len_penalty, "len_penalty");
   INFLIGHT_READ(early_stopping, "early_stopping");
   INFLIGHT_READ(diversity, "beam_search_diversity_rate");
@@ -587,6 +590,26 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
                                   std::to_string(kMaxDraftTokens) + "]");
     }
     q.num_draft_tokens = static_cast<int32_t>(**num_draft);
+  }
+  if (la_window->has_value() || la_ngram->has_value() || la_set->has_value()) {
+    // A request's lookahead triple: each field given is checked against the model's by the
+    // executor (at most the model's); one left out takes the model's.
+    auto field = [](const std::optional<double>& v, const char* name, int32_t model,
+                    int32_t* out) -> Status {
+      if (!v.has_value()) {
+        *out = model;
+        return OkStatus();
+      }
+      if (*v < 0 || *v > 1024 || *v != std::floor(*v))
+        return InvalidArgumentError(std::string(name) + " must be a whole number in [0, 1024]");
+      *out = static_cast<int32_t>(*v);
+      return OkStatus();
+    };
+    const LookaheadConfig& m = params_.executor.lookahead;
+    RETURN_IF_ERROR(field(*la_window, "lookahead_window_size", m.window, &q.lookahead.window));
+    RETURN_IF_ERROR(field(*la_ngram, "lookahead_ngram_size", m.ngram, &q.lookahead.ngram));
+    RETURN_IF_ERROR(field(*la_set, "lookahead_verification_set_size", m.verification_set,
+                          &q.lookahead.verification_set));
   }
   // decoder_input_ids / decoder_input_lengths are ignored: every supported model is
   // decoder-only, and the reference ensemble always sends them (one pad id per row).
@@ -695,7 +718,8 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
         }
       }
     }
-    const LlmRequestRecord record = ToRequestRecord(res.stats);
+    LlmRequestRecord record = ToRequestRecord(res.stats);
+    record.speculative_mode = SpeculativeModeName(params_.executor.speculative_mode);
     if (context_.metrics) context_.metrics->ObserveLlmRequest(p->model_name, p->version, record);
     live_stats_.AddFinished(record);
     if (p->usage)

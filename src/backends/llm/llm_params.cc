@@ -44,6 +44,28 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
       return InvalidArgumentError("parameter speculative_decoding_mode: " + m.status().message());
     e.speculative_mode = *m;
   }
+  if (auto mode = GetParameter(config, "decoding_mode")) {
+    // TensorRT-LLM's decoding_mode names lookahead among the sampling modes; the others
+    // (top_k, top_p, beam_search) are what each request's fields choose here, and medusa,
+    // redrafter and eagle need heads this server does not load yet.
+    if (*mode == "lookahead") {
+      e.speculative_mode = SpeculativeMode::kLookahead;
+    } else if (*mode == "medusa" || *mode == "redrafter" || *mode == "eagle") {
+      return UnimplementedError("parameter decoding_mode: '" + *mode +
+                                "' is not supported (lookahead, top_k, top_p, top_k_top_p, "
+                                "beam_search, auto)");
+    } else if (*mode != "top_k" && *mode != "top_p" && *mode != "top_k_top_p" &&
+               *mode != "beam_search" && *mode != "auto" && !mode->empty()) {
+      return InvalidArgumentError("parameter decoding_mode: unknown mode '" + *mode + "'");
+    }
+  }
+  e.lookahead.window = static_cast<int32_t>(std::clamp<int64_t>(
+      GetIntParameter(config, "lookahead_window_size", e.lookahead.window), -1, 1 << 20));
+  e.lookahead.ngram = static_cast<int32_t>(std::clamp<int64_t>(
+      GetIntParameter(config, "lookahead_ngram_size", e.lookahead.ngram), -1, 1 << 20));
+  e.lookahead.verification_set = static_cast<int32_t>(std::clamp<int64_t>(
+      GetIntParameter(config, "lookahead_verification_set_size", e.lookahead.verification_set), -1,
+      1 << 20));
   e.max_draft_tokens =
       static_cast<int32_t>(GetIntParameter(config, "max_draft_len", e.max_draft_tokens));
   e.prompt_lookup_ngram = static_cast<int32_t>(
