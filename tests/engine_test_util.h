@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +62,54 @@ inline std::vector<Result> CollectResults(Executor& e, RequestId id) {
   }
   ADD_FAILURE() << "request " << id << " never finished";
   return all;
+}
+
+// A near-bigram tiny model (block outputs scaled by `scale`: its next token mostly follows
+// from the current one), whose text pools, Jacobi guesses and heads can predict, written to
+// `path` (kept: the caller removes it).
+inline std::unique_ptr<Model> NearBigramModel(const std::string& path, float scale) {
+  auto config = PresetConfig(Architecture::kLlama, "tiny");
+  EXPECT_TRUE(config.ok());
+  RandomModelParams params;
+  params.config = *config;
+  params.dtype = DType::kQ8_0;
+  params.seed = 777;
+  params.block_output_scale = scale;
+  EXPECT_TRUE(WriteRandomGguf(params, ByteFallbackVocab(), path).ok());
+  auto m = Model::Load(path);
+  EXPECT_TRUE(m.ok());
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+// Samples the second to fourth tokens of `draws` seeded requests (temperature 3, top-k 3:
+// a few dozen outcomes) for a chi-square test; adds the drafts verified and accepted.
+inline std::map<std::pair<int32_t, int32_t>, int> SampleTokensTwoToFour(
+    Executor& e, const std::vector<int32_t>& prompt, int draws, int seed_base, int64_t* drafts,
+    int64_t* accepted) {
+  std::map<std::pair<int32_t, int32_t>, int> counts;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < draws; ++i) {
+    Request r;
+    r.prompt_ids = prompt;
+    r.max_tokens = 4;
+    r.exclude_input_in_output = true;
+    r.sampling.temperature = 3.0f;
+    r.sampling.top_k = 3;
+    r.sampling.seed = static_cast<uint64_t>(seed_base + i);
+    auto id = e.Enqueue(std::move(r));
+    EXPECT_TRUE(id.ok());
+    if (id.ok()) ids.push_back(*id);
+  }
+  for (RequestId id : ids) {
+    std::vector<Result> rs = CollectResults(e, id);
+    if (rs.empty()) continue;
+    const auto& t = rs.back().output_token_ids;
+    EXPECT_EQ(t.size(), 4u);
+    *drafts += rs.back().stats.num_draft_tokens;
+    *accepted += rs.back().stats.num_accepted_draft_tokens;
+    if (t.size() == 4) counts[{t[1], t[2] * 100003 + t[3]}]++;
+  }
+  return counts;
 }
 
 // Nothing unfinished, no KV block (nor draft-model block) held.

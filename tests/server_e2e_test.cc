@@ -20,6 +20,7 @@
 #include "engine/executor.h"
 #include "grpc_service.grpc.pb.h"
 #include "llm_grpc_requests.h"
+#include "medusa_writer.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "server_harness.h"
@@ -129,6 +130,22 @@ class ServerE2eTest : public ::testing::Test {
         {{"decoupled: true", "decoupled: false"},
          {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
           "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"lookahead\""}});
+    {
+      // Medusa heads (random: drafts verified, rarely accepted) beside the demo model.
+      AddVariant(
+          *repo_, "tensorrt_llm_medusa",
+          {{"decoupled: true", "decoupled: false"},
+           {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
+            "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"medusa\""}});
+      std::ofstream(*repo_ / "tensorrt_llm_medusa" / "config.pbtxt", std::ios::app)
+          << "parameters: {\n  key: \"medusa_model_path\"\n  value: {\n    string_value: "
+             "\"medusa\"\n  }\n}\nparameters: {\n  key: \"medusa_choices\"\n  value: {\n    "
+             "string_value: \"[[0], [1], [0, 0], [0, 1], [0, 0, 0]]\"\n  }\n}\n";
+      auto demo = Model::Load(DemoModel());
+      ASSERT_TRUE(demo.ok());
+      testing::WriteMedusaHeads((*repo_ / "tensorrt_llm_medusa" / "medusa").string(), 3,
+                                (*demo)->config().hidden_size, (*demo)->config().vocab_size);
+    }
     AddVariant(
         *repo_, "tensorrt_llm_draft",
         {{"decoupled: true", "decoupled: false"},
@@ -1035,8 +1052,8 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(output(json::parse(r->body), "output_ids").get<std::vector<int32_t>>(), alone);
   }
-  for (const std::string model :
-       {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft", "tensorrt_llm_lookahead"}) {
+  for (const std::string model : {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft",
+                                  "tensorrt_llm_lookahead", "tensorrt_llm_medusa"}) {
     auto r = Post("/v2/models/" + model + "/infer", body(drafts));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -1049,7 +1066,8 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     if (model == "tensorrt_llm_sync") {
       EXPECT_EQ(total, 4) << "no prompt lookup without speculative_decoding_mode";
     } else {
-      EXPECT_GT(total, 4) << model << ": prompt lookup, the draft model or lookahead add drafts";
+      EXPECT_GT(total, 4) << model
+                          << ": prompt lookup, a draft model, lookahead or Medusa add drafts";
     }
     EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(),
                 static_cast<double>(accepted) / total, 1e-6);
@@ -1469,7 +1487,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true)
       << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 14u);
+  EXPECT_EQ(index.size(), 16u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -1723,14 +1741,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 14);
+    EXPECT_EQ(r.models_size(), 16);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 14);
+    EXPECT_EQ(r.model_stats_size(), 16);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

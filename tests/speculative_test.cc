@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/thread_pool.h"
+#include "chi_square.h"
 #include "engine/executor.h"
 #include "engine/generate.h"
 #include "engine_test_util.h"
@@ -360,38 +361,8 @@ TEST_F(SpeculativeTest, BadDraftsAreRefused) {
   EXPECT_FALSE(bad.Validate().ok());
 }
 
-// Two-sample chi-square statistic of equal-size samples of outcomes (cells seen fewer than 10
-// times in both pooled into one) and its degrees of freedom.
-template <typename Key>
-std::pair<double, int> ChiSquareTwoSample(const std::map<Key, int>& a,
-                                          const std::map<Key, int>& b) {
-  std::map<Key, std::pair<int, int>> both;
-  for (auto& [k, v] : a) both[k].first = v;
-  for (auto& [k, v] : b) both[k].second = v;
-  double chi2 = 0;
-  int cells = 0, pooled_a = 0, pooled_b = 0;
-  auto add = [&](int x, int y) {
-    const double e = (x + y) / 2.0;
-    chi2 += (x - e) * (x - e) / e + (y - e) * (y - e) / e;
-    ++cells;
-  };
-  for (auto& [k, v] : both) {
-    if (v.first + v.second < 10) {
-      pooled_a += v.first;
-      pooled_b += v.second;
-    } else {
-      add(v.first, v.second);
-    }
-  }
-  if (pooled_a + pooled_b > 0) add(pooled_a, pooled_b);
-  return {chi2, cells - 1};
-}
-
-// The chi-square distribution's 99.9% quantile (Wilson-Hilferty approximation).
-double ChiSquareCritical999(int df) {
-  const double z = 3.09, h = 2.0 / (9.0 * df);
-  return df * std::pow(1 - h + z * std::sqrt(h), 3);
-}
+using testing::ChiSquareCritical999;
+using testing::ChiSquareTwoSample;
 
 // Rejection sampling keeps the distribution: the first two tokens of many seeded samples with
 // drafts (right and wrong guesses, and prompt lookup) against as many without, a two-sample
@@ -436,30 +407,13 @@ TEST_F(SpeculativeTest, SeededSamplingKeepsItsDistribution) {
   ExpectNoLeaks(*e);
 }
 
-// A near-bigram model (block outputs scaled down: its next token mostly follows from the
-// current one), whose text a pool and Jacobi guesses can predict, as on real text.
-std::unique_ptr<Model> NearBigramModel(const std::string& base) {
-  auto config = PresetConfig(Architecture::kLlama, "tiny");
-  EXPECT_TRUE(config.ok());
-  RandomModelParams params;
-  params.config = *config;
-  params.dtype = DType::kQ8_0;
-  params.seed = 777;
-  params.block_output_scale = 0.15f;
-  const std::string file = base + ".bigram.gguf";
-  EXPECT_TRUE(WriteRandomGguf(params, testing::ByteFallbackVocab(), file).ok());
-  auto m = Model::Load(file);
-  std::filesystem::remove(file);
-  EXPECT_TRUE(m.ok());
-  return m.ok() ? std::move(m).value() : nullptr;
-}
-
 // Lookahead on text it predicts: 48 greedy requests in flight (chunked prompts, prefix reuse,
 // a small cache under max_utilization, some without drafts) give exactly their output alone,
 // with branches off the tree's first path accepted (their K/V moved to their positions).
 TEST_F(SpeculativeTest, LookaheadOnPredictableTextIsExact) {
-  std::unique_ptr<Model> bigram = NearBigramModel(path_);
+  std::unique_ptr<Model> bigram = testing::NearBigramModel(path_ + ".bigram.gguf", 0.15f);
   ASSERT_TRUE(bigram);
+  std::filesystem::remove(path_ + ".bigram.gguf");
   std::mt19937 rng(11);
   const int n = 48;
   std::vector<std::vector<int32_t>> prompts, expected;
@@ -531,8 +485,9 @@ TEST_F(SpeculativeTest, LookaheadOnPredictableTextIsExact) {
 // predictable from its own earlier text, as a pool needs), the second to fourth tokens (the
 // first comes from the prompt's pass) of many seeded samples against as many without.
 TEST_F(SpeculativeTest, SeededSamplingWithLookaheadKeepsItsDistribution) {
-  std::unique_ptr<Model> bigram = NearBigramModel(path_);
+  std::unique_ptr<Model> bigram = testing::NearBigramModel(path_ + ".bigram.gguf", 0.15f);
   ASSERT_TRUE(bigram);
+  std::filesystem::remove(path_ + ".bigram.gguf");
   ExecutorConfig c = SmallConfig();
   c.num_threads = 1;
   c.speculative_mode = SpeculativeMode::kLookahead;
@@ -550,34 +505,11 @@ TEST_F(SpeculativeTest, SeededSamplingWithLookaheadKeepsItsDistribution) {
   prompt.insert(prompt.end(), greedy.begin(), greedy.end());
   const int draws = 1500;
   int64_t drafts = 0, accepted = 0;
-  auto sample = [&](Executor& ex, int seed_base) {
-    std::map<std::pair<int32_t, int32_t>, int> counts;
-    std::vector<RequestId> ids;
-    for (int i = 0; i < draws; ++i) {
-      Request r;
-      r.prompt_ids = prompt;
-      r.max_tokens = 4;
-      r.exclude_input_in_output = true;
-      r.sampling.temperature = 3.0f;
-      r.sampling.top_k = 3;
-      r.sampling.seed = static_cast<uint64_t>(seed_base + i);
-      auto id = ex.Enqueue(std::move(r));
-      EXPECT_TRUE(id.ok());
-      ids.push_back(*id);
-    }
-    for (RequestId id : ids) {
-      std::vector<Result> rs = Collect(ex, id);
-      const auto& t = rs.back().output_token_ids;
-      EXPECT_EQ(t.size(), 4u);
-      drafts += rs.back().stats.num_draft_tokens;
-      accepted += rs.back().stats.num_accepted_draft_tokens;
-      if (t.size() == 4) counts[{t[1], t[2] * 100003 + t[3]}]++;
-    }
-    return counts;
-  };
-  const auto plain = sample(**made_plain, 1000);
+  const auto plain =
+      testing::SampleTokensTwoToFour(**made_plain, prompt, draws, 1000, &drafts, &accepted);
   drafts = accepted = 0;
-  const auto spec = sample(**made, 900000);
+  const auto spec =
+      testing::SampleTokensTwoToFour(**made, prompt, draws, 900000, &drafts, &accepted);
   const auto [chi2, df] = ChiSquareTwoSample(plain, spec);
   ASSERT_GE(df, 3) << "too few outcomes for the test to mean anything";
   const double critical = ChiSquareCritical999(df);

@@ -49,6 +49,13 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
         BlockManagerConfig{draft_runner_->num_kv_blocks(), config.tokens_per_block, false});
     draft_block_counts_ = draft_blocks_->counts();
   }
+  if (config.medusa_heads) {
+    medusa_choices_ = config.medusa_choices.empty()
+                          ? DefaultMedusaChoices(config.medusa_heads->num_heads())
+                          : config.medusa_choices;
+    for (const auto& path : medusa_choices_)
+      for (int32_t i : path) medusa_top_k_ = std::max(medusa_top_k_, i + 1);
+  }
   sampled_decoding_ = MakeSampledDecoding(*this);
   beam_decoding_ = MakeBeamDecoding(*this);
   waker_->executor = this;
@@ -82,10 +89,24 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
     draft = std::make_unique<LocalModelRunner>(*draft_model, dc, runner->pool(),
                                                /*kv_window_group=*/false);
   }
-  if (config.speculative_mode == SpeculativeMode::kLookahead && !runner->SupportsTreeDrafts()) {
+  if ((config.speculative_mode == SpeculativeMode::kLookahead ||
+       config.speculative_mode == SpeculativeMode::kMedusa) &&
+      !runner->SupportsTreeDrafts()) {
     return InvalidArgumentError(
-        "speculative decoding mode lookahead verifies drafts as a tree, which this model does "
-        "not support (sliding-window layers, or tensor/pipeline parallelism)");
+        std::string("speculative decoding mode ") + SpeculativeModeName(config.speculative_mode) +
+        " verifies drafts as a tree, which this model does not support (sliding-window layers, "
+        "or tensor/pipeline parallelism)");
+  }
+  if (config.speculative_mode == SpeculativeMode::kMedusa) {
+    if (!config.medusa_heads)
+      return InvalidArgumentError("speculative decoding mode medusa needs Medusa heads");
+    for (const auto& path : config.medusa_choices) {
+      if (path.empty() || static_cast<int32_t>(path.size()) > config.medusa_heads->num_heads())
+        return InvalidArgumentError("medusa_choices: a path is longer than the heads (" +
+                                    std::to_string(config.medusa_heads->num_heads()) + ")");
+    }
+    if (static_cast<int32_t>(config.medusa_choices.size()) > kMaxLookaheadDrafts)
+      return InvalidArgumentError("medusa_choices: at most 63 paths");
   }
   std::unique_ptr<KvDiskStore> disk;
   if (!config.kv_cache_disk_path.empty()) {
@@ -573,11 +594,19 @@ void Executor::SampleAll() {
     pool->Run(draw);
   else
     draw(0, 1);
+  const bool medusa = config_.speculative_mode == SpeculativeMode::kMedusa;
   for (int64_t i = 0; i < n; ++i) {
     const PendingSample& p = to_sample_[i];
     DecodingOf(p.seq->request->request).Accept(p, drawn_[i]);
+    if (medusa) {
+      // The row whose draw came last: its hidden state guesses what follows.
+      const int64_t row = (p.row - logits_.data()) / vocab_size_ + p.seq->medusa_row;
+      medusa_rows_.emplace_back(p.seq, row);
+    }
+    p.seq->medusa_row = 0;
   }
   to_sample_.clear();
+  if (medusa) RunMedusaHeads();
 }
 
 // Sampled sequences: one, or num_return_sequences forked from the prompt, each drawing with

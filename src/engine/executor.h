@@ -153,6 +153,15 @@ class Executor {
   // Lookahead decoding's tree for a decoding sequence, when it pays off (else none, trying
   // now and then).
   void ProposeLookahead(Sequence* seq);
+  // Medusa's tree from the heads' guesses of the last step (RunMedusaHeads).
+  void ProposeMedusa(Sequence* seq);
+  void RunMedusaHeads();
+  // Whether a request's sequence may verify a tree of drafts now, and whether x more rows pay
+  // off at the acceptance it has seen (adaptive_draft_length; a probe now and then).
+  bool TreeEligible(const Sequence& seq) const;
+  bool TreePays(const Sequence& seq, double x) const;
+  // Cuts the tree to the request's num_draft_tokens and lays out its bits and depths.
+  void FinishTree(Sequence* seq);
   void AcceptToken(Sequence* seq, const SampledToken& token);
   void SampleAll();
   void Fork(Sequence* parent, const float* logits_row);
@@ -198,6 +207,14 @@ class Executor {
   double draft_pass_ms_ = 0, target_forward_ms_ = 0;
   std::vector<std::pair<int32_t, int32_t>> tree_moves_;  // AcceptDrawn's K/V slot moves
   std::atomic<int64_t> tree_kv_moves_{0};
+  // Medusa: the choices (paths of top-k indices), the top-k they need, and this step's
+  // (sequence, hidden row) pairs whose heads run after sampling.
+  std::vector<std::vector<int32_t>> medusa_choices_;
+  int32_t medusa_top_k_ = 1;
+  std::vector<std::pair<Sequence*, int64_t>> medusa_rows_;
+  std::vector<float> medusa_hidden_;
+  std::vector<Sequence*> medusa_for_;
+  std::vector<int32_t> medusa_top_;
   int32_t last_gen_seqs_ = 0;  // decode rows of the last step (what a tree's tokens slow down)
   // Prompt tokens beside decode rows under max_inter_token_latency_ms; its cost model learns
   // from every forward pass.

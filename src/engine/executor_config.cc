@@ -40,8 +40,9 @@ StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name) {
   if (name == "prompt_lookup") return SpeculativeMode::kPromptLookup;
   if (name == "draft_model" || name == "draft_tokens_external") return SpeculativeMode::kDraftModel;
   if (name == "lookahead" || name == "lookahead_decoding") return SpeculativeMode::kLookahead;
+  if (name == "medusa") return SpeculativeMode::kMedusa;
   return InvalidArgumentError("unknown speculative decoding mode '" + name +
-                              "' (none, prompt_lookup, draft_model, lookahead)");
+                              "' (none, prompt_lookup, draft_model, lookahead, medusa)");
 }
 
 const char* SpeculativeModeName(SpeculativeMode m) {
@@ -54,6 +55,8 @@ const char* SpeculativeModeName(SpeculativeMode m) {
       return "draft_model";
     case SpeculativeMode::kLookahead:
       return "lookahead";
+    case SpeculativeMode::kMedusa:
+      return "medusa";
   }
   return "none";
 }

@@ -2,11 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/lookahead.h"
+#include "model/medusa.h"
 #include "tensor/dtype.h"
 
 namespace inflight {
@@ -34,9 +37,10 @@ enum class SpeculativeMode {
   kPromptLookup,  // the tokens that followed the latest earlier occurrence of the last n-gram
   kDraftModel,    // a smaller model of the same vocabulary, run greedily inside the step
   kLookahead,     // Jacobi guesses and an n-gram pool verified as a tree (engine/lookahead.h)
+  kMedusa,        // Medusa heads' top-k guesses along medusa_choices, verified as a tree
 };
 StatusOr<SpeculativeMode> SpeculativeModeFromName(
-    const std::string& name);  // none|prompt_lookup|draft_model|lookahead
+    const std::string& name);  // none|prompt_lookup|draft_model|lookahead|medusa
 const char* SpeculativeModeName(SpeculativeMode m);
 const char* BatchingStrategyName(BatchingStrategy b);
 
@@ -87,6 +91,10 @@ struct ExecutorConfig {
   // Lookahead decoding's (window, n-gram, verification set): the model's, which requests may
   // lower (TensorRT-LLM's lookahead_window_size, _ngram_size, _verification_set_size).
   LookaheadConfig lookahead{4, 3, 4};
+  // Medusa: the heads (model/medusa.h, loaded for this model) and the tree of their top-k
+  // indices to verify (ParseMedusaChoices; empty: DefaultMedusaChoices).
+  std::shared_ptr<MedusaHeads> medusa_heads;
+  std::vector<std::vector<int32_t>> medusa_choices;
 
   // INVALID_ARGUMENT naming the field.
   Status Validate() const;

@@ -166,58 +166,42 @@ void Executor::ProposeWithDraftModel() {
   for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->draft.resize(made[i]);
 }
 
-void Executor::ProposeLookahead(Sequence* seq) {
-  seq->draft.clear();
-  seq->draft_parent.clear();
+bool Executor::TreeEligible(const Sequence& seq) const {
+  const Request& r = seq.request->request;
+  if (r.beam_width > 1 || r.guide || r.prompt_table || r.num_draft_tokens == 0) return false;
+  return r.max_tokens - seq.num_generated() - 1 > 0;
+}
+
+bool Executor::TreePays(const Sequence& seq, double x) const {
+  if (!config_.adaptive_draft_length || x <= 0) return true;
+  if (seq.num_generated() >= seq.next_probe) return true;  // tried now and then
+  // A tree's x tokens slow the whole step by x rows' cost; the step's B rows make B tokens,
+  // so the tree pays when its expected accepted tokens exceed x * (row cost * B / step). The
+  // extra rows' cost comes from the step cost model (a step of the last step's decode rows at
+  // this context, with and without the tree): rows and the positions they attend to both
+  // grow with it.
+  const double rows = std::max(last_gen_seqs_, 1);
+  double share = kVerifyCost;
+  const StepCostModel& cost = step_budget_.cost();
+  if (cost.ready()) {
+    StepShape base;
+    base.decode_rows = rows;
+    base.decode_positions = rows * seq.num_computed;
+    StepShape more = base;
+    more.decode_rows += x;
+    more.decode_positions += AttendedPositions(seq.num_computed, x);
+    const double t0 = cost.PredictMs(base), t1 = cost.PredictMs(more);
+    // Never below the memory-bound guess: until the fit has seen steps of several rows it
+    // prices a row at almost nothing.
+    if (t0 > 0 && t1 > t0) share = std::max(share, (t1 - t0) / t0 * rows / x);
+  }
+  // Tokens accepted per tree (decayed), with a prior of one.
+  const double expected = (seq.drafts_accepted + 1) / (seq.drafts_verified + 1);
+  return expected > share * x;
+}
+
+void Executor::FinishTree(Sequence* seq) {
   const Request& r = seq->request->request;
-  if (r.beam_width > 1 || r.guide || r.prompt_table || r.num_draft_tokens == 0) return;
-  if (r.max_tokens - seq->num_generated() - 1 <= 0) return;
-  if (!seq->lookahead) {
-    seq->lookahead = std::make_unique<LookaheadDecoder>(
-        r.lookahead.empty() ? config_.lookahead : r.lookahead,
-        seq->request->id * 31 + static_cast<uint64_t>(seq->index));
-  }
-  LookaheadDecoder& la = *seq->lookahead;
-  la.Observe(seq->tokens);
-  la.Propose(seq->tokens, /*with_window=*/true, &seq->draft, &seq->draft_parent);
-  if (config_.adaptive_draft_length) {
-    // A tree's x tokens slow the whole step by x rows' cost; the step's B rows make B tokens,
-    // so the tree pays when its expected accepted tokens exceed x * (row cost * B / step).
-    // Without the window branch only the pool's n-grams are verified; with neither paying,
-    // the whole tree is tried now and then (Sequence::next_probe), which also moves the
-    // window on.
-    // The extra rows' cost comes from the step cost model (a step of the last step's decode
-    // rows at this context, with and without the tree): rows and the positions they attend
-    // to both grow with it.
-    const double rows = std::max(last_gen_seqs_, 1), x = static_cast<double>(seq->draft.size());
-    double share = kVerifyCost;
-    const StepCostModel& cost = step_budget_.cost();
-    if (cost.ready()) {
-      StepShape base;
-      base.decode_rows = rows;
-      base.decode_positions = rows * seq->num_computed;
-      StepShape more = base;
-      more.decode_rows += x;
-      more.decode_positions += AttendedPositions(seq->num_computed, x);
-      const double t0 = cost.PredictMs(base), t1 = cost.PredictMs(more);
-      // Never below the memory-bound guess: until the fit has seen steps of several rows it
-      // prices a row at almost nothing.
-      if (t0 > 0 && t1 > t0) share = std::max(share, (t1 - t0) / t0 * rows / x);
-    }
-    const double expected = (seq->drafts_accepted + 1) / (seq->drafts_verified + 1);
-    const bool probe = seq->num_generated() >= seq->next_probe;
-    if (!probe && expected <= share * x) {
-      const int32_t verify = la.window_begin();
-      la.DropWindow();
-      if (verify > 0 && expected > share * verify) {
-        seq->draft.resize(verify);
-        seq->draft_parent.resize(verify);
-      } else {
-        seq->draft.clear();
-        seq->draft_parent.clear();
-      }
-    }
-  }
   if (r.num_draft_tokens > 0 && static_cast<int32_t>(seq->draft.size()) > r.num_draft_tokens) {
     // The request's cap: a prefix of the tree (parents come first) is a tree.
     seq->draft.resize(r.num_draft_tokens);
@@ -238,17 +222,108 @@ void Executor::ProposeLookahead(Sequence* seq) {
   }
 }
 
+void Executor::ProposeLookahead(Sequence* seq) {
+  seq->draft.clear();
+  seq->draft_parent.clear();
+  if (!TreeEligible(*seq)) return;
+  const Request& r = seq->request->request;
+  if (!seq->lookahead) {
+    seq->lookahead = std::make_unique<LookaheadDecoder>(
+        r.lookahead.empty() ? config_.lookahead : r.lookahead,
+        seq->request->id * 31 + static_cast<uint64_t>(seq->index));
+  }
+  LookaheadDecoder& la = *seq->lookahead;
+  la.Observe(seq->tokens);
+  la.Propose(seq->tokens, /*with_window=*/true, &seq->draft, &seq->draft_parent);
+  if (!TreePays(*seq, static_cast<double>(seq->draft.size()))) {
+    // Without the window branch only the pool's n-grams are verified; with neither paying,
+    // the whole tree is tried now and then (Sequence::next_probe), which also moves the
+    // window on.
+    const int32_t verify = la.window_begin();
+    la.DropWindow();
+    if (verify > 0 && TreePays(*seq, verify)) {
+      seq->draft.resize(verify);
+      seq->draft_parent.resize(verify);
+    } else {
+      seq->draft.clear();
+      seq->draft_parent.clear();
+    }
+  }
+  FinishTree(seq);
+}
+
+void Executor::ProposeMedusa(Sequence* seq) {
+  seq->draft.clear();
+  seq->draft_parent.clear();
+  if (!TreeEligible(*seq) || seq->medusa_len != seq->tokens.size() || seq->medusa_top.empty())
+    return;
+  // One node per path of medusa_choices: head d-1's top-k token at the path's last index,
+  // under the node of the path's prefix (paths come after their prefixes).
+  const int32_t top_k = medusa_top_k_;
+  for (const std::vector<int32_t>& path : medusa_choices_) {
+    const size_t depth = path.size();
+    int32_t parent = -1;
+    if (depth > 1) {
+      const std::vector<int32_t> prefix(path.begin(), path.end() - 1);
+      parent =
+          static_cast<int32_t>(std::find(medusa_choices_.begin(), medusa_choices_.end(), prefix) -
+                               medusa_choices_.begin());
+    }
+    seq->draft.push_back(seq->medusa_top[(depth - 1) * top_k + path.back()]);
+    seq->draft_parent.push_back(parent);
+  }
+  FinishTree(seq);
+}
+
+void Executor::RunMedusaHeads() {
+  // The heads read the hidden state of each sequence's last drawn token (its row of this
+  // pass) and guess the tokens after the next one; only for sequences whose next tree pays.
+  const float* hidden = runner_->OutputHidden();
+  if (hidden == nullptr || medusa_rows_.empty()) {
+    medusa_rows_.clear();
+    return;
+  }
+  const int64_t H = hidden_size_;
+  medusa_hidden_.clear();
+  medusa_for_.clear();
+  for (const auto& [seq, row] : medusa_rows_) {
+    if (seq->state != SequenceState::kRunning || seq->num_uncomputed() != 1) continue;
+    if (!TreeEligible(*seq) || !TreePays(*seq, static_cast<double>(medusa_choices_.size())))
+      continue;
+    medusa_hidden_.insert(medusa_hidden_.end(), hidden + row * H, hidden + (row + 1) * H);
+    medusa_for_.push_back(seq);
+  }
+  medusa_rows_.clear();
+  if (medusa_for_.empty()) return;
+  ThreadPool* pool = runner_->pool();
+  if (pool == nullptr) return;
+  const int64_t n = static_cast<int64_t>(medusa_for_.size());
+  config_.medusa_heads->TopK(medusa_hidden_.data(), n, medusa_top_k_, &medusa_top_, *pool);
+  const size_t per = static_cast<size_t>(config_.medusa_heads->num_heads() * medusa_top_k_);
+  for (int64_t i = 0; i < n; ++i) {
+    Sequence* seq = medusa_for_[i];
+    seq->medusa_top.assign(medusa_top_.begin() + static_cast<std::ptrdiff_t>(i * per),
+                           medusa_top_.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
+    seq->medusa_len = seq->tokens.size();
+  }
+}
+
 void Executor::ProposeDrafts() {
   if (config_.speculative_mode == SpeculativeMode::kNone) return;
   if (config_.speculative_mode == SpeculativeMode::kDraftModel) {
     if (draft_runner_) ProposeWithDraftModel();
     return;
   }
-  if (config_.speculative_mode == SpeculativeMode::kLookahead) {
+  if (config_.speculative_mode == SpeculativeMode::kLookahead ||
+      config_.speculative_mode == SpeculativeMode::kMedusa) {
     for (Sequence* seq : scheduler_.running()) {
       if (seq->num_uncomputed() != 1 || seq->num_generated() == 0) continue;  // not decoding
       if (seq->request->output_paused) continue;                              // sits this step out
-      ProposeLookahead(seq);
+      if (config_.speculative_mode == SpeculativeMode::kLookahead) {
+        ProposeLookahead(seq);
+      } else {
+        ProposeMedusa(seq);
+      }
     }
     return;
   }
@@ -310,6 +385,7 @@ void Executor::VerifyTree(Sequence* seq, const float* rows, int32_t num_draft, f
     node = next;
   }
   seq->tokens.resize(seq->tokens.size() - pushed);  // AcceptDrawn appends them for real
+  seq->medusa_row = node + 1;                       // the row whose draw came last
 }
 
 void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft, float* scratch,

@@ -59,6 +59,9 @@ class ModelRunner {
                            const std::vector<std::pair<int32_t, int32_t>>& moves) {
     (void)block_table, (void)moves;
   }
+  // The final (normed) hidden states of the last pass's logit rows ([rows, hidden], in the
+  // logits' order), valid until the next pass; null when the runner cannot give them.
+  virtual const float* OutputHidden() const { return nullptr; }
   // The compute pool, for per-sequence work between forward passes; null: run it inline.
   virtual ThreadPool* pool() { return nullptr; }
   // OK while the runner can run steps; an error (e.g. a parallel rank died) is final.
@@ -124,6 +127,7 @@ class LocalModelRunner : public ModelRunner {
   }
   void MoveKvSlots(const int32_t* block_table,
                    const std::vector<std::pair<int32_t, int32_t>>& moves) override;
+  const float* OutputHidden() const override { return scratch_.h; }
   ThreadPool* pool() override { return pool_; }
 
  private:

@@ -71,6 +71,12 @@ struct Sequence {
   std::vector<int32_t> tree_scratch;
   std::vector<int32_t> tree_path;
   std::unique_ptr<LookaheadDecoder> lookahead;  // the sequence's window and n-gram pool
+  // Medusa: the row (after the one the step's draw started at) whose hidden state guesses what
+  // follows the last token drawn, and the heads' top-k tokens from it ([heads, top_k]), for
+  // the sequence's next step when tokens.size() is still medusa_len.
+  int32_t medusa_row = 0;
+  std::vector<int32_t> medusa_top;
+  size_t medusa_len = 0;
   // Draft model: its own KV blocks (no prefix sharing) and how many leading tokens they hold.
   std::vector<int32_t> draft_blocks;
   int32_t draft_computed = 0;

@@ -849,6 +849,31 @@ void LlmBackend::StatsLoop() {
 
 }  // namespace
 
+// Medusa heads from medusa_model_path (a folder with medusa_lm_head.safetensors, or the file)
+// checked against the model, and the tree of medusa_choices (default: DefaultMedusaChoices).
+static Status LoadMedusa(const inference::ModelConfig& config, const BackendContext& context,
+                         const inflight::ModelConfig& model, ExecutorConfig* e) {
+  auto where = GetParameter(config, "medusa_model_path");
+  if (!where || where->empty())
+    return InvalidArgumentError(
+        "parameter medusa_model_path: decoding_mode medusa needs the heads");
+  auto path = ConfinedPath("medusa_model_path", *where, context.model_dir, context.allowed_roots);
+  if (!path.ok()) return path.status();
+  auto heads = MedusaHeads::Load(*path, model);
+  if (!heads.ok()) return heads.status();
+  e->medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
+  if (auto choices = GetParameter(config, "medusa_choices"); choices && !choices->empty()) {
+    auto parsed = ParseMedusaChoices(*choices, e->medusa_heads->num_heads(), kMaxLookaheadDrafts);
+    if (!parsed.ok())
+      return InvalidArgumentError("parameter medusa_choices: " + parsed.status().message());
+    e->medusa_choices = std::move(parsed).value();
+  }
+  INFLIGHT_LOG(kInfo) << "Medusa heads: " << e->medusa_heads->num_heads() << " heads of "
+                      << e->medusa_heads->num_layers() << " residual blocks ("
+                      << e->medusa_heads->WeightBytes() / 1000000 << " MB read per step)";
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelConfig& config,
                                                          const BackendContext& context) {
   auto params = ReadParams(config);
@@ -905,6 +930,8 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
     auto m = Model::Load(model_path.string());
     if (!m.ok()) return m.status();
     model = std::move(m).value();
+    if (params->executor.speculative_mode == SpeculativeMode::kMedusa)
+      RETURN_IF_ERROR(LoadMedusa(config, context, model->config(), &params->executor));
     auto e = Executor::Create(*model, params->executor, draft.get());
     if (!e.ok()) return e.status();
     executor = std::move(e).value();

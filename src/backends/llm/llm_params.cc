@@ -50,10 +50,12 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
     // redrafter and eagle need heads this server does not load yet.
     if (*mode == "lookahead") {
       e.speculative_mode = SpeculativeMode::kLookahead;
-    } else if (*mode == "medusa" || *mode == "redrafter" || *mode == "eagle") {
+    } else if (*mode == "medusa") {
+      e.speculative_mode = SpeculativeMode::kMedusa;
+    } else if (*mode == "redrafter" || *mode == "eagle") {
       return UnimplementedError("parameter decoding_mode: '" + *mode +
-                                "' is not supported (lookahead, top_k, top_p, top_k_top_p, "
-                                "beam_search, auto)");
+                                "' is not supported (lookahead, medusa, top_k, top_p, "
+                                "top_k_top_p, beam_search, auto)");
     } else if (*mode != "top_k" && *mode != "top_p" && *mode != "top_k_top_p" &&
                *mode != "beam_search" && *mode != "auto" && !mode->empty()) {
       return InvalidArgumentError("parameter decoding_mode: unknown mode '" + *mode + "'");
