@@ -15,7 +15,8 @@
 //                   [--decode-tokens 128] [--draft 4] [--ngram 3] [--draft-layers 0] [--passage 80]
 //                   [--reps 3]
 //                   [--block-output-scale 1] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
-//                   [--mode lookahead --lookahead W,N,G] [--adaptive 0|1] [--batch 16]
+//                   [--mode lookahead --lookahead W,N,G | --mode medusa --medusa-heads 4]
+//                   [--adaptive 0|1] [--batch 16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +26,7 @@
 
 #include "bench_models.h"
 #include "engine/executor.h"
+#include "model/medusa.h"
 
 using namespace inflight;
 
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
   std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
                           "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
   double block_output_scale = 1.0;
-  int draft_layers = 0, batch = 1;
+  int draft_layers = 0, batch = 1, medusa_heads = 4;
   bool adaptive = true;
   std::string mode;  // prompt_lookup (default), draft_model (with --draft-layers), lookahead
   LookaheadConfig lookahead = ExecutorConfig{}.lookahead;
@@ -142,6 +144,8 @@ int main(int argc, char** argv) {
       batch = std::stoi(v);
     else if (f == "--adaptive")
       adaptive = std::stoi(v) != 0;
+    else if (f == "--medusa-heads")
+      medusa_heads = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -172,6 +176,24 @@ int main(int argc, char** argv) {
   spec.speculative_mode =
       draft_layers > 0 ? SpeculativeMode::kDraftModel : SpeculativeMode::kPromptLookup;
   if (mode == "lookahead") spec.speculative_mode = SpeculativeMode::kLookahead;
+  if (mode == "medusa") {
+    // Heads written for this model: on a predictable model (block outputs scaled down) each
+    // head's projection is the model's own, which guesses right where its text repeats a token;
+    // on the random model random heads (what Medusa costs when its guesses fail).
+    spec.speculative_mode = SpeculativeMode::kMedusa;
+    const std::string dir = model_dir + "/medusa-" + std::to_string(medusa_heads) + "-" +
+                            (block_output_scale == 1.0 ? "random" : "copied") + "-" +
+                            std::to_string(m.config().hidden_size);
+    ThreadPool pool(threads);
+    Status st = WriteMedusaHeads(dir, m, medusa_heads, block_output_scale != 1.0, pool);
+    auto heads =
+        st.ok() ? MedusaHeads::Load(dir, m.config()) : StatusOr<std::unique_ptr<MedusaHeads>>(st);
+    if (!heads.ok()) {
+      std::fprintf(stderr, "%s\n", heads.status().ToString().c_str());
+      return 1;
+    }
+    spec.medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
+  }
   spec.lookahead = lookahead;
   spec.adaptive_draft_length = adaptive;
   plain.max_batch_size = spec.max_batch_size = std::max(batch, 1);
@@ -215,6 +237,10 @@ int main(int argc, char** argv) {
         "batch %d\n",
         lookahead.window, lookahead.ngram, lookahead.verification_set,
         adaptive ? "" : " every step", batch);
+  } else if (spec.speculative_mode == SpeculativeMode::kMedusa) {
+    std::printf("drafts from %d Medusa heads (%s, %.2f GB read per step as q8_0)%s, batch %d\n",
+                medusa_heads, block_output_scale != 1.0 ? "the model's own projection" : "random",
+                spec.medusa_heads->WeightBytes() / 1e9, adaptive ? "" : " every step", batch);
   } else {
     std::printf("drafts from prompt lookup (n-gram <= %d)\n", ngram);
   }

@@ -24,27 +24,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The model's output matrix [vocab, hidden] as floats (its product with the identity).
-std::vector<float> OutputMatrix(const Model& m, ThreadPool& pool) {
-  const int64_t H = m.config().hidden_size, V = m.config().vocab_size;
-  std::vector<float> eye(H * H, 0.0f), prod(H * V);
-  for (int64_t i = 0; i < H; ++i) eye[i * H + i] = 1.0f;
-  kernels::MatMulScratch scratch;
-  kernels::MatMul(m.weights().output, eye.data(), H, prod.data(), pool, scratch);
-  std::vector<float> w(V * H);
-  for (int64_t i = 0; i < H; ++i)
-    for (int64_t v = 0; v < V; ++v) w[v * H + i] = prod[i * V + v];
-  return w;
-}
-
-// Heads for `m` in `dir` (testing::WriteMedusaHeads): copy_output, each head's projection is
-// the model's own; else random. The overrides write heads for another shape.
+// Heads for `m` in `dir` (model/medusa.h's writer): copy_output, each head's projection is
+// the model's own; else random. The overrides write random heads of another shape.
 void WriteHeads(const Model& m, ThreadPool& pool, const std::string& dir, int num_heads,
                 bool copy_output, int64_t hidden_override = 0, int64_t vocab_override = 0) {
-  const int64_t H = hidden_override ? hidden_override : m.config().hidden_size;
-  const int64_t V = vocab_override ? vocab_override : m.config().vocab_size;
-  const std::vector<float> out = copy_output ? OutputMatrix(m, pool) : std::vector<float>();
-  testing::WriteMedusaHeads(dir, num_heads, H, V, copy_output ? &out : nullptr);
+  if (hidden_override == 0 && vocab_override == 0) {
+    ASSERT_TRUE(WriteMedusaHeads(dir, m, num_heads, copy_output, pool).ok());
+    return;
+  }
+  testing::WriteMedusaHeads(dir, num_heads,
+                            hidden_override ? hidden_override : m.config().hidden_size,
+                            vocab_override ? vocab_override : m.config().vocab_size);
 }
 
 class MedusaTest : public ::testing::Test {

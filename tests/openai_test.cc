@@ -141,6 +141,51 @@ TEST_F(OpenAiTest, ModelsListsTheModelsThatServeText) {
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "not_found_error");
 }
 
+// vLLM's /tokenize and /detokenize, and the context length in /v1/models: the ids are the
+// model's tokenizer's (its own encoder, BOS first as the completions path adds it), the text
+// comes back whole, max_model_len is the model's; bad input gets OpenAI's error naming the
+// field.
+TEST_F(OpenAiTest, TokenizeDetokenizeAndTheContextLength) {
+  auto gguf = GgufFile::Open(DemoModel());
+  ASSERT_TRUE(gguf.ok());
+  auto context_key = (*gguf)->GetInt("llama.context_length");
+  ASSERT_TRUE(context_key.ok() && context_key->has_value());
+  const int64_t context = **context_key;
+  httplib::Client c("127.0.0.1", server_->http_port);
+  const json models = json::parse(c.Get("/v1/models")->body);
+  for (const json& m : models["data"]) EXPECT_EQ(m["max_model_len"], context) << m;
+  for (const char* prompt : kPrompts) {
+    const json t = PostJson("/tokenize", {{"model", "ensemble"}, {"prompt", prompt}});
+    const std::vector<int32_t> ids = t["tokens"].get<std::vector<int32_t>>();
+    std::vector<int32_t> want = tok_->Encode(prompt);
+    if (tok_->bos_id() >= 0 && (want.empty() || want[0] != tok_->bos_id()))
+      want.insert(want.begin(), tok_->bos_id());
+    EXPECT_EQ(ids, want) << prompt;
+    EXPECT_EQ(t["count"], ids.size());
+    EXPECT_EQ(t["max_model_len"], context);
+    // As vLLM (the tokenizer's decode, special tokens kept): the BOS shows; the text after it
+    // comes back whole.
+    const json d = PostJson("/detokenize", {{"model", "ensemble"}, {"tokens", ids}});
+    EXPECT_EQ(d["prompt"], "<s> " + std::string(prompt));
+    const std::vector<int32_t> text_ids(ids.begin() + 1, ids.end());
+    EXPECT_EQ(PostJson("/detokenize", {{"model", "ensemble"}, {"tokens", text_ids}})["prompt"],
+              prompt);
+  }
+  // A chat conversation is rendered with the template first: more tokens than its text.
+  const json chat = PostJson(
+      "/tokenize",
+      {{"model", "ensemble"}, {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}}});
+  EXPECT_GT(chat["count"].get<int64_t>(),
+            PostJson("/tokenize", {{"model", "ensemble"}, {"prompt", "Once upon a time"}})["count"]
+                .get<int64_t>());
+  const json bad_ids = PostJson("/detokenize", {{"model", "ensemble"}, {"tokens", {1, -5}}}, 400);
+  EXPECT_EQ(bad_ids["error"]["param"], "tokens");
+  const json bad_model = PostJson("/tokenize", {{"model", 7}, {"prompt", "x"}}, 400);
+  EXPECT_EQ(bad_model["error"]["param"], "model");
+  const json unknown = PostJson("/detokenize", {{"model", "nope"}, {"tokens", {1}}}, 404);
+  EXPECT_EQ(unknown["error"]["param"], "model");
+}
+
 TEST_F(OpenAiTest, GreedyCompletionEqualsTheKServePathForEveryModelKind) {
   for (const char* prompt : kPrompts) {
     const std::string expected = KServeText(prompt, 24);

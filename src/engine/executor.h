@@ -156,10 +156,11 @@ class Executor {
   // Medusa's tree from the heads' guesses of the last step (RunMedusaHeads).
   void ProposeMedusa(Sequence* seq);
   void RunMedusaHeads();
-  // Whether a request's sequence may verify a tree of drafts now, and whether x more rows pay
-  // off at the acceptance it has seen (adaptive_draft_length; a probe now and then).
+  // Whether a request's sequence may verify a tree of drafts now, and whether x more rows (and
+  // extra_ms of work per step) pay off at the acceptance it has seen (adaptive_draft_length;
+  // a probe now and then).
   bool TreeEligible(const Sequence& seq) const;
-  bool TreePays(const Sequence& seq, double x) const;
+  bool TreePays(const Sequence& seq, double x, double extra_ms = 0) const;
   // Cuts the tree to the request's num_draft_tokens and lays out its bits and depths.
   void FinishTree(Sequence* seq);
   void AcceptToken(Sequence* seq, const SampledToken& token);
@@ -215,7 +216,8 @@ class Executor {
   std::vector<float> medusa_hidden_;
   std::vector<Sequence*> medusa_for_;
   std::vector<int32_t> medusa_top_;
-  int32_t last_gen_seqs_ = 0;  // decode rows of the last step (what a tree's tokens slow down)
+  double medusa_heads_ms_ = 0;  // decayed mean time of a heads pass
+  int32_t last_gen_seqs_ = 0;   // decode rows of the last step (what a tree's tokens slow down)
   // Prompt tokens beside decode rows under max_inter_token_latency_ms; its cost model learns
   // from every forward pass.
   StepBudget step_budget_;

@@ -172,7 +172,7 @@ bool Executor::TreeEligible(const Sequence& seq) const {
   return r.max_tokens - seq.num_generated() - 1 > 0;
 }
 
-bool Executor::TreePays(const Sequence& seq, double x) const {
+bool Executor::TreePays(const Sequence& seq, double x, double extra_ms) const {
   if (!config_.adaptive_draft_length || x <= 0) return true;
   if (seq.num_generated() >= seq.next_probe) return true;  // tried now and then
   // A tree's x tokens slow the whole step by x rows' cost; the step's B rows make B tokens,
@@ -181,7 +181,7 @@ bool Executor::TreePays(const Sequence& seq, double x) const {
   // this context, with and without the tree): rows and the positions they attend to both
   // grow with it.
   const double rows = std::max(last_gen_seqs_, 1);
-  double share = kVerifyCost;
+  double share = kVerifyCost, step_ms = target_forward_ms_;
   const StepCostModel& cost = step_budget_.cost();
   if (cost.ready()) {
     StepShape base;
@@ -194,10 +194,13 @@ bool Executor::TreePays(const Sequence& seq, double x) const {
     // Never below the memory-bound guess: until the fit has seen steps of several rows it
     // prices a row at almost nothing.
     if (t0 > 0 && t1 > t0) share = std::max(share, (t1 - t0) / t0 * rows / x);
+    if (t0 > 0) step_ms = t0;
   }
-  // Tokens accepted per tree (decayed), with a prior of one.
+  // Tokens accepted per tree (decayed), with a prior of one. extra_ms (the Medusa heads' pass,
+  // shared by the step's rows) counts as that much of a step per row.
   const double expected = (seq.drafts_accepted + 1) / (seq.drafts_verified + 1);
-  return expected > share * x;
+  const double extra = step_ms > 0 ? extra_ms / step_ms : 0.0;
+  return expected > share * x + extra;
 }
 
 void Executor::FinishTree(Sequence* seq) {
@@ -288,7 +291,8 @@ void Executor::RunMedusaHeads() {
   medusa_for_.clear();
   for (const auto& [seq, row] : medusa_rows_) {
     if (seq->state != SequenceState::kRunning || seq->num_uncomputed() != 1) continue;
-    if (!TreeEligible(*seq) || !TreePays(*seq, static_cast<double>(medusa_choices_.size())))
+    if (!TreeEligible(*seq) ||
+        !TreePays(*seq, static_cast<double>(medusa_choices_.size()), medusa_heads_ms_))
       continue;
     medusa_hidden_.insert(medusa_hidden_.end(), hidden + row * H, hidden + (row + 1) * H);
     medusa_for_.push_back(seq);
@@ -298,7 +302,11 @@ void Executor::RunMedusaHeads() {
   ThreadPool* pool = runner_->pool();
   if (pool == nullptr) return;
   const int64_t n = static_cast<int64_t>(medusa_for_.size());
+  const Clock::time_point start = Clock::now();
   config_.medusa_heads->TopK(medusa_hidden_.data(), n, medusa_top_k_, &medusa_top_, *pool);
+  // The heads' time per step (their weights are read once for all rows: a step's cost).
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  medusa_heads_ms_ = medusa_heads_ms_ == 0 ? ms : 0.9 * medusa_heads_ms_ + 0.1 * ms;
   const size_t per = static_cast<size_t>(config_.medusa_heads->num_heads() * medusa_top_k_);
   for (int64_t i = 0; i < n; ++i) {
     Sequence* seq = medusa_for_[i];

@@ -1,7 +1,10 @@
 #include "format/safetensors.h"
 
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "base/fp16.h"
 
 namespace inflight {
 
@@ -66,6 +69,34 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
     st->tensors_.emplace(it.key(), std::move(t));
   }
   return st;
+}
+
+Status WriteSafetensorsF16(const std::string& path, const std::vector<SafetensorsOut>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const SafetensorsOut& t : tensors) {
+    uint64_t elems = 1;
+    for (int64_t d : t.shape) elems *= static_cast<uint64_t>(d);
+    header[t.name] = {
+        {"dtype", "F16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 2 * elems}}};
+    offset += 2 * elems;
+  }
+  const std::string h = header.dump();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return InternalError("cannot write " + path);
+  const uint64_t n = h.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << h;
+  std::vector<uint16_t> row;
+  for (const SafetensorsOut& t : tensors) {
+    uint64_t elems = 1;
+    for (int64_t d : t.shape) elems *= static_cast<uint64_t>(d);
+    row.resize(elems);
+    for (uint64_t i = 0; i < elems; ++i) row[i] = Fp32ToFp16(t.values[i]);
+    out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(2 * elems));
+  }
+  out.close();
+  return out ? OkStatus() : InternalError("cannot write " + path);
 }
 
 }  // namespace inflight

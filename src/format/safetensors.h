@@ -32,6 +32,15 @@ class SafetensorsFile {
   std::map<std::string, SafetensorsTensor> tensors_;
 };
 
+// One tensor to write: row-major floats of `shape`.
+struct SafetensorsOut {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* values = nullptr;
+};
+// Writes the tensors as F16 (what model writers and benchmarks need; the reader takes any).
+Status WriteSafetensorsF16(const std::string& path, const std::vector<SafetensorsOut>& tensors);
+
 // "F32" -> kF32 etc.; nullopt for types the engine does not load.
 std::optional<DType> DTypeFromSafetensors(const std::string& name);
 

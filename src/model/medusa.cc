@@ -10,6 +10,8 @@
 #include "base/fp16.h"
 #include "format/safetensors.h"
 #include "kernels/interleave.h"
+#include "kernels/quantize.h"
+#include "model/model.h"
 
 namespace inflight {
 namespace {
@@ -21,7 +23,10 @@ constexpr int32_t kMaxHeads = 16, kMaxBlocks = 8;
 MedusaHeads::~MedusaHeads() = default;
 
 StatusOr<std::unique_ptr<MedusaHeads>> MedusaHeads::Load(const std::string& path,
-                                                         const ModelConfig& base) {
+                                                         const ModelConfig& base, DType weights) {
+  const bool quantize = weights == DType::kQ8_0 || weights == DType::kQ4_0;
+  if (!quantize && weights != DType::kF16 && weights != DType::kBF16 && weights != DType::kF32)
+    return InvalidArgumentError("medusa heads: weights must be kept as stored, q8_0 or q4_0");
   namespace fs = std::filesystem;
   std::error_code ec;
   std::string file = path;
@@ -112,19 +117,6 @@ StatusOr<std::unique_ptr<MedusaHeads>> MedusaHeads::Load(const std::string& path
       "the model's hidden size is " + std::to_string(H) + " (heads made for another model?)";
   const std::string vocab_what = "the model's vocabulary is " + std::to_string(V) +
                                  " tokens and its hidden size " + std::to_string(H);
-  auto view = [&](const SafetensorsTensor& t) {
-    TensorView v;
-    v.data = t.data;
-    v.dtype = *DTypeFromSafetensors(t.dtype);
-    v.rows = t.shape[0];
-    v.cols = t.shape[1];
-    if (kernels::CanInterleave(v)) {
-      AlignedBuffer copy(kernels::InterleavedBytes(v));
-      v = kernels::Interleave(v, copy.as<uint8_t>());
-      m->owned_.push_back(std::move(copy));
-    }
-    return v;
-  };
   auto to_floats = [](const SafetensorsTensor& t) {
     std::vector<float> out(static_cast<size_t>(t.shape[0]));
     const auto dt = *DTypeFromSafetensors(t.dtype);
@@ -138,6 +130,35 @@ StatusOr<std::unique_ptr<MedusaHeads>> MedusaHeads::Load(const std::string& path
       }
     }
     return out;
+  };
+  auto view = [&](const SafetensorsTensor& t) {
+    TensorView v;
+    v.data = t.data;
+    v.dtype = *DTypeFromSafetensors(t.dtype);
+    v.rows = t.shape[0];
+    v.cols = t.shape[1];
+    if (quantize && v.cols % 32 == 0) {
+      // Row by row through floats into the quantized type (as the model writer does).
+      AlignedBuffer q(v.rows * DTypeRowBytes(weights, v.cols));
+      std::vector<float> row(static_cast<size_t>(v.cols));
+      const SafetensorsTensor flat{t.dtype, {v.cols}, nullptr, 0};
+      for (int64_t r = 0; r < v.rows; ++r) {
+        SafetensorsTensor one = flat;
+        one.data = t.data + r * (t.num_bytes / v.rows);
+        row = to_floats(one);
+        kernels::QuantizeRow(weights, row.data(), v.cols,
+                             q.as<uint8_t>() + r * DTypeRowBytes(weights, v.cols));
+      }
+      v.data = q.data();
+      v.dtype = weights;
+      m->owned_.push_back(std::move(q));
+    }
+    if (kernels::CanInterleave(v)) {
+      AlignedBuffer copy(kernels::InterleavedBytes(v));
+      v = kernels::Interleave(v, copy.as<uint8_t>());
+      m->owned_.push_back(std::move(copy));
+    }
+    return v;
   };
   for (int32_t k = 0; k < heads; ++k) {
     Head head;
@@ -208,6 +229,60 @@ void MedusaHeads::TopK(const float* hidden, int64_t rows, int32_t top_k, std::ve
         dst[i] = best[std::min<size_t>(i, best.size() - 1)].second;
     }
   }
+}
+
+Status WriteMedusaHeads(const std::string& dir, const Model& base, int num_heads, bool copy_output,
+                        ThreadPool& pool) {
+  const int64_t H = base.config().hidden_size, V = base.config().vocab_size;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::vector<float> block(static_cast<size_t>(H * H)), bias(static_cast<size_t>(H)),
+      lm(static_cast<size_t>(V * H));
+  uint64_t state = 3;
+  auto normal = [&] {  // a cheap deterministic N(0, ~0.05)
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      sum += static_cast<float>(state >> 40) / static_cast<float>(1 << 24) - 0.5f;
+    }
+    return sum * 0.087f;
+  };
+  if (copy_output) {
+    // The output matrix as floats: its product with the identity, in row blocks.
+    kernels::MatMulScratch scratch;
+    const int64_t step = 256;
+    std::vector<float> eye(static_cast<size_t>(step * H)), prod(static_cast<size_t>(step * V));
+    for (int64_t i0 = 0; i0 < H; i0 += step) {
+      const int64_t n = std::min(step, H - i0);
+      std::fill(eye.begin(), eye.end(), 0.0f);
+      for (int64_t i = 0; i < n; ++i) eye[i * H + i0 + i] = 1.0f;
+      kernels::MatMul(base.weights().output, eye.data(), n, prod.data(), pool, scratch);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t v = 0; v < V; ++v) lm[v * H + i0 + i] = prod[i * V + v];
+    }
+  }
+  std::vector<std::vector<float>> keep;
+  std::vector<SafetensorsOut> out;
+  for (int k = 0; k < num_heads; ++k) {
+    const std::string p = std::to_string(k) + ".";
+    for (float& x : block) x = copy_output ? 0.0f : normal();
+    for (float& x : bias) x = copy_output ? 0.0f : normal();
+    if (!copy_output)
+      for (float& x : lm) x = 4 * normal();
+    keep.push_back(block);
+    out.push_back({p + "0.linear.weight", {H, H}, keep.back().data()});
+    keep.push_back(bias);
+    out.push_back({p + "0.linear.bias", {H}, keep.back().data()});
+    keep.push_back(lm);
+    out.push_back({p + "1.weight", {V, H}, keep.back().data()});
+  }
+  // keep's buffers moved when it grew: point at them once it is whole.
+  for (size_t i = 0; i < out.size(); ++i) out[i].values = keep[i].data();
+  RETURN_IF_ERROR(WriteSafetensorsF16(dir + "/medusa_lm_head.safetensors", out));
+  std::ofstream(dir + "/config.json")
+      << "{\"medusa_num_heads\": " << num_heads
+      << ", \"medusa_num_layers\": 1, \"hidden_size\": " << H << ", \"vocab_size\": " << V << "}";
+  return OkStatus();
 }
 
 StatusOr<std::vector<std::vector<int32_t>>> ParseMedusaChoices(const std::string& text,

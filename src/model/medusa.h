@@ -28,8 +28,12 @@ class MedusaHeads {
   // `path`: a folder holding medusa_lm_head.safetensors (and optionally config.json), or the
   // .safetensors file itself. The heads must match `base` (its hidden size and vocabulary):
   // INVALID_ARGUMENT naming what differs, NOT_FOUND for a missing tensor.
+  // weights: the matrices' type in memory: kF16/kBF16/kF32 keep the file's, kQ8_0 or kQ4_0
+  // quantize at load (a head's vocabulary projection is as large as the model's output matrix
+  // and is read every step: on a CPU its bytes are its cost).
   static StatusOr<std::unique_ptr<MedusaHeads>> Load(const std::string& path,
-                                                     const ModelConfig& base);
+                                                     const ModelConfig& base,
+                                                     DType weights = DType::kQ8_0);
   ~MedusaHeads();
 
   int32_t num_heads() const { return static_cast<int32_t>(heads_.size()); }
@@ -55,6 +59,14 @@ class MedusaHeads {
   kernels::MatMulScratch scratch_;
   std::vector<float> h_, t_, logits_;
 };
+
+class Model;
+// Writes heads for `base` to dir (medusa_lm_head.safetensors, config.json): num_heads heads
+// of one residual block. copy_output: zero blocks and the model's own output projection in
+// every head (each guesses the model's next token: right where its text repeats a token);
+// else random weights. For benchmarks and tests, as random models are.
+Status WriteMedusaHeads(const std::string& dir, const Model& base, int num_heads, bool copy_output,
+                        ThreadPool& pool);
 
 // TensorRT-LLM's medusa_choices: paths of top-k indices, one per head ("[[0], [0, 0], [1]]":
 // head 0's best, then head 1's best after it, head 0's second best). Parsed, checked (each

@@ -859,7 +859,21 @@ static Status LoadMedusa(const inference::ModelConfig& config, const BackendCont
         "parameter medusa_model_path: decoding_mode medusa needs the heads");
   auto path = ConfinedPath("medusa_model_path", *where, context.model_dir, context.allowed_roots);
   if (!path.ok()) return path.status();
-  auto heads = MedusaHeads::Load(*path, model);
+  // The heads' matrices in memory: q8_0 (default) or q4_0 quantized at load, or as stored.
+  DType weights = DType::kQ8_0;
+  if (auto type = GetParameter(config, "medusa_weights"); type && !type->empty()) {
+    if (*type == "q8_0") {
+      weights = DType::kQ8_0;
+    } else if (*type == "q4_0") {
+      weights = DType::kQ4_0;
+    } else if (*type == "as_stored") {
+      weights = DType::kF16;
+    } else {
+      return InvalidArgumentError("parameter medusa_weights: '" + *type +
+                                  "' is not one of q8_0, q4_0, as_stored");
+    }
+  }
+  auto heads = MedusaHeads::Load(*path, model, weights);
   if (!heads.ok()) return heads.status();
   e->medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
   if (auto choices = GetParameter(config, "medusa_choices"); choices && !choices->empty()) {
