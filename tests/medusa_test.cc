@@ -253,7 +253,18 @@ TEST_F(MedusaTest, TheExecutorNeedsHeadsAndChoicesWithinThem) {
   c.medusa_choices = {{0}, {0, 0}, {0, 0, 0}};
   auto too_deep = Executor::Create(*model_, c);
   ASSERT_FALSE(too_deep.ok());
-  EXPECT_NE(too_deep.status().message().find("longer than the heads"), std::string::npos);
+  EXPECT_NE(too_deep.status().message().find("1 to 2 top-k indices"), std::string::npos)
+      << too_deep.status().message();
+  // Paths given as numbers are checked as the parameter's are: a missing prefix, an index
+  // past the top-k.
+  c.medusa_choices = {{0, 1}};
+  auto no_prefix = Executor::Create(*model_, c);
+  ASSERT_FALSE(no_prefix.ok());
+  EXPECT_NE(no_prefix.status().message().find("prefix is missing"), std::string::npos);
+  c.medusa_choices = {{0}, {70}};
+  auto too_far = Executor::Create(*model_, c);
+  ASSERT_FALSE(too_far.ok());
+  EXPECT_NE(too_far.status().message().find("[0, 63]"), std::string::npos);
 }
 
 }  // namespace

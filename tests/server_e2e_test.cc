@@ -1127,10 +1127,10 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     EXPECT_EQ(r->status, want.first) << r->body;
     EXPECT_NE(r->body.find(want.second), std::string::npos) << r->body;
   }
-  // Lookahead's per-request triple: within the model's (4, 3, 4), each field named when not.
+  // Lookahead's per-request triple: within the model's (1, 5, 4), each field named when not.
   const std::vector<std::pair<std::string, std::string>> bad_lookahead = {
       {R"({"name": "lookahead_window_size", "datatype": "INT32", "shape": [1, 1], "data": [9]})",
-       "lookahead_window_size 9 exceeds the model's 4"},
+       "lookahead_window_size 9 exceeds the model's 1"},
       {R"({"name": "lookahead_ngram_size", "datatype": "INT32", "shape": [1, 1], "data": [1]})",
        "lookahead_ngram_size must be >= 2"},
       {R"({"name": "lookahead_verification_set_size", "datatype": "INT32", "shape": [1, 1],
@@ -1146,8 +1146,8 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
   {
     // A smaller triple of the request's own keeps the output.
     auto r = Post("/v2/models/tensorrt_llm_lookahead/infer",
-                  body(R"({"name": "lookahead_window_size", "datatype": "INT32", "shape": [1, 1],
-                           "data": [2]})"));
+                  body(R"({"name": "lookahead_ngram_size", "datatype": "INT32", "shape": [1, 1],
+                           "data": [3]})"));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(output(json::parse(r->body), "output_ids").get<std::vector<int32_t>>(), alone);

@@ -49,12 +49,21 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
         BlockManagerConfig{draft_runner_->num_kv_blocks(), config.tokens_per_block, false});
     draft_block_counts_ = draft_blocks_->counts();
   }
-  if (config.medusa_heads) {
-    medusa_choices_ = config.medusa_choices.empty()
-                          ? DefaultMedusaChoices(config.medusa_heads->num_heads())
-                          : config.medusa_choices;
-    for (const auto& path : medusa_choices_)
+  if (config.speculative_mode == SpeculativeMode::kMedusa && config.medusa_heads) {
+    // CreateWithRunner checked the paths and put prefixes first: each node's parent is the
+    // node of its path's prefix.
+    medusa_choices_ = config.medusa_choices;
+    for (const auto& path : medusa_choices_) {
       for (int32_t i : path) medusa_top_k_ = std::max(medusa_top_k_, i + 1);
+      int32_t parent = -1;
+      if (path.size() > 1) {
+        const std::vector<int32_t> prefix(path.begin(), path.end() - 1);
+        parent =
+            static_cast<int32_t>(std::find(medusa_choices_.begin(), medusa_choices_.end(), prefix) -
+                                 medusa_choices_.begin());
+      }
+      medusa_parent_.push_back(parent);
+    }
   }
   sampled_decoding_ = MakeSampledDecoding(*this);
   beam_decoding_ = MakeBeamDecoding(*this);
@@ -97,16 +106,18 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
         " verifies drafts as a tree, which this model does not support (sliding-window layers, "
         "or tensor/pipeline parallelism)");
   }
+  ExecutorConfig checked = config;
   if (config.speculative_mode == SpeculativeMode::kMedusa) {
     if (!config.medusa_heads)
       return InvalidArgumentError("speculative decoding mode medusa needs Medusa heads");
-    for (const auto& path : config.medusa_choices) {
-      if (path.empty() || static_cast<int32_t>(path.size()) > config.medusa_heads->num_heads())
-        return InvalidArgumentError("medusa_choices: a path is longer than the heads (" +
-                                    std::to_string(config.medusa_heads->num_heads()) + ")");
-    }
-    if (static_cast<int32_t>(config.medusa_choices.size()) > kMaxLookaheadDrafts)
-      return InvalidArgumentError("medusa_choices: at most 63 paths");
+    // The paths, checked as the parameter's are (prefixes first, indices within the top-k the
+    // vocabulary allows); the default when none are given.
+    const int32_t heads = config.medusa_heads->num_heads();
+    auto paths = CheckMedusaChoices(
+        config.medusa_choices.empty() ? DefaultMedusaChoices(heads) : config.medusa_choices, heads,
+        std::min(64, runner->vocab_size()), kMaxLookaheadDrafts);
+    if (!paths.ok()) return paths.status();
+    checked.medusa_choices = std::move(paths).value();
   }
   std::unique_ptr<KvDiskStore> disk;
   if (!config.kv_cache_disk_path.empty()) {
@@ -114,7 +125,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
     if (!opened.ok()) return opened.status();
     disk = std::move(opened).value();
   }
-  return std::make_unique<Executor>(std::move(runner), config, std::move(draft), std::move(disk));
+  return std::make_unique<Executor>(std::move(runner), checked, std::move(draft), std::move(disk));
 }
 
 Executor::~Executor() { Shutdown(); }

@@ -211,6 +211,7 @@ class Executor {
   // Medusa: the choices (paths of top-k indices), the top-k they need, and this step's
   // (sequence, hidden row) pairs whose heads run after sampling.
   std::vector<std::vector<int32_t>> medusa_choices_;
+  std::vector<int32_t> medusa_parent_;  // each path's prefix's index (-1: a first-level path)
   int32_t medusa_top_k_ = 1;
   std::vector<std::pair<Sequence*, int64_t>> medusa_rows_;
   std::vector<float> medusa_hidden_;

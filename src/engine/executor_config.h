@@ -89,8 +89,10 @@ struct ExecutorConfig {
   bool adaptive_draft_length = true;
   int32_t prompt_lookup_ngram = 3;
   // Lookahead decoding's (window, n-gram, verification set): the model's, which requests may
-  // lower (TensorRT-LLM's lookahead_window_size, _ngram_size, _verification_set_size).
-  LookaheadConfig lookahead{4, 3, 4};
+  // lower (TensorRT-LLM's lookahead_window_size, _ngram_size, _verification_set_size). On a
+  // CPU every verified row costs: a narrow, deep tree (one Jacobi column, 4-token n-grams)
+  // gave the most tokens per second in spec_bench (bench/README.md).
+  LookaheadConfig lookahead{1, 5, 4};
   // Medusa: the heads (model/medusa.h, loaded for this model) and the tree of their top-k
   // indices to verify (ParseMedusaChoices; empty: DefaultMedusaChoices).
   std::shared_ptr<MedusaHeads> medusa_heads;

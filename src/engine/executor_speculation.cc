@@ -206,9 +206,16 @@ bool Executor::TreePays(const Sequence& seq, double x, double extra_ms) const {
 void Executor::FinishTree(Sequence* seq) {
   const Request& r = seq->request->request;
   if (r.num_draft_tokens > 0 && static_cast<int32_t>(seq->draft.size()) > r.num_draft_tokens) {
-    // The request's cap: a prefix of the tree (parents come first) is a tree.
-    seq->draft.resize(r.num_draft_tokens);
-    seq->draft_parent.resize(r.num_draft_tokens);
+    // The request's cap: a prefix of the tree (parents come first) is a tree. A lookahead
+    // window cut short could never take its Jacobi step: it goes whole.
+    int32_t keep = r.num_draft_tokens;
+    if (seq->lookahead && seq->lookahead->window_in_step() &&
+        keep > seq->lookahead->window_begin()) {
+      keep = seq->lookahead->window_begin();
+      seq->lookahead->DropWindow();
+    }
+    seq->draft.resize(keep);
+    seq->draft_parent.resize(keep);
   }
   if (seq->draft.empty()) {
     seq->draft_parent.clear();
@@ -262,18 +269,11 @@ void Executor::ProposeMedusa(Sequence* seq) {
     return;
   // One node per path of medusa_choices: head d-1's top-k token at the path's last index,
   // under the node of the path's prefix (paths come after their prefixes).
-  const int32_t top_k = medusa_top_k_;
-  for (const std::vector<int32_t>& path : medusa_choices_) {
-    const size_t depth = path.size();
-    int32_t parent = -1;
-    if (depth > 1) {
-      const std::vector<int32_t> prefix(path.begin(), path.end() - 1);
-      parent =
-          static_cast<int32_t>(std::find(medusa_choices_.begin(), medusa_choices_.end(), prefix) -
-                               medusa_choices_.begin());
-    }
-    seq->draft.push_back(seq->medusa_top[(depth - 1) * top_k + path.back()]);
-    seq->draft_parent.push_back(parent);
+  const size_t top_k = static_cast<size_t>(medusa_top_k_);
+  for (size_t i = 0; i < medusa_choices_.size(); ++i) {
+    const std::vector<int32_t>& path = medusa_choices_[i];
+    seq->draft.push_back(seq->medusa_top[(path.size() - 1) * top_k + path.back()]);
+    seq->draft_parent.push_back(medusa_parent_[i]);
   }
   FinishTree(seq);
 }
@@ -433,7 +433,8 @@ void Executor::VerifyDrafts(Sequence* seq, const float* rows, int32_t num_draft,
     seq->tokens.push_back(draft);
     ++pushed;
   }
-  seq->tokens.resize(seq->tokens.size() - pushed);  // AcceptDrawn appends them for real
+  seq->tokens.resize(seq->tokens.size() - pushed);          // AcceptDrawn appends them for real
+  seq->medusa_row = static_cast<int32_t>(out->size()) - 1;  // the row whose draw came last
 }
 
 void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn,

@@ -612,7 +612,14 @@ void Scheduler::TakeTreeScratch() {
       if (need <= spare) break;
       c.num_draft = c.num_draft * 3 / 4;
     }
-    if (c.num_draft == 0) continue;
+    if (c.num_draft == 0) {
+      // No room for any of it: the step runs the sequence's own token; the blocks FitDrafts
+      // took for the drafts go back.
+      seq->draft.clear();
+      seq->draft_parent.clear();
+      TrimBlocks(seq);
+      continue;
+    }
     spare -= need;
     for (int32_t i = 0; i < need; ++i) seq->tree_scratch.push_back(*blocks_.Allocate());
   }

@@ -51,8 +51,10 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40))
         return fail("tensor '" + it.key() + "' has a bad shape");
       t.shape.push_back(d.get<int64_t>());
+      // Checked before the product: [2^24, 2^40] must not wrap to a small count.
+      if (d.get<uint64_t>() != 0 && elems > (1ull << 48) / d.get<uint64_t>())
+        return fail("tensor '" + it.key() + "' is too large");
       elems *= d.get<uint64_t>();
-      if (elems > (1ull << 48)) return fail("tensor '" + it.key() + "' is too large");
     }
     const auto& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -81,7 +83,9 @@ Status WriteSafetensorsF16(const std::string& path, const std::vector<Safetensor
         {"dtype", "F16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 2 * elems}}};
     offset += 2 * elems;
   }
-  const std::string h = header.dump();
+  std::string h = header.dump();
+  h.resize((h.size() + 7) / 8 * 8,
+           ' ');  // the data starts 8-byte aligned (as the format's writers do)
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return InternalError("cannot write " + path);
   const uint64_t n = h.size();

@@ -137,9 +137,10 @@ StatusOr<std::unique_ptr<MedusaHeads>> MedusaHeads::Load(const std::string& path
     v.dtype = *DTypeFromSafetensors(t.dtype);
     v.rows = t.shape[0];
     v.cols = t.shape[1];
+    AlignedBuffer q;  // the quantized matrix, kept only when it is not interleaved below
     if (quantize && v.cols % 32 == 0) {
       // Row by row through floats into the quantized type (as the model writer does).
-      AlignedBuffer q(v.rows * DTypeRowBytes(weights, v.cols));
+      q.Resize(v.rows * DTypeRowBytes(weights, v.cols));
       std::vector<float> row(static_cast<size_t>(v.cols));
       const SafetensorsTensor flat{t.dtype, {v.cols}, nullptr, 0};
       for (int64_t r = 0; r < v.rows; ++r) {
@@ -151,12 +152,13 @@ StatusOr<std::unique_ptr<MedusaHeads>> MedusaHeads::Load(const std::string& path
       }
       v.data = q.data();
       v.dtype = weights;
-      m->owned_.push_back(std::move(q));
     }
     if (kernels::CanInterleave(v)) {
       AlignedBuffer copy(kernels::InterleavedBytes(v));
       v = kernels::Interleave(v, copy.as<uint8_t>());
       m->owned_.push_back(std::move(copy));
+    } else if (q.data() != nullptr) {
+      m->owned_.push_back(std::move(q));
     }
     return v;
   };
@@ -285,6 +287,40 @@ Status WriteMedusaHeads(const std::string& dir, const Model& base, int num_heads
   return OkStatus();
 }
 
+StatusOr<std::vector<std::vector<int32_t>>> CheckMedusaChoices(
+    std::vector<std::vector<int32_t>> paths, int32_t num_heads, int32_t top_k_limit,
+    int32_t max_nodes) {
+  if (static_cast<int64_t>(paths.size()) > max_nodes) {
+    return InvalidArgumentError("medusa_choices holds " + std::to_string(paths.size()) +
+                                " paths; at most " + std::to_string(max_nodes));
+  }
+  for (const auto& path : paths) {
+    if (path.empty() || static_cast<int64_t>(path.size()) > num_heads) {
+      return InvalidArgumentError("medusa_choices: each path is a list of 1 to " +
+                                  std::to_string(num_heads) + " top-k indices (one per head)");
+    }
+    for (int32_t i : path) {
+      if (i < 0 || i >= top_k_limit) {
+        return InvalidArgumentError("medusa_choices: a top-k index must be in [0, " +
+                                    std::to_string(top_k_limit - 1) + "]");
+      }
+    }
+  }
+  // Shorter paths first (then in order): a prefix always comes before its extensions.
+  std::stable_sort(paths.begin(), paths.end(),
+                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (std::find(paths.begin(), paths.begin() + i, paths[i]) != paths.begin() + i)
+      return InvalidArgumentError("medusa_choices: a path is given twice");
+    if (paths[i].size() > 1) {
+      const std::vector<int32_t> prefix(paths[i].begin(), paths[i].end() - 1);
+      if (std::find(paths.begin(), paths.begin() + i, prefix) == paths.begin() + i)
+        return InvalidArgumentError("medusa_choices: a path's prefix is missing");
+    }
+  }
+  return paths;
+}
+
 StatusOr<std::vector<std::vector<int32_t>>> ParseMedusaChoices(const std::string& text,
                                                                int32_t num_heads,
                                                                int32_t max_nodes) {
@@ -309,19 +345,7 @@ StatusOr<std::vector<std::vector<int32_t>>> ParseMedusaChoices(const std::string
     }
     paths.push_back(std::move(path));
   }
-  // Shorter paths first (then in order): a prefix always comes before its extensions.
-  std::stable_sort(paths.begin(), paths.end(),
-                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
-  for (size_t i = 0; i < paths.size(); ++i) {
-    if (std::find(paths.begin(), paths.begin() + i, paths[i]) != paths.begin() + i)
-      return InvalidArgumentError("medusa_choices: a path is given twice");
-    if (paths[i].size() > 1) {
-      const std::vector<int32_t> prefix(paths[i].begin(), paths[i].end() - 1);
-      if (std::find(paths.begin(), paths.begin() + i, prefix) == paths.begin() + i)
-        return InvalidArgumentError("medusa_choices: a path's prefix is missing");
-    }
-  }
-  return paths;
+  return CheckMedusaChoices(std::move(paths), num_heads, 64, max_nodes);
 }
 
 std::vector<std::vector<int32_t>> DefaultMedusaChoices(int32_t num_heads) {

@@ -75,6 +75,11 @@ Status WriteMedusaHeads(const std::string& dir, const Model& base, int num_heads
 StatusOr<std::vector<std::vector<int32_t>>> ParseMedusaChoices(const std::string& text,
                                                                int32_t num_heads,
                                                                int32_t max_nodes);
+// The same checks on paths given as numbers (an ExecutorConfig's), each index below
+// top_k_limit; returns them in that order.
+StatusOr<std::vector<std::vector<int32_t>>> CheckMedusaChoices(
+    std::vector<std::vector<int32_t>> paths, int32_t num_heads, int32_t top_k_limit,
+    int32_t max_nodes);
 // The default: a tree of up to 14 nodes, widest where guesses hold most often, cut to the
 // paths num_heads heads can make.
 std::vector<std::vector<int32_t>> DefaultMedusaChoices(int32_t num_heads);

@@ -52,7 +52,8 @@ struct LlmRequestRecord {
   int32_t num_generated_tokens = 0;  // over all sequences
   int32_t num_draft_tokens = 0;      // speculative decoding: drafts verified
   int32_t num_accepted_draft_tokens = 0;
-  // Where the drafts came from: the model's speculative decoding mode (none: a client's).
+  // The model's speculative decoding mode (a client's own drafts count under it too; none:
+  // only clients' drafts).
   std::string speculative_mode = "none";
   double queue_ms = -1;                  // arrival -> first scheduled
   double time_to_first_token_ms = -1;    // arrival -> first token

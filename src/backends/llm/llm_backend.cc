@@ -593,15 +593,17 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
   }
   if (la_window->has_value() || la_ngram->has_value() || la_set->has_value()) {
     // A request's lookahead triple: each field given is checked against the model's by the
-    // executor (at most the model's); one left out takes the model's.
+    // executor (at most the model's); one left out (or 0) takes the model's.
     auto field = [](const std::optional<double>& v, const char* name, int32_t model,
                     int32_t* out) -> Status {
-      if (!v.has_value()) {
+      if (!v.has_value() || *v == 0) {
         *out = model;
         return OkStatus();
       }
-      if (*v < 0 || *v > 1024 || *v != std::floor(*v))
-        return InvalidArgumentError(std::string(name) + " must be a whole number in [0, 1024]");
+      if (*v < 1 || *v > 1024 || *v != std::floor(*v)) {
+        return InvalidArgumentError(std::string(name) +
+                                    " must be a whole number in [1, 1024] (0: the model's)");
+      }
       *out = static_cast<int32_t>(*v);
       return OkStatus();
     };

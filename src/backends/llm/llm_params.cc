@@ -45,9 +45,9 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
     e.speculative_mode = *m;
   }
   if (auto mode = GetParameter(config, "decoding_mode")) {
-    // TensorRT-LLM's decoding_mode names lookahead among the sampling modes; the others
-    // (top_k, top_p, beam_search) are what each request's fields choose here, and medusa,
-    // redrafter and eagle need heads this server does not load yet.
+    // TensorRT-LLM's decoding_mode names lookahead and medusa among the sampling modes; the
+    // others (top_k, top_p, beam_search) are what each request's fields choose here, and
+    // redrafter and eagle need drafters this server does not load yet.
     if (*mode == "lookahead") {
       e.speculative_mode = SpeculativeMode::kLookahead;
     } else if (*mode == "medusa") {
