@@ -457,7 +457,10 @@ bool Executor::RunStep() {
   last_forward_ms_ =
       std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
   scheduler_.ReleaseTreeScratch();
-  if (st.ok()) step_budget_.cost().Observe(shape, last_forward_ms_);
+  if (st.ok()) {
+    ObserveTreeRows(out, shape);
+    step_budget_.cost().Observe(shape, last_forward_ms_);
+  }
   last_gen_seqs_ = gen_seqs;
   if (context_seqs == 0 && gen_seqs > 0) {
     // A decode step's time as if it verified no drafts: what a draft pass is weighed against.
@@ -802,6 +805,25 @@ void Executor::RetireFinished() {
       ++it;
     }
   }
+}
+
+void Executor::ObserveTreeRows(const ScheduleOutput& out, const StepShape& shape) {
+  // What a tree's rows cost beyond the step without them, measured: the exact tree path
+  // (each branch copied and attended alone) makes them dearer than the rows the fit knows.
+  if (!step_budget_.cost().ready()) return;
+  StepShape plain = shape;
+  double tree_rows = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (c.num_draft == 0 || c.seq->draft_parent.empty() || c.num_tokens != 1) continue;
+    const double p = c.seq->num_computed;
+    tree_rows += c.num_draft;
+    plain.decode_rows -= c.num_draft;
+    plain.decode_positions -= AttendedPositions(p, 1 + c.num_draft) - AttendedPositions(p, 1);
+  }
+  if (tree_rows == 0) return;
+  const double ms =
+      std::max(0.0, (last_forward_ms_ - step_budget_.cost().PredictMs(plain)) / tree_rows);
+  tree_row_ms_ = tree_row_ms_ == 0 ? ms : 0.8 * tree_row_ms_ + 0.2 * ms;
 }
 
 StepShape Executor::ShapeOf(const ScheduleOutput& out) const {

@@ -158,11 +158,13 @@ class Executor {
   void RunMedusaHeads();
   // Whether a request's sequence may verify a tree of drafts now, and whether x more rows (and
   // extra_ms of work per step) pay off at the acceptance it has seen (adaptive_draft_length;
-  // a probe now and then).
+  // with `probe`, also yes now and then: Sequence::next_probe).
   bool TreeEligible(const Sequence& seq) const;
-  bool TreePays(const Sequence& seq, double x, double extra_ms = 0) const;
+  bool TreePays(const Sequence& seq, double x, double extra_ms = 0, bool probe = true) const;
   // Cuts the tree to the request's num_draft_tokens and lays out its bits and depths.
   void FinishTree(Sequence* seq);
+  // Measures what the step's tree rows cost beyond the same step without them.
+  void ObserveTreeRows(const ScheduleOutput& out, const StepShape& shape);
   void AcceptToken(Sequence* seq, const SampledToken& token);
   void SampleAll();
   void Fork(Sequence* parent, const float* logits_row);
@@ -218,6 +220,7 @@ class Executor {
   std::vector<Sequence*> medusa_for_;
   std::vector<int32_t> medusa_top_;
   double medusa_heads_ms_ = 0;  // decayed mean time of a heads pass
+  double tree_row_ms_ = 0;      // decayed measured cost of one tree row (ObserveTreeRows)
   int32_t last_gen_seqs_ = 0;   // decode rows of the last step (what a tree's tokens slow down)
   // Prompt tokens beside decode rows under max_inter_token_latency_ms; its cost model learns
   // from every forward pass.

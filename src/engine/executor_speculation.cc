@@ -172,9 +172,9 @@ bool Executor::TreeEligible(const Sequence& seq) const {
   return r.max_tokens - seq.num_generated() - 1 > 0;
 }
 
-bool Executor::TreePays(const Sequence& seq, double x, double extra_ms) const {
+bool Executor::TreePays(const Sequence& seq, double x, double extra_ms, bool probe) const {
   if (!config_.adaptive_draft_length || x <= 0) return true;
-  if (seq.num_generated() >= seq.next_probe) return true;  // tried now and then
+  if (probe && seq.num_generated() >= seq.next_probe) return true;  // tried now and then
   // A tree's x tokens slow the whole step by x rows' cost; the step's B rows make B tokens,
   // so the tree pays when its expected accepted tokens exceed x * (row cost * B / step). The
   // extra rows' cost comes from the step cost model (a step of the last step's decode rows at
@@ -191,9 +191,13 @@ bool Executor::TreePays(const Sequence& seq, double x, double extra_ms) const {
     more.decode_rows += x;
     more.decode_positions += AttendedPositions(seq.num_computed, x);
     const double t0 = cost.PredictMs(base), t1 = cost.PredictMs(more);
-    // Never below the memory-bound guess: until the fit has seen steps of several rows it
-    // prices a row at almost nothing.
-    if (t0 > 0 && t1 > t0) share = std::max(share, (t1 - t0) / t0 * rows / x);
+    // A draft row costs what a prompt token does (both are rows of the step's matmuls,
+    // attending to about as many positions): the prompt fit is well identified, the decode
+    // fit's per-row term is not when every decode step has the same rows (its fixed cost
+    // takes them: a batch of 16 then saw trees as nearly free and ran 0.8x); a tree row as
+    // measured (ObserveTreeRows) when dearer. Never below the memory-bound guess either.
+    const double row_ms = std::max({(t1 - t0) / x, cost.ms_per_context_token(), tree_row_ms_});
+    if (t0 > 0) share = std::max(share, row_ms / t0 * rows);
     if (t0 > 0) step_ms = t0;
   }
   // Tokens accepted per tree (decayed), with a prior of one. extra_ms (the Medusa heads' pass,
@@ -269,9 +273,14 @@ void Executor::ProposeMedusa(Sequence* seq) {
     return;
   // One node per path of medusa_choices: head d-1's top-k token at the path's last index,
   // under the node of the path's prefix (paths come after their prefixes).
+  // A probe (the tree does not pay at the acceptance seen) tries the first level only: it
+  // measures whether the guesses hold again at a few rows' cost (paths come shortest first).
+  const bool probe_only =
+      !TreePays(*seq, static_cast<double>(medusa_choices_.size()), medusa_heads_ms_, false);
   const size_t top_k = static_cast<size_t>(medusa_top_k_);
   for (size_t i = 0; i < medusa_choices_.size(); ++i) {
     const std::vector<int32_t>& path = medusa_choices_[i];
+    if (probe_only && path.size() > 1) break;
     seq->draft.push_back(seq->medusa_top[(path.size() - 1) * top_k + path.back()]);
     seq->draft_parent.push_back(medusa_parent_[i]);
   }

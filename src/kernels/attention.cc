@@ -155,7 +155,17 @@ TreeTables BuildTreeTables(const KvLayerView& kv, const AttentionSeq& seq) {
     const int32_t depth = std::popcount(seq.tree[t]) - 1;
     const int32_t blocks = (before + depth + tpb) / tpb;
     for (int32_t b = 0; b < blocks; ++b) table.push_back(*scratch++);
-    for (int32_t i = 0; i < before; ++i) CopyKvSlot(kv, seq.block_table[first], i, table[first], i);
+    // The positions before the tree in its first block: the whole block in two copies (its
+    // slots from start_pos on are then overwritten by the branch, or never attended).
+    if (before > 0) {
+      const int64_t bytes = static_cast<int64_t>(kv.kv_dim / kv.head_dim) * kv.TileBytes();
+      auto* k = static_cast<uint8_t*>(kv.k);
+      auto* v = static_cast<uint8_t*>(kv.v);
+      std::memcpy(k + kv.TileByteOffset(table[first], 0),
+                  k + kv.TileByteOffset(seq.block_table[first], 0), bytes);
+      std::memcpy(v + kv.TileByteOffset(table[first], 0),
+                  v + kv.TileByteOffset(seq.block_table[first], 0), bytes);
+    }
     for (int32_t j = 0; j < seq.num_tokens; ++j) {
       if (((seq.tree[t] >> j) & 1u) == 0) continue;
       const int32_t from = seq.start_pos + j;
