@@ -49,22 +49,7 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
         BlockManagerConfig{draft_runner_->num_kv_blocks(), config.tokens_per_block, false});
     draft_block_counts_ = draft_blocks_->counts();
   }
-  if (config.speculative_mode == SpeculativeMode::kMedusa && config.medusa_heads) {
-    // CreateWithRunner checked the paths and put prefixes first: each node's parent is the
-    // node of its path's prefix.
-    medusa_choices_ = config.medusa_choices;
-    for (const auto& path : medusa_choices_) {
-      for (int32_t i : path) medusa_top_k_ = std::max(medusa_top_k_, i + 1);
-      int32_t parent = -1;
-      if (path.size() > 1) {
-        const std::vector<int32_t> prefix(path.begin(), path.end() - 1);
-        parent =
-            static_cast<int32_t>(std::find(medusa_choices_.begin(), medusa_choices_.end(), prefix) -
-                                 medusa_choices_.begin());
-      }
-      medusa_parent_.push_back(parent);
-    }
-  }
+  SetUpMedusa();
   sampled_decoding_ = MakeSampledDecoding(*this);
   beam_decoding_ = MakeBeamDecoding(*this);
   waker_->executor = this;
@@ -98,27 +83,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::CreateWithRunner(std::unique_ptr<M
     draft = std::make_unique<LocalModelRunner>(*draft_model, dc, runner->pool(),
                                                /*kv_window_group=*/false);
   }
-  if ((config.speculative_mode == SpeculativeMode::kLookahead ||
-       config.speculative_mode == SpeculativeMode::kMedusa) &&
-      !runner->SupportsTreeDrafts()) {
-    return InvalidArgumentError(
-        std::string("speculative decoding mode ") + SpeculativeModeName(config.speculative_mode) +
-        " verifies drafts as a tree, which this model does not support (sliding-window layers, "
-        "or tensor/pipeline parallelism)");
-  }
   ExecutorConfig checked = config;
-  if (config.speculative_mode == SpeculativeMode::kMedusa) {
-    if (!config.medusa_heads)
-      return InvalidArgumentError("speculative decoding mode medusa needs Medusa heads");
-    // The paths, checked as the parameter's are (prefixes first, indices within the top-k the
-    // vocabulary allows); the default when none are given.
-    const int32_t heads = config.medusa_heads->num_heads();
-    auto paths = CheckMedusaChoices(
-        config.medusa_choices.empty() ? DefaultMedusaChoices(heads) : config.medusa_choices, heads,
-        std::min(64, runner->vocab_size()), kMaxLookaheadDrafts);
-    if (!paths.ok()) return paths.status();
-    checked.medusa_choices = std::move(paths).value();
-  }
+  RETURN_IF_ERROR(CheckTreeDrafting(*runner, &checked));
   std::unique_ptr<KvDiskStore> disk;
   if (!config.kv_cache_disk_path.empty()) {
     auto opened = OpenDiskTier(*runner, config);
@@ -805,25 +771,6 @@ void Executor::RetireFinished() {
       ++it;
     }
   }
-}
-
-void Executor::ObserveTreeRows(const ScheduleOutput& out, const StepShape& shape) {
-  // What a tree's rows cost beyond the step without them, measured: the exact tree path
-  // (each branch copied and attended alone) makes them dearer than the rows the fit knows.
-  if (!step_budget_.cost().ready()) return;
-  StepShape plain = shape;
-  double tree_rows = 0;
-  for (const ScheduledChunk& c : out.chunks) {
-    if (c.num_draft == 0 || c.seq->draft_parent.empty() || c.num_tokens != 1) continue;
-    const double p = c.seq->num_computed;
-    tree_rows += c.num_draft;
-    plain.decode_rows -= c.num_draft;
-    plain.decode_positions -= AttendedPositions(p, 1 + c.num_draft) - AttendedPositions(p, 1);
-  }
-  if (tree_rows == 0) return;
-  const double ms =
-      std::max(0.0, (last_forward_ms_ - step_budget_.cost().PredictMs(plain)) / tree_rows);
-  tree_row_ms_ = tree_row_ms_ == 0 ? ms : 0.8 * tree_row_ms_ + 0.2 * ms;
 }
 
 StepShape Executor::ShapeOf(const ScheduleOutput& out) const {

@@ -153,6 +153,10 @@ class Executor {
   // Lookahead decoding's tree for a decoding sequence, when it pays off (else none, trying
   // now and then).
   void ProposeLookahead(Sequence* seq);
+  // Lookahead and Medusa need a runner that verifies trees; Medusa its heads and paths (put
+  // in order, prefixes first). INVALID_ARGUMENT naming what is wrong.
+  static Status CheckTreeDrafting(const ModelRunner& runner, ExecutorConfig* config);
+  void SetUpMedusa();  // the paths' parents and the top-k they need
   // Medusa's tree from the heads' guesses of the last step (RunMedusaHeads).
   void ProposeMedusa(Sequence* seq);
   void RunMedusaHeads();

@@ -166,6 +166,46 @@ void Executor::ProposeWithDraftModel() {
   for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->draft.resize(made[i]);
 }
 
+Status Executor::CheckTreeDrafting(const ModelRunner& runner, ExecutorConfig* config) {
+  const SpeculativeMode mode = config->speculative_mode;
+  if (mode != SpeculativeMode::kLookahead && mode != SpeculativeMode::kMedusa) return OkStatus();
+  if (!runner.SupportsTreeDrafts()) {
+    return InvalidArgumentError(
+        std::string("speculative decoding mode ") + SpeculativeModeName(mode) +
+        " verifies drafts as a tree, which this model does not support (sliding-window layers, "
+        "or tensor/pipeline parallelism)");
+  }
+  if (mode != SpeculativeMode::kMedusa) return OkStatus();
+  if (!config->medusa_heads)
+    return InvalidArgumentError("speculative decoding mode medusa needs Medusa heads");
+  // The paths, checked as the parameter's are (prefixes first, indices within the top-k the
+  // vocabulary allows); the default when none are given.
+  const int32_t heads = config->medusa_heads->num_heads();
+  auto paths = CheckMedusaChoices(
+      config->medusa_choices.empty() ? DefaultMedusaChoices(heads) : config->medusa_choices, heads,
+      std::min(64, runner.vocab_size()), kMaxLookaheadDrafts);
+  if (!paths.ok()) return paths.status();
+  config->medusa_choices = std::move(paths).value();
+  return OkStatus();
+}
+
+void Executor::SetUpMedusa() {
+  if (config_.speculative_mode != SpeculativeMode::kMedusa || !config_.medusa_heads) return;
+  // CheckTreeDrafting put prefixes first: each node's parent is the node of its path's prefix.
+  medusa_choices_ = config_.medusa_choices;
+  for (const auto& path : medusa_choices_) {
+    for (int32_t i : path) medusa_top_k_ = std::max(medusa_top_k_, i + 1);
+    int32_t parent = -1;
+    if (path.size() > 1) {
+      const std::vector<int32_t> prefix(path.begin(), path.end() - 1);
+      parent =
+          static_cast<int32_t>(std::find(medusa_choices_.begin(), medusa_choices_.end(), prefix) -
+                               medusa_choices_.begin());
+    }
+    medusa_parent_.push_back(parent);
+  }
+}
+
 bool Executor::TreeEligible(const Sequence& seq) const {
   const Request& r = seq.request->request;
   if (r.beam_width > 1 || r.guide || r.prompt_table || r.num_draft_tokens == 0) return false;
@@ -234,6 +274,25 @@ void Executor::FinishTree(Sequence* seq) {
     seq->step_tree.push_back(seq->step_tree[p] | (uint64_t{1} << (j + 1)));
     seq->step_depth.push_back(seq->step_depth[p] + 1);
   }
+}
+
+void Executor::ObserveTreeRows(const ScheduleOutput& out, const StepShape& shape) {
+  // What a tree's rows cost beyond the step without them, measured: the exact tree path
+  // (each branch copied and attended alone) makes them dearer than the rows the fit knows.
+  if (!step_budget_.cost().ready()) return;
+  StepShape plain = shape;
+  double tree_rows = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (c.num_draft == 0 || c.seq->draft_parent.empty() || c.num_tokens != 1) continue;
+    const double p = c.seq->num_computed;
+    tree_rows += c.num_draft;
+    plain.decode_rows -= c.num_draft;
+    plain.decode_positions -= AttendedPositions(p, 1 + c.num_draft) - AttendedPositions(p, 1);
+  }
+  if (tree_rows == 0) return;
+  const double ms =
+      std::max(0.0, (last_forward_ms_ - step_budget_.cost().PredictMs(plain)) / tree_rows);
+  tree_row_ms_ = tree_row_ms_ == 0 ? ms : 0.8 * tree_row_ms_ + 0.2 * ms;
 }
 
 void Executor::ProposeLookahead(Sequence* seq) {

@@ -489,9 +489,6 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
   INFLIGHT_READ(nrs, "num_return_sequences");
   INFLIGHT_READ(perf, "return_perf_metrics");
   INFLIGHT_READ(num_draft, "num_draft_tokens");
-  INFLIGHT_READ(la_window, "lookahead_window_size");
-  INFLIGHT_READ(la_ngram, "lookahead_ngram_size");
-  INFLIGHT_READ(la_set, "lookahead_verification_set_size");
   INFLIGHT_READ(len_penalty, "len_penalty");
   INFLIGHT_READ(early_stopping, "early_stopping");
   INFLIGHT_READ(diversity, "beam_search_diversity_rate");
@@ -591,28 +588,7 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
     }
     q.num_draft_tokens = static_cast<int32_t>(**num_draft);
   }
-  if (la_window->has_value() || la_ngram->has_value() || la_set->has_value()) {
-    // A request's lookahead triple: each field given is checked against the model's by the
-    // executor (at most the model's); one left out (or 0) takes the model's.
-    auto field = [](const std::optional<double>& v, const char* name, int32_t model,
-                    int32_t* out) -> Status {
-      if (!v.has_value() || *v == 0) {
-        *out = model;
-        return OkStatus();
-      }
-      if (*v < 1 || *v > 1024 || *v != std::floor(*v)) {
-        return InvalidArgumentError(std::string(name) +
-                                    " must be a whole number in [1, 1024] (0: the model's)");
-      }
-      *out = static_cast<int32_t>(*v);
-      return OkStatus();
-    };
-    const LookaheadConfig& m = params_.executor.lookahead;
-    RETURN_IF_ERROR(field(*la_window, "lookahead_window_size", m.window, &q.lookahead.window));
-    RETURN_IF_ERROR(field(*la_ngram, "lookahead_ngram_size", m.ngram, &q.lookahead.ngram));
-    RETURN_IF_ERROR(field(*la_set, "lookahead_verification_set_size", m.verification_set,
-                          &q.lookahead.verification_set));
-  }
+  RETURN_IF_ERROR(ReadLookahead(r, b, params_.executor.lookahead, &q));
   // decoder_input_ids / decoder_input_lengths are ignored: every supported model is
   // decoder-only, and the reference ensemble always sends them (one pad id per row).
   if (const InferTensor* bias = r.FindInput("embedding_bias"); bias && bias->num_elements() > 0) {
@@ -851,45 +827,6 @@ void LlmBackend::StatsLoop() {
 
 }  // namespace
 
-// Medusa heads from medusa_model_path (a folder with medusa_lm_head.safetensors, or the file)
-// checked against the model, and the tree of medusa_choices (default: DefaultMedusaChoices).
-static Status LoadMedusa(const inference::ModelConfig& config, const BackendContext& context,
-                         const inflight::ModelConfig& model, ExecutorConfig* e) {
-  auto where = GetParameter(config, "medusa_model_path");
-  if (!where || where->empty())
-    return InvalidArgumentError(
-        "parameter medusa_model_path: decoding_mode medusa needs the heads");
-  auto path = ConfinedPath("medusa_model_path", *where, context.model_dir, context.allowed_roots);
-  if (!path.ok()) return path.status();
-  // The heads' matrices in memory: q8_0 (default) or q4_0 quantized at load, or as stored.
-  DType weights = DType::kQ8_0;
-  if (auto type = GetParameter(config, "medusa_weights"); type && !type->empty()) {
-    if (*type == "q8_0") {
-      weights = DType::kQ8_0;
-    } else if (*type == "q4_0") {
-      weights = DType::kQ4_0;
-    } else if (*type == "as_stored") {
-      weights = DType::kF16;
-    } else {
-      return InvalidArgumentError("parameter medusa_weights: '" + *type +
-                                  "' is not one of q8_0, q4_0, as_stored");
-    }
-  }
-  auto heads = MedusaHeads::Load(*path, model, weights);
-  if (!heads.ok()) return heads.status();
-  e->medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
-  if (auto choices = GetParameter(config, "medusa_choices"); choices && !choices->empty()) {
-    auto parsed = ParseMedusaChoices(*choices, e->medusa_heads->num_heads(), kMaxLookaheadDrafts);
-    if (!parsed.ok())
-      return InvalidArgumentError("parameter medusa_choices: " + parsed.status().message());
-    e->medusa_choices = std::move(parsed).value();
-  }
-  INFLIGHT_LOG(kInfo) << "Medusa heads: " << e->medusa_heads->num_heads() << " heads of "
-                      << e->medusa_heads->num_layers() << " residual blocks ("
-                      << e->medusa_heads->WeightBytes() / 1000000 << " MB read per step)";
-  return OkStatus();
-}
-
 StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelConfig& config,
                                                          const BackendContext& context) {
   auto params = ReadParams(config);
@@ -947,7 +884,7 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
     if (!m.ok()) return m.status();
     model = std::move(m).value();
     if (params->executor.speculative_mode == SpeculativeMode::kMedusa)
-      RETURN_IF_ERROR(LoadMedusa(config, context, model->config(), &params->executor));
+      RETURN_IF_ERROR(LoadMedusaHeads(config, context, model->config(), &params->executor));
     auto e = Executor::Create(*model, params->executor, draft.get());
     if (!e.ok()) return e.status();
     executor = std::move(e).value();

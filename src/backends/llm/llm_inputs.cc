@@ -187,4 +187,38 @@ StatusOr<int> PrefetchLoras(const std::string& dir, const inflight::ModelConfig&
   return loaded;
 }
 
+Status ReadLookahead(const InferRequest& r, int64_t row, const LookaheadConfig& model, Request* q) {
+  struct Field {
+    const char* name;
+    int32_t model;
+    int32_t* out;
+  };
+  const Field fields[] = {
+      {"lookahead_window_size", model.window, &q->lookahead.window},
+      {"lookahead_ngram_size", model.ngram, &q->lookahead.ngram},
+      {"lookahead_verification_set_size", model.verification_set, &q->lookahead.verification_set}};
+  bool any = false;
+  std::optional<double> values[3];
+  for (int i = 0; i < 3; ++i) {
+    auto v = ScalarInput(r, fields[i].name, row);
+    if (!v.ok()) return v.status();
+    values[i] = *v;
+    any |= values[i].has_value();
+  }
+  if (!any) return OkStatus();  // the model's (Request::lookahead all 0)
+  for (int i = 0; i < 3; ++i) {
+    const std::optional<double>& v = values[i];
+    if (!v.has_value() || *v == 0) {
+      *fields[i].out = fields[i].model;
+      continue;
+    }
+    if (*v < 1 || *v > 1024 || *v != std::floor(*v)) {
+      return InvalidArgumentError(std::string(fields[i].name) +
+                                  " must be a whole number in [1, 1024] (0: the model's)");
+    }
+    *fields[i].out = static_cast<int32_t>(*v);
+  }
+  return OkStatus();
+}
+
 }  // namespace inflight::serving

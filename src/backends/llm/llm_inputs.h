@@ -29,6 +29,10 @@ Status ReadLora(const InferRequest& r, int64_t row, const inflight::ModelConfig&
 // prompt_embedding_table [rows, hidden] and prompt_vocab_size.
 Status ReadPromptTable(const InferRequest& r, int64_t row, int32_t hidden, Request* q);
 
+// lookahead_window_size / _ngram_size / _verification_set_size: the request's lookahead
+// triple (a field left out or 0 takes the model's; the executor checks it against the model's).
+Status ReadLookahead(const InferRequest& r, int64_t row, const LookaheadConfig& model, Request* q);
+
 // lora_prefetch_dir: caches the PEFT adapter of every subfolder named by a task id.
 StatusOr<int> PrefetchLoras(const std::string& dir, const inflight::ModelConfig& c,
                             LoraCache& loras);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/logging.h"
 #include "parallel/mpi_process.h"
 #include "serving/model_config_util.h"
 #include "serving/model_paths.h"
@@ -157,6 +158,45 @@ StatusOr<std::unique_ptr<parallel::ParallelModelRunner>> CreateParallelRunner(
     *holds_world = false;
   }
   return runner;
+}
+
+// Medusa heads from medusa_model_path (a folder with medusa_lm_head.safetensors, or the file)
+// checked against the model, and the tree of medusa_choices (default: DefaultMedusaChoices).
+Status LoadMedusaHeads(const inference::ModelConfig& config, const BackendContext& context,
+                       const inflight::ModelConfig& model, ExecutorConfig* e) {
+  auto where = GetParameter(config, "medusa_model_path");
+  if (!where || where->empty())
+    return InvalidArgumentError(
+        "parameter medusa_model_path: decoding_mode medusa needs the heads");
+  auto path = ConfinedPath("medusa_model_path", *where, context.model_dir, context.allowed_roots);
+  if (!path.ok()) return path.status();
+  // The heads' matrices in memory: q8_0 (default) or q4_0 quantized at load, or as stored.
+  DType weights = DType::kQ8_0;
+  if (auto type = GetParameter(config, "medusa_weights"); type && !type->empty()) {
+    if (*type == "q8_0") {
+      weights = DType::kQ8_0;
+    } else if (*type == "q4_0") {
+      weights = DType::kQ4_0;
+    } else if (*type == "as_stored") {
+      weights = DType::kF16;
+    } else {
+      return InvalidArgumentError("parameter medusa_weights: '" + *type +
+                                  "' is not one of q8_0, q4_0, as_stored");
+    }
+  }
+  auto heads = MedusaHeads::Load(*path, model, weights);
+  if (!heads.ok()) return heads.status();
+  e->medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
+  if (auto choices = GetParameter(config, "medusa_choices"); choices && !choices->empty()) {
+    auto parsed = ParseMedusaChoices(*choices, e->medusa_heads->num_heads(), kMaxLookaheadDrafts);
+    if (!parsed.ok())
+      return InvalidArgumentError("parameter medusa_choices: " + parsed.status().message());
+    e->medusa_choices = std::move(parsed).value();
+  }
+  INFLIGHT_LOG(kInfo) << "Medusa heads: " << e->medusa_heads->num_heads() << " heads of "
+                      << e->medusa_heads->num_layers() << " residual blocks ("
+                      << e->medusa_heads->WeightBytes() / 1000000 << " MB read per step)";
+  return OkStatus();
 }
 
 }  // namespace inflight::serving

@@ -26,6 +26,11 @@ struct LlmParams {
 // INVALID_ARGUMENT naming the parameter for a bad value.
 StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config);
 
+// decoding_mode medusa: the heads of medusa_model_path (confined like the model) checked
+// against the model, quantized as medusa_weights says, and the tree of medusa_choices.
+Status LoadMedusaHeads(const inference::ModelConfig& config, const BackendContext& context,
+                       const inflight::ModelConfig& model, ExecutorConfig* e);
+
 // Leader mode (started by mpirun): the world's ranks; orchestrator mode: workers spawned
 // for this model (executor_worker_path, default this program). *holds_world: the runner took
 // the MPI world (release it with parallel::ReleaseWorld when done).
