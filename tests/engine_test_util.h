@@ -81,6 +81,23 @@ inline std::unique_ptr<Model> NearBigramModel(const std::string& path, float sca
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
+// A small cache under max_utilization with chunked prompts and prefix reuse, 16 sequences, a
+// tree of drafts every step (adaptive choice off: timing-free): the tree-drafting tests' setup.
+inline ExecutorConfig TreeDraftingConfig(SpeculativeMode mode) {
+  ExecutorConfig c;
+  c.num_threads = 1;
+  c.policy = CapacityPolicy::kMaxUtilization;
+  c.enable_chunked_context = true;
+  c.enable_kv_cache_reuse = true;
+  c.tokens_per_block = 16;
+  c.max_batch_size = 16;
+  c.max_num_tokens = 128;
+  c.max_tokens_in_paged_kv_cache = 2400;
+  c.speculative_mode = mode;
+  c.adaptive_draft_length = false;
+  return c;
+}
+
 // Samples the second to fourth tokens of `draws` seeded requests (temperature 3, top-k 3:
 // a few dozen outcomes) for a chi-square test; adds the drafts verified and accepted.
 inline std::map<std::pair<int32_t, int32_t>, int> SampleTokensTwoToFour(

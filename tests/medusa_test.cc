@@ -151,18 +151,8 @@ TEST_F(MedusaTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
       max_tokens.push_back(1 + static_cast<int32_t>(rng() % 48));
       expected.push_back(testing::GreedyAlone(m, *pool_, p, max_tokens.back(), DType::kF16));
     }
-    ExecutorConfig c;
-    c.num_threads = 1;
-    c.policy = CapacityPolicy::kMaxUtilization;
-    c.enable_chunked_context = true;
-    c.enable_kv_cache_reuse = true;
-    c.tokens_per_block = 16;
-    c.max_batch_size = 16;
-    c.max_num_tokens = 128;
-    c.max_tokens_in_paged_kv_cache = 2400;
-    c.speculative_mode = SpeculativeMode::kMedusa;
+    ExecutorConfig c = testing::TreeDraftingConfig(SpeculativeMode::kMedusa);
     c.medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
-    c.adaptive_draft_length = false;  // a tree every step (timing-free)
     auto made = Executor::Create(m, c);
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     Executor& e = **made;

@@ -437,18 +437,8 @@ TEST_F(SpeculativeTest, LookaheadOnPredictableTextIsExact) {
     max_tokens.push_back(1 + static_cast<int32_t>(rng() % 64));
     expected.push_back(testing::GreedyAlone(*bigram, *pool_, p, max_tokens.back(), DType::kF16));
   }
-  ExecutorConfig c;
-  c.num_threads = 1;
-  c.policy = CapacityPolicy::kMaxUtilization;
-  c.enable_chunked_context = true;
-  c.enable_kv_cache_reuse = true;
-  c.tokens_per_block = 16;
-  c.max_batch_size = 16;
-  c.max_num_tokens = 128;
-  c.max_tokens_in_paged_kv_cache = 2400;
-  c.speculative_mode = SpeculativeMode::kLookahead;
+  ExecutorConfig c = testing::TreeDraftingConfig(SpeculativeMode::kLookahead);
   c.lookahead = {4, 3, 4};
-  c.adaptive_draft_length = false;  // trees every step, whatever they cost (timing-free)
   auto made = Executor::Create(*bigram, c);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   Executor& e = **made;
