@@ -112,6 +112,25 @@ TEST_F(MedusaTest, HeadsThatDoNotMatchTheirModelAreRefusedWithTheFieldNamed) {
             StatusCode::kNotFound);
 }
 
+// A heads file is a client-supplied safetensors file: a shape whose element count overflows
+// 64 bits (2^24 x 2^40 x 2^40 wraps to 0, matching 0 data bytes) is refused, not read.
+TEST_F(MedusaTest, AShapeThatOverflowsIsRefused) {
+  const std::string header =
+      R"({"0.0.linear.weight": {"dtype": "F16", "shape": [16777216, 1099511627776, 1099511627776],)"
+      R"( "data_offsets": [0, 0]}})";
+  const std::string path = *dir_ + "/overflow.safetensors";
+  fs::create_directories(*dir_);
+  {
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t n = header.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header;
+  }
+  auto st = MedusaHeads::Load(path, model_->config()).status();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+  EXPECT_NE(st.message().find("too large"), std::string::npos) << st.message();
+}
+
 TEST(MedusaChoicesTest, PathsAreCheckedAndOrderedAfterTheirPrefixes) {
   auto ok = ParseMedusaChoices("[[0, 1], [0], [1], [0, 0]]", 3, 63);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
