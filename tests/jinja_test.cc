@@ -523,10 +523,40 @@ TEST(Jinja, ConstructsRenderLikeJinja2) {
         "{% set d2 = {} %}{{ d2.update({'a': 1}) }}", "{{ '{} {}'.format(1) }}",
         "{{ '{0} {}'.format(1, 2) }}", "{{ '{} {0}'.format(1, 2) }}", "{{ 'a{'.format() }}",
         "{{ 'a}b'.format() }}", "{{ '{x}'.format(y=1) }}", "{{ '{!x}'.format(1) }}",
-        "{{ n | tojson(indent=[2]) }}"}) {
+        "{{ n | tojson(indent=[2]) }}", "{% set ns = namespace(a=1) %}{{ ns | tojson }}",
+        "{% set ns = namespace(a=1) %}{{ {'k': [ns]} | tojson }}"}) {
     cases.push_back({std::string("failure ") + bad, bad, ctx});
   }
   ExpectSameAsPython(cases);
+}
+
+// A namespace is the one value a template can change after making it, so the one way to a
+// reference cycle (ns.x = ns) or to a chain deeper than any recorded depth. Under ASan this test
+// also fails on a leak.
+TEST(Jinja, NamespaceCyclesAndChainsNeitherLeakNorRecurse) {
+  const Value ctx = *ValueFromJson(R"({"messages": []})");
+  struct {
+    const char* source;
+    const char* expected;
+  } cases[] = {
+      {"{% set ns = namespace(n=0) %}{% set ns.self = ns %}{% set ns.n = ns.self.self.n + 1 %}"
+       "{{ ns.self.n }}",
+       "1"},
+      {"{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = {'k': [b, 2]} %}"
+       "{{ a.b.k[0].a.b.k | length }}",
+       "2"},
+      // A linked list of 100000 namespaces: freed without a recursive destructor.
+      {"{% set h = namespace(cur=none) %}{% set head = namespace(next=none) %}{% set h.cur = head "
+       "%}{% for i in range(100000) %}{% set n = namespace(next=none) %}{% set c = h.cur %}{% set "
+       "c.next = n %}{% set h.cur = n %}{% endfor %}{{ head.next.next is defined }}",
+       "True"}};
+  for (const auto& c : cases) {
+    StatusOr<Template> t = Template::Parse(c.source);
+    ASSERT_TRUE(t.ok()) << c.source << t.status().ToString();
+    StatusOr<std::string> out = t->Render(ctx);
+    ASSERT_TRUE(out.ok()) << c.source << " -> " << out.status().ToString();
+    EXPECT_EQ(*out, c.expected) << c.source;
+  }
 }
 
 TEST(Jinja, UnsupportedConstructsAreNamed) {

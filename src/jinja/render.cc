@@ -2,6 +2,7 @@
 // and a macro call open one; if does not, as in jinja2), writing into a bounded output.
 #include <cmath>
 #include <new>
+#include <unordered_set>
 
 #include "jinja/ast.h"
 #include "jinja/builtins.h"
@@ -26,6 +27,10 @@ class Renderer final : public StepCounter {
     if (context.is_mapping()) {
       for (const auto& [k, v] : context.Entries()) Set(k, v);
     }
+  }
+
+  ~Renderer() override {
+    for (const Value& ns : mutated_namespaces_) ns.MutableNamespace().items.clear();
   }
 
   std::string Run(const Body& body) {
@@ -117,6 +122,7 @@ class Renderer final : public StepCounter {
           if (ns.kind() != Value::Kind::kNamespace)
             Fail("cannot assign attribute '" + n.attr + "' on a non-namespace");
           DictData& d = ns.MutableNamespace();
+          if (mutated_.insert(&d).second) mutated_namespaces_.push_back(ns);
           bool found = false;
           for (auto& [k, old] : d.items) {
             if (k == n.attr) old = v, found = true;
@@ -487,6 +493,11 @@ class Renderer final : public StepCounter {
   }
 
   const RenderLimits& limits_;
+  // Every namespace a `set ns.x = ...` changed: only such a change can make a cycle
+  // (ns.x = ns) or a chain deeper than the values' recorded depth, so the destructor empties
+  // them while this list still holds each one (nothing leaks, no destructor recurses).
+  std::vector<Value> mutated_namespaces_;
+  std::unordered_set<const DictData*> mutated_;
   std::vector<Frame> frames_;
   std::string* out_ = nullptr;
   int64_t steps_ = 0;

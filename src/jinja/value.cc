@@ -292,8 +292,7 @@ Status JsonDump(const Value& v, const Value::JsonOptions& o, int level, size_t m
       out += ']';
       return OkStatus();
     }
-    case Value::Kind::kDict:
-    case Value::Kind::kNamespace: {
+    case Value::Kind::kDict: {
       if (v.Entries().empty()) {
         out += "{}";
         return OkStatus();
