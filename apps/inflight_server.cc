@@ -317,6 +317,17 @@ int main(int argc, char** argv) {
           "MPI ranks that split each layer (heads, FFN columns; leader or orchestrator mode)")
       ->check(CLI::Range(1, 256));
   init_cmd
+      ->add_option("--moe-ep-size", init.moe_ep_size,
+                   "Expert parallelism: groups of the tensor-parallel ranks that each hold a "
+                   "share of the experts (moe_ep_size x moe_tp_size = tensor_parallel_size; 0: "
+                   "derived)")
+      ->check(CLI::Range(0, 256));
+  init_cmd
+      ->add_option("--moe-tp-size", init.moe_tp_size,
+                   "Ranks of an expert-parallel group that split each expert's columns (0: "
+                   "derived)")
+      ->check(CLI::Range(0, 256));
+  init_cmd
       ->add_option("--pipeline-parallel-size", init.pipeline_parallel_size,
                    "MPI ranks that split the layers into stages")
       ->check(CLI::Range(1, 256));

@@ -8,12 +8,17 @@
 //
 //   mpirun -np 2 --bind-to core bench/parallel_bench [--preset tinyllama-1.1b --dtype q4_k_m]
 //          [--prompt-tokens 512] [--batches 1,8] [--decode-steps 32] [--model-dir bench-models]
+//
+// A mixture of experts under expert parallelism (--moe-ep-size 2: each rank holds half the
+// experts whole; 0: each rank half of every expert's columns), its layer count cut:
+//   ... --arch qwen3moe --preset qwen3-30b-a3b --layers 4 --moe-ep-size 2
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <sstream>
 #include <string>
@@ -23,6 +28,7 @@
 #include "bench_models.h"
 #include "engine/model_runner.h"
 #include "limits.h"
+#include "model/random_model.h"
 #include "parallel/parallel_runner.h"
 
 using namespace inflight;
@@ -38,8 +44,25 @@ struct Sample {
   std::vector<double> tp1_ms, tp2_ms, two_threads_ms, comm_ms, bytes, collectives;
 };
 
+// A model of another architecture than Llama, or cut to `layers`: written once when missing.
+Status WriteModelIfMissing(const std::string& path, const std::string& arch_name,
+                           const std::string& preset, int32_t layers, const std::string& dtype,
+                           const std::string& tokenizer) {
+  if (std::filesystem::exists(path)) return OkStatus();
+  std::fprintf(stderr, "writing %s ...\n", path.c_str());
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  ASSIGN_OR_RETURN(TokenizerSpec spec, LoadTokenizerSpecFile(tokenizer));
+  ASSIGN_OR_RETURN(Architecture arch, ArchitectureFromName(arch_name));
+  RandomModelParams params;
+  ASSIGN_OR_RETURN(params.config, PresetConfig(arch, preset));
+  if (layers > 0) params.config.num_layers = layers;
+  params.mix = dtype;
+  params.tied_embeddings = false;
+  return WriteRandomGguf(params, spec, path);
+}
+
 int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int>& batches,
-           int32_t decode_steps) {
+           int32_t decode_steps, int32_t moe_ep_size) {
   auto model = Model::Load(path);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
@@ -54,6 +77,7 @@ int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int
   config.max_batch_size = max_batch;
   parallel::ParallelConfig pc;
   pc.tp_size = 2;
+  pc.moe_ep_size = moe_ep_size;
   pc.share_host_cores = false;
   auto tp2 = parallel::ParallelModelRunner::Create(MPI_COMM_WORLD, path, config, pc);
   if (!tp2.ok()) {
@@ -71,6 +95,11 @@ int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int
   const double bw1 = MeasureReadBandwidth(one), bw2 = MeasureReadBandwidth(two);
   const double weight_bytes = static_cast<double>((*model)->DecodeWeightBytes());
   std::printf("model %s\n%s\n", path.c_str(), (*model)->Describe().c_str());
+  if ((*model)->config().num_experts > 0) {
+    std::printf("TP=2 ranks: %s\n", moe_ep_size == 2
+                                        ? "expert parallel (moe_ep_size 2: half the experts each)"
+                                        : "moe_tp_size 2 (half of every expert's columns each)");
+  }
   std::printf(
       "read bandwidth: 1 thread %.1f GB/s, 2 threads %.1f GB/s; weights read per decode step %.0f "
       "MB\n",
@@ -159,7 +188,8 @@ int main(int argc, char** argv) {
               batches_arg = "1,8";
   std::string tokenizer = std::string(INFLIGHT_SOURCE_DIR) +
                           "/../shared/models/tokenizers/llama2-sentencepiece/tokenizer.model";
-  int32_t prompt_tokens = 512, decode_steps = 32;
+  std::string arch = "llama";
+  int32_t prompt_tokens = 512, decode_steps = 32, layers = 0, moe_ep_size = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--preset")
@@ -176,6 +206,12 @@ int main(int argc, char** argv) {
       decode_steps = std::stoi(v);
     else if (f == "--tokenizer")
       tokenizer = v;
+    else if (f == "--arch")
+      arch = v;
+    else if (f == "--layers")
+      layers = std::stoi(v);
+    else if (f == "--moe-ep-size")
+      moe_ep_size = std::stoi(v);
   }
   if (size != 2) {
     if (rank == 0)
@@ -183,13 +219,18 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  const std::string path = model_dir + "/" + preset + "-random-" + dtype + ".gguf";
+  const bool custom = arch != "llama" || layers > 0;
+  const std::string path = model_dir + "/" + preset +
+                           (layers > 0 ? "-" + std::to_string(layers) + "L" : "") + "-random-" +
+                           dtype + ".gguf";
   int code = 0;
   if (rank == 0) {
     // Written once (rank 1 waits at the barrier), then loaded by each rank as it needs.
-    auto written = LoadOrWriteRandomModel(path, preset, dtype, tokenizer);
+    const Status written = custom
+                               ? WriteModelIfMissing(path, arch, preset, layers, dtype, tokenizer)
+                               : LoadOrWriteRandomModel(path, preset, dtype, tokenizer).status();
     if (!written.ok()) {
-      std::fprintf(stderr, "%s\n", written.status().ToString().c_str());
+      std::fprintf(stderr, "%s\n", written.ToString().c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
@@ -198,7 +239,7 @@ int main(int argc, char** argv) {
     std::vector<int> batches;
     std::stringstream in(batches_arg);
     for (std::string b; std::getline(in, b, ',');) batches.push_back(std::stoi(b));
-    code = Leader(path, prompt_tokens, batches, decode_steps);
+    code = Leader(path, prompt_tokens, batches, decode_steps, moe_ep_size);
     parallel::SendDismissal(MPI_COMM_WORLD);
   } else {
     const Status s = parallel::RunFollower(MPI_COMM_WORLD);

@@ -2,7 +2,8 @@
 # Installs what inflight needs to build and test on Debian 12: Debian -dev packages, ccache
 # (compiles of a second run come from its cache) and clang-format (the format check), plus
 # python3-jinja2 (the chat-template reference), python3-jsonschema (the JSON Schema validator of
-# guided outputs) and chromium (the web page's browser test); and the npm packages the tests use
+# guided outputs), chromium (the web page's browser test) and Slurm with munge (a one-node
+# cluster the tests start: leader mode under srun --mpi=pmix); and the npm packages the tests use
 # (tools/oracle: the tokenizer oracle, the OpenAI SDK, playwright-core). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
   libsentencepiece-dev python3-sentencepiece python3-jinja2 python3-jsonschema libcli11-dev clang libclang-rt-14-dev nodejs npm
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev libboost-dev prometheus-cpp-dev
-  prometheus curl chromium libssl-dev openssl libopenmpi-dev openmpi-bin iproute2 ccache clang-format zlib1g-dev)
+  prometheus curl chromium libssl-dev openssl libopenmpi-dev openmpi-bin iproute2 ccache clang-format zlib1g-dev
+  slurmctld slurmd slurm-client munge libpmix-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -7,6 +7,7 @@
 #include <barrier>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <thread>
@@ -126,16 +127,33 @@ BatchPlan PlanOf(const Workload& w, int step) {
 
 // Runs every step on the whole model and on a tp x pp grid of shards; the logits of each step
 // must be the same bits.
-void ExpectShardsMatch(const std::string& path, int32_t tp, int32_t pp) {
-  SCOPED_TRACE("tp " + std::to_string(tp) + " pp " + std::to_string(pp));
+void ExpectShardsMatch(const std::string& path, int32_t tp, int32_t pp, int32_t ep = 1) {
+  SCOPED_TRACE("tp " + std::to_string(tp) + " pp " + std::to_string(pp) + " ep " +
+               std::to_string(ep));
   auto whole = Open(path);
   ASSERT_TRUE(whole);
   const ModelConfig& c = whole->model->config();
   std::vector<std::vector<std::unique_ptr<Runner>>> shards(pp);
   for (int32_t s = 0; s < pp; ++s) {
     for (int32_t r = 0; r < tp; ++r) {
-      shards[s].push_back(Open(path, ModelShard{r, tp, s, pp}));
+      shards[s].push_back(Open(path, ModelShard{r, tp, s, pp, ep}));
       ASSERT_TRUE(shards[s].back());
+    }
+  }
+  // Each EP rank holds its group's experts and no other's (their pages are never read).
+  for (int32_t s = 0; s < pp && c.num_experts > 0; ++s) {
+    for (int32_t r = 0; r < tp; ++r) {
+      const Model& m = *shards[s][r]->model;
+      const ShardLayout& sh = m.shard();
+      EXPECT_EQ(sh.expert_end - sh.expert_begin, c.num_experts / ep) << "rank " << r;
+      for (const LayerWeights& l : m.weights().layers) {
+        for (int32_t e = 0; e < c.num_experts; ++e) {
+          const bool held = e >= sh.expert_begin && e < sh.expert_end;
+          EXPECT_EQ(!l.expert_down[e].empty(), held) << "rank " << r << " expert " << e;
+          EXPECT_EQ(!l.expert_gate.empty() && !l.expert_gate[e].empty(),
+                    held && !l.expert_gate.empty());
+        }
+      }
     }
   }
   const Workload w = MakeWorkload(c.vocab_size, 5);
@@ -174,11 +192,13 @@ void ExpectShardsMatch(const std::string& path, int32_t tp, int32_t pp) {
 }
 
 std::string WriteModel(const std::string& stem, Architecture arch, const std::string& preset,
-                       DType dtype, const std::string& mix = "") {
+                       DType dtype, const std::string& mix = "",
+                       const std::function<void(ModelConfig*)>& change = nullptr) {
   auto config = PresetConfig(arch, preset);
   EXPECT_TRUE(config.ok());
   RandomModelParams params;
   params.config = *config;
+  if (change) change(&params.config);
   params.dtype = dtype;
   params.mix = mix;
   params.seed = 3;
@@ -241,6 +261,74 @@ TEST(ModelShardTest, StoriesShardsEqualTheWholeModel) {
   ExpectShardsMatch(path, 2, 1);
   ExpectShardsMatch(path, 4, 1);
   ExpectShardsMatch(path, 2, 2);
+}
+
+// Expert parallelism: each EP group holds its experts whole (or split by columns over its
+// MoE-TP ranks), every pair's output is computed by one rank and gathered, and each token's k
+// outputs are summed in the single process's order: bit-identical, like TP.
+TEST(ModelShardTest, ExpertParallelShardsEqualTheWholeModel) {
+  // Qwen3-MoE shape (16 experts, top 4, normalized weights), 8 query / 4 K/V heads.
+  const std::string qwen3moe =
+      WriteModel("shard_qwen3moe", Architecture::kQwen3Moe, "small", DType::kQ8_0);
+  ExpectShardsMatch(qwen3moe, 2, 1, 2);  // EP 2: 8 experts per rank
+  ExpectShardsMatch(qwen3moe, 4, 1, 2);  // TP 4 = EP 2 x MoE-TP 2
+  ExpectShardsMatch(qwen3moe, 4, 1, 4);  // EP 4
+  ExpectShardsMatch(qwen3moe, 2, 2, 2);  // EP 2 in each of 2 pipeline stages
+  std::filesystem::remove(qwen3moe);
+  // gpt-oss (llama.cpp's MXFP4 file: expert biases, softmax over the chosen, attention sinks).
+  const std::string gpt_oss = testing::SharedDir() + "/golden/arch/gpt-oss-mxfp4_moe.gguf";
+  REQUIRE_SHARED_FILE(gpt_oss);
+  ExpectShardsMatch(gpt_oss, 2, 1, 2);
+}
+
+// More ranks than K/V heads: each K/V head is held by every rank whose query heads read it.
+// llama.cpp's Mixtral-shaped file has one K/V head (MQA), the tiny Llama 2.
+TEST(ModelShardTest, KvHeadsReplicatedOverMoreRanksEqualTheWholeModel) {
+  const std::string mixtral = testing::SharedDir() + "/golden/arch/llama-moe-f16.gguf";
+  REQUIRE_SHARED_FILE(mixtral);
+  ExpectShardsMatch(mixtral, 2, 1);
+  ExpectShardsMatch(mixtral, 4, 1, 2);
+  const std::string llama = WriteModel("shard_kv_rep", Architecture::kLlama, "tiny", DType::kQ8_0);
+  ExpectShardsMatch(llama, 4, 1);
+  std::filesystem::remove(llama);
+  // 12 query / 2 K/V heads (Qwen2.5-1.5B's ratio) over 6 ranks: each rank's 2 query heads share
+  // one K/V head, a ratio of 2 against the model's 6 (the attention tiles are sized by the
+  // rank's own ratio).
+  const std::string odd =
+      WriteModel("shard_kv_rep6", Architecture::kQwen2, "tiny", DType::kQ8_0, "", [](auto* c) {
+        c->hidden_size = 192, c->num_heads = 12, c->num_kv_heads = 2, c->head_dim = 16;
+        c->rope_dim = 16;
+      });
+  ExpectShardsMatch(odd, 6, 1);
+  std::filesystem::remove(odd);
+}
+
+TEST(ModelShardTest, ImpossibleExpertParallelShardsAreRefusedByName) {
+  const std::string dense =
+      WriteModel("shard_ep_dense", Architecture::kLlama, "tiny", DType::kQ8_0);
+  const std::string moe = WriteModel("shard_ep_moe", Architecture::kQwen3Moe, "tiny", DType::kQ8_0);
+  const std::string few =
+      WriteModel("shard_ep_few", Architecture::kQwen3Moe, "tiny", DType::kQ8_0, "",
+                 [](auto* c) { c->num_experts = 2, c->experts_per_token = 1; });
+  struct {
+    const std::string& path;
+    ModelShard shard;
+    const char* names;
+  } cases[] = {{dense, ModelShard{0, 2, 0, 1, 2}, "has no experts"},
+               {few, ModelShard{0, 4, 0, 1, 4}, "exceeds the model's 2 experts"},
+               {moe, ModelShard{0, 2, 0, 1, 4}, "must divide tensor_parallel_size"},
+               {moe, ModelShard{0, 2, 0, 1, 0}, "must divide tensor_parallel_size"}};
+  for (const auto& c : cases) {
+    ModelLoadOptions options;
+    options.shard = c.shard;
+    auto m = Model::Load(c.path, options);
+    ASSERT_FALSE(m.ok()) << c.names;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find(c.names), std::string::npos) << m.status().message();
+  }
+  std::filesystem::remove(dense);
+  std::filesystem::remove(moe);
+  std::filesystem::remove(few);
 }
 
 TEST(ModelShardTest, ImpossibleShardsAreRefusedByName) {

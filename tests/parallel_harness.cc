@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
     inflight::parallel::ParallelConfig parallel;
     parallel.tp_size = std::atoi(Arg(argc, argv, "--tp", "1").c_str());
     parallel.pp_size = std::atoi(Arg(argc, argv, "--pp", "1").c_str());
+    parallel.moe_ep_size = std::atoi(Arg(argc, argv, "--ep", "0").c_str());
     parallel.share_host_cores = false;  // one compute thread per rank (the scenario's num_threads)
     auto runner = inflight::parallel::ParallelModelRunner::Create(
         MPI_COMM_WORLD, Arg(argc, argv, "--model"),
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
                      {"bytes", stats.bytes},
                      {"comm_ms", stats.comm_ms},
                      {"forward_ms", stats.forward_ms}};
+      // Rank 0's share of the experts: what expert parallelism gave it.
+      const inflight::ShardLayout& shard = raw->model().shard();
+      out["moe_ep_size"] = shard.moe_ep_size;
+      out["experts_held"] = shard.expert_end - shard.expert_begin;
       executor.Shutdown();
     }
     std::ofstream(Arg(argc, argv, "--out")) << out.dump();

@@ -14,6 +14,7 @@
 
 #include "mpi_test_util.h"
 #include "server_harness.h"
+#include "slurm_cluster.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -188,6 +189,54 @@ TEST_F(ParallelServerTest, PipelineParallelLeaderModeThroughTheLauncherScriptSer
   auto server = testing::ServerProcess::Start({}, launcher);
   ASSERT_TRUE(server);
   ExpectSameTexts(server->http_port);
+}
+
+// deploy/slurm/inflight.sbatch submitted to a real Slurm (one node, two tasks): srun starts
+// both ranks of the TP=2 model through PMIx, rank 0 serves the single-process server's texts,
+// and scancel stops the job and every rank.
+TEST_F(ParallelServerTest, LeaderModeUnderSlurmThroughTheBatchScriptServesTheSameTexts) {
+  REQUIRE_SLURM();
+  testing::SlurmCluster cluster;
+  ASSERT_TRUE(cluster.ok()) << cluster.Logs();
+  const std::string out = cluster.dir() + "/job.out";
+  const std::string submit =
+      "MODEL_REPO=" + root_ + "/tp2 INFLIGHT_SERVER=" + std::string(INFLIGHT_BINARY_DIR) +
+      "/apps/inflight-server sbatch --parsable --output=" + out + " " + testing::SourceDir() +
+      "/deploy/slurm/inflight.sbatch --http-port 0 --grpc-port 0 --metrics-port 0 2>&1";
+  const auto [rc, job] = testing::RunCommand(submit);
+  ASSERT_EQ(rc, 0) << job;
+  const std::string job_id = job.substr(0, job.find_first_of(";\n"));
+  int port = 0;
+  std::string log;
+  for (int i = 0; i < 1200 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(out);
+    log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    std::smatch m;
+    if (std::regex_search(log, m, std::regex("Started HTTPService at [0-9.]+:([0-9]+)")))
+      port = std::stoi(m[1]);
+  }
+  ASSERT_GT(port, 0) << "the job's server never came up:\n" << log << cluster.Logs();
+  EXPECT_EQ(Status(port, "/v2/health/ready"), 200);
+  ExpectSameTexts(port);
+  {
+    std::ifstream in(out);  // the ranks' lines come in as srun forwards them
+    log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  EXPECT_NE(log.find("2 tasks"), std::string::npos) << log;
+  const pid_t follower = FollowerPid(log, 1);
+  ASSERT_GT(follower, 0) << "no rank 1 followed the model:\n" << log;
+
+  // scancel: the job ends and takes every rank with it.
+  ASSERT_EQ(testing::RunCommand("scancel " + job_id).first, 0);
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gone = testing::RunCommand("squeue -h -j " + job_id + " 2>/dev/null").second.empty() &&
+           kill(follower, 0) != 0;
+  }
+  EXPECT_TRUE(gone) << "the job or its rank 1 outlived scancel";
+  EXPECT_NE(Status(port, "/v2/health/live"), 200) << "the leader outlived scancel";
 }
 
 TEST_F(ParallelServerTest, OrchestratorModeSpawnsItsWorkerAndStopsIt) {

@@ -12,6 +12,7 @@
 #include "model/random_model.h"
 #include "mpi_test_util.h"
 #include "parallel_scenario.h"
+#include "slurm_cluster.h"
 #include "test_util.h"
 
 namespace inflight {
@@ -32,14 +33,15 @@ std::string MpirunCommand(int np) {
 }
 
 nlohmann::json RunParallel(const std::string& model, int tp, int pp, const std::string& scenario,
-                           bool expect_ok = true, const std::string& launcher = "") {
+                           bool expect_ok = true, const std::string& launcher = "", int ep = 0) {
   const std::string out =
       TempPath("parallel_" + scenario + "_" + std::to_string(tp) + "x" + std::to_string(pp)) +
       ".json";
   const std::string cmd = (launcher.empty() ? MpirunCommand(tp * pp) : launcher) +
                           std::string(INFLIGHT_BINARY_DIR) + "/tests/parallel_harness --model " +
                           model + " --tp " + std::to_string(tp) + " --pp " + std::to_string(pp) +
-                          " --scenario " + scenario + " --out " + out;
+                          " --ep " + std::to_string(ep) + " --scenario " + scenario + " --out " +
+                          out;
   const int rc = std::system(cmd.c_str());
   // (mpirun --enable-recovery exits 0 when some ranks failed: the JSON tells.)
   if (expect_ok) EXPECT_EQ(rc, 0) << cmd;
@@ -154,6 +156,28 @@ TEST_F(ParallelTest, MixtureOfExpertsTensorParallelEqualsOneProcess) {
   ExpectSameRun(RunParallel(moe_model_, 2, 1, "default"), RunLocal(moe_model_, "default"));
 }
 
+// Expert parallelism: each rank holds 8 of the 16 experts whole; every chosen expert's output
+// is computed on its rank and gathered, and summed in the one process's order.
+TEST_F(ParallelTest, ExpertParallelTwoRanksEqualsOneProcess) {
+  REQUIRE_MPIRUN();
+  const nlohmann::json parallel = RunParallel(moe_model_, 2, 1, "default", true, "", /*ep=*/2);
+  ExpectSameRun(parallel, RunLocal(moe_model_, "default"));
+  EXPECT_EQ(parallel["moe_ep_size"], 2);
+  EXPECT_EQ(parallel["experts_held"], 8) << "rank 0 must hold 8 of the 16 experts";
+}
+
+// TP 4 = EP 2 x MoE-TP 2 (-np 4): attention split over 4 ranks (the 2 K/V heads held by 2
+// ranks each), each expert's columns over the 2 ranks of its EP group, under max_utilization
+// pauses.
+TEST_F(ParallelTest, ExpertTimesTensorParallelFourRanksEqualsOneProcess) {
+  REQUIRE_MPIRUN();
+  const nlohmann::json parallel =
+      RunParallel(moe_model_, 4, 1, "max_utilization", true, "", /*ep=*/2);
+  ExpectSameRun(parallel, RunLocal(moe_model_, "max_utilization"));
+  EXPECT_EQ(parallel["moe_ep_size"], 2);
+  EXPECT_EQ(parallel["experts_held"], 8);
+}
+
 // A windowed family: Gemma 2 (llama.cpp's file: windows of 64 on alternate layers, attention
 // and final soft-caps, post-norms), prompts up to 190 tokens in chunks across the window edge.
 TEST_F(ParallelTest, Gemma2TensorParallelEqualsOneProcess) {
@@ -236,14 +260,31 @@ TEST_F(ParallelTest, TwoHostsInNetworkNamespacesOverTcpEqualOneProcess) {
   ASSERT_TRUE(hosts.ok()) << "could not make the two network namespaces";
   ExpectSameRun(RunParallel(model_, 2, 1, "default", true, hosts.Mpirun()),
                 RunLocal(model_, "default"));
+  // Expert parallelism across the hosts: each host holds half the experts.
+  const nlohmann::json moe = RunParallel(moe_model_, 2, 1, "default", true, hosts.Mpirun(), 2);
+  ExpectSameRun(moe, RunLocal(moe_model_, "default"));
+  EXPECT_EQ(moe["experts_held"], 8);
+}
+
+// Leader mode under a real Slurm (one node, two tasks): srun starts the ranks through PMIx,
+// no mpirun. Expert parallelism, so the run covers the MoE exchange too.
+TEST_F(ParallelTest, SlurmSrunThroughPmixEqualsOneProcess) {
+  REQUIRE_SLURM();
+  testing::SlurmCluster cluster;
+  ASSERT_TRUE(cluster.ok()) << cluster.Logs();
+  const nlohmann::json parallel =
+      RunParallel(moe_model_, 2, 1, "default", true,
+                  "timeout 600 srun --mpi=pmix --kill-on-bad-exit=0 -n 2 ", /*ep=*/2);
+  ExpectSameRun(parallel, RunLocal(moe_model_, "default"));
+  EXPECT_EQ(parallel["experts_held"], 8);
 }
 
 TEST_F(ParallelTest, ALayoutTheModelCannotTakeIsRefusedOnEveryRank) {
   REQUIRE_MPIRUN();
-  // The tiny model has 2 K/V heads: 4-way tensor parallelism cannot split them.
-  const nlohmann::json j = RunParallel(model_, 4, 1, "default", /*expect_ok=*/false);
+  // The tiny model has 4 query heads: 3-way tensor parallelism cannot split them.
+  const nlohmann::json j = RunParallel(model_, 3, 1, "default", /*expect_ok=*/false);
   ASSERT_TRUE(j.contains("error"));
-  EXPECT_NE(j["error"].get<std::string>().find("K/V heads"), std::string::npos) << j["error"];
+  EXPECT_NE(j["error"].get<std::string>().find("4 query heads"), std::string::npos) << j["error"];
 }
 
 }  // namespace

@@ -171,10 +171,8 @@ inline bool WaitLlmIdle(int metrics_port, const std::string& model) {
   return false;
 }
 
-// Runs `node tests/SCRIPT_AND_ARGS`; its exit status and everything it printed.
-inline std::pair<int, std::string> RunNode(const std::string& script_and_args) {
-  const std::string cmd =
-      "node " + std::string(INFLIGHT_SOURCE_DIR) + "/tests/" + script_and_args + " 2>&1";
+// Runs a shell command; its exit status and what it printed on stdout.
+inline std::pair<int, std::string> RunCommand(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
@@ -182,6 +180,12 @@ inline std::pair<int, std::string> RunNode(const std::string& script_and_args) {
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   return {pclose(p), out};
+}
+
+// Runs `node tests/SCRIPT_AND_ARGS`; its exit status and everything it printed.
+inline std::pair<int, std::string> RunNode(const std::string& script_and_args) {
+  return RunCommand("node " + std::string(INFLIGHT_SOURCE_DIR) + "/tests/" + script_and_args +
+                    " 2>&1");
 }
 
 // A suite's end: the server's log when a test failed, the server stopped, its folder removed.

@@ -31,15 +31,14 @@ int64_t BatchPlan::num_logit_rows() const {
   return n;
 }
 
-void ForwardScratch::Reserve(const ModelConfig& c, int64_t num_tokens, int32_t tokens_per_block,
-                             int num_threads) {
+void ForwardScratch::Reserve(const ModelConfig& c, int32_t heads, int32_t kv_heads,
+                             int64_t num_tokens, int32_t tokens_per_block, int num_threads) {
   if (tokens_per_block > capacity_block_ || num_threads > capacity_threads_) {
     tokens_per_block = std::max(tokens_per_block, capacity_block_);
     num_threads = std::max(num_threads, capacity_threads_);
-    attention_.Resize(
-        kernels::AttentionScratchFloats({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f},
-                                        num_threads, tokens_per_block) *
-        sizeof(float));
+    attention_.Resize(kernels::AttentionScratchFloats({heads, kv_heads, c.head_dim, 1.0f},
+                                                      num_threads, tokens_per_block) *
+                      sizeof(float));
     attention = attention_.as<float>();
     capacity_block_ = tokens_per_block;
     capacity_threads_ = num_threads;
@@ -156,6 +155,17 @@ void InterleaveWeights(Model* model, bool exact_f16) {
 
 Status CutToShard(const ModelShard& shard, Model* model);  // model_shard.cc
 
+namespace {
+
+// An expert-parallel shard holds some experts only: the others' views are empty.
+const TensorView* FirstHeldExpert(const std::vector<TensorView>& experts) {
+  for (const TensorView& v : experts)
+    if (!v.empty()) return &v;
+  return nullptr;
+}
+
+}  // namespace
+
 Status FinishModel(Model* model, const ModelLoadOptions& options) {
   RETURN_IF_ERROR(CutToShard(options.shard, model));
   InterleaveWeights(model, options.exact_f16);
@@ -223,8 +233,10 @@ std::string Model::Describe() const {
       if (!t->empty()) ++types[DTypeName(t->dtype)];
     }
     // An expert tensor counts once, as the file stores it.
-    for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down})
-      if (!experts->empty()) ++types[DTypeName(experts->front().dtype)];
+    for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down}) {
+      const TensorView* held = FirstHeldExpert(*experts);
+      if (held != nullptr) ++types[DTypeName(held->dtype)];
+    }
   }
   ++types[DTypeName(weights_.output.dtype)];
   for (const auto& [name, count] : types) os << " " << name << " x" << count;
@@ -240,7 +252,8 @@ int64_t Model::DecodeWeightBytes() const {
     }
     // A decode step of one token reads only its experts_per_token experts.
     for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down}) {
-      if (!experts->empty()) bytes += experts->front().num_bytes() * config_.experts_per_token;
+      const TensorView* held = FirstHeldExpert(*experts);
+      if (held != nullptr) bytes += held->num_bytes() * config_.experts_per_token;
     }
   }
   return bytes;
@@ -744,7 +757,8 @@ Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, Forward
   }
   const int64_t T = plan.num_tokens();
   if (T == 0) return OkStatus();
-  s.Reserve(c, T, kv.layers.empty() ? 1 : kv.layers[0].tokens_per_block, pool.num_threads());
+  s.Reserve(c, sh.num_heads, sh.num_kv_heads, T,
+            kv.layers.empty() ? 1 : kv.layers[0].tokens_per_block, pool.num_threads());
 
   s.any_lora = false;
   s.row_lora.assign(static_cast<size_t>(T), nullptr);

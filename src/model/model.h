@@ -118,7 +118,10 @@ struct KvCacheView {
 // softmax over KV blocks). Engine-thread only.
 class ForwardScratch {
  public:
-  void Reserve(const ModelConfig& c, int64_t num_tokens, int32_t tokens_per_block, int num_threads);
+  // `heads` / `kv_heads`: the query and K/V heads this shard attends with (a TP rank's own: its
+  // ratio can differ from the model's when K/V heads are replicated, and sizes the tiles).
+  void Reserve(const ModelConfig& c, int32_t heads, int32_t kv_heads, int64_t num_tokens,
+               int32_t tokens_per_block, int num_threads);
   float* x = nullptr;          // [T, hidden] residual stream
   float* h = nullptr;          // [T, max(hidden, q_dim)] normed input / attention output
   float* q = nullptr;          // [T, q_dim + 2 * kv_dim] (q | k | v, fused for GPT-2)
@@ -139,6 +142,7 @@ class ForwardScratch {
   std::vector<int32_t> moe_pair_row;  // [T * k]: row of (token, slot) in moe_out
   std::vector<int32_t> moe_src_row;   // [T * k]: the token of each expert input row
   std::vector<float> moe_gate, moe_up, moe_act, moe_out;
+  std::vector<float> moe_exchange;                      // expert parallelism's padded all-gathers
   std::vector<int32_t> moe_count, moe_first, moe_next;  // [experts + 1]: rows per expert
   std::vector<kernels::MatMulSegment> moe_segments;
   // [layers] by global layer id: how many distinct experts the tokens of the last forward pass
@@ -290,6 +294,10 @@ class Model {
   Status GatherColumns(TensorParallelGroup* tp, const float* local, int64_t num_tokens,
                        const std::vector<int64_t>& sizes, float* out, ForwardScratch& s,
                        bool only_first = false) const;
+  // Expert parallelism (model_moe.cc): every rank's block of its EP group's pairs, gathered.
+  Status GatherExpertBlocks(TensorParallelGroup* tp, const float* mine,
+                            const std::vector<int32_t>& first, const std::vector<int64_t>& columns,
+                            bool every_group, float* all, ForwardScratch& s) const;
   // LoRA: y[t] += B[b_row0 : b_row0 + b_rows] (A x[t]) for each token t whose adapter has
   // `module` at `layer`.
   void ApplyLora(int layer, int32_t module, const float* x, int64_t x_stride, float* y,

@@ -75,14 +75,52 @@ void CutLayer(const ModelConfig& c, const ShardLayout& s, LayerWeights& l, Model
   l.w_up = SliceRows(l.w_up, s.ffn), l.b_up = SliceVector(l.b_up, s.ffn);
   l.w_down = SliceRows(l.w_down, s.hidden), l.b_down = SliceVector(l.b_down, s.hidden);
   l.attn_sinks = SliceVector(l.attn_sinks, {s.head_begin, s.head_begin + s.num_heads});
-  // Experts split like dense FFNs (the router stays whole: every rank routes alike). Biases
-  // stay whole too: the block indexes them by expert and by this rank's ranges.
-  for (TensorView& w : l.expert_gate) w = SliceRows(w, s.expert_ffn);
-  for (TensorView& w : l.expert_up) w = SliceRows(w, s.expert_ffn);
-  for (TensorView& w : l.expert_down) w = SliceRows(w, s.hidden);
+  // Experts of this rank's EP group split like dense FFNs over its MoE-TP ranks; the other
+  // groups' experts are dropped before any page of them is read (the router stays whole: every
+  // rank routes alike). Biases stay whole: the block indexes them by expert and range.
+  for (auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down}) {
+    const RowRange rows = experts == &l.expert_down ? s.expert_hidden : s.expert_ffn;
+    for (size_t e = 0; e < experts->size(); ++e) {
+      TensorView& w = (*experts)[e];
+      const bool mine =
+          static_cast<int32_t>(e) >= s.expert_begin && static_cast<int32_t>(e) < s.expert_end;
+      w = mine ? SliceRows(w, rows) : TensorView{};
+    }
+  }
   l.shared_gate = SliceRows(l.shared_gate, s.shared_ffn);
   l.shared_up = SliceRows(l.shared_up, s.shared_ffn);
   l.shared_down = SliceRows(l.shared_down, s.hidden);
+}
+
+// The EP groups, their experts and this rank's part of them (ShardLayout's expert fields).
+Status ResolveExperts(const ModelConfig& c, const ModelShard& shard, ShardLayout* s) {
+  const int32_t ep = shard.moe_ep_size, tp = shard.tp_size;
+  if (ep < 1 || tp % ep != 0) {
+    return InvalidArgumentError("moe_ep_size " + std::to_string(ep) +
+                                " must divide tensor_parallel_size " + std::to_string(tp));
+  }
+  if (ep > 1 && c.num_experts == 0) {
+    return InvalidArgumentError("moe_ep_size " + std::to_string(ep) +
+                                " needs a mixture-of-experts model; this one has no experts");
+  }
+  if (ep > 1 && ep > c.num_experts) {
+    return InvalidArgumentError("moe_ep_size " + std::to_string(ep) + " exceeds the model's " +
+                                std::to_string(c.num_experts) + " experts");
+  }
+  s->moe_ep_size = ep, s->moe_tp_size = tp / ep;
+  s->moe_ep_rank = shard.tp_rank % ep, s->moe_tp_rank = shard.tp_rank / ep;
+  const int32_t E = std::max(c.num_experts, 1);
+  for (int32_t g = 0; g <= ep; ++g)
+    s->ep_expert_bounds.push_back(g == ep ? E : static_cast<int32_t>(SplitRows(E, ep, g, 1).begin));
+  s->expert_begin = s->ep_expert_bounds[s->moe_ep_rank];
+  s->expert_end = s->ep_expert_bounds[s->moe_ep_rank + 1];
+  for (int32_t m = 0; m < s->moe_tp_size; ++m) {
+    s->expert_ffn_sizes.push_back(SplitRows(c.expert_ffn_size, s->moe_tp_size, m).size());
+    s->expert_hidden_sizes.push_back(SplitRows(c.hidden_size, s->moe_tp_size, m).size());
+  }
+  s->expert_ffn = SplitRows(c.expert_ffn_size, s->moe_tp_size, s->moe_tp_rank);
+  s->expert_hidden = SplitRows(c.hidden_size, s->moe_tp_size, s->moe_tp_rank);
+  return OkStatus();
 }
 
 }  // namespace
@@ -104,30 +142,34 @@ Status CutToShard(const ModelShard& shard, Model* model) {
         " is not a valid stage of a model with " + std::to_string(c.num_layers) + " layers");
   }
   const RowRange layers = SplitRows(c.num_layers, shard.pp_size, shard.pp_rank, /*align=*/1);
-  if (c.num_heads % tp != 0 || c.num_kv_heads % tp != 0) {
+  // More ranks than K/V heads (MQA, or GQA at a wide TP): each K/V head is held by the
+  // tp / kv ranks whose query heads read it, computed alike on each (as the reference does).
+  const bool replicate_kv = c.num_kv_heads > 0 && c.num_kv_heads < tp && tp % c.num_kv_heads == 0;
+  if (c.num_heads % tp != 0 || (c.num_kv_heads % tp != 0 && !replicate_kv)) {
     return InvalidArgumentError("tensor_parallel_size " + std::to_string(tp) +
                                 " must divide the model's " + std::to_string(c.num_heads) +
-                                " query heads and " + std::to_string(c.num_kv_heads) +
-                                " K/V heads");
+                                " query heads, and divide or be a multiple of its " +
+                                std::to_string(c.num_kv_heads) + " K/V heads");
   }
   s = ShardLayout{};
   s.shard = shard;
   s.layer_begin = static_cast<int32_t>(layers.begin),
   s.layer_end = static_cast<int32_t>(layers.end);
   s.num_heads = c.num_heads / tp, s.head_begin = rank * s.num_heads;
-  s.num_kv_heads = c.num_kv_heads / tp, s.kv_head_begin = rank * s.num_kv_heads;
+  if (replicate_kv) {
+    s.num_kv_heads = 1, s.kv_head_begin = rank / (tp / c.num_kv_heads);
+  } else {
+    s.num_kv_heads = c.num_kv_heads / tp, s.kv_head_begin = rank * s.num_kv_heads;
+  }
   for (int32_t r = 0; r < tp; ++r) {
     s.ffn_sizes.push_back(SplitRows(c.ffn_size, tp, r).size());
     s.hidden_sizes.push_back(SplitRows(c.hidden_size, tp, r).size());
     s.vocab_sizes.push_back(SplitRows(c.vocab_size, tp, r).size());
   }
   const int64_t shared = c.shared_expert_ffn_size > 0 ? c.shared_expert_ffn_size : c.ffn_size;
-  for (int32_t r = 0; r < tp; ++r) {
-    s.expert_ffn_sizes.push_back(SplitRows(c.expert_ffn_size, tp, r).size());
-    s.shared_ffn_sizes.push_back(SplitRows(shared, tp, r).size());
-  }
-  s.expert_ffn = SplitRows(c.expert_ffn_size, tp, rank);
+  for (int32_t r = 0; r < tp; ++r) s.shared_ffn_sizes.push_back(SplitRows(shared, tp, r).size());
   s.shared_ffn = SplitRows(shared, tp, rank);
+  RETURN_IF_ERROR(ResolveExperts(c, shard, &s));
   s.ffn = SplitRows(c.ffn_size, tp, rank);
   s.hidden = SplitRows(c.hidden_size, tp, rank);
   s.vocab = SplitRows(c.vocab_size, tp, rank);

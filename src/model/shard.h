@@ -23,6 +23,11 @@ struct ModelShard {
   int32_t tp_size = 1;
   int32_t pp_rank = 0;  // this pipeline stage: layers split evenly over pp_size stages
   int32_t pp_size = 1;
+  // Expert parallelism inside the TP group (TensorRT-LLM's moe_ep_size): the experts split
+  // over moe_ep_size groups of moe_tp_size = tp_size / moe_ep_size ranks, each group holding
+  // its experts whole or split by columns over its ranks. 1: every rank holds its columns of
+  // every expert (moe_tp_size = tp_size).
+  int32_t moe_ep_size = 1;
   bool operator==(const ModelShard&) const = default;
 };
 
@@ -46,10 +51,22 @@ struct ShardLayout {
   RowRange ffn;                                 // FFN columns (rows of gate/up)
   RowRange hidden;                              // rows of attn_output / ffn_down
   RowRange vocab;                               // rows of the embedding and output matrices
-  RowRange expert_ffn;                          // columns of each expert's FFN
   RowRange shared_ffn;                          // columns of the shared expert's FFN
   // Per TP rank, the sizes of the split dimensions (all-gather layouts).
-  std::vector<int64_t> ffn_sizes, hidden_sizes, vocab_sizes, expert_ffn_sizes, shared_ffn_sizes;
+  std::vector<int64_t> ffn_sizes, hidden_sizes, vocab_sizes, shared_ffn_sizes;
+  // Experts: TP rank r is in EP group r % moe_ep_size, MoE-TP rank r / moe_ep_size (the
+  // reference's numbering). The group holds experts [expert_begin, expert_end); this rank
+  // their FFN columns `expert_ffn` and the rows `expert_hidden` of their down projections.
+  int32_t moe_ep_size = 1, moe_ep_rank = 0, moe_tp_size = 1, moe_tp_rank = 0;
+  int32_t expert_begin = 0, expert_end = 0;
+  RowRange expert_ffn, expert_hidden;
+  // Per EP group: its experts' first id (moe_ep_size + 1 bounds). Per MoE-TP rank: the sizes
+  // of expert_ffn and expert_hidden.
+  std::vector<int32_t> ep_expert_bounds;
+  std::vector<int64_t> expert_ffn_sizes, expert_hidden_sizes;
+  int32_t TpRankOf(int32_t ep_rank, int32_t moe_tp_rank) const {
+    return moe_tp_rank * moe_ep_size + ep_rank;
+  }
 
   int32_t tp_size() const { return shard.tp_size; }
   int32_t num_layers() const { return layer_end - layer_begin; }

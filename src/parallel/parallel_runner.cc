@@ -20,7 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int32_t kProtocolVersion = 1;
+constexpr int32_t kProtocolVersion = 2;
 enum Command : int64_t { kStep = 1, kShutdown = 2 };
 constexpr int kHiddenTag = 100;   // + micro-batch: hidden states to the next stage
 constexpr int kLogitsTag = 5000;  // + micro-batch: logits to the leader
@@ -67,6 +67,7 @@ struct LoadRequest {
     w->Put<int32_t>(kProtocolVersion);
     w->PutString(model_path);
     w->Put(parallel.tp_size), w->Put(parallel.pp_size), w->Put(parallel.micro_batches);
+    w->Put(parallel.moe_ep_size), w->Put(parallel.moe_tp_size);
     w->Put(parallel.heartbeat_ms), w->Put(parallel.failure_timeout_ms),
         w->Put<int32_t>(parallel.share_host_cores ? 1 : 0);
     w->Put(executor.tokens_per_block), w->Put(static_cast<int32_t>(executor.kv_dtype)),
@@ -86,6 +87,8 @@ struct LoadRequest {
     RETURN_IF_ERROR(r.Get(&parallel.tp_size));
     RETURN_IF_ERROR(r.Get(&parallel.pp_size));
     RETURN_IF_ERROR(r.Get(&parallel.micro_batches));
+    RETURN_IF_ERROR(r.Get(&parallel.moe_ep_size));
+    RETURN_IF_ERROR(r.Get(&parallel.moe_tp_size));
     RETURN_IF_ERROR(r.Get(&parallel.heartbeat_ms));
     RETURN_IF_ERROR(r.Get(&parallel.failure_timeout_ms));
     int32_t share = 1;
@@ -125,11 +128,23 @@ Status ParallelConfig::Validate() const {
     return InvalidArgumentError("pipeline_parallel_size must be in [1, 256]");
   if (micro_batches < 0 || micro_batches > 64)
     return InvalidArgumentError("pipeline_micro_batches must be in [0, 64]");
+  if (moe_ep_size < 0 || moe_tp_size < 0 || (moe_ep_size > 0 && tp_size % moe_ep_size != 0) ||
+      (moe_tp_size > 0 && tp_size % moe_tp_size != 0) ||
+      (moe_ep_size > 0 && moe_tp_size > 0 && moe_ep_size * moe_tp_size != tp_size)) {
+    return InvalidArgumentError("moe_ep_size " + std::to_string(moe_ep_size) + " x moe_tp_size " +
+                                std::to_string(moe_tp_size) + " must equal tensor_parallel_size " +
+                                std::to_string(tp_size) + " (0 derives one from the other)");
+  }
   if (heartbeat_ms < 10 || failure_timeout_ms < 5 * heartbeat_ms) {
     return InvalidArgumentError(
         "the failure timeout must be at least 5 heartbeats of at least 10 ms");
   }
   return OkStatus();
+}
+
+int32_t ParallelConfig::ResolvedMoeEpSize() const {
+  if (moe_ep_size > 0) return moe_ep_size;
+  return moe_tp_size > 0 ? tp_size / moe_tp_size : 1;
 }
 
 // One rank's shard and what runs it: its KV pool, scratch and compute threads, and the step
@@ -220,7 +235,8 @@ StatusOr<std::unique_ptr<ShardExecutor>> ShardExecutor::Create(MPI_Comm comm,
 
   // Load this rank's shard and report (status, fingerprint, pool capacity) to the leader.
   ModelLoadOptions options;
-  options.shard = ModelShard{g.tp_rank(), g.tp_size(), g.stage(), g.pp_size()};
+  options.shard = ModelShard{g.tp_rank(), g.tp_size(), g.stage(), g.pp_size(),
+                             load.parallel.ResolvedMoeEpSize()};
   auto model = Model::Load(load.model_path, options);
   WireWriter report;
   report.Put<int32_t>(model.ok() ? 0 : static_cast<int32_t>(model.status().code()));

@@ -27,6 +27,10 @@ struct ParallelConfig {
   int32_t tp_size = 1;
   int32_t pp_size = 1;
   int32_t micro_batches = 0;  // per step under pipeline parallelism; 0: pp_size
+  // Expert parallelism inside each TP group: moe_ep_size x moe_tp_size = tp_size. 0 derives
+  // one from the other; both 0 is moe_tp_size = tp_size (every rank a slice of every expert).
+  int32_t moe_ep_size = 0;
+  int32_t moe_tp_size = 0;
   int64_t heartbeat_ms = 200;
   int64_t failure_timeout_ms = 3000;
   // Compute threads per rank: the host's cores shared among the ranks on it (else the
@@ -35,6 +39,7 @@ struct ParallelConfig {
   bool share_host_cores = true;
   // INVALID_ARGUMENT naming the field.
   Status Validate() const;
+  int32_t ResolvedMoeEpSize() const;
 };
 
 // Time and bytes of the tensor-parallel all-gathers and the pipeline transfers of the steps

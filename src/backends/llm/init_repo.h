@@ -36,6 +36,8 @@ struct InitRepoOptions {
   std::string draft_model_path;        // draft_model: the draft (default: the model itself)
   int32_t draft_model_layers = 0;      // draft_model: only its first n layers (0: all)
   int32_t tensor_parallel_size = 1;    // MPI ranks splitting each layer
+  int32_t moe_ep_size = 0;             // expert parallelism in the TP group (0: derived)
+  int32_t moe_tp_size = 0;             // ranks splitting each expert's columns (0: derived)
   int32_t pipeline_parallel_size = 1;  // MPI ranks splitting the layers
   bool force = false;                  // overwrite an existing folder's configs
   // The model goes into the repository (<out>/weights/, a hard link where the filesystem

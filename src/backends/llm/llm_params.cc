@@ -122,6 +122,8 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
   RETURN_IF_ERROR(int32_parameter("tensor_parallel_size", 1, &p.parallel.tp_size));
   RETURN_IF_ERROR(int32_parameter("pipeline_parallel_size", 1, &p.parallel.pp_size));
   RETURN_IF_ERROR(int32_parameter("pipeline_micro_batches", 0, &p.parallel.micro_batches));
+  RETURN_IF_ERROR(int32_parameter("moe_ep_size", 0, &p.parallel.moe_ep_size));
+  RETURN_IF_ERROR(int32_parameter("moe_tp_size", 0, &p.parallel.moe_tp_size));
   p.parallel.share_host_cores = !GetParameter(config, "num_threads").has_value();
   p.parallel.heartbeat_ms =
       GetIntParameter(config, "parallel_heartbeat_ms", p.parallel.heartbeat_ms);
