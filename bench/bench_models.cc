@@ -25,6 +25,22 @@ StatusOr<std::unique_ptr<Model>> LoadOrWriteRandomModel(
   return Model::Load(path);
 }
 
+Status WriteRandomModelIfMissing(const std::string& path, const std::string& arch,
+                                 const std::string& preset, int32_t layers,
+                                 const std::string& weights, const std::string& tokenizer) {
+  if (std::filesystem::exists(path)) return OkStatus();
+  std::fprintf(stderr, "writing %s ...\n", path.c_str());
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  ASSIGN_OR_RETURN(TokenizerSpec spec, LoadTokenizerSpecFile(tokenizer));
+  ASSIGN_OR_RETURN(Architecture a, ArchitectureFromName(arch));
+  RandomModelParams params;
+  ASSIGN_OR_RETURN(params.config, PresetConfig(a, preset));
+  if (layers > 0) params.config.num_layers = layers;
+  params.mix = weights;
+  params.tied_embeddings = false;
+  return WriteRandomGguf(params, spec, path);
+}
+
 double MacsPerToken(const Model& model) {
   const ModelWeights& w = model.weights();
   double macs = static_cast<double>(w.output.rows) * w.output.cols;

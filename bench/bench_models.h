@@ -17,6 +17,13 @@ StatusOr<std::unique_ptr<Model>> LoadOrWriteRandomModel(
     const std::string& path, const std::string& preset, const std::string& weights,
     const std::string& tokenizer, int32_t context_length = 0, float block_output_scale = 1.0f);
 
+// Writes `path` when missing: a random model of `arch` (model/random_model.h names) and
+// `preset`, cut to `layers` (0: the preset's), `weights` a type or llama-quantize mix, with an
+// untied output and the tokenizer at `tokenizer` padded to the preset's vocabulary.
+Status WriteRandomModelIfMissing(const std::string& path, const std::string& arch,
+                                 const std::string& preset, int32_t layers,
+                                 const std::string& weights, const std::string& tokenizer);
+
 // Multiply-adds of one token through every matrix (the matmul work of a decode token).
 double MacsPerToken(const Model& model);
 

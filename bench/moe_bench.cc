@@ -37,11 +37,11 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "bench_models.h"
 #include "kernels/kernels.h"
 #include "kvcache/kv_storage.h"
 #include "limits.h"
 #include "model/model.h"
-#include "model/random_model.h"
 
 using namespace inflight;
 using Clock = std::chrono::steady_clock;
@@ -84,17 +84,8 @@ std::string FilePath(const std::string& dir, const MoeModel& m, int32_t layers) 
 Status WriteIfMissing(const MoeModel& m, int32_t layers, const std::string& tokenizer,
                       const std::string& path) {
   if (std::filesystem::exists(path)) return OkStatus();
-  std::fprintf(stderr, "writing %s ...\n", path.c_str());
   const auto t0 = Clock::now();
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  ASSIGN_OR_RETURN(TokenizerSpec spec, LoadTokenizerSpecFile(tokenizer));
-  ASSIGN_OR_RETURN(Architecture arch, ArchitectureFromName(m.arch));
-  RandomModelParams params;
-  ASSIGN_OR_RETURN(params.config, PresetConfig(arch, m.preset));
-  params.config.num_layers = layers;
-  params.mix = m.mix;
-  params.tied_embeddings = false;
-  RETURN_IF_ERROR(WriteRandomGguf(params, spec, path));
+  RETURN_IF_ERROR(WriteRandomModelIfMissing(path, m.arch, m.preset, layers, m.mix, tokenizer));
   std::fprintf(stderr, "wrote %s in %.0f s\n", path.c_str(), Seconds(t0));
   return OkStatus();
 }

@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <sstream>
 #include <string>
@@ -28,7 +27,6 @@
 #include "bench_models.h"
 #include "engine/model_runner.h"
 #include "limits.h"
-#include "model/random_model.h"
 #include "parallel/parallel_runner.h"
 
 using namespace inflight;
@@ -43,23 +41,6 @@ double Median(std::vector<double> v) {
 struct Sample {
   std::vector<double> tp1_ms, tp2_ms, two_threads_ms, comm_ms, bytes, collectives;
 };
-
-// A model of another architecture than Llama, or cut to `layers`: written once when missing.
-Status WriteModelIfMissing(const std::string& path, const std::string& arch_name,
-                           const std::string& preset, int32_t layers, const std::string& dtype,
-                           const std::string& tokenizer) {
-  if (std::filesystem::exists(path)) return OkStatus();
-  std::fprintf(stderr, "writing %s ...\n", path.c_str());
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  ASSIGN_OR_RETURN(TokenizerSpec spec, LoadTokenizerSpecFile(tokenizer));
-  ASSIGN_OR_RETURN(Architecture arch, ArchitectureFromName(arch_name));
-  RandomModelParams params;
-  ASSIGN_OR_RETURN(params.config, PresetConfig(arch, preset));
-  if (layers > 0) params.config.num_layers = layers;
-  params.mix = dtype;
-  params.tied_embeddings = false;
-  return WriteRandomGguf(params, spec, path);
-}
 
 int Leader(const std::string& path, int32_t prompt_tokens, const std::vector<int>& batches,
            int32_t decode_steps, int32_t moe_ep_size) {
@@ -226,9 +207,9 @@ int main(int argc, char** argv) {
   int code = 0;
   if (rank == 0) {
     // Written once (rank 1 waits at the barrier), then loaded by each rank as it needs.
-    const Status written = custom
-                               ? WriteModelIfMissing(path, arch, preset, layers, dtype, tokenizer)
-                               : LoadOrWriteRandomModel(path, preset, dtype, tokenizer).status();
+    const Status written =
+        custom ? WriteRandomModelIfMissing(path, arch, preset, layers, dtype, tokenizer)
+               : LoadOrWriteRandomModel(path, preset, dtype, tokenizer).status();
     if (!written.ok()) {
       std::fprintf(stderr, "%s\n", written.ToString().c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
