@@ -50,6 +50,10 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
     draft_block_counts_ = draft_blocks_->counts();
   }
   SetUpMedusa();
+  handoff_fingerprint_ = KvHandoffFingerprint(runner_->KvLayoutFingerprint());
+  scheduler_.SetBlockImporter([this](int32_t block, const uint8_t* kv) {
+    return runner_->ImportBlock(kFullGroup, block, kv);
+  });
   sampled_decoding_ = MakeSampledDecoding(*this);
   beam_decoding_ = MakeBeamDecoding(*this);
   waker_->executor = this;
@@ -107,6 +111,18 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
     request.max_tokens = static_cast<int32_t>(context_length_ - prompt);
   }
   RETURN_IF_ERROR(Health());
+  if (request.request_type == RequestType::kContextOnly) {
+    // The context phase draws one token of one sequence; the generation instance runs the
+    // request as asked (its own sampler draws the same first token from the same logits).
+    request.max_tokens = 1;
+    request.min_tokens = 0;
+    request.num_return_sequences = 1;
+    request.beam_width = 1;
+    request.streaming = false;
+    request.draft_tokens.clear();
+    request.draft_logits.clear();
+    request.return_generation_logits = false;
+  }
   RETURN_IF_ERROR(Validate(request));
   if (request.prompt_table) {
     // Virtual tokens mean this table's rows: prefix reuse only among equal tables.
@@ -122,6 +138,7 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
         (request.cache_salt ^ 0x6c6f7261ull) * 0x9e3779b97f4a7c15ull + request.lora_task_id + 1;
     if (request.cache_salt == 0) request.cache_salt = 1;
   }
+  RETURN_IF_ERROR(CheckDisaggregated(request));
   if (request.arrival_time == Clock::time_point{}) request.arrival_time = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return UnavailableError("the executor is shut down");
@@ -687,6 +704,10 @@ void Executor::Fork(Sequence* parent, const float* logits_row) {
 
 void Executor::FinishSequence(Sequence* seq, FinishReason reason) {
   seq->finish = reason;
+  if (seq->request->request.request_type == RequestType::kContextOnly &&
+      reason != FinishReason::kNotFinished && reason != FinishReason::kCancelled &&
+      reason != FinishReason::kTimedOut)
+    ExportHandoff(seq);
   ReleaseDraftBlocks(seq);
   scheduler_.Remove(seq);  // releases its blocks now
   seq->request->num_finished++;
@@ -740,7 +761,10 @@ void Executor::Publish(Sequence* seq) {
       others_out = others_out && (s.get() == seq || s->num_published < 0);
     res.is_final = others_out;
   }
-  if (res.is_final) res.stats = rs->stats;
+  if (res.is_final) {
+    res.stats = rs->stats;
+    res.context_phase = rs->context_phase;
+  }
   Deliver(rs, std::move(res));
 }
 

@@ -120,6 +120,13 @@ class Executor {
 
  private:
   Status Validate(const Request& r) const;
+  // Disaggregated serving: whether this executor can export and import hand-offs, and a
+  // generation-only request's hand-off against its prompt, salt and adapter (after Enqueue
+  // salted it).
+  Status CheckDisaggregated(const Request& r) const;
+  // Context-only: the hand-off of the sequence's whole prompt blocks (engine thread, before its
+  // blocks are released).
+  void ExportHandoff(Sequence* seq);
   void Loop();
   void Admit(std::vector<std::pair<RequestId, Request>>& submissions);
   void HandleCancellationsAndTimeouts(const std::vector<RequestId>& cancels);
@@ -302,6 +309,7 @@ class Executor {
   std::unique_ptr<KvDiskStore> disk_;
   // Reads a waiting sequence's prefix from disk_ off the engine thread (after disk_: it reads
   // from it until destroyed). At most this much of read blocks waits to be admitted.
+  uint64_t handoff_fingerprint_ = 0;  // of the runner's KV layout (disaggregated serving)
   std::unique_ptr<KvDiskReader> disk_reader_;
   static constexpr int64_t kDiskStagingBytes = 512ll << 20;
   // Blocks read back during one admission, kept for their window group's part (engine thread).

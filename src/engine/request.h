@@ -12,6 +12,7 @@
 #include "base/latency_histogram.h"
 #include "base/status.h"
 #include "engine/lookahead.h"
+#include "kvcache/kv_handoff.h"
 #include "model/lora.h"
 #include "sampling/sampler.h"
 #include "sampling/token_constraint.h"
@@ -33,6 +34,16 @@ enum class FinishReason : int32_t {
 const char* FinishReasonName(FinishReason r);
 
 class OutputStream;
+
+// TensorRT-LLM's RequestType (disaggregated serving). A context-only request runs its prompt,
+// draws its first token and ends, its final result carrying the hand-off
+// (kvcache/kv_handoff.h); a generation-only request starts from a hand-off's K/V blocks
+// instead of computing them, then runs as an ordinary request.
+enum class RequestType : int32_t {
+  kContextAndGeneration = 0,
+  kContextOnly = 1,
+  kGenerationOnly = 2,
+};
 
 struct Request {
   std::vector<int32_t> prompt_ids;
@@ -91,6 +102,12 @@ struct Request {
   // P-tuning (TensorRT-LLM's prompt_embedding_table): prompt ids vocab_size + i take row i of
   // this [rows, hidden] table as their embedding. Prefix reuse only among equal tables.
   std::shared_ptr<const std::vector<float>> prompt_table;
+  // Disaggregated serving. A context-only request is run as one sequence drawing one token
+  // (Enqueue sets max_tokens, num_return_sequences and beam_width to 1). A generation-only
+  // request needs context_phase: the hand-off of a context-only run of the same prompt
+  // (checked by Enqueue against the prompt, the model's KV layout, the salt and the adapter).
+  RequestType request_type = RequestType::kContextAndGeneration;
+  std::shared_ptr<const KvHandoff> context_phase;
   // Arrival time for the queue-time statistics; set by Enqueue when left at its default.
   Clock::time_point arrival_time{};
   // Where the results go, read on the consumer's own threads (the engine thread only pushes).
@@ -105,11 +122,15 @@ struct RequestStats {
   Clock::time_point first_token_time{};
   Clock::time_point last_token_time{};
   int32_t num_prompt_tokens = 0;
-  int32_t num_generated_tokens = 0;       // over all sequences
-  int32_t num_reused_blocks = 0;          // KV blocks served from the prefix cache (any tier)
-  int32_t num_disk_reused_blocks = 0;     // of those, read back from the disk tier
-  int32_t num_allocated_blocks = 0;       // KV blocks newly allocated
-  int32_t num_pauses = 0;                 // max_utilization preemptions
+  int32_t num_generated_tokens = 0;    // over all sequences
+  int32_t num_reused_blocks = 0;       // KV blocks served from the prefix cache (any tier)
+  int32_t num_disk_reused_blocks = 0;  // of those, read back from the disk tier
+  int32_t num_allocated_blocks = 0;    // KV blocks newly allocated
+  int32_t num_pauses = 0;              // max_utilization preemptions
+  // Generation-only: blocks taken from the hand-off, and the time from its export by the
+  // context instance to their import here (wall clocks: exact on one host).
+  int32_t num_imported_blocks = 0;
+  double kv_transfer_ms = 0;
   int32_t num_draft_tokens = 0;           // speculative decoding: drafts verified
   int32_t num_accepted_draft_tokens = 0;  // and accepted
   // The time between the request's token-producing steps after its first token, one sample per
@@ -151,6 +172,8 @@ struct Result {
   std::vector<float> context_logits;     // [prompt_len, vocab], in the first result
   std::vector<float> generation_logits;  // [tokens, vocab] of the tokens in this result
   int32_t vocab_size = 0;
+  // Context-only: the hand-off, in the final result.
+  std::shared_ptr<const KvHandoff> context_phase;
   int32_t decoding_iteration = 0;  // executor step that produced this result
   RequestStats stats;              // complete in the final result
 };

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -110,12 +111,20 @@ void Scheduler::Remove(Sequence* seq) {
 
 void Scheduler::CommitFullBlocks(Sequence* seq) {
   const int32_t tpb = config_.tokens_per_block;
+  // A generation-only request's K/V comes from a hand-off a client could have forged, and
+  // every later block of it attends to that K/V: none of its blocks is offered for reuse.
+  const bool untrusted = seq->request->request.context_phase != nullptr;
   while ((seq->num_committed + 1) * tpb <= seq->num_computed) {
     const uint64_t parent = seq->last_key;
-    seq->last_key =
-        blocks_.Commit(seq->blocks[seq->num_committed], seq->last_key,
-                       seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb,
-                       seq->request->request.kv_retention_priority);
+    const int32_t* block_tokens =
+        seq->tokens.data() + static_cast<int64_t>(seq->num_committed) * tpb;
+    if (untrusted) {
+      seq->last_key = blocks_.ChainKey(parent, block_tokens);
+      ++seq->num_committed;
+      continue;
+    }
+    seq->last_key = blocks_.Commit(seq->blocks[seq->num_committed], seq->last_key, block_tokens,
+                                   seq->request->request.kv_retention_priority);
     // Prompt blocks only: what a later request can share (a system prompt, a conversation).
     // The window group's copy under the same key (its parent key is the same chain's).
     const int32_t w = window_blocks_ ? seq->window_blocks[seq->num_committed] : -1;
@@ -398,7 +407,40 @@ bool Scheduler::LowerTierReady(const Sequence& seq) {
   return chain_scratch_.empty() || lower_.ready(chain_scratch_);
 }
 
+void Scheduler::TakeHandoff(Sequence* seq) {
+  RequestState* rs = seq->request;
+  const KvHandoff& h = *rs->request.context_phase;
+  const int64_t n = h.num_blocks();
+  // Short of blocks, nothing is taken: the admission then waits for blocks as any would.
+  if (n == 0 || !import_block_ || NumAvailable() < n) return;
+  const int32_t tpb = config_.tokens_per_block;
+  uint64_t key = KvBlockManager::RootKey(rs->request.cache_salt);
+  for (int64_t i = 0; i < n; ++i) {
+    seq->blocks.push_back(*blocks_.Allocate());
+    if (!import_block_(seq->blocks.back(), h.kv.data() + i * h.block_bytes)) {
+      DropBlocks(seq);
+      return;
+    }
+    key = blocks_.ChainKey(key, seq->tokens.data() + i * tpb);
+  }
+  seq->num_computed = static_cast<int32_t>(n) * tpb;
+  seq->num_committed = static_cast<int32_t>(n);  // never committed (see CommitFullBlocks)
+  seq->last_key = key;
+  rs->stats.num_allocated_blocks += static_cast<int32_t>(n);
+  if (rs->stats.num_imported_blocks == 0) {
+    rs->stats.num_imported_blocks = static_cast<int32_t>(n);
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    rs->stats.kv_transfer_ms = std::max<double>(0, (now - h.created_unix_ns) / 1e6);
+  }
+}
+
 void Scheduler::TakePrefix(Sequence* seq) {
+  if (seq->request->request.context_phase) {
+    if (seq->blocks.empty()) TakeHandoff(seq);
+    return;
+  }
   if (!config_.enable_kv_cache_reuse || seq->request->request.return_context_logits ||
       !seq->blocks.empty())
     return;

@@ -151,6 +151,13 @@ class Scheduler {
   };
   void SetLowerTier(LowerTier tier) { lower_ = std::move(tier); }
 
+  // Disaggregated serving: writes a hand-off block's K/V into pool block `block` (false: the
+  // runner cannot). A generation-only sequence's admission takes its prompt's whole blocks
+  // from its hand-off through it instead of the prefix cache.
+  void SetBlockImporter(std::function<bool(int32_t block, const uint8_t* kv)> import) {
+    import_block_ = std::move(import);
+  }
+
   // Drops a running sequence's blocks and queues it to be recomputed (a beam that found no
   // block for its copy-on-write copy).
   void Requeue(Sequence* seq);
@@ -169,6 +176,7 @@ class Scheduler {
   const KvCapacityPolicy& policy() const { return *policy_; }
 
  private:
+  void TakeHandoff(Sequence* seq);
   int32_t ChunkSize(const Sequence& seq, int32_t budget) const;
   bool EnsureBlocks(Sequence* seq, int64_t num_tokens);
   // Blocks an allocation in every group can have now.
@@ -220,6 +228,7 @@ class Scheduler {
   int64_t step_ = 0;
   int64_t num_paused_total_ = 0;
   LowerTier lower_;
+  std::function<bool(int32_t block, const uint8_t* kv)> import_block_;
 };
 
 }  // namespace inflight

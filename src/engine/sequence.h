@@ -117,6 +117,8 @@ struct RequestState {
   std::vector<float> context_logits;  // [prompt_len, vocab] when requested
   int32_t num_context_logits = 0;     // rows filled so far
   bool context_logits_sent = false;
+  // Context-only: the hand-off exported when its sequence finished.
+  std::shared_ptr<const KvHandoff> context_phase;
   // Its client is behind on reading its output (OutputCredit paused): not scheduled this step.
   bool output_paused = false;
   std::vector<BeamHypothesis> beam_hypotheses;  // best score first, at most beam_width

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "base/logging.h"
+#include "kvcache/kv_checksum.h"
 
 namespace inflight {
 namespace {
@@ -35,18 +36,8 @@ struct Header {
 };
 static_assert(sizeof(Header) == 64);
 
-// A 64-bit checksum of a byte run, 8 bytes per step (corruption detection, not security).
 uint64_t Checksum(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h ^ (h >> 31);
+  return KvChecksum(data, n, h);
 }
 
 uint64_t HeaderChecksum(const Header& h) { return Checksum(&h, offsetof(Header, header_checksum)); }
