@@ -322,6 +322,13 @@ int main(int argc, char** argv) {
                    "share of the experts (moe_ep_size x moe_tp_size = tensor_parallel_size; 0: "
                    "derived)")
       ->check(CLI::Range(0, 256));
+  init_cmd->add_option(
+      "--disaggregated-context-url", init.context_url,
+      "Disaggregated serving: tensorrt_llm routes each request's context phase to the "
+      "tensorrt_llm model of the server at this host:port (its gRPC endpoint)");
+  init_cmd->add_option(
+      "--disaggregated-generation-url", init.generation_url,
+      "Disaggregated serving: ... and its generation phase to the server at this host:port");
   init_cmd
       ->add_option("--moe-tp-size", init.moe_tp_size,
                    "Ranks of an expert-parallel group that split each expert's columns (0: "

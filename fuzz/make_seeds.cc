@@ -12,9 +12,28 @@
 #include "base/fp16.h"
 #include "format/gguf.h"
 #include "kernels/quantize.h"
+#include "kvcache/kv_handoff.h"
 #include "parallel/wire.h"
 
 namespace {
+
+// A disaggregated hand-off of 2 blocks of 4 tokens, 24 K/V bytes each, and a first token.
+bool WriteHandoffSeed(const std::string& path) {
+  inflight::KvHandoff h;
+  h.layout_fingerprint = inflight::KvHandoffFingerprint("seed layout");
+  h.tokens_per_block = 4;
+  h.block_bytes = 24;
+  h.cache_salt = 7;
+  h.created_unix_ns = 1;
+  h.tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  h.first_tokens = {9};
+  h.kv.assign(48, 0x5a);
+  const std::vector<uint8_t> bytes = inflight::SerializeKvHandoff(h);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  return static_cast<bool>(out);
+}
 
 // A parallel step message: a LoRA adapter, a block copy and two chunks (one with a p-tuning
 // table), as parallel_wire_fuzz's model (hidden 64, 2 layers) would receive it.
@@ -205,6 +224,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   if (!WriteParallelSeed(dir + "/parallel-step-seed.bin")) return 1;
+  if (!WriteHandoffSeed(dir + "/kv-handoff-seed.bin")) return 1;
   if (!WriteFamilySeeds(dir)) return 1;
   inflight::GgufWriter w;
   w.SetString("general.architecture", "llama");

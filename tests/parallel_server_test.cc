@@ -21,6 +21,9 @@ namespace inflight {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Generate;
+using testing::GenerateStream;
+using testing::Streamed;
 
 std::string DemoModel() { return testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf"; }
 
@@ -34,47 +37,6 @@ std::vector<std::string> Mpirun(int np) {
 
 const std::vector<std::string> kPrompts = {"Once upon a time", "The little dog",
                                            "Lily and Ben went to the park"};
-
-std::string Generate(int port, const std::string& prompt, int max_tokens = 40) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60);
-  const nlohmann::json body = {{"text_input", prompt}, {"max_tokens", max_tokens}};
-  auto r = c.Post("/v2/models/ensemble/generate", body.dump(), "application/json");
-  if (!r || r->status != 200)
-    return "<error " + (r ? std::to_string(r->status) + " " + r->body : std::string("no answer")) +
-           ">";
-  return nlohmann::json::parse(r->body)["text_output"].get<std::string>();
-}
-
-// The streamed text of a generate_stream request, and the error event's message if any.
-struct Streamed {
-  std::string text, error;
-};
-Streamed GenerateStream(int port, const std::string& prompt, int max_tokens,
-                        std::atomic<int>* events = nullptr) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60);
-  const nlohmann::json body = {
-      {"text_input", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
-  std::string raw;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v2/models/ensemble/generate_stream";
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    raw.append(data, n);
-    if (events) events->store(static_cast<int>(testing::SseEvents(raw).size()));
-    return true;
-  };
-  c.send(req);
-  Streamed out;
-  for (const nlohmann::json& e : testing::SseEvents(raw)) {
-    if (e.contains("error")) out.error = e["error"].get<std::string>();
-    if (e.contains("text_output")) out.text += e["text_output"].get<std::string>();
-  }
-  return out;
-}
 
 int Status(int port, const std::string& path) {
   httplib::Client c("127.0.0.1", port);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -154,6 +155,48 @@ inline std::string MetricsText(int metrics_port) {
 
 // Waits (up to 10 s) until the LLM model `model` holds no KV block and runs nothing; the
 // gauges are set every stats_check_period_ms.
+// The text of a /v2/models/ensemble/generate request ("<error ...>" when it fails).
+inline std::string Generate(int port, const std::string& prompt, int max_tokens = 40) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  const nlohmann::json body = {{"text_input", prompt}, {"max_tokens", max_tokens}};
+  auto r = c.Post("/v2/models/ensemble/generate", body.dump(), "application/json");
+  if (!r || r->status != 200)
+    return "<error " + (r ? std::to_string(r->status) + " " + r->body : std::string("no answer")) +
+           ">";
+  return nlohmann::json::parse(r->body)["text_output"].get<std::string>();
+}
+
+// The streamed text of a generate_stream request, and the error event's message if any.
+struct Streamed {
+  std::string text, error;
+};
+inline Streamed GenerateStream(int port, const std::string& prompt, int max_tokens,
+                               std::atomic<int>* events = nullptr) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  const nlohmann::json body = {
+      {"text_input", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
+  std::string raw;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v2/models/ensemble/generate_stream";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    raw.append(data, n);
+    if (events) events->store(static_cast<int>(SseEvents(raw).size()));
+    return true;
+  };
+  c.send(req);
+  Streamed out;
+  for (const nlohmann::json& e : SseEvents(raw)) {
+    if (e.contains("error")) out.error = e["error"].get<std::string>();
+    if (e.contains("text_output")) out.text += e["text_output"].get<std::string>();
+  }
+  return out;
+}
+
 inline bool WaitLlmIdle(int metrics_port, const std::string& model) {
   for (int i = 0; i < 200; ++i) {
     const std::string m = MetricsText(metrics_port);

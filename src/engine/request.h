@@ -129,6 +129,7 @@ struct RequestStats {
   int32_t num_pauses = 0;              // max_utilization preemptions
   // Generation-only: blocks taken from the hand-off, and the time from its export by the
   // context instance to their import here (wall clocks: exact on one host).
+  bool from_handoff = false;
   int32_t num_imported_blocks = 0;
   double kv_transfer_ms = 0;
   int32_t num_draft_tokens = 0;           // speculative decoding: drafts verified

@@ -411,6 +411,15 @@ void Scheduler::TakeHandoff(Sequence* seq) {
   RequestState* rs = seq->request;
   const KvHandoff& h = *rs->request.context_phase;
   const int64_t n = h.num_blocks();
+  if (!rs->stats.from_handoff) {
+    // The transfer ends here, at the first admission (a prompt shorter than a block hands
+    // over no K/V, only its first token, and counts too).
+    rs->stats.from_handoff = true;
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    rs->stats.kv_transfer_ms = std::max<double>(0, (now - h.created_unix_ns) / 1e6);
+  }
   // Short of blocks, nothing is taken: the admission then waits for blocks as any would.
   if (n == 0 || !import_block_ || NumAvailable() < n) return;
   const int32_t tpb = config_.tokens_per_block;
@@ -427,13 +436,7 @@ void Scheduler::TakeHandoff(Sequence* seq) {
   seq->num_committed = static_cast<int32_t>(n);  // never committed (see CommitFullBlocks)
   seq->last_key = key;
   rs->stats.num_allocated_blocks += static_cast<int32_t>(n);
-  if (rs->stats.num_imported_blocks == 0) {
-    rs->stats.num_imported_blocks = static_cast<int32_t>(n);
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-    rs->stats.kv_transfer_ms = std::max<double>(0, (now - h.created_unix_ns) / 1e6);
-  }
+  rs->stats.num_imported_blocks = static_cast<int32_t>(n);
 }
 
 void Scheduler::TakePrefix(Sequence* seq) {

@@ -15,6 +15,7 @@
 #include "frontends/grpc_kv_events.h"
 #include "frontends/log_settings.h"
 #include "grpc_service.grpc.pb.h"
+#include "serving/infer_params.h"
 #include "serving/model_config_util.h"
 #include "tokenizer/utf8.h"
 
@@ -128,25 +129,7 @@ StatusOr<InferRequest> FromProto(const inference::ModelInferRequest& p,
   }
   r.id = p.id();
   for (const auto& [k, v] : p.parameters()) {
-    switch (v.parameter_choice_case()) {
-      case inference::InferParameter::kBoolParam:
-        r.parameters[k] = v.bool_param();
-        break;
-      case inference::InferParameter::kInt64Param:
-        r.parameters[k] = v.int64_param();
-        break;
-      case inference::InferParameter::kUint64Param:
-        r.parameters[k] = static_cast<int64_t>(v.uint64_param());
-        break;
-      case inference::InferParameter::kDoubleParam:
-        r.parameters[k] = v.double_param();
-        break;
-      case inference::InferParameter::kStringParam:
-        r.parameters[k] = v.string_param();
-        break;
-      default:
-        break;
-    }
+    if (auto value = serving::ParamFromProto(v)) r.parameters[k] = *value;
   }
   const bool raw = p.raw_input_contents_size() > 0;
   if (raw && p.raw_input_contents_size() != p.inputs_size()) {
@@ -224,22 +207,7 @@ void ToProto(const InferResponse& r, inference::ModelInferResponse* p,
   p->set_model_name(r.model_name);
   p->set_model_version(r.model_version);
   p->set_id(r.id);
-  for (const auto& [k, v] : r.parameters) {
-    inference::InferParameter& param = (*p->mutable_parameters())[k];
-    std::visit(
-        [&](const auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, bool>)
-            param.set_bool_param(x);
-          else if constexpr (std::is_same_v<T, int64_t>)
-            param.set_int64_param(x);
-          else if constexpr (std::is_same_v<T, double>)
-            param.set_double_param(x);
-          else
-            param.set_string_param(x);
-        },
-        v);
-  }
+  for (const auto& [k, v] : r.parameters) serving::ParamToProto(v, &(*p->mutable_parameters())[k]);
   for (const InferTensor& t : r.outputs) {
     auto* o = p->add_outputs();
     o->set_name(t.name);

@@ -1,5 +1,6 @@
 #include "serving/backend.h"
 
+#include "serving/disaggregated_backend.h"
 #include "serving/ensemble_backend.h"
 #include "serving/model_config_util.h"
 
@@ -23,6 +24,8 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(const inference::ModelConf
       return CreateEnsembleBackend(config, context);
     case BackendKind::kBls:
       return CreateBlsBackend(config, context);
+    case BackendKind::kDisaggregated:
+      return CreateDisaggregatedBackend(config, context);
     case BackendKind::kLlm:
     case BackendKind::kTokenizer:
     case BackendKind::kDetokenizer:

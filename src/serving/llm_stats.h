@@ -55,6 +55,10 @@ struct LlmRequestRecord {
   // The model's speculative decoding mode (a client's own drafts count under it too; none:
   // only clients' drafts).
   std::string speculative_mode = "none";
+  // Disaggregated serving: a generation-only request that took its prompt's K/V from a
+  // hand-off, and the time from the context instance's export to the import here.
+  bool kv_transfer = false;
+  double kv_transfer_ms = 0;
   double queue_ms = -1;                  // arrival -> first scheduled
   double time_to_first_token_ms = -1;    // arrival -> first token
   double end_to_end_ms = -1;             // arrival -> last token (set with the first token)

@@ -50,6 +50,7 @@ struct Metrics::Families {
   Family<Gauge>* trt_ifb;
   Family<Gauge>* trt_v1;
   Family<Gauge>* trt_general;
+  Family<Counter>* trt_disaggregated;
   Family<Histogram>* input_len;
   Family<Histogram>* output_len;
   Family<Histogram>* ttft;
@@ -143,6 +144,8 @@ Metrics::Metrics()
   f_->trt_v1 = &Build(BuildGauge(), "nv_trt_llm_v1_metrics", "TRT LLM v1-specific metrics", r);
   f_->trt_general =
       &Build(BuildGauge(), "nv_trt_llm_general_metrics", "General TRT LLM metrics", r);
+  f_->trt_disaggregated = &Build(BuildCounter(), "nv_trt_llm_disaggregated_serving_metrics",
+                                 "TRT LLM disaggregated serving metrics", r);
   f_->input_len = &Build(BuildHistogram(), "nv_llm_input_token_len", "TRT LLM response metrics", r);
   f_->output_len =
       &Build(BuildHistogram(), "nv_llm_output_token_len", "TRT LLM response metrics", r);
@@ -314,6 +317,11 @@ void Metrics::ObserveLlmRequest(const std::string& model, const std::string& ver
   f_->output_len->Add(With(l, "response_metric_type", "total_output_tokens"), kTokenBuckets)
       .Observe(st.num_generated_tokens);
   if (st.queue_ms >= 0) f_->queue->Add(l, kLatencyBuckets).Observe(st.queue_ms / 1000);
+  if (st.kv_transfer) {
+    f_->trt_disaggregated->Add(With(l, "disaggregated_serving_type", "kv_cache_transfer_ms"))
+        .Increment(st.kv_transfer_ms);
+    f_->trt_disaggregated->Add(With(l, "disaggregated_serving_type", "request_count")).Increment();
+  }
   // Created at a model's first finished request, so both show (at 0) for every LLM model.
   // Per speculative decoding mode: acceptance is what tells the modes apart.
   const Labels ml = With(l, "mode", st.speculative_mode);

@@ -99,6 +99,11 @@ BackendKind KindOf(const ModelConfig& config) {
   if (config.platform() == "ensemble") return BackendKind::kEnsemble;
   const std::string& backend = config.backend();
   const bool python = backend == "python";
+  // Before the LLM: the router has the tensorrt_llm model's inputs.
+  if (backend == "inflight_disaggregated" ||
+      (python && GetParameter(config, "context_model_name") &&
+       GetParameter(config, "generation_model_name")))
+    return BackendKind::kDisaggregated;
   if (backend == "tensorrtllm" || backend == "inflight_llm" ||
       (python && HasInput(config, "input_ids") && HasInput(config, "request_output_len"))) {
     return BackendKind::kLlm;

@@ -32,7 +32,15 @@ bool IsDecoupled(const ModelConfig& config);
 // Which built-in implementation serves a config: platform "ensemble"; backend "tensorrtllm"
 // (or a python model with the tensorrt_llm inputs); python models with the preprocessing,
 // postprocessing or tensorrt_llm_bls interfaces (their input names say which).
-enum class BackendKind { kEnsemble, kLlm, kTokenizer, kDetokenizer, kBls, kUnknown };
+enum class BackendKind {
+  kEnsemble,
+  kLlm,
+  kTokenizer,
+  kDetokenizer,
+  kBls,
+  kDisaggregated,  // the disaggregated-serving router (serving/disaggregated_backend.h)
+  kUnknown
+};
 BackendKind KindOf(const ModelConfig& config);
 
 }  // namespace inflight::serving

@@ -181,9 +181,11 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
       {"lora_config", "TYPE_INT32", "[ -1, 3 ]", true, false, true},
       {"guided_decoding_guide_type", "TYPE_STRING", "[ 1 ]", true, false, true},
       {"guided_decoding_guide", "TYPE_STRING", "[ 1 ]", true, false, true},
+      {"context_phase_params", "TYPE_UINT8", "[ -1 ]", true, false, true},
   };
   std::vector<Io> outputs = {
       {"output_ids", "TYPE_INT32", "[ -1, -1 ]"},
+      {"context_phase_params", "TYPE_UINT8", "[ -1 ]"},
       {"sequence_length", "TYPE_INT32", "[ -1 ]"},
       {"cum_log_probs", "TYPE_FP32", "[ -1 ]"},
       {"output_log_probs", "TYPE_FP32", "[ -1, -1 ]"},
@@ -205,6 +207,19 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
       {"inter_token_latency_p99_ms", "TYPE_FP32", "[ 1 ]"},
   };
   std::ostringstream c;
+  if (!o.context_url.empty()) {
+    // The router: the same interface, its requests run on the two other servers' models.
+    c << Header("tensorrt_llm", "backend: \"inflight_disaggregated\"", o.max_batch_size);
+    c << "model_transaction_policy {\n  decoupled: true\n}\n";
+    c << Inputs(inputs, "input") << Inputs(outputs, "output");
+    c << Parameters({
+        {"context_model_name", "tensorrt_llm"},
+        {"context_model_url", o.context_url},
+        {"generation_model_name", "tensorrt_llm"},
+        {"generation_model_url", o.generation_url},
+    });
+    return c.str();
+  }
   c << Header("tensorrt_llm", "backend: \"tensorrtllm\"", o.max_batch_size);
   c << "model_transaction_policy {\n  decoupled: " << (o.decoupled ? "true" : "false") << "\n}\n";
   c << "dynamic_batching {\n  preferred_batch_size: [ " << o.max_batch_size
@@ -347,6 +362,15 @@ StatusOr<std::string> PlaceModel(const fs::path& model, const fs::path& weights)
 
 Status InitRepository(const InitRepoOptions& o) {
   std::error_code ec;
+  if (o.context_url.empty() != o.generation_url.empty())
+    return InvalidArgumentError(
+        "--disaggregated-context-url and --disaggregated-generation-url go together");
+  for (const std::string* url : {&o.context_url, &o.generation_url}) {
+    if (url->find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") !=
+        std::string::npos)
+      return InvalidArgumentError("a disaggregated server's URL is host:port, got '" + *url + "'");
+  }
   if (!fs::exists(o.model_path, ec))
     return NotFoundError("--model '" + o.model_path + "' does not exist");
   std::string model = fs::absolute(o.model_path).lexically_normal().string();

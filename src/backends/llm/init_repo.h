@@ -39,7 +39,11 @@ struct InitRepoOptions {
   int32_t moe_ep_size = 0;             // expert parallelism in the TP group (0: derived)
   int32_t moe_tp_size = 0;             // ranks splitting each expert's columns (0: derived)
   int32_t pipeline_parallel_size = 1;  // MPI ranks splitting the layers
-  bool force = false;                  // overwrite an existing folder's configs
+  // Disaggregated serving: the tensorrt_llm model becomes the router
+  // (serving/disaggregated_backend.h) to the tensorrt_llm models of two other servers, given
+  // as host:port of their gRPC endpoints (both or neither).
+  std::string context_url, generation_url;
+  bool force = false;  // overwrite an existing folder's configs
   // The model goes into the repository (<out>/weights/, a hard link where the filesystem
   // allows, else a copy) and the configs name it relatively, so the server's confinement of
   // config paths to the repository holds. False: the configs name the model where it is (the

@@ -589,6 +589,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
     q.num_draft_tokens = static_cast<int32_t>(**num_draft);
   }
   RETURN_IF_ERROR(ReadLookahead(r, b, params_.executor.lookahead, &q));
+  RETURN_IF_ERROR(
+      ReadDisaggregated(r, width > 0 ? static_cast<int64_t>(ids.size()) / width : 1, &q));
   // decoder_input_ids / decoder_input_lengths are ignored: every supported model is
   // decoder-only, and the reference ensemble always sends them (one pad id per row).
   if (const InferTensor* bias = r.FindInput("embedding_bias"); bias && bias->num_elements() > 0) {
@@ -698,6 +700,8 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
     }
     LlmRequestRecord record = ToRequestRecord(res.stats);
     record.speculative_mode = SpeculativeModeName(params_.executor.speculative_mode);
+    record.kv_transfer = res.stats.from_handoff;
+    record.kv_transfer_ms = res.stats.kv_transfer_ms;
     if (context_.metrics) context_.metrics->ObserveLlmRequest(p->model_name, p->version, record);
     live_stats_.AddFinished(record);
     if (p->usage)
@@ -778,6 +782,16 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
         res.generation_logits));
   }
   if (p->perf_metrics && (res.is_final || res.is_sequence_final)) AddPerfMetrics(res.stats, &resp);
+  if (res.context_phase) {
+    // A context-only request's hand-off, serialized here (not on the engine thread).
+    std::vector<uint8_t> bytes = SerializeKvHandoff(*res.context_phase);
+    InferTensor t;
+    t.name = "context_phase_params";
+    t.dtype = inference::TYPE_UINT8;
+    t.shape = {1, static_cast<int64_t>(bytes.size())};
+    t.data.assign(bytes.begin(), bytes.end());
+    resp.outputs.push_back(std::move(t));
+  }
   if (p->finish_reason && res.is_sequence_final)
     resp.parameters["finish_reason"] = std::string(FinishReasonName(res.finish_reason));
   if (p->finish_reason && res.is_final) {

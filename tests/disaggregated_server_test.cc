@@ -1,0 +1,270 @@
+// Disaggregated serving end to end: two inflight servers on the demo model's repository (one
+// serves context phases, the other generation phases) and a front server whose tensorrt_llm
+// model is the router to them (init-repo --disaggregated-context-url/-generation-url). The
+// front serves exactly the aggregated texts and token ids (greedy, streamed, seeded sampling,
+// n = 2, beams, a shared prefix, long prompts), the generation server counts every transfer in
+// nv_trt_llm_disaggregated_serving_metrics, a corrupt hand-off is refused, and killing either
+// worker ends open streams with an error naming it and makes the router not ready within 5 s.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+
+#include "llm_grpc_requests.h"
+#include "server_harness.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Generate;
+using testing::GenerateStream;
+using testing::Streamed;
+
+std::string DemoModel() { return testing::SourceDir() + "/models/demo/inflight-demo-q8_0.gguf"; }
+
+const std::vector<std::string> kPrompts = {
+    "Once upon a time",
+    "The little dog ran to the park with his ball and his friend, a big cat who liked to sleep "
+    "in the sun all day long. One day they found a box under a tree.",
+    "Lily and Ben went to the park"};
+
+int HttpStatus(int port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(1);
+  auto r = c.Get(path.c_str());
+  return r ? r->status : 0;
+}
+
+void AddInput(inference::ModelInferRequest* q, const char* name, const char* dtype,
+              std::vector<int64_t> shape, const std::string& raw) {
+  auto* in = q->add_inputs();
+  in->set_name(name);
+  in->set_datatype(dtype);
+  for (int64_t d : shape) in->add_shape(d);
+  q->add_raw_input_contents(raw);
+}
+
+template <typename T>
+std::string Raw(T v) {
+  return std::string(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// Every response of one gRPC stream request: the output_ids of each, per sequence_index, and
+// the error; `last` is the final response.
+struct GrpcOutcome {
+  std::vector<std::vector<int32_t>> ids;  // per response
+  std::string error;
+  inference::ModelInferResponse last;
+};
+GrpcOutcome RunGrpc(int port, inference::ModelInferRequest q) {
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  (*q.mutable_parameters())["triton_enable_empty_final_response"].set_bool_param(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub->ModelStreamInfer(&ctx);
+  GrpcOutcome out;
+  if (!stream->Write(q)) {
+    out.error = "write failed";
+    return out;
+  }
+  stream->WritesDone();
+  inference::ModelStreamInferResponse resp;
+  while (stream->Read(&resp)) {
+    if (!resp.error_message().empty()) {
+      out.error = resp.error_message();
+      break;
+    }
+    const auto& ir = resp.infer_response();
+    out.ids.push_back(testing::OutputInt32(ir, "output_ids"));
+    out.last = ir;
+    if (ir.parameters().count("triton_final_response") &&
+        ir.parameters().at("triton_final_response").bool_param())
+      break;
+  }
+  ctx.TryCancel();
+  stream->Finish();
+  return out;
+}
+
+class DisaggregatedServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("disagg_server_" + std::to_string(getpid()));
+    const std::string init = std::string(INFLIGHT_BINARY_DIR) +
+                             "/apps/inflight-server init-repo --model " + DemoModel() +
+                             " --max-beam-width 2 --force";
+    ASSERT_EQ(
+        std::system((init + " --out " + (root_ / "workers").string() + " >/dev/null").c_str()), 0);
+    ctx_ = testing::ServerProcess::Start({"--model-repository", (root_ / "workers").string()});
+    gen_ = testing::ServerProcess::Start({"--model-repository", (root_ / "workers").string()});
+    ASSERT_TRUE(ctx_ && gen_);
+    ctx_url_ = "127.0.0.1:" + std::to_string(ctx_->grpc_port);
+    gen_url_ = "127.0.0.1:" + std::to_string(gen_->grpc_port);
+    ASSERT_EQ(std::system((init + " --out " + (root_ / "front").string() +
+                           " --disaggregated-context-url " + ctx_url_ +
+                           " --disaggregated-generation-url " + gen_url_ + " >/dev/null")
+                              .c_str()),
+              0);
+    front_ = testing::ServerProcess::Start({"--model-repository", (root_ / "front").string()});
+    ASSERT_TRUE(front_);
+    for (int i = 0; i < 100 && HttpStatus(front_->http_port, "/v2/health/ready") != 200; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(HttpStatus(front_->http_port, "/v2/health/ready"), 200) << front_->log();
+  }
+  void TearDown() override {
+    front_.reset();
+    ctx_.reset();
+    gen_.reset();
+    fs::remove_all(root_);
+  }
+
+  double Transfers(const std::string& type) {
+    return testing::MetricValue(testing::MetricsText(gen_->metrics_port),
+                                "nv_trt_llm_disaggregated_serving_metrics",
+                                {{"disaggregated_serving_type", type}});
+  }
+
+  fs::path root_;
+  std::unique_ptr<testing::ServerProcess> ctx_, gen_, front_;
+  std::string ctx_url_, gen_url_;
+};
+
+TEST_F(DisaggregatedServerTest, TheRouterServesTheAggregatedTextsAndTokens) {
+  // Texts through the ensemble, whole and streamed: the context server serves them aggregated.
+  for (const std::string& p : kPrompts)
+    EXPECT_EQ(Generate(front_->http_port, p), Generate(ctx_->http_port, p)) << p;
+  const Streamed want = GenerateStream(ctx_->http_port, kPrompts[1], 40);
+  const Streamed got = GenerateStream(front_->http_port, kPrompts[1], 40);
+  EXPECT_EQ(got.error, "");
+  EXPECT_EQ(got.text, want.text);
+  ASSERT_FALSE(want.text.empty());
+
+  // Token ids over gRPC: long prompts sharing a prefix, greedy, streamed, seeded sampling,
+  // n = 2 and beams.
+  std::mt19937 rng(7);
+  std::vector<int32_t> prefix(70);
+  for (int32_t& t : prefix) t = 3 + static_cast<int32_t>(rng() % 500);
+  int sent = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> prompt = i % 2 == 0 ? prefix : std::vector<int32_t>();
+    for (int j = 0; j < 5 + 23 * i; ++j) prompt.push_back(3 + static_cast<int32_t>(rng() % 500));
+    auto q = testing::LlmRequest("tensorrt_llm", "r" + std::to_string(i), {prompt}, 12, i % 3 == 0);
+    if (i == 2 || i == 5) {
+      AddInput(&q, "temperature", "FP32", {1, 1}, Raw(0.8f));
+      AddInput(&q, "runtime_top_k", "INT32", {1, 1}, Raw(int32_t{20}));
+      AddInput(&q, "seed", "UINT64", {1, 1}, Raw(uint64_t{100} + i));
+    }
+    if (i == 4) {
+      AddInput(&q, "temperature", "FP32", {1, 1}, Raw(1.0f));
+      AddInput(&q, "seed", "UINT64", {1, 1}, Raw(uint64_t{9}));
+      AddInput(&q, "num_return_sequences", "INT32", {1, 1}, Raw(int32_t{2}));
+    }
+    if (i == 7) AddInput(&q, "beam_width", "INT32", {1, 1}, Raw(int32_t{2}));
+    const GrpcOutcome a = RunGrpc(ctx_->grpc_port, q);
+    const GrpcOutcome d = RunGrpc(front_->grpc_port, q);
+    ++sent;
+    ASSERT_EQ(a.error, "") << i;
+    EXPECT_EQ(d.error, "") << i;
+    // Streams: the same tokens in all (the router sends the first one ahead, alone).
+    std::vector<int32_t> a_all, d_all;
+    for (const auto& v : a.ids) a_all.insert(a_all.end(), v.begin(), v.end());
+    for (const auto& v : d.ids) d_all.insert(d_all.end(), v.begin(), v.end());
+    EXPECT_EQ(d_all, a_all) << "request " << i;
+    EXPECT_FALSE(a_all.empty());
+  }
+  // Every generation phase counted (3 texts + 1 stream + the token requests), with its time.
+  EXPECT_EQ(Transfers("request_count"), 4 + sent);
+  EXPECT_GT(Transfers("kv_cache_transfer_ms"), 0);
+}
+
+TEST_F(DisaggregatedServerTest, ACorruptHandOffIsRefusedNeverDecoded) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 100; ++i) prompt.push_back(5 + (i * 31) % 400);
+  auto q = testing::LlmRequest("tensorrt_llm", "c", {prompt}, 8, false);
+  (*q.mutable_parameters())["request_type"].set_string_param("context_only");
+  const GrpcOutcome c = RunGrpc(ctx_->grpc_port, q);
+  ASSERT_EQ(c.error, "");
+  std::string handoff;
+  for (int i = 0; i < c.last.outputs_size(); ++i)
+    if (c.last.outputs(i).name() == "context_phase_params") handoff = c.last.raw_output_contents(i);
+  ASSERT_GT(handoff.size(), 1000u) << "no hand-off in the context response";
+
+  auto generation = [&](const std::string& blob) {
+    auto g = testing::LlmRequest("tensorrt_llm", "g", {prompt}, 8, false);
+    (*g.mutable_parameters())["request_type"].set_string_param("generation_only");
+    AddInput(&g, "context_phase_params", "UINT8", {1, static_cast<int64_t>(blob.size())}, blob);
+    return RunGrpc(gen_->grpc_port, g);
+  };
+  const GrpcOutcome good = generation(handoff);
+  ASSERT_EQ(good.error, "");
+  const GrpcOutcome plain =
+      RunGrpc(gen_->grpc_port, testing::LlmRequest("tensorrt_llm", "p", {prompt}, 8, false));
+  EXPECT_EQ(good.ids.back(), plain.ids.back());
+  std::string corrupt = handoff;
+  corrupt[corrupt.size() / 2] ^= 0x01;
+  const GrpcOutcome bad = generation(corrupt);
+  EXPECT_NE(bad.error.find("checksum"), std::string::npos) << bad.error;
+  EXPECT_EQ(generation(handoff.substr(0, handoff.size() - 4)).error.empty(), false);
+  // Only the good one was a transfer.
+  EXPECT_EQ(Transfers("request_count"), 1);
+}
+
+// The test ends both workers: it runs last in its own process under ctest anyway.
+TEST_F(DisaggregatedServerTest, KillingAWorkerEndsItsStreamsNamingItAndTurnsTheRouterNotReady) {
+  // Prompts the demo model continues for 480 tokens (no end token).
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog",
+                                            "Lily and Ben went to the park"};
+  std::vector<std::atomic<int>> events(3);
+  std::vector<Streamed> results(3);
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.emplace_back(
+        [&, i] { results[i] = GenerateStream(front_->http_port, prompts[i], 480, &events[i]); });
+  }
+  for (int i = 0; i < 500 && (events[0] < 3 || events[1] < 3 || events[2] < 3); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(kill(gen_->pid(), SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  for (auto& t : streams) t.join();
+  const double ended_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(ended_s, 5.0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(results[i].error.find("generation model 'tensorrt_llm' at " + gen_url_),
+              std::string::npos)
+        << "stream " << i << ": '" << results[i].error << "'";
+  }
+  while (HttpStatus(front_->http_port, "/v2/models/tensorrt_llm/ready") == 200 &&
+         std::chrono::steady_clock::now() - killed < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double not_ready_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::printf("streams ended %.2f s, router not ready %.2f s after the kill\n", ended_s,
+              not_ready_s);
+  EXPECT_LT(not_ready_s, 5.0);
+  EXPECT_NE(HttpStatus(front_->http_port, "/v2/health/ready"), 200);
+  EXPECT_EQ(HttpStatus(front_->http_port, "/v2/health/live"), 200);
+  // A new request is refused at once, naming the dead worker.
+  EXPECT_NE(Generate(front_->http_port, kPrompts[0]).find(gen_url_), std::string::npos);
+
+  // The context worker dies too: its name shows.
+  ASSERT_EQ(kill(ctx_->pid(), SIGKILL), 0);
+  std::string answer;
+  for (int i = 0; i < 100; ++i) {
+    answer = Generate(front_->http_port, kPrompts[0]);
+    if (answer.find(ctx_url_) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(answer.find("context model 'tensorrt_llm' at " + ctx_url_), std::string::npos)
+      << answer;
+}
+
+}  // namespace
+}  // namespace inflight
