@@ -179,8 +179,22 @@ TEST_F(DisaggregatedServerTest, TheRouterServesTheAggregatedTextsAndTokens) {
     EXPECT_EQ(d_all, a_all) << "request " << i;
     EXPECT_FALSE(a_all.empty());
   }
-  // Every generation phase counted (3 texts + 1 stream + the token requests), with its time.
-  EXPECT_EQ(Transfers("request_count"), 4 + sent);
+  // The OpenAI API of the front server runs through the router too.
+  const nlohmann::json completion = {
+      {"model", "ensemble"}, {"prompt", kPrompts[1]}, {"max_tokens", 24}, {"temperature", 0}};
+  auto complete = [&](int port) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60);
+    auto r = c.Post("/v1/completions", completion.dump(), "application/json");
+    if (!r || r->status != 200) return std::string("<error>") + (r ? r->body : "");
+    return nlohmann::json::parse(r->body)["choices"][0]["text"].get<std::string>();
+  };
+  const std::string openai = complete(front_->http_port);
+  EXPECT_EQ(openai, complete(ctx_->http_port));
+  EXPECT_EQ(openai.find("<error>"), std::string::npos) << openai;
+  // Every generation phase counted (3 texts + 1 stream + the token requests + the completion),
+  // with its time.
+  EXPECT_EQ(Transfers("request_count"), 5 + sent);
   EXPECT_GT(Transfers("kv_cache_transfer_ms"), 0);
 }
 
@@ -216,9 +230,32 @@ TEST_F(DisaggregatedServerTest, ACorruptHandOffIsRefusedNeverDecoded) {
   EXPECT_EQ(Transfers("request_count"), 1);
 }
 
+// A client that leaves mid-stream cancels the generation phase on the other server: its K/V
+// blocks are free again.
+TEST_F(DisaggregatedServerTest, AClientThatLeavesCancelsTheGenerationPhase) {
+  httplib::Client c("127.0.0.1", front_->http_port);
+  c.set_read_timeout(60);
+  const nlohmann::json body = {
+      {"text_input", "Once upon a time"}, {"max_tokens", 480}, {"stream", true}};
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v2/models/ensemble/generate_stream";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string raw;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    raw.append(data, n);
+    return testing::SseEvents(raw).size() < 5;  // leave after 5 events
+  };
+  c.send(req);
+  EXPECT_GE(testing::SseEvents(raw).size(), 5u);
+  EXPECT_TRUE(testing::WaitLlmIdle(gen_->metrics_port, "tensorrt_llm"))
+      << "the generation server still holds the request's blocks";
+}
+
 // The test ends both workers: it runs last in its own process under ctest anyway.
 TEST_F(DisaggregatedServerTest, KillingAWorkerEndsItsStreamsNamingItAndTurnsTheRouterNotReady) {
-  // Prompts the demo model continues for 480 tokens (no end token).
+  // Streams of 480 tokens (min_tokens: the end token does not end them).
   const std::vector<std::string> prompts = {"Once upon a time", "The little dog",
                                             "Lily and Ben went to the park"};
   std::vector<std::atomic<int>> events(3);
@@ -226,7 +263,8 @@ TEST_F(DisaggregatedServerTest, KillingAWorkerEndsItsStreamsNamingItAndTurnsTheR
   std::vector<std::thread> streams;
   for (int i = 0; i < 3; ++i) {
     streams.emplace_back(
-        [&, i] { results[i] = GenerateStream(front_->http_port, prompts[i], 480, &events[i]); });
+        [&, i] { results[i] = GenerateStream(front_->http_port, prompts[i], 480, &events[i],
+                                             {{"min_tokens", 480}}); });
   }
   for (int i = 0; i < 500 && (events[0] < 3 || events[1] < 3 || events[2] < 3); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -239,7 +277,8 @@ TEST_F(DisaggregatedServerTest, KillingAWorkerEndsItsStreamsNamingItAndTurnsTheR
   for (int i = 0; i < 3; ++i) {
     EXPECT_NE(results[i].error.find("generation model 'tensorrt_llm' at " + gen_url_),
               std::string::npos)
-        << "stream " << i << ": '" << results[i].error << "'";
+        << "stream " << i << ": '" << results[i].error << "' after " << events[i]
+        << " events: " << results[i].text;
   }
   while (HttpStatus(front_->http_port, "/v2/models/tensorrt_llm/ready") == 200 &&
          std::chrono::steady_clock::now() - killed < std::chrono::seconds(10))

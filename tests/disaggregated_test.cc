@@ -132,6 +132,38 @@ void ExpectDisaggregatedEqualsAggregated(const std::string& path) {
       EXPECT_EQ(s[first], handoffs[i]->first_tokens[0]) << "request " << i;
     }
   }
+  // A cancelled generation phase: a long stream, cancelled after 5 tokens, streamed the
+  // aggregated run's first tokens and ends as cancelled.
+  {
+    Request longer = requests[1];
+    longer.max_tokens = 300;
+    longer.streaming = true;
+    std::string error;
+    auto handoff = ContextPhase(*ctx, longer, &error);
+    ASSERT_TRUE(handoff) << error;
+    auto agg_id = aggregated->Enqueue(longer);
+    ASSERT_TRUE(agg_id.ok());
+    const Collected whole = Collect(*aggregated, *agg_id, true);
+    longer.request_type = RequestType::kGenerationOnly;
+    longer.context_phase = handoff;
+    auto id = gen->Enqueue(longer);
+    ASSERT_TRUE(id.ok());
+    std::vector<int32_t> streamed;
+    FinishReason finish = FinishReason::kNotFinished;
+    bool final = false;
+    for (int polls = 0; !final && polls < 12000; ++polls) {
+      for (Result& r : gen->AwaitResponses(*id, std::chrono::milliseconds(5))) {
+        streamed.insert(streamed.end(), r.output_token_ids.begin(), r.output_token_ids.end());
+        if (r.is_final) final = true, finish = r.finish_reason;
+      }
+      if (streamed.size() >= 5 && !final) gen->Cancel(*id);
+    }
+    EXPECT_EQ(finish, FinishReason::kCancelled);
+    ASSERT_FALSE(whole.seqs.empty());
+    ASSERT_LE(streamed.size(), whole.seqs[0].size());
+    EXPECT_EQ(streamed, std::vector<int32_t>(whole.seqs[0].begin(),
+                                             whole.seqs[0].begin() + streamed.size()));
+  }
   for (Executor* e : {aggregated.get(), ctx.get(), gen.get()}) {
     for (int i = 0; i < 400 && (e->num_unfinished_requests() > 0 || e->KvBlockCounts().used > 0);
          ++i)

@@ -153,8 +153,6 @@ inline std::string MetricsText(int metrics_port) {
   return r ? r->body : "";
 }
 
-// Waits (up to 10 s) until the LLM model `model` holds no KV block and runs nothing; the
-// gauges are set every stats_check_period_ms.
 // The text of a /v2/models/ensemble/generate request ("<error ...>" when it fails).
 inline std::string Generate(int port, const std::string& prompt, int max_tokens = 40) {
   httplib::Client c("127.0.0.1", port);
@@ -171,12 +169,15 @@ inline std::string Generate(int port, const std::string& prompt, int max_tokens 
 struct Streamed {
   std::string text, error;
 };
+// `extra`: more fields of the request body (e.g. min_tokens).
 inline Streamed GenerateStream(int port, const std::string& prompt, int max_tokens,
-                               std::atomic<int>* events = nullptr) {
+                               std::atomic<int>* events = nullptr,
+                               const nlohmann::json& extra = nlohmann::json::object()) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60);
-  const nlohmann::json body = {
+  nlohmann::json body = {
       {"text_input", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
+  body.update(extra);
   std::string raw;
   httplib::Request req;
   req.method = "POST";
@@ -197,6 +198,8 @@ inline Streamed GenerateStream(int port, const std::string& prompt, int max_toke
   return out;
 }
 
+// Waits (up to 10 s) until the LLM model `model` holds no KV block and runs nothing; the
+// gauges are set every stats_check_period_ms.
 inline bool WaitLlmIdle(int metrics_port, const std::string& model) {
   for (int i = 0; i < 200; ++i) {
     const std::string m = MetricsText(metrics_port);

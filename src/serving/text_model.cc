@@ -9,7 +9,9 @@ namespace {
 Status SetLlm(const Server& server, const std::string& llm, TextModel* out) {
   auto config = server.GetModelConfig(llm, "");
   if (!config.ok()) return config.status();
-  if (KindOf(*config) != BackendKind::kLlm)
+  // The disaggregated router has the LLM model's interface (its context length is the
+  // workers': 0 here, so the workers check lengths).
+  if (KindOf(*config) != BackendKind::kLlm && KindOf(*config) != BackendKind::kDisaggregated)
     return InvalidArgumentError("model '" + llm + "' is not an LLM model");
   out->llm_model = llm;
   out->streaming = IsDecoupled(*config);
@@ -45,6 +47,7 @@ StatusOr<TextModel> ResolveTextModel(const Server& server, const std::string& na
           return InvalidArgumentError(no_text + step_config.status().message());
         switch (KindOf(*step_config)) {
           case BackendKind::kLlm:
+          case BackendKind::kDisaggregated:
             RETURN_IF_ERROR(SetLlm(server, step.model_name(), &m));
             break;
           case BackendKind::kTokenizer:
