@@ -98,7 +98,8 @@ void ExpectDisaggregatedEqualsAggregated(const std::string& path) {
     ASSERT_TRUE(parsed.ok()) << parsed.status().message();
     handoffs.push_back(std::make_shared<KvHandoff>(std::move(parsed).value()));
     const int64_t prompt = static_cast<int64_t>(requests[i].prompt_ids.size());
-    EXPECT_EQ(handoffs.back()->num_blocks(), (prompt - 1) / 16) << "request " << i;
+    EXPECT_EQ(static_cast<int64_t>(handoffs.back()->tokens.size()), prompt - 1) << i;
+    EXPECT_EQ(handoffs.back()->num_blocks(), (prompt - 1 + 15) / 16) << "request " << i;
     EXPECT_EQ(handoffs.back()->first_tokens.size(), 1u);
   }
   std::vector<RequestId> gen_ids;
@@ -208,7 +209,7 @@ TEST(DisaggregatedTest, BadHandOffsAreRefusedNeverDecoded) {
   std::string error;
   auto handoff = ContextPhase(*ctx, r, &error);
   ASSERT_TRUE(handoff) << error;
-  ASSERT_EQ(handoff->num_blocks(), 4);
+  ASSERT_EQ(handoff->num_blocks(), 5);  // 69 tokens: 4 whole blocks and 5 of a fifth
   std::vector<uint8_t> bytes = SerializeKvHandoff(*handoff);
 
   // One flipped bit anywhere: refused by the checksums, never decoded.
@@ -217,13 +218,13 @@ TEST(DisaggregatedTest, BadHandOffsAreRefusedNeverDecoded) {
     bad[at] ^= 0x10;
     auto parsed = ParseKvHandoff(bad.data(), bad.size());
     EXPECT_FALSE(parsed.ok()) << "flip at " << at;
-    if (at >= 88) {
+    if (at >= 96) {
       EXPECT_NE(parsed.status().message().find("checksum"), std::string::npos)
           << parsed.status().message();
     }
   }
   // Truncated, extended, empty, or a header announcing more than it holds.
-  for (size_t n : {size_t{0}, size_t{10}, size_t{88}, bytes.size() - 8}) {
+  for (size_t n : {size_t{0}, size_t{10}, size_t{96}, bytes.size() - 8}) {
     EXPECT_FALSE(ParseKvHandoff(bytes.data(), n).ok()) << n;
   }
   std::vector<uint8_t> longer = bytes;
@@ -242,7 +243,7 @@ TEST(DisaggregatedTest, BadHandOffsAreRefusedNeverDecoded) {
   g.prompt_ids[3] += 1;
   EXPECT_NE(enqueue_error(g).find("another prompt"), std::string::npos);
   // A prompt that ends inside the hand-off: the last token must be left to compute.
-  g.prompt_ids = std::vector<int32_t>(r.prompt_ids.begin(), r.prompt_ids.begin() + 64);
+  g.prompt_ids = std::vector<int32_t>(r.prompt_ids.begin(), r.prompt_ids.begin() + 69);
   EXPECT_NE(enqueue_error(g).find("another prompt"), std::string::npos);
   // Another salt (a tenant's cache) or model layout.
   g.prompt_ids = r.prompt_ids;

@@ -71,13 +71,13 @@ void Executor::ExportHandoff(Sequence* seq) {
   h->cache_salt = r.cache_salt;
   h->lora_task_id = r.lora ? r.lora_task_id : 0;
   h->first_tokens.assign(seq->tokens.begin() + seq->prompt_len, seq->tokens.end());
-  // Whole blocks that leave the prompt's last token out: the generation instance recomputes
-  // that tail and draws the first token itself.
+  // Every prompt position but the last: the generation instance computes the last token and
+  // draws the first generated one itself.
   const int64_t tpb = config_.tokens_per_block;
-  int64_t n = (static_cast<int64_t>(seq->prompt_len) - 1) / tpb;
-  n = std::min<int64_t>(n, static_cast<int64_t>(seq->blocks.size()));
-  n = std::min<int64_t>(n, seq->num_computed / tpb);
-  h->tokens.assign(seq->tokens.begin(), seq->tokens.begin() + n * tpb);
+  int64_t covered = std::min<int64_t>(seq->prompt_len - 1, seq->num_computed);
+  covered = std::min<int64_t>(covered, static_cast<int64_t>(seq->blocks.size()) * tpb);
+  const int64_t n = (covered + tpb - 1) / tpb;
+  h->tokens.assign(seq->tokens.begin(), seq->tokens.begin() + covered);
   h->kv.resize(static_cast<size_t>(n * h->block_bytes));
   for (int64_t i = 0; i < n; ++i) {
     if (!runner_->ExportBlock(kFullGroup, seq->blocks[static_cast<size_t>(i)],

@@ -423,6 +423,7 @@ void Scheduler::TakeHandoff(Sequence* seq) {
   // Short of blocks, nothing is taken: the admission then waits for blocks as any would.
   if (n == 0 || !import_block_ || NumAvailable() < n) return;
   const int32_t tpb = config_.tokens_per_block;
+  const int64_t covered = static_cast<int64_t>(h.tokens.size()), full = covered / tpb;
   uint64_t key = KvBlockManager::RootKey(rs->request.cache_salt);
   for (int64_t i = 0; i < n; ++i) {
     seq->blocks.push_back(*blocks_.Allocate());
@@ -430,10 +431,11 @@ void Scheduler::TakeHandoff(Sequence* seq) {
       DropBlocks(seq);
       return;
     }
-    key = blocks_.ChainKey(key, seq->tokens.data() + i * tpb);
+    if (i < full) key = blocks_.ChainKey(key, seq->tokens.data() + i * tpb);
   }
-  seq->num_computed = static_cast<int32_t>(n) * tpb;
-  seq->num_committed = static_cast<int32_t>(n);  // never committed (see CommitFullBlocks)
+  // The last block may be partly filled: its slots past `covered` are written before read.
+  seq->num_computed = static_cast<int32_t>(covered);
+  seq->num_committed = static_cast<int32_t>(full);  // never committed (see CommitFullBlocks)
   seq->last_key = key;
   rs->stats.num_allocated_blocks += static_cast<int32_t>(n);
   rs->stats.num_imported_blocks = static_cast<int32_t>(n);

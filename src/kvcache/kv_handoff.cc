@@ -9,7 +9,7 @@ namespace inflight {
 namespace {
 
 constexpr char kMagic[8] = {'I', 'F', 'K', 'V', 'H', 'O', 'F', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 // Bounds far above any real hand-off, so that sizes multiply without overflow.
 constexpr int64_t kMaxTokensPerBlock = 1 << 16;
 constexpr int64_t kMaxBlocks = 1 << 22;
@@ -25,12 +25,13 @@ struct Header {
   uint64_t lora_task_id;
   int64_t created_unix_ns;
   uint64_t num_blocks;
+  uint64_t num_tokens;  // in ((num_blocks - 1) * tokens_per_block, num_blocks * tokens_per_block]
   uint64_t num_first_tokens;
   uint64_t block_bytes;
   uint64_t body_checksum;    // of the token ids, the first tokens and the K/V bytes
   uint64_t header_checksum;  // of the fields above
 };
-static_assert(sizeof(Header) == 88);
+static_assert(sizeof(Header) == 96);
 
 uint64_t HeaderChecksum(const Header& h) {
   return KvChecksum(&h, offsetof(Header, header_checksum));
@@ -52,6 +53,7 @@ std::vector<uint8_t> SerializeKvHandoff(const KvHandoff& h) {
   hd.lora_task_id = h.lora_task_id;
   hd.created_unix_ns = h.created_unix_ns;
   hd.num_blocks = static_cast<uint64_t>(h.num_blocks());
+  hd.num_tokens = h.tokens.size();
   hd.num_first_tokens = h.first_tokens.size();
   hd.block_bytes = static_cast<uint64_t>(h.block_bytes);
   const size_t ids = h.tokens.size() * sizeof(int32_t);
@@ -85,8 +87,13 @@ StatusOr<KvHandoff> ParseKvHandoff(const uint8_t* data, size_t size) {
       hd.num_first_tokens > static_cast<uint64_t>(kMaxFirstTokens) ||
       hd.block_bytes > static_cast<uint64_t>(kMaxBlockBytes))
     return bad("sizes out of range");
+  // The tokens fill every block but the last, and part of that at least.
+  if (hd.num_tokens > hd.num_blocks * hd.tokens_per_block ||
+      (hd.num_blocks > 0 && hd.num_tokens <= (hd.num_blocks - 1) * hd.tokens_per_block))
+    return bad(std::to_string(hd.num_tokens) + " tokens do not fill " +
+               std::to_string(hd.num_blocks) + " blocks");
   // Each factor is bounded above, so these products fit in 64 bits.
-  const uint64_t ids = hd.num_blocks * hd.tokens_per_block * sizeof(int32_t);
+  const uint64_t ids = hd.num_tokens * sizeof(int32_t);
   const uint64_t firsts = hd.num_first_tokens * sizeof(int32_t);
   const uint64_t kv = hd.num_blocks * hd.block_bytes;
   const uint64_t want = sizeof hd + ids + firsts + kv;

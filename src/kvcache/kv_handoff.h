@@ -5,9 +5,10 @@
 // context phase drew, and what binds it to its model and cache (the KV layout's fingerprint,
 // tokens per block, the cache salt, the LoRA task).
 //
-// Only whole blocks that leave at least the prompt's last token out travel: the generation
-// instance recomputes that tail (at most one block) itself, so its first token is drawn by its
-// own sampler exactly as an aggregated run draws it (beams, n > 1, seeds, guides unchanged).
+// It holds every prompt position but the last (the last block partly filled): the generation
+// instance computes the prompt's last token itself, one row like a decode step's, and draws the
+// first token from its logits with its own sampler exactly as an aggregated run draws it
+// (beams, n > 1, seeds, guides unchanged).
 //
 // On the wire: a fixed header with its own checksum, the token ids, the first tokens, then the
 // K/V bytes, the body under a second checksum. Nothing in it is trusted: Parse checks the
@@ -31,12 +32,15 @@ struct KvHandoff {
   uint64_t cache_salt = 0;
   uint64_t lora_task_id = 0;
   int64_t created_unix_ns = 0;        // when the context instance exported it (wall clock)
-  std::vector<int32_t> tokens;        // num_blocks() * tokens_per_block prompt ids
+  std::vector<int32_t> tokens;        // the prompt ids whose K/V it holds
   std::vector<int32_t> first_tokens;  // drawn by the context phase
-  std::vector<uint8_t> kv;            // num_blocks() * block_bytes
+  std::vector<uint8_t> kv;            // num_blocks() * block_bytes (the last block partly used)
 
+  // The blocks holding `tokens` (the last one may be partly filled).
   int64_t num_blocks() const {
-    return tokens_per_block > 0 ? static_cast<int64_t>(tokens.size()) / tokens_per_block : 0;
+    return tokens_per_block > 0 ? (static_cast<int64_t>(tokens.size()) + tokens_per_block - 1) /
+                                      tokens_per_block
+                                : 0;
   }
 };
 

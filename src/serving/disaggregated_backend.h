@@ -14,8 +14,9 @@
 //                                              (default 500).
 //
 // Streaming requests of one sequence without beams get the first token as soon as the context
-// phase drew it; the generation phase draws the same token from the same logits (it recomputes
-// the prompt's last partial block) and the router checks it is the same before dropping it.
+// phase drew it; the generation phase draws the same token from the same logits (it computes
+// the prompt's last token over the handed-over K/V) and the router checks it is the same before
+// dropping it.
 // A remote server that dies or stops answering ends its requests with UNAVAILABLE naming it
 // (a killed process at once, a silent one after two missed checks) and makes this model not
 // ready until it answers again.
