@@ -262,9 +262,10 @@ TEST_F(DisaggregatedServerTest, KillingAWorkerEndsItsStreamsNamingItAndTurnsTheR
   std::vector<Streamed> results(3);
   std::vector<std::thread> streams;
   for (int i = 0; i < 3; ++i) {
-    streams.emplace_back(
-        [&, i] { results[i] = GenerateStream(front_->http_port, prompts[i], 480, &events[i],
-                                             {{"min_tokens", 480}}); });
+    streams.emplace_back([&, i] {
+      results[i] =
+          GenerateStream(front_->http_port, prompts[i], 480, &events[i], {{"min_tokens", 480}});
+    });
   }
   for (int i = 0; i < 500 && (events[0] < 3 || events[1] < 3 || events[2] < 3); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -162,8 +162,8 @@ void ExpectDisaggregatedEqualsAggregated(const std::string& path) {
     EXPECT_EQ(finish, FinishReason::kCancelled);
     ASSERT_FALSE(whole.seqs.empty());
     ASSERT_LE(streamed.size(), whole.seqs[0].size());
-    EXPECT_EQ(streamed, std::vector<int32_t>(whole.seqs[0].begin(),
-                                             whole.seqs[0].begin() + streamed.size()));
+    EXPECT_EQ(streamed,
+              std::vector<int32_t>(whole.seqs[0].begin(), whole.seqs[0].begin() + streamed.size()));
   }
   for (Executor* e : {aggregated.get(), ctx.get(), gen.get()}) {
     for (int i = 0; i < 400 && (e->num_unfinished_requests() > 0 || e->KvBlockCounts().used > 0);

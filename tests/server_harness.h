@@ -175,8 +175,7 @@ inline Streamed GenerateStream(int port, const std::string& prompt, int max_toke
                                const nlohmann::json& extra = nlohmann::json::object()) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60);
-  nlohmann::json body = {
-      {"text_input", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
+  nlohmann::json body = {{"text_input", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
   body.update(extra);
   std::string raw;
   httplib::Request req;

@@ -38,9 +38,9 @@ struct KvHandoff {
 
   // The blocks holding `tokens` (the last one may be partly filled).
   int64_t num_blocks() const {
-    return tokens_per_block > 0 ? (static_cast<int64_t>(tokens.size()) + tokens_per_block - 1) /
-                                      tokens_per_block
-                                : 0;
+    return tokens_per_block > 0
+               ? (static_cast<int64_t>(tokens.size()) + tokens_per_block - 1) / tokens_per_block
+               : 0;
   }
 };
 
