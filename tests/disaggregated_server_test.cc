@@ -179,6 +179,33 @@ TEST_F(DisaggregatedServerTest, TheRouterServesTheAggregatedTextsAndTokens) {
     EXPECT_EQ(d_all, a_all) << "request " << i;
     EXPECT_FALSE(a_all.empty());
   }
+  // A first token that is the end token: nothing is output, as aggregated (the context phase
+  // streams nothing ahead); with min_tokens it is banned in both phases alike.
+  {
+    const std::vector<int32_t> prompt(prefix.begin(), prefix.begin() + 40);
+    const GrpcOutcome plain =
+        RunGrpc(ctx_->grpc_port, testing::LlmRequest("tensorrt_llm", "e", {prompt}, 4, false));
+    ASSERT_EQ(plain.error, "");
+    ASSERT_FALSE(plain.ids.empty());
+    ASSERT_GT(plain.ids.back().size(), prompt.size());
+    const int32_t first = plain.ids.back()[prompt.size()];
+    for (bool streaming : {false, true}) {
+      for (int32_t min_tokens : {0, 2}) {
+        auto q = testing::LlmRequest("tensorrt_llm", "e", {prompt}, 4, streaming);
+        AddInput(&q, "end_id", "INT32", {1, 1}, Raw(first));
+        if (min_tokens > 0) AddInput(&q, "min_tokens", "INT32", {1, 1}, Raw(min_tokens));
+        const GrpcOutcome a = RunGrpc(ctx_->grpc_port, q);
+        const GrpcOutcome d = RunGrpc(front_->grpc_port, q);
+        ++sent;
+        ASSERT_EQ(a.error, "");
+        EXPECT_EQ(d.error, "") << streaming << " " << min_tokens;
+        std::vector<int32_t> a_all, d_all;
+        for (const auto& v : a.ids) a_all.insert(a_all.end(), v.begin(), v.end());
+        for (const auto& v : d.ids) d_all.insert(d_all.end(), v.begin(), v.end());
+        EXPECT_EQ(d_all, a_all) << "streaming " << streaming << ", min_tokens " << min_tokens;
+      }
+    }
+  }
   // The OpenAI API of the front server runs through the router too.
   const nlohmann::json completion = {
       {"model", "ensemble"}, {"prompt", kPrompts[1]}, {"max_tokens", 24}, {"temperature", 0}};

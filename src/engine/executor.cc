@@ -115,7 +115,8 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
     // The context phase draws one token of one sequence; the generation instance runs the
     // request as asked (its own sampler draws the same first token from the same logits).
     request.max_tokens = 1;
-    request.min_tokens = 0;
+    // min_tokens keeps the end token from being drawn first, as in the generation phase.
+    request.min_tokens = std::min(request.min_tokens, 1);
     request.num_return_sequences = 1;
     request.beam_width = 1;
     request.streaming = false;

@@ -81,6 +81,7 @@ void Scheduler::AddRunning(Sequence* seq) {
 }
 
 void Scheduler::DropBlocks(Sequence* seq) {
+  seq->handoff_pending = false;
   if (seq->copy_src >= 0) {
     blocks_.Release({seq->copy_src});
     seq->copy_src = -1;
@@ -379,8 +380,10 @@ int32_t Scheduler::AcquireWindowPrefix(Sequence* seq, const std::vector<uint64_t
 }
 
 bool Scheduler::LowerTierUsable(const Sequence& seq) const {
+  // A generation-only request's prefix comes from its hand-off, never from the tiers.
   return lower_.load && config_.enable_kv_cache_reuse && (!window_blocks_ || lower_.load_window) &&
-         !seq.request->request.lora && !seq.request->request.return_context_logits;
+         !seq.request->request.context_phase && !seq.request->request.lora &&
+         !seq.request->request.return_context_logits;
 }
 
 bool Scheduler::LowerTierReady(const Sequence& seq) {
@@ -427,16 +430,26 @@ void Scheduler::TakeHandoff(Sequence* seq) {
   uint64_t key = KvBlockManager::RootKey(rs->request.cache_salt);
   for (int64_t i = 0; i < n; ++i) {
     seq->blocks.push_back(*blocks_.Allocate());
-    if (!import_block_(seq->blocks.back(), h.kv.data() + i * h.block_bytes)) {
-      DropBlocks(seq);
-      return;
-    }
     if (i < full) key = blocks_.ChainKey(key, seq->tokens.data() + i * tpb);
   }
   // The last block may be partly filled: its slots past `covered` are written before read.
   seq->num_computed = static_cast<int32_t>(covered);
   seq->num_committed = static_cast<int32_t>(full);  // never committed (see CommitFullBlocks)
   seq->last_key = key;
+  seq->handoff_pending = true;  // copied in by FinishHandoff once admitted
+}
+
+void Scheduler::FinishHandoff(Sequence* seq) {
+  if (!seq->handoff_pending) return;
+  seq->handoff_pending = false;
+  RequestState* rs = seq->request;
+  const KvHandoff& h = *rs->request.context_phase;
+  const int64_t n = h.num_blocks();
+  for (int64_t i = 0; i < n; ++i) {
+    // The executor refuses hand-offs its runner cannot import (Enqueue), so this holds.
+    INFLIGHT_CHECK(
+        import_block_(seq->blocks[static_cast<size_t>(i)], h.kv.data() + i * h.block_bytes));
+  }
   rs->stats.num_allocated_blocks += static_cast<int32_t>(n);
   rs->stats.num_imported_blocks = static_cast<int32_t>(n);
 }
@@ -607,9 +620,12 @@ void Scheduler::AdmitWaiting(int32_t& budget) {
     }
     policy_->Admitted(*seq, static_cast<int64_t>(seq->blocks.size() - held));
     if (latency_held) ++out_.waiting_for_latency_budget;  // starts, with a shorter chunk
-    out_.num_reused_blocks += seq->num_committed;
+    // A hand-off's blocks are imported, not reused from the cache.
+    const int32_t reused = seq->handoff_pending ? 0 : seq->num_committed;
+    FinishHandoff(seq);
+    out_.num_reused_blocks += reused;
     out_.num_disk_reused_blocks += seq->disk_blocks;
-    seq->request->stats.num_reused_blocks += seq->num_committed;
+    seq->request->stats.num_reused_blocks += reused;
     seq->request->stats.num_disk_reused_blocks += seq->disk_blocks;
     seq->state = SequenceState::kRunning;
     running_.push_back(seq);

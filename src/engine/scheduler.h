@@ -177,6 +177,7 @@ class Scheduler {
 
  private:
   void TakeHandoff(Sequence* seq);
+  void FinishHandoff(Sequence* seq);
   int32_t ChunkSize(const Sequence& seq, int32_t budget) const;
   bool EnsureBlocks(Sequence* seq, int64_t num_tokens);
   // Blocks an allocation in every group can have now.

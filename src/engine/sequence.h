@@ -45,6 +45,9 @@ struct Sequence {
   int32_t window_copy_src = -1;  // the same slots' source in the window group
   int32_t copy_tokens = 0;
   int32_t disk_blocks = 0;  // of the prefix taken at admission, read from the disk tier
+  // A generation-only admission took blocks for its hand-off; their K/V is copied in once the
+  // admission holds (a blocked admission drops the blocks without the copy).
+  bool handoff_pending = false;
   int32_t copy_index = 0;
   int64_t scheduled_step = -1;  // last step that scheduled it
   Sampler sampler;

@@ -10,6 +10,7 @@
 #include <list>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "base/logging.h"
@@ -310,11 +311,15 @@ class DisaggregatedBackend : public ModelBackend {
     Worker& w = workers_.back();
     w.cancel = request.cancel;
     w.done = std::make_shared<std::atomic<bool>>(false);
-    w.thread = std::thread(
-        [this, request = std::move(request), sink = std::move(sink), done = w.done]() mutable {
-          Flow(std::move(request), sink);
-          done->store(true);
-        });
+    try {
+      w.thread = std::thread([this, request = std::move(request), sink, done = w.done]() mutable {
+        Flow(std::move(request), sink);
+        done->store(true);
+      });
+    } catch (const std::system_error& e) {
+      workers_.pop_back();
+      sink(ErrorResponse(UnavailableError(std::string("no thread for the request: ") + e.what())));
+    }
   }
 
  private:
@@ -333,8 +338,16 @@ class DisaggregatedBackend : public ModelBackend {
     ctx.model_version = -1;
     ctx.parameters["request_type"] = std::string("context_only");
     ctx.requested_outputs.clear();
-    std::erase_if(ctx.inputs,
-                  [](const InferTensor& t) { return t.name == "context_phase_params"; });
+    // Its output_ids are then the drawn token alone: none when it drew the end token.
+    std::erase_if(ctx.inputs, [](const InferTensor& t) {
+      return t.name == "context_phase_params" || t.name == "exclude_input_in_output";
+    });
+    InferTensor exclude;
+    exclude.name = "exclude_input_in_output";
+    exclude.dtype = inference::TYPE_BOOL;
+    exclude.shape = {1, 1};
+    exclude.data = std::string(1, '\1');
+    ctx.inputs.push_back(std::move(exclude));
     InferResponse context_final;
     Status error;
     Status ran = context_->Run(std::move(ctx), [&](InferResponse&& r) {
@@ -348,21 +361,23 @@ class DisaggregatedBackend : public ModelBackend {
     }
     const InferTensor* handoff = FindOutput(context_final, "context_phase_params");
     const InferTensor* ids = FindOutput(context_final, "output_ids");
-    if (!handoff || !ids || ids->data.size() < sizeof(int32_t)) {
+    if (!handoff) {
       sink(Failure(InternalError(context_->name() +
                                  " returned no context_phase_params (is it a tensorrt_llm model "
                                  "that serves context_only requests?)")));
       return;
     }
+    // The first token goes out now when it is the stream's first token as is (and there is
+    // one: a first end token is not output).
     int32_t first = 0;
-    std::memcpy(&first, ids->data.data() + ids->data.size() - sizeof(int32_t), sizeof first);
-
-    // The first token goes out now when it is the stream's first token as is.
-    const bool early =
-        BoolInput(request, "streaming") && IntInput(request, "num_return_sequences", 1) <= 1 &&
-        IntInput(request, "beam_width", 1) <= 1 && !BoolInput(request, "return_log_probs") &&
-        !BoolInput(request, "return_generation_logits") &&
-        !request.parameters.count("num_top_logprobs");
+    const bool drew = ids && ids->data.size() == sizeof(int32_t);
+    if (drew) std::memcpy(&first, ids->data.data(), sizeof first);
+    const bool early = drew && BoolInput(request, "streaming") &&
+                       IntInput(request, "num_return_sequences", 1) <= 1 &&
+                       IntInput(request, "beam_width", 1) <= 1 &&
+                       !BoolInput(request, "return_log_probs") &&
+                       !BoolInput(request, "return_generation_logits") &&
+                       !request.parameters.count("num_top_logprobs");
     if (early) {
       InferResponse r;
       r.model_name = model_name_;
