@@ -253,6 +253,11 @@ TEST_F(DisaggregatedServerTest, ACorruptHandOffIsRefusedNeverDecoded) {
   const GrpcOutcome bad = generation(corrupt);
   EXPECT_NE(bad.error.find("checksum"), std::string::npos) << bad.error;
   EXPECT_EQ(generation(handoff.substr(0, handoff.size() - 4)).error.empty(), false);
+  // An unknown request_type is refused naming the three values.
+  auto unknown = testing::LlmRequest("tensorrt_llm", "u", {prompt}, 8, false);
+  (*unknown.mutable_parameters())["request_type"].set_string_param("context_first");
+  EXPECT_NE(RunGrpc(gen_->grpc_port, unknown).error.find("context_and_generation, context_only"),
+            std::string::npos);
   // Only the good one was a transfer.
   EXPECT_EQ(Transfers("request_count"), 1);
 }

@@ -111,19 +111,7 @@ StatusOr<RequestId> Executor::Enqueue(Request request) {
     request.max_tokens = static_cast<int32_t>(context_length_ - prompt);
   }
   RETURN_IF_ERROR(Health());
-  if (request.request_type == RequestType::kContextOnly) {
-    // The context phase draws one token of one sequence; the generation instance runs the
-    // request as asked (its own sampler draws the same first token from the same logits).
-    request.max_tokens = 1;
-    // min_tokens keeps the end token from being drawn first, as in the generation phase.
-    request.min_tokens = std::min(request.min_tokens, 1);
-    request.num_return_sequences = 1;
-    request.beam_width = 1;
-    request.streaming = false;
-    request.draft_tokens.clear();
-    request.draft_logits.clear();
-    request.return_generation_logits = false;
-  }
+  if (request.request_type == RequestType::kContextOnly) AsContextPhase(&request);
   RETURN_IF_ERROR(Validate(request));
   if (request.prompt_table) {
     // Virtual tokens mean this table's rows: prefix reuse only among equal tables.

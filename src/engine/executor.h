@@ -124,6 +124,8 @@ class Executor {
   // generation-only request's hand-off against its prompt, salt and adapter (after Enqueue
   // salted it).
   Status CheckDisaggregated(const Request& r) const;
+  // A context-only request as the context phase runs it: one sequence drawing one token.
+  static void AsContextPhase(Request* r);
   // Context-only: the hand-off of the sequence's whole prompt blocks (engine thread, before its
   // blocks are released).
   void ExportHandoff(Sequence* seq);

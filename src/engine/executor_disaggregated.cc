@@ -1,6 +1,7 @@
 // Disaggregated serving in the executor: a context-only request's hand-off exported when its
 // sequence finishes, and a generation-only request's hand-off checked at Enqueue (the
 // scheduler imports its blocks at admission, engine/scheduler.h).
+#include <algorithm>
 #include <chrono>
 
 #include "engine/executor.h"
@@ -58,6 +59,20 @@ Status Executor::CheckDisaggregated(const Request& r) const {
     return InvalidArgumentError(
         "context_phase_params was computed under another cache salt or LoRA adapter");
   return OkStatus();
+}
+
+// The generation instance runs the request as asked (its own sampler draws the same first
+// token from the same logits).
+void Executor::AsContextPhase(Request* r) {
+  r->max_tokens = 1;
+  // min_tokens keeps the end token from being drawn first, as in the generation phase.
+  r->min_tokens = std::min(r->min_tokens, 1);
+  r->num_return_sequences = 1;
+  r->beam_width = 1;
+  r->streaming = false;
+  r->draft_tokens.clear();
+  r->draft_logits.clear();
+  r->return_generation_logits = false;
 }
 
 void Executor::ExportHandoff(Sequence* seq) {
