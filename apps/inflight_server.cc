@@ -330,6 +330,17 @@ int main(int argc, char** argv) {
       "--disaggregated-generation-url", init.generation_url,
       "Disaggregated serving: ... and its generation phase to the server at this host:port");
   init_cmd
+      ->add_option("--disaggregated-transport", init.disaggregated_transport,
+                   "Disaggregated serving: how the K/V goes from the context server to the "
+                   "generation server: inline (in the gRPC responses, through this router) or "
+                   "shm (a shared-memory segment of their --context-phase-shm-dir; same host)")
+      ->check(CLI::IsMember({"inline", "shm"}));
+  init_cmd->add_option(
+      "--context-phase-shm-dir", init.context_phase_shm_dir,
+      "Disaggregated serving, on a worker: the folder (tmpfs, e.g. under /dev/shm; inside the "
+      "repository or an allowed model path) of the hand-off segments a router's shm transport "
+      "uses; context and generation servers name the same one");
+  init_cmd
       ->add_option("--moe-tp-size", init.moe_tp_size,
                    "Ranks of an expert-parallel group that split each expert's columns (0: "
                    "derived)")

@@ -225,6 +225,14 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   if (!WriteParallelSeed(dir + "/parallel-step-seed.bin")) return 1;
   if (!WriteHandoffSeed(dir + "/kv-handoff-seed.bin")) return 1;
+  {
+    // A shared-memory segment descriptor (kvcache/kv_handoff_shm.h): magic, size, 32 hex.
+    std::string d = "IFKVSHM1";
+    const uint64_t n = 64;
+    d.append(reinterpret_cast<const char*>(&n), sizeof n);
+    d.append("0123456789abcdef0123456789abcdef");
+    std::ofstream(dir + "/kv-handoff-shm-seed.bin", std::ios::binary) << d;
+  }
   if (!WriteFamilySeeds(dir)) return 1;
   inflight::GgufWriter w;
   w.SetString("general.architecture", "llama");

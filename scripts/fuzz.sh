@@ -24,7 +24,7 @@ mv "$seeds"/gguf-seed*.gguf "$seeds/gguf/"
 mv "$seeds/seed.safetensors" "$seeds/safetensors/"
 mv "$seeds/text-seed.txt" "$seeds/tokenizer/"
 mv "$seeds/parallel-step-seed.bin" "$seeds/parallel_wire/"
-mv "$seeds/kv-handoff-seed.bin" "$seeds/kv_handoff/"
+mv "$seeds/kv-handoff-seed.bin" "$seeds/kv-handoff-shm-seed.bin" "$seeds/kv_handoff/"
 cp -r fuzz/seeds/kserve fuzz/seeds/model_config fuzz/seeds/jinja fuzz/seeds/openai fuzz/seeds/guide "$seeds/"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # One libFuzzer process per core: each target is single-threaded.

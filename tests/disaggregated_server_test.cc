@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "llm_grpc_requests.h"
@@ -93,15 +94,34 @@ GrpcOutcome RunGrpc(int port, inference::ModelInferRequest q) {
   return out;
 }
 
+// Every token of a stream's responses, in order.
+std::vector<int32_t> AllIds(const GrpcOutcome& o) {
+  std::vector<int32_t> all;
+  for (const auto& v : o.ids) all.insert(all.end(), v.begin(), v.end());
+  return all;
+}
+
 class DisaggregatedServerTest : public ::testing::Test {
  protected:
+  // The shared-memory transport: both workers name one segment folder (in their repository),
+  // segments live kShmTtlMs.
+  virtual bool Shm() const { return false; }
+  static constexpr int kShmTtlMs = 3000;
+
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("disagg_server_" + std::to_string(getpid()));
     const std::string init = std::string(INFLIGHT_BINARY_DIR) +
                              "/apps/inflight-server init-repo --model " + DemoModel() +
                              " --max-beam-width 2 --force";
-    ASSERT_EQ(
-        std::system((init + " --out " + (root_ / "workers").string() + " >/dev/null").c_str()), 0);
+    ASSERT_EQ(std::system((init + " --out " + (root_ / "workers").string() +
+                           (Shm() ? " --context-phase-shm-dir handoff" : "") + " >/dev/null")
+                              .c_str()),
+              0);
+    if (Shm()) {
+      std::ofstream(root_ / "workers/tensorrt_llm/config.pbtxt", std::ios::app)
+          << "parameters: { key: \"context_phase_shm_ttl_ms\" value: { string_value: \""
+          << kShmTtlMs << "\" } }\n";
+    }
     ctx_ = testing::ServerProcess::Start({"--model-repository", (root_ / "workers").string()});
     gen_ = testing::ServerProcess::Start({"--model-repository", (root_ / "workers").string()});
     ASSERT_TRUE(ctx_ && gen_);
@@ -109,7 +129,8 @@ class DisaggregatedServerTest : public ::testing::Test {
     gen_url_ = "127.0.0.1:" + std::to_string(gen_->grpc_port);
     ASSERT_EQ(std::system((init + " --out " + (root_ / "front").string() +
                            " --disaggregated-context-url " + ctx_url_ +
-                           " --disaggregated-generation-url " + gen_url_ + " >/dev/null")
+                           " --disaggregated-generation-url " + gen_url_ +
+                           (Shm() ? " --disaggregated-transport shm" : "") + " >/dev/null")
                               .c_str()),
               0);
     front_ = testing::ServerProcess::Start({"--model-repository", (root_ / "front").string()});
@@ -168,14 +189,14 @@ TEST_F(DisaggregatedServerTest, TheRouterServesTheAggregatedTextsAndTokens) {
     }
     if (i == 7) AddInput(&q, "beam_width", "INT32", {1, 1}, Raw(int32_t{2}));
     const GrpcOutcome a = RunGrpc(ctx_->grpc_port, q);
+    // The router sets the transport itself, whatever a client asks.
+    if (i == 1) (*q.mutable_parameters())["context_phase_transport"].set_string_param("shm");
     const GrpcOutcome d = RunGrpc(front_->grpc_port, q);
     ++sent;
     ASSERT_EQ(a.error, "") << i;
     EXPECT_EQ(d.error, "") << i;
     // Streams: the same tokens in all (the router sends the first one ahead, alone).
-    std::vector<int32_t> a_all, d_all;
-    for (const auto& v : a.ids) a_all.insert(a_all.end(), v.begin(), v.end());
-    for (const auto& v : d.ids) d_all.insert(d_all.end(), v.begin(), v.end());
+    const std::vector<int32_t> a_all = AllIds(a), d_all = AllIds(d);
     EXPECT_EQ(d_all, a_all) << "request " << i;
     EXPECT_FALSE(a_all.empty());
   }
@@ -199,10 +220,8 @@ TEST_F(DisaggregatedServerTest, TheRouterServesTheAggregatedTextsAndTokens) {
         ++sent;
         ASSERT_EQ(a.error, "");
         EXPECT_EQ(d.error, "") << streaming << " " << min_tokens;
-        std::vector<int32_t> a_all, d_all;
-        for (const auto& v : a.ids) a_all.insert(a_all.end(), v.begin(), v.end());
-        for (const auto& v : d.ids) d_all.insert(d_all.end(), v.begin(), v.end());
-        EXPECT_EQ(d_all, a_all) << "streaming " << streaming << ", min_tokens " << min_tokens;
+        EXPECT_EQ(AllIds(d), AllIds(a))
+            << "streaming " << streaming << ", min_tokens " << min_tokens;
       }
     }
   }
@@ -258,6 +277,13 @@ TEST_F(DisaggregatedServerTest, ACorruptHandOffIsRefusedNeverDecoded) {
   (*unknown.mutable_parameters())["request_type"].set_string_param("context_first");
   EXPECT_NE(RunGrpc(gen_->grpc_port, unknown).error.find("context_and_generation, context_only"),
             std::string::npos);
+  // The shared-memory transport on a model without a segment folder: refused, naming it.
+  auto in_shm = q;
+  (*in_shm.mutable_parameters())["context_phase_transport"].set_string_param("shm");
+  EXPECT_NE(RunGrpc(ctx_->grpc_port, in_shm).error.find("no context_phase_shm_dir"),
+            std::string::npos);
+  std::string descriptor = "IFKVSHM1" + std::string(8, '\0') + std::string(32, 'a');
+  EXPECT_NE(generation(descriptor).error.find("no context_phase_shm_dir"), std::string::npos);
   // Only the good one was a transfer.
   EXPECT_EQ(Transfers("request_count"), 1);
 }
@@ -336,6 +362,130 @@ TEST_F(DisaggregatedServerTest, KillingAWorkerEndsItsStreamsNamingItAndTurnsTheR
   }
   EXPECT_NE(answer.find("context model 'tensorrt_llm' at " + ctx_url_), std::string::npos)
       << answer;
+}
+
+// The K/V through a shared-memory segment: the router carries only the descriptor, the
+// outputs are the aggregated ones, every segment is taken (the folder ends empty), a
+// descriptor is good once, a segment changed in the folder is refused by its checksum, and a
+// segment nobody takes expires.
+class DisaggregatedShmTest : public DisaggregatedServerTest {
+ protected:
+  bool Shm() const override { return true; }
+};
+
+double SegmentMetric(const testing::ServerProcess& server, const std::string& what) {
+  return testing::MetricValue(testing::MetricsText(server.metrics_port),
+                              "inflight_kv_handoff_segments", {{"value", what}});
+}
+
+// inflight_kv_handoff_segments{value=what} reaches `want` (metrics are sampled every 100 ms).
+bool Segments(const testing::ServerProcess& server, const std::string& what, double want) {
+  for (int i = 0; i < 30; ++i) {
+    if (SegmentMetric(server, what) == want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << what << ": " << SegmentMetric(server, what) << ", want " << want;
+  return false;
+}
+
+TEST_F(DisaggregatedShmTest, TheHandOffGoesThroughASegmentReadOnce) {
+  const fs::path folder = root_ / "workers/tensorrt_llm/handoff";
+  ASSERT_TRUE(fs::is_directory(folder));
+  std::mt19937 rng(11);
+  int sent = 0;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 20 + 60 * i; ++j) prompt.push_back(3 + static_cast<int32_t>(rng() % 500));
+    auto q = testing::LlmRequest("tensorrt_llm", "s" + std::to_string(i), {prompt}, 10, i % 2 == 1);
+    if (i == 2) {
+      AddInput(&q, "temperature", "FP32", {1, 1}, Raw(0.8f));
+      AddInput(&q, "seed", "UINT64", {1, 1}, Raw(uint64_t{42}));
+    }
+    if (i == 3) AddInput(&q, "beam_width", "INT32", {1, 1}, Raw(int32_t{2}));
+    const GrpcOutcome a = RunGrpc(ctx_->grpc_port, q);
+    const GrpcOutcome d = RunGrpc(front_->grpc_port, q);
+    ++sent;
+    ASSERT_EQ(a.error, "") << i;
+    EXPECT_EQ(d.error, "") << i;
+    const std::vector<int32_t> a_all = AllIds(a), d_all = AllIds(d);
+    EXPECT_EQ(d_all, a_all) << "request " << i;
+  }
+  EXPECT_EQ(Generate(front_->http_port, kPrompts[1]), Generate(ctx_->http_port, kPrompts[1]));
+  ++sent;
+  EXPECT_EQ(Transfers("request_count"), sent);
+  EXPECT_TRUE(fs::is_empty(folder)) << "a segment was left behind";
+  // Each went through a segment: written by the context server, taken by the generation one.
+  EXPECT_TRUE(Segments(*ctx_, "written", sent));
+  EXPECT_TRUE(Segments(*gen_, "taken", sent));
+  EXPECT_TRUE(Segments(*ctx_, "declined", 0));
+
+  // A context phase asked for a segment answers its 48-byte descriptor.
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 90; ++i) prompt.push_back(5 + (i * 37) % 400);
+  auto q = testing::LlmRequest("tensorrt_llm", "c", {prompt}, 8, false);
+  (*q.mutable_parameters())["request_type"].set_string_param("context_only");
+  (*q.mutable_parameters())["context_phase_transport"].set_string_param("shm");
+  auto context_phase = [&] {
+    const GrpcOutcome c = RunGrpc(ctx_->grpc_port, q);
+    EXPECT_EQ(c.error, "");
+    for (int i = 0; i < c.last.outputs_size(); ++i)
+      if (c.last.outputs(i).name() == "context_phase_params") return c.last.raw_output_contents(i);
+    return std::string();
+  };
+  auto generation = [&](const std::string& blob) {
+    auto g = testing::LlmRequest("tensorrt_llm", "g", {prompt}, 8, false);
+    (*g.mutable_parameters())["request_type"].set_string_param("generation_only");
+    AddInput(&g, "context_phase_params", "UINT8", {1, static_cast<int64_t>(blob.size())}, blob);
+    return RunGrpc(gen_->grpc_port, g);
+  };
+  const std::string descriptor = context_phase();
+  ASSERT_EQ(descriptor.size(), 48u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(folder), fs::directory_iterator()), 1);
+  // A request refused before it is accepted leaves the segment for a corrected one.
+  {
+    auto g = testing::LlmRequest("tensorrt_llm", "g", {prompt}, 8, false);
+    (*g.mutable_parameters())["request_type"].set_string_param("generation_only");
+    AddInput(&g, "context_phase_params", "UINT8", {1, 48}, descriptor);
+    AddInput(&g, "beam_width", "INT32", {1, 1}, Raw(int32_t{64}));
+    EXPECT_NE(RunGrpc(gen_->grpc_port, g).error.find("beam_width"), std::string::npos);
+  }
+  const GrpcOutcome good = generation(descriptor);
+  ASSERT_EQ(good.error, "");
+  const GrpcOutcome plain =
+      RunGrpc(gen_->grpc_port, testing::LlmRequest("tensorrt_llm", "p", {prompt}, 8, false));
+  EXPECT_EQ(good.ids.back(), plain.ids.back());
+  EXPECT_NE(generation(descriptor).error.find("is gone"), std::string::npos);
+
+  // Changed in the folder: its checksum refuses it.
+  const std::string changed = context_phase();
+  ASSERT_EQ(changed.size(), 48u);
+  {
+    const fs::path seg = folder / ("ifkv-" + changed.substr(16));
+    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(seg) / 2));
+    f.put('\x5a');
+  }
+  EXPECT_NE(generation(changed).error.find("checksum"), std::string::npos);
+
+  // Nobody takes it: it expires (the context server's periodic sweep removes it).
+  const std::string orphan = context_phase();
+  ASSERT_EQ(orphan.size(), 48u);
+  EXPECT_TRUE(fs::exists(folder / ("ifkv-" + orphan.substr(16))));
+  const auto start = std::chrono::steady_clock::now();
+  while (!fs::is_empty(folder) &&
+         std::chrono::steady_clock::now() - start < std::chrono::milliseconds(kShmTtlMs + 5000))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(fs::is_empty(folder)) << "an orphan segment outlived its lifetime";
+  EXPECT_NE(generation(orphan).error.find("is gone"), std::string::npos);
+  EXPECT_EQ(Transfers("request_count"), sent + 1);
+  EXPECT_TRUE(Segments(*ctx_, "written", sent + 3));
+  // Either server's sweep may have removed the orphan.
+  const auto expired = [&] {
+    return SegmentMetric(*ctx_, "expired") + SegmentMetric(*gen_, "expired");
+  };
+  for (int i = 0; i < 30 && expired() != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(expired(), 1);
 }
 
 }  // namespace

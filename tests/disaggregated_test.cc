@@ -5,12 +5,16 @@
 // model. A hand-off that is corrupt, truncated or for another prompt, salt or model is
 // refused, and imported K/V is never offered to other requests.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "engine_test_util.h"
+#include "kvcache/kv_handoff_shm.h"
 #include "parallel_scenario.h"
 
 namespace inflight::testing {
@@ -280,6 +284,113 @@ TEST(DisaggregatedTest, BadHandOffsAreRefusedNeverDecoded) {
       want);
   EXPECT_EQ(honest.finals.back().stats.num_reused_blocks, 0);
   std::filesystem::remove(path);
+}
+
+// The same-host transport: a segment is read once, only by its descriptor, and nothing a
+// client names or plants in the folder (another name, a link, a FIFO, a wrong size) is read.
+TEST(KvHandoffShm, ASegmentIsReadOnceByItsDescriptorAndNothingElseIs) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kv_handoff_shm_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto opened = KvHandoffShm::Open(dir.string(), 60000, 1 << 20);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  KvHandoffShm& shm = **opened;
+  std::vector<uint8_t> bytes(5000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7);
+  auto written = shm.Write(bytes.data(), bytes.size());
+  ASSERT_TRUE(written.ok() && written->has_value());
+  const std::string desc = **written;
+  ASSERT_EQ(desc.size(), kKvHandoffShmDescriptorBytes);
+  const auto* d = reinterpret_cast<const uint8_t*>(desc.data());
+  EXPECT_TRUE(IsKvHandoffShmDescriptor(d, desc.size()));
+  EXPECT_FALSE(IsKvHandoffShmDescriptor(bytes.data(), bytes.size()));
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    ++files;
+    EXPECT_EQ(fs::status(e).permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write);
+  }
+  EXPECT_EQ(files, 1);
+  EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(shm.Sweep(), 5000);
+  auto taken = shm.Take(d, desc.size());
+  ASSERT_TRUE(taken.ok()) << taken.status().message();
+  EXPECT_EQ(std::vector<uint8_t>(taken->data(), taken->data() + taken->size()), bytes);
+  EXPECT_TRUE(fs::is_empty(dir));
+  auto again = shm.Take(d, desc.size());
+  EXPECT_EQ(again.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(again.status().message().find("is gone"), std::string::npos);
+
+  // Malformed descriptors: short, a name that is not hex (a path), a size beyond the bound.
+  EXPECT_EQ(shm.Take(d, desc.size() - 1).status().code(), StatusCode::kInvalidArgument);
+  std::string path_name = desc;
+  std::memcpy(&path_name[16], "../../../../../../../etc/passwd", 31);
+  EXPECT_NE(shm.Take(reinterpret_cast<const uint8_t*>(path_name.data()), path_name.size())
+                .status()
+                .message()
+                .find("malformed"),
+            std::string::npos);
+  std::string huge = desc;
+  const uint64_t big = uint64_t{1} << 40;
+  std::memcpy(&huge[8], &big, sizeof big);
+  EXPECT_EQ(shm.Take(reinterpret_cast<const uint8_t*>(huge.data()), huge.size()).status().code(),
+            StatusCode::kInvalidArgument);
+
+  // Planted under a descriptor's name: a link to another file, a FIFO (no hang), a file of
+  // another size than announced.
+  auto name_of = [](const std::string& desc) { return "ifkv-" + desc.substr(16); };
+  auto planted = [&](auto plant) {
+    auto w = shm.Write(bytes.data(), bytes.size());
+    EXPECT_TRUE(w.ok() && w->has_value());
+    const std::string dsc = **w;
+    const fs::path f = dir / name_of(dsc);
+    fs::remove(f);
+    plant(f);
+    auto t = shm.Take(reinterpret_cast<const uint8_t*>(dsc.data()), dsc.size());
+    fs::remove(f);
+    return t.ok() ? std::string("read") : t.status().message();
+  };
+  const fs::path secret = dir.parent_path() / ("kv_handoff_secret_" + std::to_string(getpid()));
+  { std::ofstream(secret) << std::string(5000, 's'); }
+  EXPECT_NE(planted([&](const fs::path& f) { fs::create_symlink(secret, f); }).find("is a link"),
+            std::string::npos);
+  EXPECT_NE(planted([&](const fs::path& f) {
+              ASSERT_EQ(mkfifo(f.c_str(), 0600), 0);
+            }).find("not the file its descriptor announces"),
+            std::string::npos);
+  EXPECT_NE(planted([&](const fs::path& f) {
+              fs::create_hard_link(secret, f);
+            }).find("not the file its descriptor announces"),
+            std::string::npos);
+  EXPECT_NE(planted([&](const fs::path& f) { std::ofstream(f) << "short"; }).find("announces"),
+            std::string::npos);
+  fs::remove(secret);
+
+  // Bounded: past max_bytes of live segments Write declines (the caller sends inline).
+  std::vector<uint8_t> big_bytes(400 << 10, 1);
+  std::vector<std::string> kept;
+  for (int i = 0; i < 2; ++i) {
+    auto w = shm.Write(big_bytes.data(), big_bytes.size());
+    ASSERT_TRUE(w.ok() && w->has_value());
+    kept.push_back(**w);
+  }
+  auto full = shm.Write(big_bytes.data(), big_bytes.size());
+  ASSERT_TRUE(full.ok());
+  EXPECT_FALSE(full->has_value());
+
+  // Segments nobody took expire (here aged by hand): swept, and their descriptors are gone.
+  for (const auto& e : fs::directory_iterator(dir))
+    fs::last_write_time(e.path(), fs::last_write_time(e.path()) - std::chrono::minutes(5));
+  EXPECT_EQ(shm.Sweep(), 0);
+  EXPECT_TRUE(fs::is_empty(dir));
+  EXPECT_EQ(
+      shm.Take(reinterpret_cast<const uint8_t*>(kept[0].data()), kept[0].size()).status().code(),
+      StatusCode::kNotFound);
+  auto room = shm.Write(big_bytes.data(), big_bytes.size());
+  ASSERT_TRUE(room.ok());
+  EXPECT_TRUE(room->has_value());
+  fs::remove_all(dir);
 }
 
 }  // namespace

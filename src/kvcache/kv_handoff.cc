@@ -43,7 +43,11 @@ uint64_t KvHandoffFingerprint(const std::string& layout) {
   return KvChecksum(layout.data(), layout.size());
 }
 
-std::vector<uint8_t> SerializeKvHandoff(const KvHandoff& h) {
+size_t KvHandoffSerializedSize(const KvHandoff& h) {
+  return sizeof(Header) + (h.tokens.size() + h.first_tokens.size()) * sizeof(int32_t) + h.kv.size();
+}
+
+void SerializeKvHandoffTo(const KvHandoff& h, uint8_t* out) {
   Header hd{};
   std::memcpy(hd.magic, kMagic, sizeof kMagic);
   hd.version = kVersion;
@@ -58,14 +62,18 @@ std::vector<uint8_t> SerializeKvHandoff(const KvHandoff& h) {
   hd.block_bytes = static_cast<uint64_t>(h.block_bytes);
   const size_t ids = h.tokens.size() * sizeof(int32_t);
   const size_t firsts = h.first_tokens.size() * sizeof(int32_t);
-  std::vector<uint8_t> out(sizeof(Header) + ids + firsts + h.kv.size());
-  uint8_t* body = out.data() + sizeof(Header);
+  uint8_t* body = out + sizeof(Header);
   if (ids) std::memcpy(body, h.tokens.data(), ids);
   if (firsts) std::memcpy(body + ids, h.first_tokens.data(), firsts);
   if (!h.kv.empty()) std::memcpy(body + ids + firsts, h.kv.data(), h.kv.size());
-  hd.body_checksum = KvChecksum(body, out.size() - sizeof(Header));
+  hd.body_checksum = KvChecksum(body, ids + firsts + h.kv.size());
   hd.header_checksum = HeaderChecksum(hd);
-  std::memcpy(out.data(), &hd, sizeof hd);
+  std::memcpy(out, &hd, sizeof hd);
+}
+
+std::vector<uint8_t> SerializeKvHandoff(const KvHandoff& h) {
+  std::vector<uint8_t> out(KvHandoffSerializedSize(h));
+  SerializeKvHandoffTo(h, out.data());
   return out;
 }
 

@@ -49,6 +49,9 @@ struct KvHandoff {
 uint64_t KvHandoffFingerprint(const std::string& layout);
 
 std::vector<uint8_t> SerializeKvHandoff(const KvHandoff& h);
+// The same bytes written to `out`, which holds KvHandoffSerializedSize(h) of them.
+size_t KvHandoffSerializedSize(const KvHandoff& h);
+void SerializeKvHandoffTo(const KvHandoff& h, uint8_t* out);
 // INVALID_ARGUMENT saying what is wrong: not a hand-off, another version, sizes that do not
 // add up to `size`, a checksum that fails ("corrupt").
 StatusOr<KvHandoff> ParseKvHandoff(const uint8_t* data, size_t size);

@@ -266,12 +266,13 @@ class DisaggregatedBackend : public ModelBackend {
  public:
   DisaggregatedBackend(std::string model_name, std::string context_model,
                        std::string generation_model, std::unique_ptr<Target> context,
-                       std::unique_ptr<Target> generation)
+                       std::unique_ptr<Target> generation, bool handoff_in_shm)
       : model_name_(std::move(model_name)),
         context_model_(std::move(context_model)),
         generation_model_(std::move(generation_model)),
         context_(std::move(context)),
-        generation_(std::move(generation)) {}
+        generation_(std::move(generation)),
+        handoff_in_shm_(handoff_in_shm) {}
 
   ~DisaggregatedBackend() override {
     std::list<Worker> workers;
@@ -337,6 +338,9 @@ class DisaggregatedBackend : public ModelBackend {
     ctx.model_name = context_model_;
     ctx.model_version = -1;
     ctx.parameters["request_type"] = std::string("context_only");
+    // Two instances on one host: the K/V goes through a shared-memory segment, only its
+    // descriptor through here.
+    ctx.parameters["context_phase_transport"] = std::string(handoff_in_shm_ ? "shm" : "inline");
     ctx.requested_outputs.clear();
     // Its output_ids are then the drawn token alone: none when it drew the end token.
     std::erase_if(ctx.inputs, [](const InferTensor& t) {
@@ -392,6 +396,7 @@ class DisaggregatedBackend : public ModelBackend {
     gen.model_name = generation_model_;
     gen.model_version = -1;
     gen.parameters["request_type"] = std::string("generation_only");
+    gen.parameters.erase("context_phase_transport");  // the router's own, not the client's
     std::erase_if(gen.inputs,
                   [](const InferTensor& t) { return t.name == "context_phase_params"; });
     gen.inputs.push_back(*handoff);
@@ -437,6 +442,7 @@ class DisaggregatedBackend : public ModelBackend {
 
   std::string model_name_, context_model_, generation_model_;
   std::unique_ptr<Target> context_, generation_;
+  const bool handoff_in_shm_;
   std::mutex mu_;
   bool stopping_ = false;
   std::list<Worker> workers_;
@@ -458,6 +464,9 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateDisaggregatedBackend(
   const int64_t health_ms = GetIntParameter(config, "health_check_ms", 500);
   if (health_ms < 50 || health_ms > 60000)
     return InvalidArgumentError("parameter health_check_ms must be in [50, 60000]");
+  const std::string transport = GetParameter(config, "context_phase_transport").value_or("inline");
+  if (transport != "inline" && transport != "shm")
+    return InvalidArgumentError("parameter context_phase_transport must be inline or shm");
   auto make = [&](const char* role, const std::string& model,
                   const char* url_key) -> StatusOr<std::unique_ptr<Target>> {
     const std::string url = GetParameter(config, url_key).value_or("");
@@ -482,7 +491,7 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateDisaggregatedBackend(
   if (!gen.ok()) return gen.status();
   return std::unique_ptr<ModelBackend>(
       new DisaggregatedBackend(config.name(), *context_model, *generation_model,
-                               std::move(ctx).value(), std::move(gen).value()));
+                               std::move(ctx).value(), std::move(gen).value(), transport == "shm"));
 }
 
 }  // namespace inflight::serving

@@ -46,6 +46,7 @@ struct Metrics::Families {
   Family<Gauge>* trt_memory;
   Family<Gauge>* trt_kv;
   Family<Gauge>* kv_disk;
+  Family<Gauge>* kv_handoff;
   Family<Counter>* kv_reused_tier;
   Family<Gauge>* trt_ifb;
   Family<Gauge>* trt_v1;
@@ -135,6 +136,11 @@ Metrics::Metrics()
                        "written, dropped (write queue full), rejected (damaged or foreign files) "
                        "and evicted (size bound)",
                        r);
+  f_->kv_handoff = &Build(BuildGauge(), "inflight_kv_handoff_segments",
+                          "Disaggregated serving's shared-memory K/V hand-offs: segments written "
+                          "(context phases), taken (generation phases), expired (nobody took "
+                          "them), declined (folder full: sent inline), and the bytes live",
+                          r);
   f_->kv_reused_tier = &Build(BuildCounter(), "inflight_kv_cache_reused_blocks_total",
                               "Prompt blocks served from the KV cache instead of computed, by "
                               "tier: pool (in memory) or disk",
@@ -263,6 +269,16 @@ void Metrics::SetLlmGauges(const std::string& model, const std::string& version,
     disk("dropped", in.disk.dropped);
     disk("rejected", in.disk.rejected);
     disk("evicted", in.disk.evicted);
+  }
+  if (in.handoff.on) {
+    auto seg = [&](const char* what, int64_t v) {
+      f_->kv_handoff->Add(With(l, "value", what)).Set(static_cast<double>(v));
+    };
+    seg("written", in.handoff.written);
+    seg("taken", in.handoff.taken);
+    seg("expired", in.handoff.expired);
+    seg("declined", in.handoff.declined);
+    seg("live_bytes", in.handoff.live_bytes);
   }
   kv("fraction", in.blocks.total > 0 ? static_cast<double>(in.blocks.used) / in.blocks.total : 0.0);
   // The series above keep TensorRT-LLM's names and count the full group only. A model with

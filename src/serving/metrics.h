@@ -50,6 +50,10 @@ struct LlmGaugeInput {
     bool on = false;
     int64_t files = 0, bytes = 0, hits = 0, written = 0, dropped = 0, rejected = 0, evicted = 0;
   } disk;  // the KV cache's disk tier (kvcache/kv_disk_store.h)
+  struct HandoffSegments {
+    bool on = false;
+    int64_t written = 0, taken = 0, expired = 0, declined = 0, live_bytes = 0;
+  } handoff;  // disaggregated serving's shared-memory segments (kvcache/kv_handoff_shm.h)
 };
 
 class Metrics {

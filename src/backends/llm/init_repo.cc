@@ -217,6 +217,7 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
         {"context_model_url", o.context_url},
         {"generation_model_name", "tensorrt_llm"},
         {"generation_model_url", o.generation_url},
+        {"context_phase_transport", o.disaggregated_transport},
     });
     return c.str();
   }
@@ -238,6 +239,7 @@ std::string LlmConfig(const InitRepoOptions& o, const std::string& model_path,
       {"kv_cache_dtype", o.kv_cache_dtype},
       {"kv_cache_disk_path", o.kv_cache_disk_path},
       {"kv_cache_disk_bytes", std::to_string(o.kv_cache_disk_bytes)},
+      {"context_phase_shm_dir", o.context_phase_shm_dir},
       {"max_tokens_in_paged_kv_cache", "${max_tokens_in_paged_kv_cache}"},
       {"enable_kv_cache_reuse", o.enable_kv_cache_reuse ? "true" : "false"},
       {"enable_chunked_context", o.enable_chunked_context ? "true" : "false"},

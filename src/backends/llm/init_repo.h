@@ -43,7 +43,11 @@ struct InitRepoOptions {
   // (serving/disaggregated_backend.h) to the tensorrt_llm models of two other servers, given
   // as host:port of their gRPC endpoints (both or neither).
   std::string context_url, generation_url;
-  bool force = false;  // overwrite an existing folder's configs
+  // The router asks the context phase for its hand-off in a shared-memory segment ("shm") or
+  // inline ("inline"); the two workers then name the same context_phase_shm_dir.
+  std::string disaggregated_transport = "inline";
+  std::string context_phase_shm_dir;  // a worker's folder of hand-off segments (empty: none)
+  bool force = false;                 // overwrite an existing folder's configs
   // The model goes into the repository (<out>/weights/, a hard link where the filesystem
   // allows, else a copy) and the configs name it relatively, so the server's confinement of
   // config paths to the repository holds. False: the configs name the model where it is (the

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "backends/llm/guide_cache.h"
+#include "backends/llm/llm_disaggregated.h"
 #include "backends/llm/llm_inputs.h"
 #include "backends/llm/llm_params.h"
 #include "backends/llm/llm_stats.h"
@@ -144,8 +145,9 @@ struct Pending {
   bool batched = false;         // B > 1: responses carry batch_index
   bool multi_sequence = false;  // num_return_sequences > 1: responses carry sequence_index
   bool return_log_probs = false;
-  bool perf_metrics = false;   // return_perf_metrics: KV reuse and timing outputs
-  bool finish_reason = false;  // parameter return_finish_reason: sequence-final responses name why
+  bool perf_metrics = false;    // return_perf_metrics: KV reuse and timing outputs
+  bool finish_reason = false;   // parameter return_finish_reason: sequence-final responses name why
+  bool handoff_to_shm = false;  // context_phase_transport shm: the hand-off goes in a segment
   std::shared_ptr<CancelToken> cancel;  // set when the client went away
   std::shared_ptr<UsageMeter> usage;    // the tenant's token count, when limited
   Status failure;                       // the first error; the final response carries it
@@ -159,7 +161,8 @@ class LlmBackend : public ModelBackend {
   LlmBackend(std::unique_ptr<Model> model, const inflight::ModelConfig& model_config,
              std::unique_ptr<Model> draft_model, std::unique_ptr<Executor> executor,
              const LlmParams& params, const inference::ModelConfig& config,
-             const BackendContext& context, bool holds_mpi_world = false)
+             const BackendContext& context, std::unique_ptr<KvHandoffShm> handoff_shm,
+             bool holds_mpi_world = false)
       : model_(std::move(model)),
         model_config_(model_config),
         holds_mpi_world_(holds_mpi_world),
@@ -168,7 +171,8 @@ class LlmBackend : public ModelBackend {
         params_(params),
         config_(config),
         context_(context),
-        loras_(static_cast<size_t>(params.lora_cache_bytes)) {
+        loras_(static_cast<size_t>(params.lora_cache_bytes)),
+        handoff_shm_(std::move(handoff_shm)) {
     // max_queue_size 0 (unbounded in the reference) is bounded here: a request waiting
     // needs at least one KV block to ever run, so the cache's block count bounds the queue.
     // A negative max_queue_size is unbounded.
@@ -235,7 +239,7 @@ class LlmBackend : public ModelBackend {
   // embedding_bias ([vocab] or [B, vocab]): row b's non-zero entries become logit biases.
   Status ReadEmbeddingBias(const InferTensor& t, int64_t row, SamplingParams* sampling) const;
   StatusOr<Request> BuildRow(const InferRequest& r, int64_t row, const std::vector<int64_t>& ids,
-                             int64_t width, bool* perf_metrics);
+                             int64_t width, bool* perf_metrics, DisaggregatedRow* disaggregated);
   void OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result&& result);
   void StatsLoop();
   // The window group's sliding window in tokens: the model's sliding_window, which the engine
@@ -257,6 +261,7 @@ class LlmBackend : public ModelBackend {
   std::shared_ptr<const Tokenizer> tokenizer_;  // the weights' own (OpenAI frontend); may be null
   std::unique_ptr<GuideCache> guides_;          // guided decoding over tokenizer_'s vocabulary
   LoraCache loras_;                             // LoRA adapters by lora_task_id
+  const std::unique_ptr<KvHandoffShm> handoff_shm_;  // context_phase_shm_dir (null: none)
 
  public:
   // lora_prefetch_dir: every subfolder named by a task id holding a PEFT adapter.
@@ -342,8 +347,9 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   }
   std::vector<Request> rows;
   bool perf_metrics = false;
+  DisaggregatedRow disaggregated;
   for (int64_t b = 0; b < batch; ++b) {
-    auto row = BuildRow(r, b, *ids, width, &perf_metrics);
+    auto row = BuildRow(r, b, *ids, width, &perf_metrics, &disaggregated);
     if (!row.ok()) return fail(row.status());
     if (row->streaming && !decoupled) {
       return fail(InvalidArgumentError(
@@ -356,6 +362,11 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     return fail(ResourceExhaustedError("Maximum queue size of " + std::to_string(queue_bound_) +
                                        " has been reached, please try again later"));
   }
+  // A shared-memory hand-off is taken (read once) only now that the request is accepted.
+  if (!disaggregated.segment.empty()) {
+    Status taken = TakeHandoffSegment(*handoff_shm_, disaggregated.segment, &rows[0]);
+    if (!taken.ok()) return fail(taken);
+  }
   auto p = std::make_shared<Pending>();
   p->sink = std::move(sink);
   p->model_name = context_.model_name;
@@ -363,6 +374,7 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
   p->live_key = LiveKey(r);
   p->batched = batch > 1;
   p->perf_metrics = perf_metrics;
+  p->handoff_to_shm = disaggregated.to_shm;
   if (auto it = r.parameters.find("return_finish_reason"); it != r.parameters.end()) {
     const bool* v = std::get_if<bool>(&it->second);
     p->finish_reason = v && *v;
@@ -444,7 +456,7 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
 
 StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
                                        const std::vector<int64_t>& ids, int64_t width,
-                                       bool* perf_metrics) {
+                                       bool* perf_metrics, DisaggregatedRow* disaggregated) {
   Inputs in(r);
   Request q;
   int64_t len = width;
@@ -589,8 +601,8 @@ StatusOr<Request> LlmBackend::BuildRow(const InferRequest& r, int64_t b,
     q.num_draft_tokens = static_cast<int32_t>(**num_draft);
   }
   RETURN_IF_ERROR(ReadLookahead(r, b, params_.executor.lookahead, &q));
-  RETURN_IF_ERROR(
-      ReadDisaggregated(r, width > 0 ? static_cast<int64_t>(ids.size()) / width : 1, &q));
+  RETURN_IF_ERROR(ReadDisaggregated(r, width > 0 ? static_cast<int64_t>(ids.size()) / width : 1,
+                                    handoff_shm_.get(), &q, disaggregated));
   // decoder_input_ids / decoder_input_lengths are ignored: every supported model is
   // decoder-only, and the reference ensemble always sends them (one pad id per row).
   if (const InferTensor* bias = r.FindInput("embedding_bias"); bias && bias->num_elements() > 0) {
@@ -783,14 +795,8 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
   }
   if (p->perf_metrics && (res.is_final || res.is_sequence_final)) AddPerfMetrics(res.stats, &resp);
   if (res.context_phase) {
-    // A context-only request's hand-off, serialized here (not on the engine thread).
-    std::vector<uint8_t> bytes = SerializeKvHandoff(*res.context_phase);
-    InferTensor t;
-    t.name = "context_phase_params";
-    t.dtype = inference::TYPE_UINT8;
-    t.shape = {1, static_cast<int64_t>(bytes.size())};
-    t.data.assign(bytes.begin(), bytes.end());
-    resp.outputs.push_back(std::move(t));
+    resp.outputs.push_back(
+        ContextPhaseOutput(*res.context_phase, p->handoff_to_shm ? handoff_shm_.get() : nullptr));
   }
   if (p->finish_reason && res.is_sequence_final)
     resp.parameters["finish_reason"] = std::string(FinishReasonName(res.finish_reason));
@@ -809,11 +815,17 @@ void LlmBackend::OnResult(const std::shared_ptr<Pending>& p, int64_t row, Result
 }
 
 void LlmBackend::StatsLoop() {
+  auto last_sweep = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(stats_mu_);
   while (!stop_) {
     stats_cv_.wait_for(lock, std::chrono::milliseconds(params_.stats_period_ms));
     if (stop_) break;
     lock.unlock();
+    // Hand-off segments nobody took expire even while no context phase writes one.
+    if (handoff_shm_ && std::chrono::steady_clock::now() - last_sweep > std::chrono::seconds(1)) {
+      handoff_shm_->Sweep();
+      last_sweep = std::chrono::steady_clock::now();
+    }
     const std::vector<EngineStep> stats = ToEngineSteps(executor_->GetLatestIterationStats());
     live_stats_.AddSteps(stats);
     if (context_.metrics) {
@@ -831,6 +843,10 @@ void LlmBackend::StatsLoop() {
         g.disk = {true,       d->files,   d->bytes,    d->hits,
                   d->written, d->dropped, d->rejected, d->evicted};
       }
+      if (handoff_shm_) {
+        const KvHandoffShm::Counts c = handoff_shm_->counts();
+        g.handoff = {true, c.written, c.taken, c.expired, c.declined, c.live_bytes};
+      }
       context_.metrics->SetLlmGauges(context_.model_name, std::to_string(context_.version), g);
       context_.metrics->RecordEngineSteps(context_.model_name, std::to_string(context_.version),
                                           stats);
@@ -845,6 +861,8 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
                                                          const BackendContext& context) {
   auto params = ReadParams(config);
   if (!params.ok()) return params.status();
+  auto shm = OpenHandoffShm(config, context);  // before the model loads: a bad folder fails fast
+  if (!shm.ok()) return shm.status();
   auto path = GetParameter(config, "gpt_model_path");
   if (!path) return InvalidArgumentError("parameter gpt_model_path: no model path given");
   auto confined = ConfinedPath("gpt_model_path", *path, context.model_dir, context.allowed_roots);
@@ -919,9 +937,9 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
                                     std::to_string(model_config.sliding_window) + " tokens)"
                               : std::string())
                       << (draft ? ", draft model " + draft->Describe() : std::string());
-  auto backend =
-      std::make_unique<LlmBackend>(std::move(model), model_config, std::move(draft),
-                                   std::move(executor), *params, config, context, holds_world);
+  auto backend = std::make_unique<LlmBackend>(std::move(model), model_config, std::move(draft),
+                                              std::move(executor), *params, config, context,
+                                              std::move(shm).value(), holds_world);
   if (auto prefetch = GetParameter(config, "lora_prefetch_dir"); prefetch && !prefetch->empty()) {
     auto dir =
         ConfinedPath("lora_prefetch_dir", *prefetch, context.model_dir, context.allowed_roots);

@@ -221,33 +221,4 @@ Status ReadLookahead(const InferRequest& r, int64_t row, const LookaheadConfig& 
   return OkStatus();
 }
 
-Status ReadDisaggregated(const InferRequest& r, int64_t rows, Request* q) {
-  if (auto it = r.parameters.find("request_type"); it != r.parameters.end()) {
-    const std::string* type = std::get_if<std::string>(&it->second);
-    if (type && *type == "context_and_generation")
-      q->request_type = RequestType::kContextAndGeneration;
-    else if (type && *type == "context_only")
-      q->request_type = RequestType::kContextOnly;
-    else if (type && *type == "generation_only")
-      q->request_type = RequestType::kGenerationOnly;
-    else
-      return InvalidArgumentError(
-          "parameter request_type must be context_and_generation, context_only or "
-          "generation_only");
-  }
-  const InferTensor* t = r.FindInput("context_phase_params");
-  if (!t || t->num_elements() == 0) return OkStatus();
-  if (t->dtype != inference::TYPE_UINT8)
-    return InvalidArgumentError("context_phase_params must be UINT8");
-  if (rows != 1)
-    return InvalidArgumentError(
-        "context_phase_params goes with a request of one row (input_ids "
-        "of batch size 1)");
-  RETURN_IF_ERROR(t->CheckSize());
-  auto parsed = ParseKvHandoff(reinterpret_cast<const uint8_t*>(t->data.data()), t->data.size());
-  if (!parsed.ok()) return parsed.status();
-  q->context_phase = std::make_shared<KvHandoff>(std::move(parsed).value());
-  return OkStatus();
-}
-
 }  // namespace inflight::serving

@@ -33,11 +33,6 @@ Status ReadPromptTable(const InferRequest& r, int64_t row, int32_t hidden, Reque
 // triple (a field left out or 0 takes the model's; the executor checks it against the model's).
 Status ReadLookahead(const InferRequest& r, int64_t row, const LookaheadConfig& model, Request* q);
 
-// Disaggregated serving: the request parameter request_type (context_and_generation,
-// context_only or generation_only) and the input context_phase_params (UINT8, a context-only
-// response's hand-off, one per request: parsed and checked here, on the serving thread).
-Status ReadDisaggregated(const InferRequest& r, int64_t rows, Request* q);
-
 // lora_prefetch_dir: caches the PEFT adapter of every subfolder named by a task id.
 StatusOr<int> PrefetchLoras(const std::string& dir, const inflight::ModelConfig& c,
                             LoraCache& loras);
