@@ -103,7 +103,7 @@ StatusOr<std::optional<std::string>> KvHandoffShm::Write(
   }
   uint8_t id[kIdHex / 2];
   if (::getrandom(id, sizeof id, 0) != static_cast<ssize_t>(sizeof id))
-    return Errno("no random name");
+    return InternalError("KV hand-off segment: no random name");
   std::string descriptor(kMagic, sizeof kMagic);
   const uint64_t n = size;
   descriptor.append(reinterpret_cast<const char*>(&n), sizeof n);
@@ -128,14 +128,17 @@ StatusOr<std::optional<std::string>> KvHandoffShm::Write(
     return Errno("cannot size one in " + dir_);
   }
   void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  ::close(fd);
   if (m == MAP_FAILED) {
     const Status s = Errno("cannot map one in " + dir_);
+    ::close(fd);
     ::unlinkat(dir_fd_, name.c_str(), 0);
     return s;
   }
   fill(static_cast<uint8_t*>(m));  // straight into the shared pages: no staging copy
   ::munmap(m, size);
+  // Its lifetime starts now, not at its creation: a long fill does not eat into it.
+  ::futimens(fd, nullptr);
+  ::close(fd);
   written_.fetch_add(1);
   return std::optional<std::string>(std::move(descriptor));
 }
@@ -189,15 +192,20 @@ StatusOr<KvHandoffShm::Segment> KvHandoffShm::Take(const uint8_t* descriptor, si
                                 " is not the file its descriptor announces");
   }
   // Claimed by unlinking: of two readers of one descriptor, one gets it.
-  if (::unlinkat(dir_fd_, name.c_str(), 0) != 0) {
+  if (::unlinkat(dir_fd_, name.c_str(), 0) != 0 || ::fstat(fd, &st) != 0 || st.st_nlink != 0) {
+    // Another reader was first (or the name now stood for another file).
     ::close(fd);
     return NotFoundError("context_phase_params: segment " + name + " was already read");
   }
   // Mapped, not copied: the parser reads the shared pages (the file has no name left, so
   // only a process that opened it before, i.e. its writer, could still change it).
   void* m = ::mmap(nullptr, static_cast<size_t>(n), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  if (m == MAP_FAILED) {
+    const Status s = Errno("cannot map " + name);
+    ::close(fd);
+    return s;
+  }
   ::close(fd);
-  if (m == MAP_FAILED) return Errno("cannot map " + name);
   taken_.fetch_add(1);
   return Segment(static_cast<const uint8_t*>(m), static_cast<size_t>(n));
 }

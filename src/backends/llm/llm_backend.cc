@@ -362,7 +362,8 @@ void LlmBackend::Execute(InferRequest r, ResponseSink sink) {
     return fail(ResourceExhaustedError("Maximum queue size of " + std::to_string(queue_bound_) +
                                        " has been reached, please try again later"));
   }
-  // A shared-memory hand-off is taken (read once) only now that the request is accepted.
+  // A shared-memory hand-off is taken (read once) only now that the request's inputs and the
+  // queue bound passed (an engine that then refuses it, unhealthy or full, consumed it).
   if (!disaggregated.segment.empty()) {
     Status taken = TakeHandoffSegment(*handoff_shm_, disaggregated.segment, &rows[0]);
     if (!taken.ok()) return fail(taken);

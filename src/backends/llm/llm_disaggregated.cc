@@ -67,8 +67,8 @@ Status ReadDisaggregated(const InferRequest& r, int64_t rows, KvHandoffShm* shm,
   RETURN_IF_ERROR(t->CheckSize());
   const auto* data = reinterpret_cast<const uint8_t*>(t->data.data());
   if (IsKvHandoffShmDescriptor(data, t->data.size())) {
-    // A segment of a context instance on this host: taken (read once) when the request is
-    // accepted, so a request refused before that can be sent again.
+    // A segment of a context instance on this host: taken (read once) once the request's
+    // inputs and the queue bound passed, so a request refused for those can be sent again.
     if (!shm)
       return InvalidArgumentError(
           "context_phase_params names a shared-memory segment, but this model has no "
