@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "chi_square.h"
 #include "engine/executor.h"
 #include "engine/generate.h"
 #include "model/random_model.h"
@@ -127,6 +128,28 @@ inline std::map<std::pair<int32_t, int32_t>, int> SampleTokensTwoToFour(
     if (t.size() == 4) counts[{t[1], t[2] * 100003 + t[3]}]++;
   }
   return counts;
+}
+
+// Seeded samples through `speculating` keep the distribution of `plain`: the second to fourth
+// tokens of 1500 requests each (chi-square at 99.9%), with the guesses holding often enough
+// for the test to mean anything (more than min_accepted of them).
+inline void ExpectSamplingKept(Executor& plain, Executor& speculating,
+                               const std::vector<int32_t>& prompt, int min_accepted = 375) {
+  const int draws = 1500;
+  int64_t drafts = 0, accepted = 0;
+  const auto without = SampleTokensTwoToFour(plain, prompt, draws, 1000, &drafts, &accepted);
+  drafts = accepted = 0;
+  const auto with = SampleTokensTwoToFour(speculating, prompt, draws, 900000, &drafts, &accepted);
+  const auto [chi2, df] = ChiSquareTwoSample(without, with);
+  ASSERT_GE(df, 3);
+  const double critical = ChiSquareCritical999(df);
+  std::printf(
+      "chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f); drafts %lld, "
+      "accepted %lld\n",
+      chi2, df, critical, static_cast<long long>(drafts), static_cast<long long>(accepted));
+  EXPECT_LT(chi2, critical);
+  EXPECT_GT(accepted, min_accepted) << "the guesses must hold often for the test to mean anything";
+  EXPECT_LT(accepted, drafts);
 }
 
 // Nothing unfinished, no KV block (nor draft-model block) held.

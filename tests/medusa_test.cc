@@ -229,24 +229,7 @@ TEST_F(MedusaTest, SeededSamplingKeepsItsDistribution) {
   c.adaptive_draft_length = false;
   auto medusa = Executor::Create(*bigram, c);
   ASSERT_TRUE(medusa.ok()) << medusa.status().ToString();
-  const std::vector<int32_t> prompt = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48};
-  const int draws = 1500;
-  int64_t drafts = 0, accepted = 0;
-  const auto without =
-      testing::SampleTokensTwoToFour(**plain, prompt, draws, 1000, &drafts, &accepted);
-  drafts = accepted = 0;
-  const auto with =
-      testing::SampleTokensTwoToFour(**medusa, prompt, draws, 900000, &drafts, &accepted);
-  const auto [chi2, df] = testing::ChiSquareTwoSample(without, with);
-  ASSERT_GE(df, 3);
-  const double critical = testing::ChiSquareCritical999(df);
-  std::printf(
-      "chi2 %.1f over %d degrees of freedom (99.9%% critical %.1f); drafts %lld, "
-      "accepted %lld\n",
-      chi2, df, critical, static_cast<long long>(drafts), static_cast<long long>(accepted));
-  EXPECT_LT(chi2, critical);
-  EXPECT_GT(accepted, draws / 4) << "the guesses must hold often for the test to mean anything";
-  EXPECT_LT(accepted, drafts);
+  testing::ExpectSamplingKept(**plain, **medusa, {1, 40, 41, 42, 43, 44, 45, 46, 47, 48});
   testing::ExpectNoKvLeaks(**medusa);
 }
 

@@ -15,6 +15,7 @@ struct HfTensor {
   std::string name;
   std::vector<int64_t> shape;  // row-major
   std::vector<float> values;
+  std::vector<int64_t> i64;  // when set: an I64 tensor of these values (values unused)
 };
 
 // dtype: "F32", "F16" or "BF16".
@@ -24,6 +25,12 @@ inline void WriteSafetensors(const std::string& path, const std::vector<HfTensor
   std::string data;
   for (const HfTensor& t : tensors) {
     const size_t begin = data.size();
+    if (!t.i64.empty()) {
+      data.append(reinterpret_cast<const char*>(t.i64.data()), t.i64.size() * 8);
+      header[t.name] = {
+          {"dtype", "I64"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+      continue;
+    }
     for (float f : t.values) {
       if (dtype == "F32") {
         data.append(reinterpret_cast<const char*>(&f), 4);

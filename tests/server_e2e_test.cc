@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "base/fp16.h"
+#include "eagle_writer.h"
 #include "engine/executor.h"
 #include "grpc_service.grpc.pb.h"
 #include "llm_grpc_requests.h"
@@ -145,6 +146,28 @@ class ServerE2eTest : public ::testing::Test {
       ASSERT_TRUE(demo.ok());
       testing::WriteMedusaHeads((*repo_ / "tensorrt_llm_medusa" / "medusa").string(), 3,
                                 (*demo)->config().hidden_size, (*demo)->config().vocab_size);
+    }
+    {
+      // An EAGLE-3 head (random: drafts verified, rarely accepted), chosen by TensorRT-LLM's
+      // decoding_mode.
+      AddVariant(*repo_, "tensorrt_llm_eagle",
+                 {{"decoupled: true", "decoupled: false"},
+                  {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
+                   "key: \"decoding_mode\"\n  value: {\n    string_value: \"eagle\""}});
+      std::ofstream(*repo_ / "tensorrt_llm_eagle" / "config.pbtxt", std::ios::app)
+          << "parameters: {\n  key: \"eagle_model_path\"\n  value: {\n    string_value: "
+             "\"eagle\"\n  }\n}\nparameters: {\n  key: \"eagle_choices\"\n  value: {\n    "
+             "string_value: \"[[0], [1], [0, 0], [0, 0, 0]]\"\n  }\n}\n";
+      auto demo = Model::Load(DemoModel());
+      ASSERT_TRUE(demo.ok());
+      testing::EagleHeadSpec spec;
+      const ModelConfig& dc = (*demo)->config();
+      spec.hidden = spec.target_hidden = dc.hidden_size;
+      spec.vocab = dc.vocab_size;
+      const int64_t L = dc.num_layers;
+      spec.aux = L >= 4 ? std::vector<int64_t>{2, L / 2, L - 3} : std::vector<int64_t>{0, 0, 0};
+      spec.dtype = "BF16";
+      testing::WriteEagleHead((*repo_ / "tensorrt_llm_eagle" / "eagle").string(), spec);
     }
     AddVariant(
         *repo_, "tensorrt_llm_draft",
@@ -1052,8 +1075,9 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(output(json::parse(r->body), "output_ids").get<std::vector<int32_t>>(), alone);
   }
-  for (const std::string model : {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft",
-                                  "tensorrt_llm_lookahead", "tensorrt_llm_medusa"}) {
+  for (const std::string model :
+       {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft", "tensorrt_llm_lookahead",
+        "tensorrt_llm_medusa", "tensorrt_llm_eagle"}) {
     auto r = Post("/v2/models/" + model + "/infer", body(drafts));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -1067,7 +1091,8 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
       EXPECT_EQ(total, 4) << "no prompt lookup without speculative_decoding_mode";
     } else {
       EXPECT_GT(total, 4) << model
-                          << ": prompt lookup, a draft model, lookahead or Medusa add drafts";
+                          << ": prompt lookup, a draft model, lookahead, Medusa or EAGLE add "
+                             "drafts";
     }
     EXPECT_NEAR(output(j, "acceptance_rate")[0].get<double>(),
                 static_cast<double>(accepted) / total, 1e-6);
@@ -1185,7 +1210,9 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
                              "inflight_speculative_accepted_draft_tokens_total{mode=\"lookahead\","
                              "model=\"tensorrt_llm_lookahead\"",
                              "inflight_speculative_draft_tokens_total{mode=\"draft_model\",model="
-                             "\"tensorrt_llm_draft\""}) {
+                             "\"tensorrt_llm_draft\"",
+                             "inflight_speculative_draft_tokens_total{mode=\"eagle\",model="
+                             "\"tensorrt_llm_eagle\""}) {
     EXPECT_NE(metrics.find(series), std::string::npos) << series;
   }
 }

@@ -50,6 +50,7 @@ Executor::Executor(std::unique_ptr<ModelRunner> runner, const ExecutorConfig& co
     draft_block_counts_ = draft_blocks_->counts();
   }
   SetUpMedusa();
+  SetUpEagle();
   handoff_fingerprint_ = KvHandoffFingerprint(runner_->KvLayoutFingerprint());
   scheduler_.SetBlockImporter([this](int32_t block, const uint8_t* kv) {
     return runner_->ImportBlock(kFullGroup, block, kv);
@@ -450,12 +451,18 @@ bool Executor::RunStep() {
     RecordStats(out, start, context_seqs, context_tokens, gen_seqs);
     return true;  // the failed requests end: progress
   }
-  int64_t row = 0;
+  int64_t row = 0, pass_row = 0;
+  const bool eagle = config_.speculative_mode == SpeculativeMode::kEagle;
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     const SequenceChunk& ch = plan_.chunks[i];
-    ProcessChunk(out.chunks[i], context_rows_[i], logits_.data() + row * vocab_size_,
-                 ch.num_logits);
+    const ScheduledChunk& c = out.chunks[i];
+    if (eagle) {
+      eagle_chunks_.push_back(
+          {c.seq, pass_row, ch.start_pos, c.num_tokens, c.num_draft, !c.seq->draft_parent.empty()});
+    }
+    ProcessChunk(c, context_rows_[i], logits_.data() + row * vocab_size_, ch.num_logits);
     row += ch.num_logits;
+    pass_row += ch.num_tokens;
   }
   SampleAll();
   for (RequestState* rs : touched_) DecodingOf(rs->request).EndStep(rs);
@@ -593,6 +600,7 @@ void Executor::SampleAll() {
   }
   to_sample_.clear();
   if (medusa) RunMedusaHeads();
+  if (config_.speculative_mode == SpeculativeMode::kEagle) RunEagle();
 }
 
 // Sampled sequences: one, or num_return_sequences forked from the prompt, each drawing with
@@ -698,6 +706,7 @@ void Executor::FinishSequence(Sequence* seq, FinishReason reason) {
       reason != FinishReason::kTimedOut)
     ExportHandoff(seq);
   ReleaseDraftBlocks(seq);
+  seq->eagle.reset();
   scheduler_.Remove(seq);  // releases its blocks now
   seq->request->num_finished++;
 }

@@ -164,11 +164,20 @@ class Executor {
   void ProposeLookahead(Sequence* seq);
   // Lookahead and Medusa need a runner that verifies trees; Medusa its heads and paths (put
   // in order, prefixes first). INVALID_ARGUMENT naming what is wrong.
-  static Status CheckTreeDrafting(const ModelRunner& runner, ExecutorConfig* config);
+  static Status CheckTreeDrafting(ModelRunner& runner, ExecutorConfig* config);
+  // EAGLE's head (matching the model; the runner keeps the layer inputs it reads) and paths.
+  static Status CheckEagle(ModelRunner& runner, ExecutorConfig* config);
   void SetUpMedusa();  // the paths' parents and the top-k they need
   // Medusa's tree from the heads' guesses of the last step (RunMedusaHeads).
   void ProposeMedusa(Sequence* seq);
   void RunMedusaHeads();
+  // EAGLE (executor_eagle.cc): the choices' parents, ancestors and depths; after sampling, the
+  // step's target states of each sequence go through the head (at once while its prompt runs
+  // or when its next tree pays, else kept pending) and the head drafts its tree level by
+  // level; the next step verifies it.
+  void SetUpEagle();
+  void RunEagle();
+  void ProposeEagle(Sequence* seq);
   // Whether a request's sequence may verify a tree of drafts now, and whether x more rows (and
   // extra_ms of work per step) pay off at the acceptance it has seen (adaptive_draft_length;
   // with `probe`, also yes now and then: Sequence::next_probe).
@@ -233,8 +242,26 @@ class Executor {
   std::vector<Sequence*> medusa_for_;
   std::vector<int32_t> medusa_top_;
   double medusa_heads_ms_ = 0;  // decayed mean time of a heads pass
-  double tree_row_ms_ = 0;      // decayed measured cost of one tree row (ObserveTreeRows)
-  int32_t last_gen_seqs_ = 0;   // decode rows of the last step (what a tree's tokens slow down)
+  // EAGLE: this step's chunks (where their rows are), the tree's shape, the head's outputs.
+  struct EagleChunk {
+    Sequence* seq;
+    int64_t row;  // the chunk's first row in the pass
+    int32_t start_pos, num_tokens, num_draft;
+    bool tree;
+  };
+  std::vector<EagleChunk> eagle_chunks_;
+  std::vector<std::vector<int32_t>> eagle_ancestors_;  // each node's, top first
+  std::vector<int32_t> eagle_parent_, eagle_depth_;
+  std::vector<char> eagle_has_child_;
+  int32_t eagle_top_k_ = 1, eagle_max_depth_ = 0, eagle_first_level_ = 0;
+  std::vector<EagleRow> eagle_rows_;
+  std::vector<std::pair<Sequence*, int32_t>> eagle_row_of_;  // (sequence, node) per row
+  std::vector<Sequence*> eagle_for_;
+  std::vector<float> eagle_out_;
+  std::vector<int32_t> eagle_top_;
+  double eagle_ms_ = 0;        // decayed mean time of the head's work in a step
+  double tree_row_ms_ = 0;     // decayed measured cost of one tree row (ObserveTreeRows)
+  int32_t last_gen_seqs_ = 0;  // decode rows of the last step (what a tree's tokens slow down)
   // Prompt tokens beside decode rows under max_inter_token_latency_ms; its cost model learns
   // from every forward pass.
   StepBudget step_budget_;

@@ -41,8 +41,9 @@ StatusOr<SpeculativeMode> SpeculativeModeFromName(const std::string& name) {
   if (name == "draft_model" || name == "draft_tokens_external") return SpeculativeMode::kDraftModel;
   if (name == "lookahead" || name == "lookahead_decoding") return SpeculativeMode::kLookahead;
   if (name == "medusa") return SpeculativeMode::kMedusa;
+  if (name == "eagle" || name == "eagle3") return SpeculativeMode::kEagle;
   return InvalidArgumentError("unknown speculative decoding mode '" + name +
-                              "' (none, prompt_lookup, draft_model, lookahead, medusa)");
+                              "' (none, prompt_lookup, draft_model, lookahead, medusa, eagle)");
 }
 
 const char* SpeculativeModeName(SpeculativeMode m) {
@@ -57,6 +58,8 @@ const char* SpeculativeModeName(SpeculativeMode m) {
       return "lookahead";
     case SpeculativeMode::kMedusa:
       return "medusa";
+    case SpeculativeMode::kEagle:
+      return "eagle";
   }
   return "none";
 }

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "engine/lookahead.h"
+#include "model/eagle.h"
 #include "model/medusa.h"
 #include "tensor/dtype.h"
 
@@ -38,9 +39,10 @@ enum class SpeculativeMode {
   kDraftModel,    // a smaller model of the same vocabulary, run greedily inside the step
   kLookahead,     // Jacobi guesses and an n-gram pool verified as a tree (engine/lookahead.h)
   kMedusa,        // Medusa heads' top-k guesses along medusa_choices, verified as a tree
+  kEagle,         // an EAGLE-3 draft layer's tree along eagle_choices, verified as a tree
 };
 StatusOr<SpeculativeMode> SpeculativeModeFromName(
-    const std::string& name);  // none|prompt_lookup|draft_model|lookahead|medusa
+    const std::string& name);  // none|prompt_lookup|draft_model|lookahead|medusa|eagle
 const char* SpeculativeModeName(SpeculativeMode m);
 const char* BatchingStrategyName(BatchingStrategy b);
 
@@ -97,6 +99,10 @@ struct ExecutorConfig {
   // indices to verify (ParseMedusaChoices; empty: DefaultMedusaChoices).
   std::shared_ptr<MedusaHeads> medusa_heads;
   std::vector<std::vector<int32_t>> medusa_choices;
+  // EAGLE: the draft head (model/eagle.h, loaded for this model) and the tree of its top-k
+  // indices, level by level (the format of medusa_choices; empty: DefaultEagleChoices).
+  std::shared_ptr<EagleHead> eagle_head;
+  std::vector<std::vector<int32_t>> eagle_choices;
 
   // INVALID_ARGUMENT naming the field.
   Status Validate() const;

@@ -166,15 +166,18 @@ void Executor::ProposeWithDraftModel() {
   for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->draft.resize(made[i]);
 }
 
-Status Executor::CheckTreeDrafting(const ModelRunner& runner, ExecutorConfig* config) {
+Status Executor::CheckTreeDrafting(ModelRunner& runner, ExecutorConfig* config) {
   const SpeculativeMode mode = config->speculative_mode;
-  if (mode != SpeculativeMode::kLookahead && mode != SpeculativeMode::kMedusa) return OkStatus();
+  if (mode != SpeculativeMode::kLookahead && mode != SpeculativeMode::kMedusa &&
+      mode != SpeculativeMode::kEagle)
+    return OkStatus();
   if (!runner.SupportsTreeDrafts()) {
     return InvalidArgumentError(
         std::string("speculative decoding mode ") + SpeculativeModeName(mode) +
         " verifies drafts as a tree, which this model does not support (sliding-window layers, "
         "or tensor/pipeline parallelism)");
   }
+  if (mode == SpeculativeMode::kEagle) return CheckEagle(runner, config);
   if (mode != SpeculativeMode::kMedusa) return OkStatus();
   if (!config->medusa_heads)
     return InvalidArgumentError("speculative decoding mode medusa needs Medusa heads");
@@ -391,14 +394,17 @@ void Executor::ProposeDrafts() {
     return;
   }
   if (config_.speculative_mode == SpeculativeMode::kLookahead ||
-      config_.speculative_mode == SpeculativeMode::kMedusa) {
+      config_.speculative_mode == SpeculativeMode::kMedusa ||
+      config_.speculative_mode == SpeculativeMode::kEagle) {
     for (Sequence* seq : scheduler_.running()) {
       if (seq->num_uncomputed() != 1 || seq->num_generated() == 0) continue;  // not decoding
       if (seq->request->output_paused) continue;                              // sits this step out
       if (config_.speculative_mode == SpeculativeMode::kLookahead) {
         ProposeLookahead(seq);
-      } else {
+      } else if (config_.speculative_mode == SpeculativeMode::kMedusa) {
         ProposeMedusa(seq);
+      } else {
+        ProposeEagle(seq);
       }
     }
     return;

@@ -94,7 +94,23 @@ LocalModelRunner::LocalModelRunner(const Model& model, const ExecutorConfig& con
 }
 
 Status LocalModelRunner::Forward(const BatchPlan& plan, float* logits) {
-  return model_.Forward(plan, view_, scratch_, *pool_, logits);
+  if (aux_layers_.empty()) return model_.Forward(plan, view_, scratch_, *pool_, logits);
+  ShardIo io;
+  io.logits = logits;
+  io.aux_layers = &aux_layers_;
+  const size_t need = static_cast<size_t>(plan.num_tokens()) * aux_layers_.size() *
+                      static_cast<size_t>(model_.config().hidden_size);
+  if (aux_.size() < need) aux_.resize(need);
+  io.aux_out = aux_.data();
+  return model_.ForwardShard(plan, view_, scratch_, *pool_, io);
+}
+
+bool LocalModelRunner::CaptureLayerInputs(std::vector<int32_t> layers) {
+  if (model_.sharded()) return false;
+  for (int32_t l : layers)
+    if (l < 0 || l >= model_.config().num_layers) return false;
+  aux_layers_ = std::move(layers);
+  return true;
 }
 
 std::string LocalModelRunner::KvLayoutFingerprint() const {

@@ -62,6 +62,14 @@ class ModelRunner {
   // The final (normed) hidden states of the last pass's logit rows ([rows, hidden], in the
   // logits' order), valid until the next pass; null when the runner cannot give them.
   virtual const float* OutputHidden() const { return nullptr; }
+  // From now on every pass keeps the residual stream at the input of these layers for every
+  // row of the plan (an EAGLE head's features): LayerInputs() [rows, layers.size() * hidden],
+  // valid until the next pass. False when the runner cannot (a cache spread over ranks).
+  virtual bool CaptureLayerInputs(std::vector<int32_t> layers) {
+    (void)layers;
+    return false;
+  }
+  virtual const float* LayerInputs() const { return nullptr; }
   // The compute pool, for per-sequence work between forward passes; null: run it inline.
   virtual ThreadPool* pool() { return nullptr; }
   // OK while the runner can run steps; an error (e.g. a parallel rank died) is final.
@@ -128,6 +136,8 @@ class LocalModelRunner : public ModelRunner {
   void MoveKvSlots(const int32_t* block_table,
                    const std::vector<std::pair<int32_t, int32_t>>& moves) override;
   const float* OutputHidden() const override { return scratch_.h; }
+  bool CaptureLayerInputs(std::vector<int32_t> layers) override;
+  const float* LayerInputs() const override { return aux_layers_.empty() ? nullptr : aux_.data(); }
   ThreadPool* pool() override { return pool_; }
 
  private:
@@ -137,6 +147,8 @@ class LocalModelRunner : public ModelRunner {
   ForwardScratch scratch_;
   std::unique_ptr<ThreadPool> owned_pool_;
   ThreadPool* pool_;
+  std::vector<int32_t> aux_layers_;  // CaptureLayerInputs
+  std::vector<float> aux_;
 };
 
 }  // namespace inflight

@@ -11,6 +11,7 @@
 #include "engine/lookahead.h"
 #include "engine/request.h"
 #include "kvcache/block_manager.h"
+#include "model/eagle.h"
 #include "sampling/sampler.h"
 
 namespace inflight {
@@ -80,6 +81,21 @@ struct Sequence {
   int32_t medusa_row = 0;
   std::vector<int32_t> medusa_top;
   size_t medusa_len = 0;
+  // EAGLE (executor_eagle.cc): the head's K/V of this sequence, the target states of computed
+  // positions not yet run through the head (pending: [rows, 3 * hidden] at consecutive
+  // positions, with the token after each), and the tree drafted after the last step: its
+  // tokens by node, for tokens.size() == eagle_len, and each run node's output
+  // (eagle_hidden: [1 + nodes, hidden], the first the last committed row's).
+  struct Eagle {
+    EagleCache cache;
+    EagleTree tree;
+    std::vector<float> pending;
+    std::vector<int32_t> pending_pos, pending_token;
+    std::vector<float> hidden;
+    std::vector<int32_t> draft;
+    size_t len = 0;
+  };
+  std::unique_ptr<Eagle> eagle;
   // Draft model: its own KV blocks (no prefix sharing) and how many leading tokens they hold.
   std::vector<int32_t> draft_blocks;
   int32_t draft_computed = 0;

@@ -11,6 +11,7 @@
 #include "format/safetensors.h"
 #include "kernels/interleave.h"
 #include "kernels/quantize.h"
+#include "model/head_weights.h"
 #include "model/model.h"
 
 namespace inflight {
@@ -24,9 +25,7 @@ MedusaHeads::~MedusaHeads() = default;
 
 StatusOr<std::unique_ptr<MedusaHeads>> MedusaHeads::Load(const std::string& path,
                                                          const ModelConfig& base, DType weights) {
-  const bool quantize = weights == DType::kQ8_0 || weights == DType::kQ4_0;
-  if (!quantize && weights != DType::kF16 && weights != DType::kBF16 && weights != DType::kF32)
-    return InvalidArgumentError("medusa heads: weights must be kept as stored, q8_0 or q4_0");
+  RETURN_IF_ERROR(HeadWeights::CheckWeightType("medusa heads", weights));
   namespace fs = std::filesystem;
   std::error_code ec;
   std::string file = path;
@@ -96,89 +95,29 @@ StatusOr<std::unique_ptr<MedusaHeads>> MedusaHeads::Load(const std::string& path
   }
   m->num_layers_ = blocks;
   const int64_t H = base.hidden_size, V = base.vocab_size;
-  auto get = [&](const std::string& name, const std::vector<int64_t>& shape,
-                 const char* what) -> StatusOr<const SafetensorsTensor*> {
-    auto it = tensors.find(name);
-    if (it == tensors.end()) return NotFoundError("medusa heads: tensor '" + name + "' is missing");
-    const SafetensorsTensor& t = it->second;
-    if (t.shape != shape) {
-      std::string got, want;
-      for (int64_t d : t.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      return InvalidArgumentError("medusa heads: tensor '" + name + "' is [" + got + "], not [" +
-                                  want + "]: " + what);
-    }
-    if (!DTypeFromSafetensors(t.dtype))
-      return InvalidArgumentError("medusa heads: tensor '" + name + "' has dtype " + t.dtype +
-                                  " (F32, F16, BF16 supported)");
-    return &t;
-  };
+  HeadWeights hw("medusa heads", *m->file_, weights);
   const std::string hidden_what =
       "the model's hidden size is " + std::to_string(H) + " (heads made for another model?)";
   const std::string vocab_what = "the model's vocabulary is " + std::to_string(V) +
                                  " tokens and its hidden size " + std::to_string(H);
-  auto to_floats = [](const SafetensorsTensor& t) {
-    std::vector<float> out(static_cast<size_t>(t.shape[0]));
-    const auto dt = *DTypeFromSafetensors(t.dtype);
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (dt == DType::kF32) {
-        std::memcpy(&out[i], t.data + 4 * i, 4);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = dt == DType::kBF16 ? Bf16ToFp32(h) : Fp16ToFp32(h);
-      }
-    }
-    return out;
-  };
-  auto view = [&](const SafetensorsTensor& t) {
-    TensorView v;
-    v.data = t.data;
-    v.dtype = *DTypeFromSafetensors(t.dtype);
-    v.rows = t.shape[0];
-    v.cols = t.shape[1];
-    AlignedBuffer q;  // the quantized matrix, kept only when it is not interleaved below
-    if (quantize && v.cols % 32 == 0) {
-      // Row by row through floats into the quantized type (as the model writer does).
-      q.Resize(v.rows * DTypeRowBytes(weights, v.cols));
-      std::vector<float> row(static_cast<size_t>(v.cols));
-      const SafetensorsTensor flat{t.dtype, {v.cols}, nullptr, 0};
-      for (int64_t r = 0; r < v.rows; ++r) {
-        SafetensorsTensor one = flat;
-        one.data = t.data + r * (t.num_bytes / v.rows);
-        row = to_floats(one);
-        kernels::QuantizeRow(weights, row.data(), v.cols,
-                             q.as<uint8_t>() + r * DTypeRowBytes(weights, v.cols));
-      }
-      v.data = q.data();
-      v.dtype = weights;
-    }
-    if (kernels::CanInterleave(v)) {
-      AlignedBuffer copy(kernels::InterleavedBytes(v));
-      v = kernels::Interleave(v, copy.as<uint8_t>());
-      m->owned_.push_back(std::move(copy));
-    } else if (q.data() != nullptr) {
-      m->owned_.push_back(std::move(q));
-    }
-    return v;
-  };
   for (int32_t k = 0; k < heads; ++k) {
     Head head;
     const std::string p = std::to_string(k) + ".";
     for (int32_t j = 0; j < blocks; ++j) {
       const std::string b = p + std::to_string(j) + ".linear.";
-      auto w = get(b + "weight", {H, H}, hidden_what.c_str());
+      auto w = hw.Get(b + "weight", {H, H}, hidden_what.c_str());
       if (!w.ok()) return w.status();
-      auto bias = get(b + "bias", {H}, hidden_what.c_str());
+      auto bias = hw.Get(b + "bias", {H}, hidden_what.c_str());
       if (!bias.ok()) return bias.status();
-      head.w.push_back(view(**w));
-      head.b.push_back(to_floats(**bias));
+      head.w.push_back(hw.Matrix(**w));
+      head.b.push_back(HeadWeights::ToFloats(**bias));
     }
-    auto lm = get(p + std::to_string(blocks) + ".weight", {V, H}, vocab_what.c_str());
+    auto lm = hw.Get(p + std::to_string(blocks) + ".weight", {V, H}, vocab_what.c_str());
     if (!lm.ok()) return lm.status();
-    head.lm = view(**lm);
+    head.lm = hw.Matrix(**lm);
     m->heads_.push_back(std::move(head));
   }
+  m->owned_ = std::move(hw.owned());
   return m;
 }
 
@@ -289,19 +228,20 @@ Status WriteMedusaHeads(const std::string& dir, const Model& base, int num_heads
 
 StatusOr<std::vector<std::vector<int32_t>>> CheckMedusaChoices(
     std::vector<std::vector<int32_t>> paths, int32_t num_heads, int32_t top_k_limit,
-    int32_t max_nodes) {
+    int32_t max_nodes, const std::string& field) {
+  const std::string per_head = field == "medusa_choices" ? " (one per head)" : "";
   if (static_cast<int64_t>(paths.size()) > max_nodes) {
-    return InvalidArgumentError("medusa_choices holds " + std::to_string(paths.size()) +
+    return InvalidArgumentError(field + " holds " + std::to_string(paths.size()) +
                                 " paths; at most " + std::to_string(max_nodes));
   }
   for (const auto& path : paths) {
     if (path.empty() || static_cast<int64_t>(path.size()) > num_heads) {
-      return InvalidArgumentError("medusa_choices: each path is a list of 1 to " +
-                                  std::to_string(num_heads) + " top-k indices (one per head)");
+      return InvalidArgumentError(field + ": each path is a list of 1 to " +
+                                  std::to_string(num_heads) + " top-k indices" + per_head);
     }
     for (int32_t i : path) {
       if (i < 0 || i >= top_k_limit) {
-        return InvalidArgumentError("medusa_choices: a top-k index must be in [0, " +
+        return InvalidArgumentError(field + ": a top-k index must be in [0, " +
                                     std::to_string(top_k_limit - 1) + "]");
       }
     }
@@ -311,41 +251,42 @@ StatusOr<std::vector<std::vector<int32_t>>> CheckMedusaChoices(
                    [](const auto& a, const auto& b) { return a.size() < b.size(); });
   for (size_t i = 0; i < paths.size(); ++i) {
     if (std::find(paths.begin(), paths.begin() + i, paths[i]) != paths.begin() + i)
-      return InvalidArgumentError("medusa_choices: a path is given twice");
+      return InvalidArgumentError(field + ": a path is given twice");
     if (paths[i].size() > 1) {
       const std::vector<int32_t> prefix(paths[i].begin(), paths[i].end() - 1);
       if (std::find(paths.begin(), paths.begin() + i, prefix) == paths.begin() + i)
-        return InvalidArgumentError("medusa_choices: a path's prefix is missing");
+        return InvalidArgumentError(field + ": a path's prefix is missing");
     }
   }
   return paths;
 }
 
 StatusOr<std::vector<std::vector<int32_t>>> ParseMedusaChoices(const std::string& text,
-                                                               int32_t num_heads,
-                                                               int32_t max_nodes) {
+                                                               int32_t num_heads, int32_t max_nodes,
+                                                               const std::string& field) {
+  const std::string per_head = field == "medusa_choices" ? " (one per head)" : "";
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_array())
-    return InvalidArgumentError("medusa_choices must be a JSON list of lists, e.g. [[0], [0, 0]]");
+    return InvalidArgumentError(field + " must be a JSON list of lists, e.g. [[0], [0, 0]]");
   if (static_cast<int64_t>(j.size()) > max_nodes) {
-    return InvalidArgumentError("medusa_choices holds " + std::to_string(j.size()) +
-                                " paths; at most " + std::to_string(max_nodes));
+    return InvalidArgumentError(field + " holds " + std::to_string(j.size()) + " paths; at most " +
+                                std::to_string(max_nodes));
   }
   std::vector<std::vector<int32_t>> paths;
   for (const auto& p : j) {
     if (!p.is_array() || p.empty() || static_cast<int64_t>(p.size()) > num_heads) {
-      return InvalidArgumentError("medusa_choices: each path is a list of 1 to " +
-                                  std::to_string(num_heads) + " top-k indices (one per head)");
+      return InvalidArgumentError(field + ": each path is a list of 1 to " +
+                                  std::to_string(num_heads) + " top-k indices" + per_head);
     }
     std::vector<int32_t> path;
     for (const auto& i : p) {
       if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= 64)
-        return InvalidArgumentError("medusa_choices: a top-k index must be in [0, 63]");
+        return InvalidArgumentError(field + ": a top-k index must be in [0, 63]");
       path.push_back(static_cast<int32_t>(i.get<int64_t>()));
     }
     paths.push_back(std::move(path));
   }
-  return CheckMedusaChoices(std::move(paths), num_heads, 64, max_nodes);
+  return CheckMedusaChoices(std::move(paths), num_heads, 64, max_nodes, field);
 }
 
 std::vector<std::vector<int32_t>> DefaultMedusaChoices(int32_t num_heads) {

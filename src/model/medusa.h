@@ -72,14 +72,15 @@ Status WriteMedusaHeads(const std::string& dir, const Model& base, int num_heads
 // head 0's best, then head 1's best after it, head 0's second best). Parsed, checked (each
 // path within the heads, every prefix present, at most max_nodes paths) and put in an order
 // where a path comes after its prefix.
-StatusOr<std::vector<std::vector<int32_t>>> ParseMedusaChoices(const std::string& text,
-                                                               int32_t num_heads,
-                                                               int32_t max_nodes);
+// field: the parameter the errors name (eagle_choices takes the same format).
+StatusOr<std::vector<std::vector<int32_t>>> ParseMedusaChoices(
+    const std::string& text, int32_t num_heads, int32_t max_nodes,
+    const std::string& field = "medusa_choices");
 // The same checks on paths given as numbers (an ExecutorConfig's), each index below
 // top_k_limit; returns them in that order.
 StatusOr<std::vector<std::vector<int32_t>>> CheckMedusaChoices(
     std::vector<std::vector<int32_t>> paths, int32_t num_heads, int32_t top_k_limit,
-    int32_t max_nodes);
+    int32_t max_nodes, const std::string& field = "medusa_choices");
 // The default: a tree of up to 14 nodes, widest where guesses hold most often, cut to the
 // paths num_heads heads can make.
 std::vector<std::vector<int32_t>> DefaultMedusaChoices(int32_t num_heads);

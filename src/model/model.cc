@@ -668,6 +668,14 @@ Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, Forward
   for (int layer = sh.layer_begin; layer < sh.layer_end; ++layer) {
     pass.layer_ = layer;
     pass.weights_ = &weights_.layers[layer - sh.layer_begin];
+    if (io.aux_out != nullptr) {
+      const int64_t n = static_cast<int64_t>(io.aux_layers->size()), H = c.hidden_size;
+      for (int64_t a = 0; a < n; ++a) {
+        if ((*io.aux_layers)[a] != layer) continue;
+        for (int64_t t = 0; t < T; ++t)
+          std::memcpy(io.aux_out + (t * n + a) * H, s.x + t * H, H * sizeof(float));
+      }
+    }
     RETURN_IF_ERROR(family_->RunLayer(pass));
   }
   if (!last) {

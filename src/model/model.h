@@ -187,6 +187,10 @@ struct ShardIo {
   const float* hidden_in = nullptr;   // [T, hidden] from the previous stage; null: embed the tokens
   float* hidden_out = nullptr;        // not the last stage: [T, hidden] after this stage's layers
   float* logits = nullptr;            // last stage: [logit rows, vocab] (TP: on TP rank 0 only)
+  // The residual stream at the input of each of these layers, for every row (an EAGLE head
+  // drafts from them): aux_out [T, aux_layers.size() * hidden], layer by layer in list order.
+  const std::vector<int32_t>* aux_layers = nullptr;
+  float* aux_out = nullptr;
 };
 
 // One layer of one forward pass: the shared blocks a family's file composes into its layer

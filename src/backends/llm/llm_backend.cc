@@ -918,6 +918,8 @@ StatusOr<std::unique_ptr<ModelBackend>> CreateLlmBackend(const inference::ModelC
     model = std::move(m).value();
     if (params->executor.speculative_mode == SpeculativeMode::kMedusa)
       RETURN_IF_ERROR(LoadMedusaHeads(config, context, model->config(), &params->executor));
+    if (params->executor.speculative_mode == SpeculativeMode::kEagle)
+      RETURN_IF_ERROR(LoadEagleHead(config, context, *model, &params->executor));
     auto e = Executor::Create(*model, params->executor, draft.get());
     if (!e.ok()) return e.status();
     executor = std::move(e).value();

@@ -46,16 +46,18 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config) {
     e.speculative_mode = *m;
   }
   if (auto mode = GetParameter(config, "decoding_mode")) {
-    // TensorRT-LLM's decoding_mode names lookahead and medusa among the sampling modes; the
-    // others (top_k, top_p, beam_search) are what each request's fields choose here, and
-    // redrafter and eagle need drafters this server does not load yet.
+    // TensorRT-LLM's decoding_mode names lookahead, medusa and eagle among the sampling
+    // modes; the others (top_k, top_p, beam_search) are what each request's fields choose
+    // here, and redrafter needs a drafter this server does not load yet.
     if (*mode == "lookahead") {
       e.speculative_mode = SpeculativeMode::kLookahead;
     } else if (*mode == "medusa") {
       e.speculative_mode = SpeculativeMode::kMedusa;
-    } else if (*mode == "redrafter" || *mode == "eagle") {
+    } else if (*mode == "eagle") {
+      e.speculative_mode = SpeculativeMode::kEagle;
+    } else if (*mode == "redrafter") {
       return UnimplementedError("parameter decoding_mode: '" + *mode +
-                                "' is not supported (lookahead, medusa, top_k, top_p, "
+                                "' is not supported (lookahead, medusa, eagle, top_k, top_p, "
                                 "top_k_top_p, beam_search, auto)");
     } else if (*mode != "top_k" && *mode != "top_p" && *mode != "top_k_top_p" &&
                *mode != "beam_search" && *mode != "auto" && !mode->empty()) {
@@ -162,6 +164,17 @@ StatusOr<std::unique_ptr<parallel::ParallelModelRunner>> CreateParallelRunner(
   return runner;
 }
 
+// A head's matrices in memory (parameter `name`): q8_0 (default) or q4_0 quantized at load,
+// or as stored.
+StatusOr<DType> HeadWeightType(const inference::ModelConfig& config, const char* name) {
+  auto type = GetParameter(config, name);
+  if (!type || type->empty() || *type == "q8_0") return DType::kQ8_0;
+  if (*type == "q4_0") return DType::kQ4_0;
+  if (*type == "as_stored") return DType::kF16;
+  return InvalidArgumentError(std::string("parameter ") + name + ": '" + *type +
+                              "' is not one of q8_0, q4_0, as_stored");
+}
+
 // Medusa heads from medusa_model_path (a folder with medusa_lm_head.safetensors, or the file)
 // checked against the model, and the tree of medusa_choices (default: DefaultMedusaChoices).
 Status LoadMedusaHeads(const inference::ModelConfig& config, const BackendContext& context,
@@ -172,21 +185,9 @@ Status LoadMedusaHeads(const inference::ModelConfig& config, const BackendContex
         "parameter medusa_model_path: decoding_mode medusa needs the heads");
   auto path = ConfinedPath("medusa_model_path", *where, context.model_dir, context.allowed_roots);
   if (!path.ok()) return path.status();
-  // The heads' matrices in memory: q8_0 (default) or q4_0 quantized at load, or as stored.
-  DType weights = DType::kQ8_0;
-  if (auto type = GetParameter(config, "medusa_weights"); type && !type->empty()) {
-    if (*type == "q8_0") {
-      weights = DType::kQ8_0;
-    } else if (*type == "q4_0") {
-      weights = DType::kQ4_0;
-    } else if (*type == "as_stored") {
-      weights = DType::kF16;
-    } else {
-      return InvalidArgumentError("parameter medusa_weights: '" + *type +
-                                  "' is not one of q8_0, q4_0, as_stored");
-    }
-  }
-  auto heads = MedusaHeads::Load(*path, model, weights);
+  auto weights = HeadWeightType(config, "medusa_weights");
+  if (!weights.ok()) return weights.status();
+  auto heads = MedusaHeads::Load(*path, model, *weights);
   if (!heads.ok()) return heads.status();
   e->medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
   if (auto choices = GetParameter(config, "medusa_choices"); choices && !choices->empty()) {
@@ -198,6 +199,35 @@ Status LoadMedusaHeads(const inference::ModelConfig& config, const BackendContex
   INFLIGHT_LOG(kInfo) << "Medusa heads: " << e->medusa_heads->num_heads() << " heads of "
                       << e->medusa_heads->num_layers() << " residual blocks ("
                       << e->medusa_heads->WeightBytes() / 1000000 << " MB read per step)";
+  return OkStatus();
+}
+
+// An EAGLE-3 head from eagle_model_path (a Hugging Face folder, or its .safetensors file)
+// checked against the model, and the tree of eagle_choices (default: DefaultEagleChoices).
+Status LoadEagleHead(const inference::ModelConfig& config, const BackendContext& context,
+                     const inflight::Model& model, ExecutorConfig* e) {
+  auto where = GetParameter(config, "eagle_model_path");
+  if (!where || where->empty())
+    return InvalidArgumentError("parameter eagle_model_path: decoding_mode eagle needs the head");
+  auto path = ConfinedPath("eagle_model_path", *where, context.model_dir, context.allowed_roots);
+  if (!path.ok()) return path.status();
+  auto weights = HeadWeightType(config, "eagle_weights");
+  if (!weights.ok()) return weights.status();
+  auto head = EagleHead::Load(*path, model, *weights);
+  if (!head.ok()) return head.status();
+  e->eagle_head = std::shared_ptr<EagleHead>(std::move(head).value());
+  if (auto choices = GetParameter(config, "eagle_choices"); choices && !choices->empty()) {
+    auto parsed =
+        ParseMedusaChoices(*choices, kMaxEagleChoicesDepth, kMaxLookaheadDrafts, "eagle_choices");
+    if (!parsed.ok())
+      return InvalidArgumentError("parameter eagle_choices: " + parsed.status().message());
+    e->eagle_choices = std::move(parsed).value();
+  }
+  INFLIGHT_LOG(kInfo) << "EAGLE head: fuses layers " << e->eagle_head->aux_layers()[0] << ", "
+                      << e->eagle_head->aux_layers()[1] << ", " << e->eagle_head->aux_layers()[2]
+                      << "; draft vocabulary " << e->eagle_head->draft_vocab_size() << " ("
+                      << (e->eagle_head->LayerBytes() + e->eagle_head->OutputBytes()) / 1000000
+                      << " MB read per drafting pass)";
   return OkStatus();
 }
 

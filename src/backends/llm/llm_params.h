@@ -31,6 +31,11 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config);
 Status LoadMedusaHeads(const inference::ModelConfig& config, const BackendContext& context,
                        const inflight::ModelConfig& model, ExecutorConfig* e);
 
+// decoding_mode eagle: the EAGLE-3 head of eagle_model_path (confined like the model) checked
+// against the model, quantized as eagle_weights says, and the tree of eagle_choices.
+Status LoadEagleHead(const inference::ModelConfig& config, const BackendContext& context,
+                     const inflight::Model& model, ExecutorConfig* e);
+
 // Leader mode (started by mpirun): the world's ranks; orchestrator mode: workers spawned
 // for this model (executor_worker_path, default this program). *holds_world: the runner took
 // the MPI world (release it with parallel::ReleaseWorld when done).

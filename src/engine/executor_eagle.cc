@@ -1,0 +1,246 @@
+// EAGLE decoding in the executor (model/eagle.h): after each step's draws, the target states
+// the pass computed go through the draft head, which keeps its own K/V per sequence and drafts
+// a tree along eagle_choices (the top-k index paths medusa_choices use); the next step
+// verifies the tree as Medusa's and lookahead's are (VerifyTree). Engine-thread only.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "engine/executor.h"
+
+namespace inflight {
+namespace {
+
+// The most target states a sequence keeps waiting for the head (while its trees do not pay):
+// past it the oldest go, and the head's cache starts again after the gap.
+constexpr size_t kMaxPendingRows = 256;
+
+}  // namespace
+
+Status Executor::CheckEagle(ModelRunner& runner, ExecutorConfig* config) {
+  if (!config->eagle_head)
+    return InvalidArgumentError("speculative decoding mode eagle needs an EAGLE head");
+  const EagleHead& head = *config->eagle_head;
+  if (head.target_hidden_size() != runner.hidden_size()) {
+    return InvalidArgumentError("the EAGLE head was made for a hidden size of " +
+                                std::to_string(head.target_hidden_size()) + ", not the model's " +
+                                std::to_string(runner.hidden_size()));
+  }
+  for (int32_t l : head.aux_layers()) {
+    if (l >= runner.num_layers()) {
+      return InvalidArgumentError("the EAGLE head reads layer " + std::to_string(l) +
+                                  " of a model with " + std::to_string(runner.num_layers()) +
+                                  " layers");
+    }
+  }
+  if (!runner.CaptureLayerInputs(head.aux_layers())) {
+    return InvalidArgumentError(
+        "speculative decoding mode eagle needs the model's layer inputs, which this runner does "
+        "not keep (tensor/pipeline parallelism)");
+  }
+  auto paths = CheckMedusaChoices(
+      config->eagle_choices.empty() ? DefaultEagleChoices() : config->eagle_choices,
+      kMaxEagleChoicesDepth, std::min(64, runner.vocab_size()), kMaxLookaheadDrafts,
+      "eagle_choices");
+  if (!paths.ok()) return paths.status();
+  config->eagle_choices = std::move(paths).value();
+  return OkStatus();
+}
+
+void Executor::SetUpEagle() {
+  if (config_.speculative_mode != SpeculativeMode::kEagle || !config_.eagle_head) return;
+  // CheckEagle put prefixes first: a node's parent is the node of its path's prefix, and the
+  // first level's nodes come first.
+  const auto& paths = config_.eagle_choices;
+  const size_t n = paths.size();
+  eagle_parent_.assign(n, -1);
+  eagle_depth_.assign(n, 0);
+  eagle_has_child_.assign(n, 0);
+  eagle_ancestors_.assign(n, {});
+  for (size_t i = 0; i < n; ++i) {
+    for (int32_t k : paths[i]) eagle_top_k_ = std::max(eagle_top_k_, k + 1);
+    eagle_depth_[i] = static_cast<int32_t>(paths[i].size());
+    eagle_max_depth_ = std::max(eagle_max_depth_, eagle_depth_[i]);
+    if (eagle_depth_[i] == 1) ++eagle_first_level_;
+    if (paths[i].size() > 1) {
+      const std::vector<int32_t> prefix(paths[i].begin(), paths[i].end() - 1);
+      const int32_t p =
+          static_cast<int32_t>(std::find(paths.begin(), paths.end(), prefix) - paths.begin());
+      eagle_parent_[i] = p;
+      eagle_has_child_[p] = 1;
+      eagle_ancestors_[i] = eagle_ancestors_[p];
+      eagle_ancestors_[i].push_back(p);
+    }
+  }
+}
+
+void Executor::ProposeEagle(Sequence* seq) {
+  seq->draft.clear();
+  seq->draft_parent.clear();
+  if (!TreeEligible(*seq) || !seq->eagle || seq->eagle->len != seq->tokens.size()) return;
+  const Sequence::Eagle& e = *seq->eagle;
+  // A tree drafted as a probe (not paying at the acceptance seen) holds its first level only.
+  const size_t n = std::min(e.draft.size(), eagle_parent_.size());
+  for (size_t i = 0; i < n && e.draft[i] >= 0; ++i) {
+    seq->draft.push_back(e.draft[i]);
+    seq->draft_parent.push_back(eagle_parent_[i]);
+  }
+  FinishTree(seq);
+}
+
+void Executor::RunEagle() {
+  EagleHead* head = config_.eagle_head.get();
+  const float* states = runner_->LayerInputs();
+  ThreadPool* pool = runner_->pool();
+  if (head == nullptr || states == nullptr || pool == nullptr) {
+    eagle_chunks_.clear();
+    return;
+  }
+  const Clock::time_point start = Clock::now();
+  const int64_t W = 3 * int64_t{head->target_hidden_size()}, H = head->hidden_size();
+  const double nodes = static_cast<double>(eagle_parent_.size());
+  // 1. Each computed position whose next token is now known (the prompt's, and the accepted
+  // branch's) joins its sequence's pending states.
+  eagle_for_.clear();
+  for (const EagleChunk& c : eagle_chunks_) {
+    Sequence* seq = c.seq;
+    const Request& r = seq->request->request;
+    if (seq->state == SequenceState::kFinished || r.prompt_table || r.beam_width > 1 || r.guide ||
+        r.num_draft_tokens == 0)
+      continue;
+    if (!seq->eagle) seq->eagle = std::make_unique<Sequence::Eagle>();
+    Sequence::Eagle& e = *seq->eagle;
+    e.len = 0;  // the last tree is spent
+    const int32_t accepted = std::max(0, seq->num_computed - (c.start_pos + c.num_tokens));
+    const int32_t known = static_cast<int32_t>(seq->tokens.size()) - 1;
+    auto add = [&](int32_t pos, int64_t row) {
+      if (pos >= seq->num_computed || pos >= known) return;
+      if (!e.pending_pos.empty() && pos != e.pending_pos.back() + 1) {
+        e.pending.clear();  // not consecutive (a sequence recomputed): start again
+        e.pending_pos.clear();
+        e.pending_token.clear();
+      }
+      e.pending.insert(e.pending.end(), states + row * W, states + (row + 1) * W);
+      e.pending_pos.push_back(pos);
+      e.pending_token.push_back(seq->tokens[pos + 1]);
+    };
+    for (int32_t j = 0; j < c.num_tokens; ++j) add(c.start_pos + j, c.row + j);
+    for (int32_t m = 0; m < accepted && m < c.num_draft; ++m) {
+      const int32_t draft =
+          c.tree ? (m < static_cast<int32_t>(seq->tree_path.size()) ? seq->tree_path[m] : -1) : m;
+      if (draft < 0) break;
+      add(c.start_pos + c.num_tokens + m, c.row + c.num_tokens + draft);
+    }
+    if (e.pending_pos.size() > kMaxPendingRows) {
+      const size_t drop = e.pending_pos.size() - kMaxPendingRows;
+      e.pending.erase(e.pending.begin(), e.pending.begin() + static_cast<int64_t>(drop * W));
+      e.pending_pos.erase(e.pending_pos.begin(), e.pending_pos.begin() + drop);
+      e.pending_token.erase(e.pending_token.begin(), e.pending_token.begin() + drop);
+    }
+    if (std::find(eagle_for_.begin(), eagle_for_.end(), seq) == eagle_for_.end())
+      eagle_for_.push_back(seq);
+  }
+  eagle_chunks_.clear();
+  // 2. The pending states go through the head now while the prompt runs (its rows come a
+  // chunk at a time) or when the sequence's next tree pays; the others wait (bounded).
+  eagle_rows_.clear();
+  eagle_row_of_.clear();
+  std::vector<Sequence*> drafting;
+  std::vector<char> probe_only;
+  bool with_prompt = false;  // a prompt's rows: not what a step's head work costs
+  for (Sequence* seq : eagle_for_) {
+    Sequence::Eagle& e = *seq->eagle;
+    if (e.pending_pos.empty()) continue;
+    const bool decoding = seq->num_uncomputed() == 1 && seq->num_generated() > 0 &&
+                          seq->state == SequenceState::kRunning;
+    const bool draft = decoding && !seq->request->output_paused && TreeEligible(*seq) &&
+                       TreePays(*seq, nodes, eagle_ms_);
+    if (!draft && seq->num_generated() > 1) continue;  // waits
+    with_prompt = with_prompt || e.pending_pos.size() > 1;
+    for (size_t i = 0; i < e.pending_pos.size(); ++i) {
+      EagleRow row;
+      row.cache = &e.cache;
+      row.position = e.pending_pos[i];
+      row.token = e.pending_token[i];
+      row.hidden = e.pending.data() + static_cast<int64_t>(i) * W;
+      row.top = draft && i + 1 == e.pending_pos.size();
+      eagle_rows_.push_back(row);
+      eagle_row_of_.emplace_back(seq, -1);
+    }
+    if (draft) {
+      drafting.push_back(seq);
+      probe_only.push_back(!TreePays(*seq, nodes, eagle_ms_, false));
+    }
+  }
+  if (eagle_rows_.empty()) return;
+  eagle_out_.resize(eagle_rows_.size() * static_cast<size_t>(H));
+  head->Forward(eagle_rows_, /*fuse=*/true, eagle_top_k_, eagle_out_.data(), &eagle_top_, *pool);
+  // The last committed row's output of each drafting sequence, its first level of guesses.
+  const size_t nn = eagle_parent_.size(), K = static_cast<size_t>(eagle_top_k_);
+  const auto& paths = config_.eagle_choices;
+  size_t top_row = 0;
+  for (size_t r = 0; r < eagle_rows_.size(); ++r) {
+    Sequence* seq = eagle_row_of_[r].first;
+    Sequence::Eagle& e = *seq->eagle;
+    if (r + 1 == eagle_rows_.size() || eagle_row_of_[r + 1].first != seq) {
+      // The sequence's rows are done: its states are in the head's cache.
+      e.pending.clear();
+      e.pending_pos.clear();
+      e.pending_token.clear();
+    }
+    if (!eagle_rows_[r].top) continue;
+    e.hidden.resize((nn + 1) * static_cast<size_t>(H));
+    std::memcpy(e.hidden.data(), eagle_out_.data() + r * H, H * sizeof(float));
+    e.draft.assign(nn, -1);
+    for (size_t i = 0; i < nn; ++i)
+      if (eagle_depth_[i] == 1) e.draft[i] = eagle_top_[top_row * K + paths[i].back()];
+    e.tree.k.resize(nn * static_cast<size_t>(head->kv_dim()));
+    e.tree.v.resize(nn * static_cast<size_t>(head->kv_dim()));
+    ++top_row;
+  }
+  // 3. Level by level: each node with children runs at its position (the last computed one
+  // plus its depth) on its token and its parent's output, attending to its ancestors; its
+  // top-k are its children's tokens.
+  for (int32_t depth = 1; depth < eagle_max_depth_; ++depth) {
+    eagle_rows_.clear();
+    eagle_row_of_.clear();
+    for (size_t s = 0; s < drafting.size(); ++s) {
+      if (probe_only[s]) continue;
+      Sequence* seq = drafting[s];
+      Sequence::Eagle& e = *seq->eagle;
+      for (size_t i = 0; i < nn; ++i) {
+        if (eagle_depth_[i] != depth || !eagle_has_child_[i] || e.draft[i] < 0) continue;
+        EagleRow row;
+        row.cache = &e.cache;
+        row.position = seq->num_computed - 1 + depth;
+        row.token = e.draft[i];
+        row.hidden = e.hidden.data() + static_cast<int64_t>(eagle_parent_[i] + 1) * H;
+        row.tree = &e.tree;
+        row.node = static_cast<int32_t>(i);
+        row.ancestors = eagle_ancestors_[i].data();
+        row.num_ancestors = static_cast<int32_t>(eagle_ancestors_[i].size());
+        row.top = true;
+        eagle_rows_.push_back(row);
+        eagle_row_of_.emplace_back(seq, static_cast<int32_t>(i));
+      }
+    }
+    if (eagle_rows_.empty()) break;
+    eagle_out_.resize(eagle_rows_.size() * static_cast<size_t>(H));
+    head->Forward(eagle_rows_, /*fuse=*/false, eagle_top_k_, eagle_out_.data(), &eagle_top_, *pool);
+    for (size_t r = 0; r < eagle_rows_.size(); ++r) {
+      const auto [seq, node] = eagle_row_of_[r];
+      Sequence::Eagle& e = *seq->eagle;
+      std::memcpy(e.hidden.data() + static_cast<int64_t>(node + 1) * H, eagle_out_.data() + r * H,
+                  H * sizeof(float));
+      for (size_t i = 0; i < nn; ++i) {
+        if (eagle_parent_[i] == node) e.draft[i] = eagle_top_[r * K + paths[i].back()];
+      }
+    }
+  }
+  for (Sequence* seq : drafting) seq->eagle->len = seq->tokens.size();
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (!drafting.empty() && !with_prompt)
+    eagle_ms_ = eagle_ms_ == 0 ? ms : 0.9 * eagle_ms_ + 0.1 * ms;
+}
+
+}  // namespace inflight

@@ -1,0 +1,564 @@
+// EAGLE-3 heads (model/eagle.h) and EAGLE decoding in the executor: the head's layer equals a
+// naive reference (committed rows, then tree rows over their ancestors) and a row's result
+// never depends on the rows beside it; a head that does not match its model is refused with
+// the field named; greedy output with EAGLE trees is exactly the output without, for requests
+// in flight beside beams; sampling keeps its distribution.
+#include "model/eagle.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "base/thread_pool.h"
+#include "chi_square.h"
+#include "eagle_writer.h"
+#include "engine/executor.h"
+#include "engine_test_util.h"
+#include "format/safetensors.h"
+#include "model/random_model.h"
+#include "test_util.h"
+
+namespace inflight {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::EagleHeadSpec;
+
+class EagleTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = new std::string(testing::WriteTinyModel("inflight_eagle_test"));
+    auto m = Model::Load(*path_);
+    ASSERT_TRUE(m.ok());
+    model_ = std::move(m).value().release();
+    pool_ = new ThreadPool(1);
+    dir_ = new std::string(fs::temp_directory_path() /
+                           ("inflight_eagle_test_" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    fs::remove(*path_);
+    delete model_;
+    delete pool_;
+    delete path_;
+    delete dir_;
+  }
+  static EagleHeadSpec Spec(const Model& m) {
+    EagleHeadSpec s;
+    s.hidden = s.target_hidden = m.config().hidden_size;
+    s.vocab = m.config().vocab_size;
+    return s;
+  }
+  static Model* model_;
+  static ThreadPool* pool_;
+  static std::string *path_, *dir_;
+};
+Model* EagleTest::model_ = nullptr;
+ThreadPool* EagleTest::pool_ = nullptr;
+std::string* EagleTest::path_ = nullptr;
+std::string* EagleTest::dir_ = nullptr;
+
+// A head that guesses as a bigram model: every row's output is the normalized embedding of
+// its token input, and lm_head row y sums the normalized embeddings of the tokens x the model
+// greedily follows with y. On a near-bigram model its guesses hold at every depth of a tree.
+// How: fc is zero (a committed row's hidden input is 0); q and k are constant (biases), so a
+// row attends to itself alone (RoPE makes any other position score far lower); v = norm(e) -
+// norm(hidden) and o_proj the identity, so the residual (hidden: a parent's output, itself a
+// normalized vector, or 0) cancels; the MLP adds nothing.
+EagleHeadSpec BigramHead(const Model& m, ThreadPool& pool) {
+  EagleHeadSpec s;
+  const int64_t H = m.config().hidden_size, V = m.config().vocab_size;
+  s.hidden = s.target_hidden = H;
+  s.vocab = V;
+  s.heads = s.kv_heads = 4;
+  s.head_dim = H / 4;
+  s.biases = true;
+  s.w["fc.weight"].assign(H * 3 * H, 0.0f);
+  s.w["self_attn.q_proj.weight"].assign(H * 2 * H, 0.0f);
+  s.w["self_attn.k_proj.weight"].assign(H * 2 * H, 0.0f);
+  s.w["self_attn.q_proj.bias"].assign(H, 12.0f);
+  s.w["self_attn.k_proj.bias"].assign(H, 12.0f);
+  s.w["self_attn.v_proj.bias"].assign(H, 0.0f);
+  std::vector<float>& v = s.w["self_attn.v_proj.weight"];
+  v.assign(H * 2 * H, 0.0f);
+  std::vector<float>& o = s.w["self_attn.o_proj.weight"];
+  o.assign(H * H, 0.0f);
+  for (int64_t i = 0; i < H; ++i) {
+    v[i * 2 * H + i] = 1.0f;
+    v[i * 2 * H + H + i] = -1.0f;
+    o[i * H + i] = 1.0f;
+  }
+  s.w["mlp.down_proj.weight"].assign(H * s.ffn, 0.0f);
+  for (const char* n : {"input_layernorm.weight", "hidden_norm.weight",
+                        "post_attention_layernorm.weight", "norm.weight"})
+    s.w[n].assign(H, 1.0f);
+  std::vector<float>& lm = s.w["lm_head.weight"];
+  lm.assign(V * H, 0.0f);
+  std::vector<float> e(H);
+  for (int32_t x = 0; x < V; ++x) {
+    const std::vector<int32_t> next = testing::GreedyAlone(m, pool, {x}, 1);
+    if (next.empty()) continue;
+    m.EmbeddingRow(x, e.data());
+    double ss = 0;
+    for (float f : e) ss += f * f;
+    for (int64_t i = 0; i < H; ++i) lm[next[0] * H + i] += e[i] / std::sqrt(ss);
+  }
+  return s;
+}
+
+// The head by its equations, in double, from the weights the spec holds.
+class ReferenceHead {
+ public:
+  ReferenceHead(const EagleHeadSpec& s, const Model& base) : s_(s), base_(base) {}
+  struct Out {
+    std::vector<double> prenorm;
+    int32_t top = -1;   // best guess (a target id)
+    double margin = 0;  // its logit over the second best
+  };
+  // fused: the target's 3 states (through fc); else the draft's own hidden input. A tree row
+  // (node >= 0) keeps its K/V by node and attends to the cache, its ancestors and itself.
+  Out Run(int32_t pos, int32_t token, const std::vector<double>& in, bool fused, int node = -1,
+          const std::vector<int>& ancestors = {}) {
+    const int64_t H = s_.hidden, hd = s_.head_dim, nh = s_.heads, nkv = s_.kv_heads;
+    std::vector<double> x = fused ? MatVec("fc.weight", in, H) : in;
+    std::vector<float> ef(static_cast<size_t>(H));
+    base_.EmbeddingRow(token, ef.data());
+    std::vector<double> cat =
+        Norm(std::vector<double>(ef.begin(), ef.end()), "input_layernorm.weight");
+    const std::vector<double> hn = Norm(x, "hidden_norm.weight");
+    cat.insert(cat.end(), hn.begin(), hn.end());
+    std::vector<double> q =
+        MatVec("self_attn.q_proj.weight", cat, nh * hd, "self_attn.q_proj.bias");
+    std::vector<double> k =
+        MatVec("self_attn.k_proj.weight", cat, nkv * hd, "self_attn.k_proj.bias");
+    std::vector<double> v =
+        MatVec("self_attn.v_proj.weight", cat, nkv * hd, "self_attn.v_proj.bias");
+    Rope(q, nh, pos);
+    Rope(k, nkv, pos);
+    std::vector<std::vector<double>> keys = keys_, values = values_;
+    if (node < 0) {
+      keys_.push_back(k), values_.push_back(v);
+      keys = keys_, values = values_;
+    } else {
+      tree_k_[node] = k, tree_v_[node] = v;
+      for (int a : ancestors) keys.push_back(tree_k_[a]), values.push_back(tree_v_[a]);
+      keys.push_back(k), values.push_back(v);
+    }
+    std::vector<double> att(static_cast<size_t>(nh * hd), 0.0);
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t g = h / (nh / nkv);
+      std::vector<double> w(keys.size());
+      double mx = -1e300, sum = 0;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d) dot += q[h * hd + d] * keys[i][g * hd + d];
+        w[i] = dot / std::sqrt(static_cast<double>(hd));
+        mx = std::max(mx, w[i]);
+      }
+      for (double& wi : w) sum += (wi = std::exp(wi - mx));
+      for (size_t i = 0; i < keys.size(); ++i)
+        for (int64_t d = 0; d < hd; ++d) att[h * hd + d] += w[i] / sum * values[i][g * hd + d];
+    }
+    const std::vector<double> o = MatVec("self_attn.o_proj.weight", att, H);
+    for (int64_t i = 0; i < H; ++i) x[i] += o[i];
+    const std::vector<double> post = Norm(x, "post_attention_layernorm.weight");
+    std::vector<double> g = MatVec("mlp.gate_proj.weight", post, s_.ffn);
+    const std::vector<double> u = MatVec("mlp.up_proj.weight", post, s_.ffn);
+    for (int64_t i = 0; i < s_.ffn; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+    const std::vector<double> d = MatVec("mlp.down_proj.weight", g, H);
+    for (int64_t i = 0; i < H; ++i) x[i] += d[i];
+    Out out;
+    out.prenorm = x;
+    const std::vector<double> logits =
+        MatVec("lm_head.weight", Norm(x, "norm.weight"), s_.draft_vocab);
+    int64_t best = 0, second = -1;
+    for (int64_t i = 1; i < s_.draft_vocab; ++i) {
+      if (logits[i] > logits[best]) {
+        second = best, best = i;
+      } else if (second < 0 || logits[i] > logits[second]) {
+        second = i;
+      }
+    }
+    out.top = static_cast<int32_t>(best + (s_.d2t.empty() ? 0 : s_.d2t[best]));
+    out.margin = logits[best] - logits[second];
+    return out;
+  }
+
+ private:
+  std::vector<double> MatVec(const std::string& name, const std::vector<double>& x, int64_t rows,
+                             const std::string& bias = "") const {
+    const std::vector<float>& w = s_.w.at(name);
+    const int64_t cols = static_cast<int64_t>(x.size());
+    std::vector<double> y(static_cast<size_t>(rows), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) y[r] += static_cast<double>(w[r * cols + c]) * x[c];
+      if (!bias.empty() && s_.w.count(bias)) y[r] += s_.w.at(bias)[r];
+    }
+    return y;
+  }
+  std::vector<double> Norm(const std::vector<double>& x, const std::string& name) const {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + 1e-5);
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * s_.w.at(name)[i];
+    return y;
+  }
+  // Hugging Face's rotate-half RoPE.
+  void Rope(std::vector<double>& x, int64_t heads, int32_t pos) const {
+    const int64_t hd = s_.head_dim;
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        const double a = pos * std::pow(s_.rope_theta, -2.0 * i / hd);
+        double& x0 = x[h * hd + i];
+        double& x1 = x[h * hd + i + hd / 2];
+        const double r0 = x0 * std::cos(a) - x1 * std::sin(a),
+                     r1 = x1 * std::cos(a) + x0 * std::sin(a);
+        x0 = r0, x1 = r1;
+      }
+    }
+  }
+  const EagleHeadSpec& s_;
+  const Model& base_;
+  std::vector<std::vector<double>> keys_, values_;
+  std::map<int, std::vector<double>> tree_k_, tree_v_;
+};
+
+TEST_F(EagleTest, TheDraftLayerEqualsANaiveReferenceAndRowsAreIndependent) {
+  EagleHeadSpec spec = Spec(*model_);
+  spec.biases = true;
+  spec.draft_vocab = spec.vocab / 2 - 1;  // d2t: draft id i is target id 2 i
+  spec.scale = 0.15f;
+  WriteEagleHead(*dir_ + "/ref", spec);
+  auto loaded = EagleHead::Load(*dir_ + "/ref", *model_, DType::kF32);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EagleHead& head = **loaded;
+  EXPECT_EQ(head.aux_layers(), (std::vector<int32_t>{0, 1, 1}));
+  const int64_t H = spec.hidden, W = 3 * H;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> states(8, std::vector<float>(W));
+  for (auto& s : states)
+    for (float& x : s) x = normal(rng);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 12; ++i) tokens.push_back(3 + static_cast<int32_t>(rng() % 200));
+  ReferenceHead ref(spec, *model_);
+  std::vector<ReferenceHead::Out> expected;
+  for (int p = 0; p < 8; ++p)
+    expected.push_back(
+        ref.Run(p, tokens[p + 1], std::vector<double>(states[p].begin(), states[p].end()), true));
+  auto check = [&](const float* got, const ReferenceHead::Out& want, int32_t top,
+                   const char* what) {
+    double worst = 0;
+    for (int64_t i = 0; i < H; ++i)
+      worst = std::max(worst, std::abs(got[i] - want.prenorm[i]) / (1 + std::abs(want.prenorm[i])));
+    EXPECT_LT(worst, 2e-4) << what;
+    if (top >= 0 && want.margin > 1e-3) {
+      EXPECT_EQ(top, want.top) << what;
+    }
+  };
+  // Committed rows in two calls (the cache grows), the last of each wanting guesses.
+  EagleCache cache;
+  std::vector<float> out(8 * H);
+  std::vector<int32_t> top;
+  for (auto [first, last] : {std::pair{0, 6}, std::pair{6, 8}}) {
+    std::vector<EagleRow> rows;
+    for (int p = first; p < last; ++p) {
+      EagleRow r;
+      r.cache = &cache;
+      r.position = p;
+      r.token = tokens[p + 1];
+      r.hidden = states[p].data();
+      r.top = p + 1 == last;
+      rows.push_back(r);
+    }
+    head.Forward(rows, /*fuse=*/true, 3, out.data() + first * H, &top, *pool_);
+    ASSERT_EQ(top.size(), 3u);
+    for (int p = first; p < last; ++p)
+      check(out.data() + p * H, expected[p], p + 1 == last ? top[0] : -1, "a committed row");
+  }
+  EXPECT_EQ(cache.end(head.kv_dim()), 8);
+  // A tree: nodes 0 and 1 at depth 1 (position 8) on row 7's output, node 2 under node 0.
+  auto as_double = [&](const float* f) { return std::vector<double>(f, f + H); };
+  const ReferenceHead::Out n0 = ref.Run(8, tokens[9], as_double(out.data() + 7 * H), false, 0);
+  const ReferenceHead::Out n1 = ref.Run(8, tokens[10], as_double(out.data() + 7 * H), false, 1);
+  EagleTree tree;
+  tree.k.resize(3 * head.kv_dim());
+  tree.v.resize(3 * head.kv_dim());
+  auto tree_row = [&](EagleCache* c, EagleTree* t, int node, int32_t token, const float* in,
+                      const int32_t* anc, int n_anc) {
+    EagleRow r;
+    r.cache = c;
+    r.position = 8 + n_anc;
+    r.token = token;
+    r.hidden = in;
+    r.tree = t;
+    r.node = node;
+    r.ancestors = anc;
+    r.num_ancestors = n_anc;
+    r.top = true;
+    return r;
+  };
+  std::vector<float> level1(2 * H), level2(H);
+  std::vector<int32_t> top1, top2;
+  head.Forward({tree_row(&cache, &tree, 0, tokens[9], out.data() + 7 * H, nullptr, 0),
+                tree_row(&cache, &tree, 1, tokens[10], out.data() + 7 * H, nullptr, 0)},
+               false, 2, level1.data(), &top1, *pool_);
+  check(level1.data(), n0, top1[0], "tree node 0");
+  check(level1.data() + H, n1, top1[2], "tree node 1");
+  const int32_t anc[] = {0};
+  const ReferenceHead::Out n2 = ref.Run(9, tokens[11], as_double(level1.data()), false, 2, {0});
+  head.Forward({tree_row(&cache, &tree, 2, tokens[11], level1.data(), anc, 1)}, false, 2,
+               level2.data(), &top2, *pool_);
+  check(level2.data(), n2, top2[0], "tree node 2 (over its ancestor)");
+  EXPECT_EQ(cache.end(head.kv_dim()), 8) << "tree rows must not join the cache";
+
+  // The same node beside another sequence's rows, in one call: bit for bit the same.
+  EagleCache other;
+  std::vector<EagleRow> mixed;
+  for (int p = 0; p < 5; ++p) {
+    EagleRow r;
+    r.cache = &other;
+    r.position = p;
+    r.token = tokens[p];
+    r.hidden = states[7 - p].data();
+    r.top = true;
+    mixed.push_back(r);
+  }
+  EagleTree tree2 = tree;
+  mixed.insert(mixed.begin() + 2, tree_row(&cache, &tree2, 2, tokens[11], level1.data(), anc, 1));
+  std::vector<float> mixed_out(mixed.size() * H);
+  std::vector<int32_t> mixed_top;
+  head.Forward(mixed, false, 2, mixed_out.data(), &mixed_top, *pool_);
+  EXPECT_EQ(0, std::memcmp(mixed_out.data() + 2 * H, level2.data(), H * sizeof(float)));
+  EXPECT_EQ(mixed_top[4], top2[0]);
+  EXPECT_EQ(mixed_top[5], top2[1]);
+}
+
+TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
+  auto refused = [&](EagleHeadSpec spec, const std::string& want,
+                     const std::function<void(const std::string&)>& edit = nullptr) {
+    static int n = 0;
+    const std::string dir = *dir_ + "/bad" + std::to_string(n++);
+    WriteEagleHead(dir, spec);
+    if (edit) edit(dir);
+    auto h = EagleHead::Load(dir, *model_);
+    EXPECT_FALSE(h.ok()) << want;
+    if (!h.ok()) {
+      EXPECT_NE(h.status().message().find(want), std::string::npos) << h.status().ToString();
+    }
+  };
+  EagleHeadSpec good = Spec(*model_);
+  {
+    EagleHeadSpec s = good;
+    s.target_hidden = 96;
+    refused(s, "target hidden size is 96 but the model's hidden size is 64");
+  }
+  {
+    EagleHeadSpec s = good;
+    s.vocab += 7;
+    refused(s, "vocab_size");
+  }
+  {
+    EagleHeadSpec s = good;
+    s.aux = {0, 1, 5};
+    refused(s, "fuses the input of layer 5 but the model has 2 layers");
+  }
+  {
+    EagleHeadSpec s = good;
+    s.fc_states = 2;
+    refused(s, "EAGLE-1/2 head");
+  }
+  {
+    EagleHeadSpec s = good;
+    s.layers = 2;
+    refused(s, "num_hidden_layers");
+  }
+  {
+    EagleHeadSpec s = good;
+    s.draft_vocab = 40;
+    s.d2t.assign(40, 0);
+    s.d2t[39] = good.vocab;  // past the vocabulary
+    refused(s, "d2t maps draft id 39 outside the vocabulary");
+  }
+  {
+    EagleHeadSpec s = good;
+    s.draft_vocab = 40;
+    s.write_d2t = false;
+    refused(s, "'d2t' is missing");
+  }
+  {
+    // The heads' shape against config.json: a wrong intermediate_size.
+    refused(good, "is [96, 64], not [100, 64]", [](const std::string& dir) {
+      std::ifstream in(dir + "/config.json");
+      nlohmann::json j = nlohmann::json::parse(in);
+      j["intermediate_size"] = 100;
+      std::ofstream(dir + "/config.json") << j.dump();
+    });
+  }
+  refused(good, "pytorch_model.bin only", [](const std::string& dir) {
+    fs::rename(dir + "/model.safetensors", dir + "/pytorch_model.bin");
+  });
+  refused(good, "layers.0.mlp.down_proj.weight' is missing", [](const std::string& dir) {
+    // A file of every tensor but one.
+    auto f = SafetensorsFile::Open(dir + "/model.safetensors");
+    ASSERT_TRUE(f.ok());
+    std::vector<testing::HfTensor> keep;
+    for (const auto& [name, t] : (*f)->tensors()) {
+      if (name.find("down_proj") != std::string::npos) continue;
+      std::vector<float> v(t.num_bytes / 4);
+      std::memcpy(v.data(), t.data, t.num_bytes);
+      keep.push_back({name, t.shape, v});
+    }
+    f->reset();
+    testing::WriteSafetensors(dir + "/model.safetensors", keep);
+  });
+  // The default layers need 4: the tiny model has 2.
+  refused(good, "EAGLE-3's default layers (2, L/2, L-3) need 4", [](const std::string& dir) {
+    std::ifstream in(dir + "/config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j.erase("eagle_config");
+    std::ofstream(dir + "/config.json") << j.dump();
+  });
+}
+
+// On a near-bigram model BigramHead's guesses hold often, along branches that are not the
+// tree's first path too; a random head's rarely hold.
+// Greedy output with either equals the output without drafts, for 48 requests in flight with
+// prefix reuse, chunked prompts and beam searches in the same steps.
+TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
+  std::unique_ptr<Model> bigram = testing::NearBigramModel(*dir_ + "/bigram.gguf", 0.05f);
+  ASSERT_TRUE(bigram);
+  for (const bool predictable : {true, false}) {
+    const Model& m = predictable ? *bigram : *model_;
+    EagleHeadSpec spec = predictable ? BigramHead(m, *pool_) : Spec(m);
+    const std::string dir = *dir_ + (predictable ? "/bigram-head" : "/random-head");
+    WriteEagleHead(dir, spec);
+    auto head = EagleHead::Load(dir, m);
+    ASSERT_TRUE(head.ok()) << head.status().ToString();
+    std::mt19937 rng(5);
+    const int n = 48;
+    std::vector<Request> requests;
+    for (int i = 0; i < n; ++i) {
+      Request r;
+      // Prompts that share prefixes (reuse), some past max_num_tokens (chunked).
+      r.prompt_ids.assign(1 + rng() % 200, 0);
+      for (auto& t : r.prompt_ids) t = static_cast<int32_t>(3 + rng() % 256);
+      if (i % 4 == 3) r.prompt_ids = requests[i - 1].prompt_ids, r.prompt_ids.push_back(7);
+      r.max_tokens = 1 + static_cast<int32_t>(rng() % 48);
+      r.sampling.temperature = 0;
+      r.exclude_input_in_output = true;
+      if (i % 6 == 0) r.num_draft_tokens = 0;
+      if (i % 6 == 1) r.num_draft_tokens = 3;  // a cut tree
+      if (i % 8 == 5) r.beam_width = 2;
+      requests.push_back(r);
+    }
+    ExecutorConfig c = testing::TreeDraftingConfig(SpeculativeMode::kNone);
+    c.max_beam_width = 2;
+    auto plain = Executor::Create(m, c);
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    c.speculative_mode = SpeculativeMode::kEagle;
+    c.eagle_head = std::shared_ptr<EagleHead>(std::move(head).value());
+    auto made = Executor::Create(m, c);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    Executor& e = **made;
+    std::vector<RequestId> ids, plain_ids;
+    for (int i = 0; i < n; ++i) {
+      auto id = e.Enqueue(requests[i]);
+      ASSERT_TRUE(id.ok());
+      ids.push_back(*id);
+      auto pid = (*plain)->Enqueue(requests[i]);
+      ASSERT_TRUE(pid.ok());
+      plain_ids.push_back(*pid);
+    }
+    int64_t drafts = 0, accepted = 0;
+    for (int i = 0; i < n; ++i) {
+      std::vector<Result> rs = testing::CollectResults(e, ids[i]);
+      std::vector<Result> ps = testing::CollectResults(**plain, plain_ids[i]);
+      ASSERT_FALSE(rs.empty());
+      ASSERT_FALSE(ps.empty());
+      ASSERT_TRUE(rs.back().error.ok()) << rs.back().error.ToString();
+      EXPECT_EQ(rs.back().output_token_ids, ps.back().output_token_ids) << "request " << i;
+      if (requests[i].beam_width == 1) {
+        EXPECT_EQ(rs.back().output_token_ids,
+                  testing::GreedyAlone(m, *pool_, requests[i].prompt_ids, requests[i].max_tokens))
+            << "request " << i;
+      }
+      drafts += rs.back().stats.num_draft_tokens;
+      accepted += rs.back().stats.num_accepted_draft_tokens;
+    }
+    std::printf("%s head: drafts %lld, accepted %lld, K/V slots moved %lld\n",
+                predictable ? "bigram" : "random", static_cast<long long>(drafts),
+                static_cast<long long>(accepted), static_cast<long long>(e.num_tree_kv_moves()));
+    EXPECT_GT(drafts, 0);
+    if (predictable) {
+      EXPECT_GT(accepted, drafts / 10);
+      EXPECT_GT(e.num_tree_kv_moves(), 0) << "no branch off the tree's first path was accepted";
+    }
+    testing::ExpectNoKvLeaks(e);
+  }
+}
+
+// Trees of EAGLE guesses keep the sampling distribution: the second to fourth tokens of many
+// seeded samples with a head that often guesses right, against as many without (chi-square).
+TEST_F(EagleTest, SeededSamplingKeepsItsDistribution) {
+  std::unique_ptr<Model> bigram = testing::NearBigramModel(*dir_ + "/bigram15.gguf", 0.15f);
+  ASSERT_TRUE(bigram);
+  EagleHeadSpec spec = BigramHead(*bigram, *pool_);
+  WriteEagleHead(*dir_ + "/bigram15-head", spec);
+  ExecutorConfig c;
+  c.num_threads = 1;
+  c.tokens_per_block = 16;
+  c.max_tokens_in_paged_kv_cache = 4096;
+  auto plain = Executor::Create(*bigram, c);
+  ASSERT_TRUE(plain.ok());
+  c.speculative_mode = SpeculativeMode::kEagle;
+  c.eagle_head =
+      std::shared_ptr<EagleHead>(EagleHead::Load(*dir_ + "/bigram15-head", *bigram).value());
+  c.adaptive_draft_length = false;
+  auto eagle = Executor::Create(*bigram, c);
+  ASSERT_TRUE(eagle.ok()) << eagle.status().ToString();
+  testing::ExpectSamplingKept(**plain, **eagle, {1, 40, 41, 42, 43, 44, 45, 46, 47, 48});
+  testing::ExpectNoKvLeaks(**eagle);
+}
+
+TEST_F(EagleTest, TheExecutorNeedsAHeadAndChoicesItCanDraft) {
+  ExecutorConfig c;
+  c.speculative_mode = SpeculativeMode::kEagle;
+  auto no_head = Executor::Create(*model_, c);
+  ASSERT_FALSE(no_head.ok());
+  EXPECT_NE(no_head.status().message().find("needs an EAGLE head"), std::string::npos);
+  EagleHeadSpec spec = Spec(*model_);
+  WriteEagleHead(*dir_ + "/choices", spec);
+  c.eagle_head = std::shared_ptr<EagleHead>(EagleHead::Load(*dir_ + "/choices", *model_).value());
+  c.eagle_choices = {{0, 1}};
+  auto no_prefix = Executor::Create(*model_, c);
+  ASSERT_FALSE(no_prefix.ok());
+  EXPECT_NE(no_prefix.status().message().find("eagle_choices: a path's prefix is missing"),
+            std::string::npos)
+      << no_prefix.status().message();
+  c.eagle_choices = {{0}, {70}};
+  auto too_far = Executor::Create(*model_, c);
+  ASSERT_FALSE(too_far.ok());
+  EXPECT_NE(too_far.status().message().find("[0, 63]"), std::string::npos);
+  c.eagle_choices.assign(1, std::vector<int32_t>(17, 0));
+  auto too_deep = Executor::Create(*model_, c);
+  ASSERT_FALSE(too_deep.ok());
+  EXPECT_NE(too_deep.status().message().find("1 to 16 top-k indices"), std::string::npos)
+      << too_deep.status().message();
+  auto parsed =
+      ParseMedusaChoices("[[0], [0, 0], [1]]", kMaxEagleChoicesDepth, 63, "eagle_choices");
+  ASSERT_TRUE(parsed.ok());
+  c.eagle_choices = *parsed;
+  EXPECT_TRUE(Executor::Create(*model_, c).ok());
+}
+
+}  // namespace
+}  // namespace inflight

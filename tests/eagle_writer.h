@@ -1,0 +1,93 @@
+// Writes EAGLE-3 heads (model/eagle.h's layout, as SafeAILab's checkpoints name them) for
+// tests: a folder with config.json and model.safetensors, every weight kept in the spec so a
+// naive reference can run the same head.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "safetensors_writer.h"
+
+namespace inflight::testing {
+
+struct EagleHeadSpec {
+  int64_t hidden = 64, target_hidden = 64, heads = 4, kv_heads = 2, head_dim = 16, ffn = 96;
+  int64_t vocab = 0, draft_vocab = 0;  // draft_vocab < vocab: d2t maps draft id i to 2 * i
+  std::vector<int64_t> aux = {0, 1, 1};
+  double rope_theta = 10000;
+  bool biases = false;
+  std::string prefix = "midlayer.";
+  int64_t fc_states = 3;  // 2: an EAGLE-1/2 head
+  int64_t layers = 1;
+  std::string dtype = "F32";
+  float scale = 0.05f;  // random weights' deviation
+  // The weights, by name without the layer prefix (filled by WriteEagleHead when empty;
+  // a test may set some first, e.g. a constructed lm_head).
+  std::map<std::string, std::vector<float>> w;
+  std::vector<int64_t> d2t;  // offsets
+  bool write_d2t = true;
+};
+
+inline void WriteEagleHead(const std::string& dir, EagleHeadSpec& s) {
+  std::filesystem::create_directories(dir);
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, s.scale);
+  const int64_t H = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  if (s.draft_vocab == 0) s.draft_vocab = s.vocab;
+  std::vector<HfTensor> t;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool ones = false) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float>& v = s.w[name];
+    if (v.empty()) {
+      v.resize(static_cast<size_t>(n));
+      for (float& x : v) x = ones ? 1.0f + normal(rng) : normal(rng);
+    }
+    const bool layer = name != "fc.weight" && name != "norm.weight" && name != "lm_head.weight";
+    t.push_back({(layer ? s.prefix : "") + name, shape, v});
+  };
+  add("fc.weight", {H, s.fc_states * s.target_hidden});
+  add("self_attn.q_proj.weight", {q, 2 * H});
+  add("self_attn.k_proj.weight", {kv, 2 * H});
+  add("self_attn.v_proj.weight", {kv, 2 * H});
+  if (s.biases) {
+    add("self_attn.q_proj.bias", {q});
+    add("self_attn.k_proj.bias", {kv});
+    add("self_attn.v_proj.bias", {kv});
+  }
+  add("self_attn.o_proj.weight", {H, q});
+  add("mlp.gate_proj.weight", {s.ffn, H});
+  add("mlp.up_proj.weight", {s.ffn, H});
+  add("mlp.down_proj.weight", {H, s.ffn});
+  add("input_layernorm.weight", {H}, true);
+  add("hidden_norm.weight", {H}, true);
+  add("post_attention_layernorm.weight", {H}, true);
+  add("norm.weight", {H}, true);
+  add("lm_head.weight", {s.draft_vocab, H});
+  if (s.d2t.empty() && s.draft_vocab < s.vocab && s.write_d2t) {
+    for (int64_t i = 0; i < s.draft_vocab; ++i) s.d2t.push_back(i);  // draft i -> target 2 i
+  }
+  if (!s.d2t.empty() && s.write_d2t) t.push_back({"d2t", {s.draft_vocab}, {}, s.d2t});
+  WriteSafetensors(dir + "/model.safetensors", t, s.dtype);
+  nlohmann::json cfg = {{"architectures", {"LlamaForCausalLMEagle3"}},
+                        {"hidden_size", H},
+                        {"target_hidden_size", s.target_hidden},
+                        {"num_attention_heads", s.heads},
+                        {"num_key_value_heads", s.kv_heads},
+                        {"head_dim", s.head_dim},
+                        {"intermediate_size", s.ffn},
+                        {"num_hidden_layers", s.layers},
+                        {"rms_norm_eps", 1e-5},
+                        {"rope_theta", s.rope_theta},
+                        {"vocab_size", s.vocab},
+                        {"draft_vocab_size", s.draft_vocab},
+                        {"eagle_config", {{"eagle_aux_hidden_state_layer_ids", s.aux}}}};
+  std::ofstream(dir + "/config.json") << cfg.dump(2);
+}
+
+}  // namespace inflight::testing
