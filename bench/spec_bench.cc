@@ -15,7 +15,8 @@
 //                   [--decode-tokens 128] [--draft 4] [--ngram 3] [--draft-layers 0] [--passage 80]
 //                   [--reps 3]
 //                   [--block-output-scale 1] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
-//                   [--mode lookahead --lookahead W,N,G | --mode medusa --medusa-heads 4]
+//                   [--mode lookahead --lookahead W,N,G | --mode medusa --medusa-heads 4 |
+//                    --mode eagle [--eagle-choices JSON]]
 //                   [--adaptive 0|1] [--batch 16]
 #include <algorithm>
 #include <chrono>
@@ -26,6 +27,7 @@
 
 #include "bench_models.h"
 #include "engine/executor.h"
+#include "model/eagle.h"
 #include "model/medusa.h"
 
 using namespace inflight;
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
   int draft_layers = 0, batch = 1, medusa_heads = 4;
   bool adaptive = true;
   std::string mode;  // prompt_lookup (default), draft_model (with --draft-layers), lookahead
+  std::string eagle_choices;
   LookaheadConfig lookahead = ExecutorConfig{}.lookahead;
   int prompt_tokens = 512, decode_tokens = 128, draft_len = 4, ngram = 3, passage = 80, reps = 3,
       threads = 2;
@@ -146,6 +149,8 @@ int main(int argc, char** argv) {
       adaptive = std::stoi(v) != 0;
     else if (f == "--medusa-heads")
       medusa_heads = std::stoi(v);
+    else if (f == "--eagle-choices")
+      eagle_choices = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -194,6 +199,33 @@ int main(int argc, char** argv) {
     }
     spec.medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
   }
+  if (mode == "eagle") {
+    // An EAGLE-3 head of the real shapes written for this model: on a predictable model
+    // (block outputs scaled down) one whose guesses follow the model's bigram chain (right at
+    // every depth: the upper bound, as for Medusa), on the random model a random one (what
+    // EAGLE costs when its guesses fail).
+    spec.speculative_mode = SpeculativeMode::kEagle;
+    const bool bigram = block_output_scale != 1.0;
+    const std::string dir = model_dir + "/eagle-" + (bigram ? "bigram" : "random") + "-" +
+                            std::to_string(m.config().hidden_size);
+    ThreadPool pool(threads);
+    Status st = WriteEagleHead(dir, m, bigram, pool);
+    auto head = st.ok() ? EagleHead::Load(dir, m) : StatusOr<std::unique_ptr<EagleHead>>(st);
+    if (!head.ok()) {
+      std::fprintf(stderr, "%s\n", head.status().ToString().c_str());
+      return 1;
+    }
+    spec.eagle_head = std::shared_ptr<EagleHead>(std::move(head).value());
+    if (!eagle_choices.empty()) {
+      auto paths = ParseMedusaChoices(eagle_choices, kMaxEagleChoicesDepth, kMaxLookaheadDrafts,
+                                      "eagle_choices");
+      if (!paths.ok()) {
+        std::fprintf(stderr, "%s\n", paths.status().ToString().c_str());
+        return 2;
+      }
+      spec.eagle_choices = *paths;
+    }
+  }
   spec.lookahead = lookahead;
   spec.adaptive_draft_length = adaptive;
   plain.max_batch_size = spec.max_batch_size = std::max(batch, 1);
@@ -241,6 +273,13 @@ int main(int argc, char** argv) {
     std::printf("drafts from %d Medusa heads (%s, %.2f GB read per step as q8_0)%s, batch %d\n",
                 medusa_heads, block_output_scale != 1.0 ? "the model's own projection" : "random",
                 spec.medusa_heads->WeightBytes() / 1e9, adaptive ? "" : " every step", batch);
+  } else if (spec.speculative_mode == SpeculativeMode::kEagle) {
+    const EagleHead& h = *spec.eagle_head;
+    std::printf(
+        "drafts from an EAGLE-3 head (%s; q8_0: %.2f GB of layer and %.2f GB of vocabulary "
+        "projection read per pass)%s, batch %d\n",
+        block_output_scale != 1.0 ? "guessing the model's bigram chain" : "random",
+        h.LayerBytes() / 1e9, h.OutputBytes() / 1e9, adaptive ? "" : " every step", batch);
   } else {
     std::printf("drafts from prompt lookup (n-gram <= %d)\n", ngram);
   }

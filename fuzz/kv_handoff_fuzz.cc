@@ -22,6 +22,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto d =
           std::filesystem::temp_directory_path() / ("kv_handoff_fuzz_" + std::to_string(getpid()));
       std::filesystem::create_directories(d);
+      // The folder goes at exit (each fuzzing process has its own; every segment is taken).
+      std::atexit([] {
+        std::error_code ec;
+        std::filesystem::remove_all(std::filesystem::temp_directory_path() /
+                                        ("kv_handoff_fuzz_" + std::to_string(getpid())),
+                                    ec);
+      });
       return d.string();
     }();
     static auto shm = KvHandoffShm::Open(dir, 60000, 1 << 20);

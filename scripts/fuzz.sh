@@ -15,7 +15,7 @@ if [ "$build" = build-fuzz ]; then
     -DINFLIGHT_FUZZ=ON -DINFLIGHT_SANITIZE=address,undefined -DINFLIGHT_BUILD_TESTS=OFF \
     -DINFLIGHT_BUILD_BENCH=OFF >/dev/null
 fi
-fuzz_targets="gguf_fuzz safetensors_fuzz tokenizer_fuzz kserve_fuzz model_config_fuzz jinja_fuzz openai_fuzz guide_fuzz parallel_wire_fuzz kv_handoff_fuzz make_seeds"
+fuzz_targets="gguf_fuzz safetensors_fuzz tokenizer_fuzz kserve_fuzz model_config_fuzz jinja_fuzz openai_fuzz guide_fuzz parallel_wire_fuzz kv_handoff_fuzz eagle_head_fuzz make_seeds"
 cmake --build "$build" -j "$(nproc)" --target $fuzz_targets
 seeds="$build/seeds"
 rm -rf "$seeds" && mkdir -p "$seeds"/{gguf,safetensors,tokenizer,parallel_wire,kv_handoff}
@@ -25,7 +25,8 @@ mv "$seeds/seed.safetensors" "$seeds/safetensors/"
 mv "$seeds/text-seed.txt" "$seeds/tokenizer/"
 mv "$seeds/parallel-step-seed.bin" "$seeds/parallel_wire/"
 mv "$seeds/kv-handoff-seed.bin" "$seeds/kv-handoff-shm-seed.bin" "$seeds/kv_handoff/"
-cp -r fuzz/seeds/kserve fuzz/seeds/model_config fuzz/seeds/jinja fuzz/seeds/openai fuzz/seeds/guide "$seeds/"
+cp -r fuzz/seeds/kserve fuzz/seeds/model_config fuzz/seeds/jinja fuzz/seeds/openai fuzz/seeds/guide \
+  fuzz/seeds/eagle_head "$seeds/"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # One libFuzzer process per core: each target is single-threaded.
 run_one() {
@@ -40,5 +41,6 @@ run_one() {
 }
 export -f run_one
 export seeds seconds build
-printf '%s\n' gguf safetensors tokenizer kserve model_config jinja openai guide parallel_wire kv_handoff |
+printf '%s\n' gguf safetensors tokenizer kserve model_config jinja openai guide parallel_wire kv_handoff \
+  eagle_head |
   xargs -P "$(nproc)" -I{} bash -c 'run_one {}'

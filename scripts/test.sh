@@ -23,7 +23,7 @@ stage format bash scripts/check-format.sh
 asan_tests="gguf_test disaggregated_test disaggregated_server_test model_families_test moe_reference_test tokenizer_test jinja_test kernels_test quant_formats_test block_manager_test scheduler_test executor_test speculative_test lookahead_test medusa_test eagle_test beam_search_test guided_test guided_decoding_test lora_test ptuning_test model_shard_test tree_decoding_test serving_test server_e2e_test server_limits_test openai_test openai_agents_test kv_events_test kv_tiers_test kv_disk_test chat_output_test structural_tag_test control_plane_test security_test tools_e2e_test"
 # One clang tree serves the ASan/UBSan tests and the fuzz targets (libFuzzer needs clang), so the
 # libraries are compiled once for both.
-fuzz_targets="gguf_fuzz safetensors_fuzz tokenizer_fuzz kserve_fuzz model_config_fuzz jinja_fuzz openai_fuzz guide_fuzz parallel_wire_fuzz kv_handoff_fuzz make_seeds"
+fuzz_targets="gguf_fuzz safetensors_fuzz tokenizer_fuzz kserve_fuzz model_config_fuzz jinja_fuzz openai_fuzz guide_fuzz parallel_wire_fuzz kv_handoff_fuzz eagle_head_fuzz make_seeds"
 asan_build() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
     "${CMAKE_LAUNCHER_ARGS[@]}" -DINFLIGHT_SANITIZE=address,undefined -DINFLIGHT_FUZZ=ON \

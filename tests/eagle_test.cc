@@ -19,8 +19,12 @@
 #include "chi_square.h"
 #include "eagle_writer.h"
 #include "engine/executor.h"
+#include "engine/model_runner.h"
 #include "engine_test_util.h"
 #include "format/safetensors.h"
+#include "kernels/kernels.h"
+#include "kernels/ops.h"
+#include "model/medusa.h"
 #include "model/random_model.h"
 #include "test_util.h"
 
@@ -65,6 +69,32 @@ ThreadPool* EagleTest::pool_ = nullptr;
 std::string* EagleTest::path_ = nullptr;
 std::string* EagleTest::dir_ = nullptr;
 
+// The MLP adds nothing, the norms are plain, and lm_head row y sums the normalized embeddings
+// of the tokens x whose greedy continuation's hops-th token is y (with decoy > 0, row
+// (y * 7 + 3) % V sums them decoy times over: y ranks second).
+void GuessAfterHops(EagleHeadSpec& s, const Model& m, ThreadPool& pool, int hops, float decoy) {
+  const int64_t H = m.config().hidden_size, V = m.config().vocab_size;
+  s.w["mlp.down_proj.weight"].assign(H * s.ffn, 0.0f);
+  for (const char* n : {"input_layernorm.weight", "hidden_norm.weight",
+                        "post_attention_layernorm.weight", "norm.weight"})
+    s.w[n].assign(H, 1.0f);
+  std::vector<float>& lm = s.w["lm_head.weight"];
+  lm.assign(V * H, 0.0f);
+  std::vector<float> e(H);
+  for (int32_t x = 0; x < V; ++x) {
+    const std::vector<int32_t> next = testing::GreedyAlone(m, pool, {x}, hops);
+    if (static_cast<int>(next.size()) < hops) continue;
+    m.EmbeddingRow(x, e.data());
+    double ss = 0;
+    for (float f : e) ss += f * f;
+    const int64_t y = next[hops - 1], d = (y * 7 + 3) % V;
+    for (int64_t i = 0; i < H; ++i) {
+      lm[y * H + i] += e[i] / std::sqrt(ss);
+      if (decoy > 0) lm[d * H + i] += decoy * e[i] / std::sqrt(ss);
+    }
+  }
+}
+
 // A head that guesses as a bigram model: every row's output is the normalized embedding of
 // its token input, and lm_head row y sums the normalized embeddings of the tokens x the model
 // greedily follows with y. On a near-bigram model its guesses hold at every depth of a tree.
@@ -95,21 +125,7 @@ EagleHeadSpec BigramHead(const Model& m, ThreadPool& pool) {
     v[i * 2 * H + H + i] = -1.0f;
     o[i * H + i] = 1.0f;
   }
-  s.w["mlp.down_proj.weight"].assign(H * s.ffn, 0.0f);
-  for (const char* n : {"input_layernorm.weight", "hidden_norm.weight",
-                        "post_attention_layernorm.weight", "norm.weight"})
-    s.w[n].assign(H, 1.0f);
-  std::vector<float>& lm = s.w["lm_head.weight"];
-  lm.assign(V * H, 0.0f);
-  std::vector<float> e(H);
-  for (int32_t x = 0; x < V; ++x) {
-    const std::vector<int32_t> next = testing::GreedyAlone(m, pool, {x}, 1);
-    if (next.empty()) continue;
-    m.EmbeddingRow(x, e.data());
-    double ss = 0;
-    for (float f : e) ss += f * f;
-    for (int64_t i = 0; i < H; ++i) lm[next[0] * H + i] += e[i] / std::sqrt(ss);
-  }
+  GuessAfterHops(s, m, pool, 1, 0.0f);
   return s;
 }
 
@@ -133,6 +149,7 @@ class ReferenceHead {
     std::vector<double> cat =
         Norm(std::vector<double>(ef.begin(), ef.end()), "input_layernorm.weight");
     const std::vector<double> hn = Norm(x, "hidden_norm.weight");
+    if (s_.norm_before_residual) x = hn;  // the residual is the normed state
     cat.insert(cat.end(), hn.begin(), hn.end());
     std::vector<double> q =
         MatVec("self_attn.q_proj.weight", cat, nh * hd, "self_attn.q_proj.bias");
@@ -231,13 +248,40 @@ class ReferenceHead {
   std::map<int, std::vector<double>> tree_k_, tree_v_;
 };
 
-TEST_F(EagleTest, TheDraftLayerEqualsANaiveReferenceAndRowsAreIndependent) {
+// A head that guesses from the model's states: fc keeps the first (layer 0's input at position
+// p: the embedding of the token there) and nothing else adds to it, and lm_head row y sums the
+// normalized embeddings of the tokens x the model follows greedily by some token and then y.
+// Its guesses after position p are then the token two after p's on a near-bigram model, ranked
+// second behind a decoy: the tree's second first-level node holds, and the next guesses hold
+// only when that node's row's states reach the head (not the first node's, nor the last
+// token's).
+EagleHeadSpec StateHead(const Model& m, ThreadPool& pool) {
+  EagleHeadSpec s;
+  const int64_t H = m.config().hidden_size, V = m.config().vocab_size;
+  s.hidden = s.target_hidden = H;
+  s.vocab = V;
+  std::vector<float>& fc = s.w["fc.weight"];
+  fc.assign(H * 3 * H, 0.0f);
+  for (int64_t i = 0; i < H; ++i) fc[i * 3 * H + i] = 1.0f;
+  s.w["self_attn.o_proj.weight"].assign(H * s.heads * s.head_dim, 0.0f);
+  GuessAfterHops(s, m, pool, 2, 1.3f);
+  return s;
+}
+
+// Both layouts: SafeAILab's (midlayer., eagle_config) and vLLM speculators' (layers.0.,
+// transformer_layer_config, the residual normed first).
+class EagleLayoutTest : public EagleTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(EagleLayoutTest, TheDraftLayerEqualsANaiveReferenceAndRowsAreIndependent) {
   EagleHeadSpec spec = Spec(*model_);
   spec.biases = true;
   spec.draft_vocab = spec.vocab / 2 - 1;  // d2t: draft id i is target id 2 i
   spec.scale = 0.15f;
-  WriteEagleHead(*dir_ + "/ref", spec);
-  auto loaded = EagleHead::Load(*dir_ + "/ref", *model_, DType::kF32);
+  spec.speculators = spec.norm_before_residual = GetParam();
+  if (GetParam()) spec.prefix = "layers.0.";
+  const std::string dir = *dir_ + (GetParam() ? "/ref-speculators" : "/ref");
+  WriteEagleHead(dir, spec);
+  auto loaded = EagleHead::Load(dir, *model_, DType::kF32);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EagleHead& head = **loaded;
   EXPECT_EQ(head.aux_layers(), (std::vector<int32_t>{0, 1, 1}));
@@ -340,7 +384,77 @@ TEST_F(EagleTest, TheDraftLayerEqualsANaiveReferenceAndRowsAreIndependent) {
   EXPECT_EQ(0, std::memcmp(mixed_out.data() + 2 * H, level2.data(), H * sizeof(float)));
   EXPECT_EQ(mixed_top[4], top2[0]);
   EXPECT_EQ(mixed_top[5], top2[1]);
+
+  // A committed row before the cache's end cuts what followed (a sequence recomputed); one past
+  // it (a gap: prefix blocks the head never saw) starts the cache again there.
+  std::vector<float> one(H);
+  EagleRow again;
+  again.cache = &cache;
+  again.position = 3;
+  again.token = tokens[4];
+  again.hidden = states[3].data();
+  head.Forward({again}, true, 1, one.data(), nullptr, *pool_);
+  EXPECT_EQ(cache.start, 0);
+  EXPECT_EQ(cache.end(head.kv_dim()), 4);
+  EXPECT_EQ(0, std::memcmp(one.data(), out.data() + 3 * H, H * sizeof(float)))
+      << "the same row over the same cache prefix";
+  again.position = 20;
+  head.Forward({again}, true, 1, one.data(), nullptr, *pool_);
+  EXPECT_EQ(cache.start, 20);
+  EXPECT_EQ(cache.end(head.kv_dim()), 21);
 }
+
+// The runner keeps the residual stream at the input of the layers a head reads: layer 0's is
+// the tokens' embeddings; layer 1's, normed and projected, gives the logits of the model's first
+// layer alone.
+TEST_F(EagleTest, TheRunnerKeepsTheInputsOfTheLayersAHeadReads) {
+  ExecutorConfig c;
+  c.num_threads = 1;
+  c.tokens_per_block = 16;
+  c.max_tokens_in_paged_kv_cache = 256;
+  LocalModelRunner full(*model_, c);
+  EXPECT_FALSE(full.CaptureLayerInputs({0, 2}));  // past the model's 2 layers
+  ASSERT_TRUE(full.CaptureLayerInputs({0, 1, 1}));
+  const std::vector<int32_t> tokens = {1, 40, 41, 42, 43, 44};
+  const int64_t T = static_cast<int64_t>(tokens.size()), H = model_->config().hidden_size,
+                V = model_->config().vocab_size;
+  const std::vector<int32_t> table = {0};
+  BatchPlan plan;
+  SequenceChunk ch;
+  ch.token_ids = tokens.data();
+  ch.num_tokens = static_cast<int32_t>(T);
+  ch.block_table = table.data();
+  ch.num_blocks = 1;
+  ch.num_logits = static_cast<int32_t>(T);
+  plan.chunks.push_back(ch);
+  std::vector<float> logits(T * V);
+  ASSERT_TRUE(full.Forward(plan, logits.data()).ok());
+  const float* states = full.LayerInputs();
+  ASSERT_NE(states, nullptr);
+  std::vector<float> e(H);
+  for (int64_t t = 0; t < T; ++t) {
+    model_->EmbeddingRow(tokens[t], e.data());
+    EXPECT_EQ(0, std::memcmp(states + t * 3 * H, e.data(), H * sizeof(float))) << "row " << t;
+    EXPECT_EQ(0, std::memcmp(states + t * 3 * H + H, states + t * 3 * H + 2 * H, H * 4));
+  }
+  auto first = Model::Load(*path_, {.num_layers = 1});
+  ASSERT_TRUE(first.ok());
+  LocalModelRunner one(**first, c);
+  std::vector<float> want(T * V), rows(T * H), got(T * V);
+  ASSERT_TRUE(one.Forward(plan, want.data()).ok());
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(rows.data() + t * H, states + t * 3 * H + H, H * sizeof(float));
+  kernels::RmsNorm(rows.data(), model_->weights().output_norm.data(), T, H,
+                   model_->config().norm_eps, rows.data());
+  kernels::MatMulScratch scratch;
+  kernels::MatMul(model_->weights().output, rows.data(), T, got.data(), *pool_, scratch);
+  double worst = 0;
+  for (int64_t i = 0; i < T * V; ++i) worst = std::max(worst, std::abs(double{got[i]} - want[i]));
+  EXPECT_LT(worst, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, EagleLayoutTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "speculators" : "safeailab"; });
 
 TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
   auto refused = [&](EagleHeadSpec spec, const std::string& want,
@@ -420,6 +534,36 @@ TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
     f->reset();
     testing::WriteSafetensors(dir + "/model.safetensors", keep);
   });
+  // config.json values of the wrong kind: refused, never thrown.
+  auto edit_config = [](std::function<void(nlohmann::json&)> f) {
+    return [f](const std::string& dir) {
+      std::ifstream in(dir + "/config.json");
+      nlohmann::json j = nlohmann::json::parse(in);
+      f(j);
+      std::ofstream(dir + "/config.json") << j.dump();
+    };
+  };
+  refused(good, "rope_scaling's rope_type is not a string", edit_config([](nlohmann::json& j) {
+            j["rope_scaling"] = {{"rope_type", 3}, {"factor", 8.0}};
+          }));
+  refused(good, "factor is not a positive number", edit_config([](nlohmann::json& j) {
+            j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", "eight"}};
+          }));
+  refused(good, "high_freq_factor must exceed", edit_config([](nlohmann::json& j) {
+            j["rope_scaling"] = {
+                {"rope_type", "llama3"}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}};
+          }));
+  refused(good, "head_dim must be at least 2", edit_config([](nlohmann::json& j) {
+            j.erase("head_dim");
+            j["num_attention_heads"] = 128;
+            j["num_key_value_heads"] = 128;
+          }));
+  // The speculators layout nesting its own key: read once, not recursively.
+  refused(good, "target hidden size is 96", edit_config([](nlohmann::json& j) {
+            j["transformer_layer_config"] = {{"hidden_size", 64},
+                                             {"transformer_layer_config", {{"hidden_size", 1}}}};
+            j["target_hidden_size"] = 96;
+          }));
   // The default layers need 4: the tiny model has 2.
   refused(good, "EAGLE-3's default layers (2, L/2, L-3) need 4", [](const std::string& dir) {
     std::ifstream in(dir + "/config.json");
@@ -436,10 +580,16 @@ TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
 TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
   std::unique_ptr<Model> bigram = testing::NearBigramModel(*dir_ + "/bigram.gguf", 0.05f);
   ASSERT_TRUE(bigram);
-  for (const bool predictable : {true, false}) {
+  enum Kind { kBigram, kStates, kRandom };
+  for (const auto& [kind, tree] : {std::pair{kBigram, true}, std::pair{kBigram, false},
+                                   std::pair{kStates, true}, std::pair{kRandom, true}}) {
+    const bool predictable = kind != kRandom;
     const Model& m = predictable ? *bigram : *model_;
-    EagleHeadSpec spec = predictable ? BigramHead(m, *pool_) : Spec(m);
-    const std::string dir = *dir_ + (predictable ? "/bigram-head" : "/random-head");
+    EagleHeadSpec spec = kind == kBigram   ? BigramHead(m, *pool_)
+                         : kind == kStates ? StateHead(m, *pool_)
+                                           : Spec(m);
+    const char* name = kind == kBigram ? "bigram" : kind == kStates ? "states" : "random";
+    const std::string dir = *dir_ + "/" + name + "-head";
     WriteEagleHead(dir, spec);
     auto head = EagleHead::Load(dir, m);
     ASSERT_TRUE(head.ok()) << head.status().ToString();
@@ -466,6 +616,9 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
     ASSERT_TRUE(plain.ok()) << plain.status().ToString();
     c.speculative_mode = SpeculativeMode::kEagle;
     c.eagle_head = std::shared_ptr<EagleHead>(std::move(head).value());
+    // A tree with branches (accepted branches off its first path move their K/V), or the
+    // default chain.
+    if (tree) c.eagle_choices = DefaultMedusaChoices(4);
     auto made = Executor::Create(m, c);
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     Executor& e = **made;
@@ -494,12 +647,16 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
       drafts += rs.back().stats.num_draft_tokens;
       accepted += rs.back().stats.num_accepted_draft_tokens;
     }
-    std::printf("%s head: drafts %lld, accepted %lld, K/V slots moved %lld\n",
-                predictable ? "bigram" : "random", static_cast<long long>(drafts),
+    std::printf("%s head, %s: drafts %lld, accepted %lld, K/V slots moved %lld\n", name,
+                tree ? "tree" : "chain", static_cast<long long>(drafts),
                 static_cast<long long>(accepted), static_cast<long long>(e.num_tree_kv_moves()));
     EXPECT_GT(drafts, 0);
-    if (predictable) {
-      EXPECT_GT(accepted, drafts / 10);
+    if (kind == kBigram) EXPECT_GT(accepted, drafts / 10);
+    // About a token a tree (of 14 drafts), the second node: 6.5% of the drafts here. Feeding
+    // the head the first node's states instead of the accepted one's held 3.9% (each wrong
+    // state spoils the next guess).
+    if (kind == kStates) EXPECT_GT(accepted, drafts / 18);
+    if (predictable && tree) {
       EXPECT_GT(e.num_tree_kv_moves(), 0) << "no branch off the tree's first path was accepted";
     }
     testing::ExpectNoKvLeaks(e);
@@ -523,6 +680,7 @@ TEST_F(EagleTest, SeededSamplingKeepsItsDistribution) {
   c.eagle_head =
       std::shared_ptr<EagleHead>(EagleHead::Load(*dir_ + "/bigram15-head", *bigram).value());
   c.adaptive_draft_length = false;
+  c.eagle_choices = DefaultMedusaChoices(4);  // three guesses for the first of top-3 samples
   auto eagle = Executor::Create(*bigram, c);
   ASSERT_TRUE(eagle.ok()) << eagle.status().ToString();
   testing::ExpectSamplingKept(**plain, **eagle, {1, 40, 41, 42, 43, 44, 45, 46, 47, 48});

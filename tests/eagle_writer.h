@@ -31,6 +31,10 @@ struct EagleHeadSpec {
   std::map<std::string, std::vector<float>> w;
   std::vector<int64_t> d2t;  // offsets
   bool write_d2t = true;
+  // vLLM speculators' layout: layers.0. names, the layer's keys in transformer_layer_config,
+  // the aux layer ids at the top, and norm_before_residual.
+  bool speculators = false;
+  bool norm_before_residual = false;
 };
 
 inline void WriteEagleHead(const std::string& dir, EagleHeadSpec& s) {
@@ -87,6 +91,19 @@ inline void WriteEagleHead(const std::string& dir, EagleHeadSpec& s) {
                         {"vocab_size", s.vocab},
                         {"draft_vocab_size", s.draft_vocab},
                         {"eagle_config", {{"eagle_aux_hidden_state_layer_ids", s.aux}}}};
+  if (s.speculators) {
+    nlohmann::json layer = cfg;
+    for (const char* k :
+         {"architectures", "target_hidden_size", "draft_vocab_size", "eagle_config"})
+      layer.erase(k);
+    cfg = {{"architectures", {"Eagle3Speculator"}},
+           {"speculators_model_type", "eagle3"},
+           {"transformer_layer_config", layer},
+           {"target_hidden_size", s.target_hidden},
+           {"draft_vocab_size", s.draft_vocab},
+           {"norm_before_residual", s.norm_before_residual},
+           {"eagle_aux_hidden_state_layer_ids", s.aux}};
+  }
   std::ofstream(dir + "/config.json") << cfg.dump(2);
 }
 

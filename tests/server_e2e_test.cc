@@ -1514,7 +1514,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true)
       << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 16u);
+  EXPECT_EQ(index.size(), 17u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -1768,14 +1768,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 16);
+    EXPECT_EQ(r.models_size(), 17);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 16);
+    EXPECT_EQ(r.model_stats_size(), 17);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

@@ -472,6 +472,9 @@ bool Executor::RunStep() {
     rs->touched = false;
   }
   touched_.clear();
+  // The head drafts the next step's trees once this step's tokens are out (a prompt's states
+  // go through it here: the first token does not wait for them).
+  if (config_.speculative_mode == SpeculativeMode::kEagle) RunEagle();
   RecordStats(out, start, context_seqs, context_tokens, gen_seqs);
   return true;
 }
@@ -600,7 +603,6 @@ void Executor::SampleAll() {
   }
   to_sample_.clear();
   if (medusa) RunMedusaHeads();
-  if (config_.speculative_mode == SpeculativeMode::kEagle) RunEagle();
 }
 
 // Sampled sequences: one, or num_return_sequences forked from the prompt, each drawing with

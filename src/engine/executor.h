@@ -253,7 +253,7 @@ class Executor {
   std::vector<std::vector<int32_t>> eagle_ancestors_;  // each node's, top first
   std::vector<int32_t> eagle_parent_, eagle_depth_;
   std::vector<char> eagle_has_child_;
-  int32_t eagle_top_k_ = 1, eagle_max_depth_ = 0, eagle_first_level_ = 0;
+  int32_t eagle_top_k_ = 1, eagle_max_depth_ = 0;
   std::vector<EagleRow> eagle_rows_;
   std::vector<std::pair<Sequence*, int32_t>> eagle_row_of_;  // (sequence, node) per row
   std::vector<Sequence*> eagle_for_;

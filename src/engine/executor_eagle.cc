@@ -11,9 +11,12 @@
 namespace inflight {
 namespace {
 
-// The most target states a sequence keeps waiting for the head (while its trees do not pay):
-// past it the oldest go, and the head's cache starts again after the gap.
-constexpr size_t kMaxPendingRows = 256;
+// The most target states a sequence keeps waiting for the head (a prompt's, or while its trees
+// do not pay): past it the oldest go, and the head's cache starts again after the gap. The
+// head reads the model's states, which carry the whole context: its own attention over the
+// last 128 positions loses little, and a sequence whose trees never pay costs the head only
+// its probes (a 512-token prompt run through it at once cost a losing run 6% at batch 1).
+constexpr size_t kMaxPendingRows = 128;
 
 }  // namespace
 
@@ -25,6 +28,11 @@ Status Executor::CheckEagle(ModelRunner& runner, ExecutorConfig* config) {
     return InvalidArgumentError("the EAGLE head was made for a hidden size of " +
                                 std::to_string(head.target_hidden_size()) + ", not the model's " +
                                 std::to_string(runner.hidden_size()));
+  }
+  if (head.vocab_size() != runner.vocab_size()) {
+    return InvalidArgumentError("the EAGLE head was made for a vocabulary of " +
+                                std::to_string(head.vocab_size()) + " tokens, not the model's " +
+                                std::to_string(runner.vocab_size()));
   }
   for (int32_t l : head.aux_layers()) {
     if (l >= runner.num_layers()) {
@@ -40,8 +48,8 @@ Status Executor::CheckEagle(ModelRunner& runner, ExecutorConfig* config) {
   }
   auto paths = CheckMedusaChoices(
       config->eagle_choices.empty() ? DefaultEagleChoices() : config->eagle_choices,
-      kMaxEagleChoicesDepth, std::min(64, runner.vocab_size()), kMaxLookaheadDrafts,
-      "eagle_choices");
+      kMaxEagleChoicesDepth, std::min({64, runner.vocab_size(), head.draft_vocab_size()}),
+      kMaxLookaheadDrafts, "eagle_choices");
   if (!paths.ok()) return paths.status();
   config->eagle_choices = std::move(paths).value();
   return OkStatus();
@@ -61,7 +69,6 @@ void Executor::SetUpEagle() {
     for (int32_t k : paths[i]) eagle_top_k_ = std::max(eagle_top_k_, k + 1);
     eagle_depth_[i] = static_cast<int32_t>(paths[i].size());
     eagle_max_depth_ = std::max(eagle_max_depth_, eagle_depth_[i]);
-    if (eagle_depth_[i] == 1) ++eagle_first_level_;
     if (paths[i].size() > 1) {
       const std::vector<int32_t> prefix(paths[i].begin(), paths[i].end() - 1);
       const int32_t p =
@@ -141,13 +148,13 @@ void Executor::RunEagle() {
       eagle_for_.push_back(seq);
   }
   eagle_chunks_.clear();
-  // 2. The pending states go through the head now while the prompt runs (its rows come a
-  // chunk at a time) or when the sequence's next tree pays; the others wait (bounded).
+  // 2. The pending states go through the head when the sequence's next tree pays (or is
+  // probed); the others wait (bounded).
   eagle_rows_.clear();
   eagle_row_of_.clear();
   std::vector<Sequence*> drafting;
   std::vector<char> probe_only;
-  bool with_prompt = false;  // a prompt's rows: not what a step's head work costs
+  bool with_prompt = false;  // many waiting rows: not what a step's head work costs
   for (Sequence* seq : eagle_for_) {
     Sequence::Eagle& e = *seq->eagle;
     if (e.pending_pos.empty()) continue;
@@ -155,8 +162,8 @@ void Executor::RunEagle() {
                           seq->state == SequenceState::kRunning;
     const bool draft = decoding && !seq->request->output_paused && TreeEligible(*seq) &&
                        TreePays(*seq, nodes, eagle_ms_);
-    if (!draft && seq->num_generated() > 1) continue;  // waits
-    with_prompt = with_prompt || e.pending_pos.size() > 1;
+    if (!draft) continue;  // waits
+    with_prompt = with_prompt || e.pending_pos.size() > static_cast<size_t>(eagle_max_depth_) + 1;
     for (size_t i = 0; i < e.pending_pos.size(); ++i) {
       EagleRow row;
       row.cache = &e.cache;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -11,7 +12,6 @@
 #include "format/safetensors.h"
 #include "kernels/ops.h"
 #include "model/head_weights.h"
-#include "model/medusa.h"
 #include "model/model.h"
 
 namespace inflight {
@@ -95,6 +95,15 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
   const SafetensorsFile& f = *h->file_;
 
   // The shape: config.json where given, else the base model's (a head always has its own).
+  // The speculators format (vLLM's Eagle3Speculator) keeps the layer's own keys in
+  // transformer_layer_config and the head's (draft_vocab_size, target_hidden_size, the aux
+  // layer ids, norm_before_residual) at the top.
+  if (cfg.contains("transformer_layer_config") && cfg["transformer_layer_config"].is_object()) {
+    const json layer = cfg["transformer_layer_config"];  // a copy: cfg changes below
+    for (const auto& item : layer.items()) {
+      if (item.key() != "transformer_layer_config") cfg[item.key()] = item.value();
+    }
+  }
   if (cfg.contains("num_hidden_layers") && cfg["num_hidden_layers"] != 1) {
     return UnimplementedError("eagle head: config.json's num_hidden_layers is " +
                               cfg["num_hidden_layers"].dump() +
@@ -124,6 +133,11 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
     return InvalidArgumentError("eagle head: draft_vocab_size " + std::to_string(draft_vocab) +
                                 " is larger than the vocabulary (" + std::to_string(vocab) + ")");
   }
+  if (head_dim < 2 || heads * head_dim > kMaxDim || H > kMaxDim || ffn > kMaxDim) {
+    return InvalidArgumentError("eagle head: " + std::to_string(heads) + " heads of " +
+                                std::to_string(head_dim) + " dims (head_dim must be at least 2, " +
+                                "heads x head_dim at most " + std::to_string(kMaxDim) + ")");
+  }
   if (heads % kv_heads != 0 || head_dim % 2 != 0) {
     return InvalidArgumentError("eagle head: " + std::to_string(heads) + " heads over " +
                                 std::to_string(kv_heads) + " K/V heads of " +
@@ -132,10 +146,10 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
   }
   // The target layers the fc fuses.
   std::vector<int64_t> aux;
-  const json* ec_json = cfg.contains("eagle_config") && cfg["eagle_config"].is_object()
-                            ? &cfg["eagle_config"]
-                            : nullptr;
-  if (ec_json != nullptr && ec_json->contains("eagle_aux_hidden_state_layer_ids")) {
+  const json* ec_json =
+      cfg.contains("eagle_config") && cfg["eagle_config"].is_object() ? &cfg["eagle_config"] : &cfg;
+  if (!ec_json->contains("eagle_aux_hidden_state_layer_ids")) ec_json = &cfg;
+  if (ec_json->contains("eagle_aux_hidden_state_layer_ids")) {
     const json& ids = (*ec_json)["eagle_aux_hidden_state_layer_ids"];
     if (!ids.is_array() || ids.size() != 3)
       return InvalidArgumentError(
@@ -172,19 +186,37 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
   h->vocab_ = static_cast<int32_t>(vocab);
   h->draft_vocab_ = static_cast<int32_t>(draft_vocab);
   h->eps_ = static_cast<float>(eps);
+  if (cfg.contains("norm_before_residual")) {
+    if (!cfg["norm_before_residual"].is_boolean())
+      return InvalidArgumentError("eagle head: config.json's norm_before_residual is not a bool");
+    h->norm_before_residual_ = cfg["norm_before_residual"].get<bool>();
+  }
 
   // RoPE as Hugging Face Llama (halves), with Llama 3 or linear scaling.
   std::vector<float> factors;
   float linear = 1.0f;
   if (cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object()) {
     const json& rs = cfg["rope_scaling"];
-    const std::string type = rs.value("rope_type", rs.value("type", std::string()));
-    const double factor = rs.value("factor", 1.0);
+    std::string type;
+    for (const char* key : {"type", "rope_type"}) {
+      if (!rs.contains(key) || rs[key].is_null()) continue;
+      if (!rs[key].is_string())
+        return InvalidArgumentError(std::string("eagle head: rope_scaling's ") + key +
+                                    " is not a string");
+      type = rs[key].get<std::string>();
+    }
+    ASSIGN_OR_RETURN(double factor, ConfigNumber(rs, "factor", 1.0));
     if (type == "llama3") {
+      ASSIGN_OR_RETURN(double low, ConfigNumber(rs, "low_freq_factor", 1.0));
+      ASSIGN_OR_RETURN(double high, ConfigNumber(rs, "high_freq_factor", 4.0));
+      ASSIGN_OR_RETURN(int64_t original, ConfigInt(rs, "original_max_position_embeddings", 8192));
+      if (high <= low)
+        return InvalidArgumentError(
+            "eagle head: rope_scaling's high_freq_factor must exceed its "
+            "low_freq_factor");
       factors = Llama3RopeFactors(static_cast<float>(theta), static_cast<int>(head_dim),
-                                  static_cast<float>(factor), rs.value("low_freq_factor", 1.0f),
-                                  rs.value("high_freq_factor", 4.0f),
-                                  rs.value("original_max_position_embeddings", 8192));
+                                  static_cast<float>(factor), static_cast<float>(low),
+                                  static_cast<float>(high), static_cast<int>(original));
     } else if (type == "linear") {
       linear = static_cast<float>(factor);
     } else if (!type.empty() && type != "default") {
@@ -301,7 +333,8 @@ void EagleHead::Attend(const EagleRow& row, const float* q, float* out,
   const EagleCache& c = *row.cache;
   // Keys: the cache (up to the row itself for a committed row), then the tree's ancestors and
   // the row itself.
-  const int32_t cached = row.tree == nullptr ? row.position - c.start + 1 : c.size(kvd);
+  const int32_t cached =
+      std::min(row.tree == nullptr ? row.position - c.start + 1 : c.size(kvd), c.size(kvd));
   const int32_t extra = row.tree == nullptr ? 0 : row.num_ancestors + 1;
   const int32_t n = cached + extra;
   scores.resize(static_cast<size_t>(n));
@@ -313,15 +346,13 @@ void EagleHead::Attend(const EagleRow& row, const float* q, float* out,
   };
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int32_t group = num_heads_ / num_kv_heads_;
+  const kernels::KernelTable& k = kernels::ActiveKernels();
   for (int32_t head = 0; head < num_heads_; ++head) {
     const float* qh = q + static_cast<int64_t>(head) * hd;
     const int32_t kvh = head / group;
     float mx = -std::numeric_limits<float>::infinity();
     for (int32_t i = 0; i < n; ++i) {
-      const float* kh = key(i, false) + static_cast<int64_t>(kvh) * hd;
-      float dot = 0;
-      for (int32_t d = 0; d < hd; ++d) dot += qh[d] * kh[d];
-      scores[i] = dot * scale;
+      scores[i] = k.dot_f32(qh, key(i, false) + static_cast<int64_t>(kvh) * hd, hd) * scale;
       mx = std::max(mx, scores[i]);
     }
     double sum = 0;
@@ -329,11 +360,8 @@ void EagleHead::Attend(const EagleRow& row, const float* q, float* out,
     float* oh = out + static_cast<int64_t>(head) * hd;
     std::fill(oh, oh + hd, 0.0f);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int32_t i = 0; i < n; ++i) {
-      const float* vh = key(i, true) + static_cast<int64_t>(kvh) * hd;
-      const float w = scores[i] * inv;
-      for (int32_t d = 0; d < hd; ++d) oh[d] += w * vh[d];
-    }
+    for (int32_t i = 0; i < n; ++i)
+      k.axpy_f32(oh, scores[i] * inv, key(i, true) + static_cast<int64_t>(kvh) * hd, hd);
   }
 }
 
@@ -369,6 +397,8 @@ void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t to
     }
     kernels::RmsNorm(e, input_norm_.data(), 1, H, eps_, e);
     kernels::RmsNorm(x + r * H, hidden_norm_.data(), 1, H, eps_, e + H);
+    // Some heads add the normed hidden state to the residual stream instead of the raw one.
+    if (norm_before_residual_) std::memcpy(x + r * H, e + H, H * sizeof(float));
   }
   float* q = grow(q_, R * qd);
   float* k = grow(k_, R * kvd);
@@ -397,6 +427,13 @@ void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t to
       EagleCache& c = *row.cache;
       if (row.position < c.start || row.position > c.end(static_cast<int32_t>(kvd))) {
         c.Reset(row.position);  // a gap: the cache starts again here
+      }
+      if (row.position - c.start >= 2 * kEagleCacheWindow) {
+        // The oldest positions go (amortized: the cache keeps one to two windows).
+        const int64_t drop = row.position - c.start - kEagleCacheWindow;
+        c.k.erase(c.k.begin(), c.k.begin() + std::min<int64_t>(drop * kvd, c.k.size()));
+        c.v.erase(c.v.begin(), c.v.begin() + std::min<int64_t>(drop * kvd, c.v.size()));
+        c.start += static_cast<int32_t>(drop);
       }
       slot = row.position - c.start;
       c.k.resize(static_cast<size_t>(slot * kvd));  // cut what followed (a rollback)
@@ -463,18 +500,23 @@ void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t to
 }
 
 std::vector<std::vector<int32_t>> DefaultEagleChoices() {
-  return DefaultMedusaChoices(kMaxEagleChoicesDepth);
+  return {{0}, {0, 0}, {0, 0, 0}, {0, 0, 0, 0}};
 }
 
-Status WriteRandomEagleHead(const std::string& dir, const Model& base,
-                            const std::vector<int32_t>& aux_layers) {
+Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigram,
+                      ThreadPool& pool, const std::vector<int32_t>& aux_layers) {
   const ModelConfig& c = base.config();
-  const int64_t H = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), F = c.ffn_size, V = c.vocab_size,
+  const int64_t H = c.hidden_size, F = c.ffn_size, V = c.vocab_size,
                 DV = std::min<int64_t>(32000, V);
+  const int64_t heads = c.num_heads, head_dim = H / heads;
+  const int64_t kv_heads = guess_bigram ? heads : c.num_kv_heads, q = heads * head_dim,
+                kv = kv_heads * head_dim;
   if (DV != V) {
-    return UnimplementedError("WriteRandomEagleHead: a vocabulary of " + std::to_string(V) +
+    return UnimplementedError("WriteEagleHead: a vocabulary of " + std::to_string(V) +
                               " tokens would need a d2t map (written only for up to 32000)");
   }
+  if (guess_bigram && H % heads != 0)
+    return UnimplementedError("WriteEagleHead: heads must divide the hidden size");
   std::error_code ec;
   fs::create_directories(dir, ec);
   uint64_t state = 11;
@@ -486,7 +528,8 @@ Status WriteRandomEagleHead(const std::string& dir, const Model& base,
     }
     return sum * 1.73f * sd;
   };
-  std::vector<std::vector<float>> keep;
+  // The tensors' values: a deque, so a pointer to one stays good while more are added.
+  std::deque<std::vector<float>> keep;
   std::vector<SafetensorsOut> out;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, float sd, float fill) {
     int64_t n = 1;
@@ -495,28 +538,46 @@ Status WriteRandomEagleHead(const std::string& dir, const Model& base,
     for (float& x : v) x = sd > 0 ? normal(sd) : fill;
     keep.push_back(std::move(v));
     out.push_back({name, std::move(shape), nullptr});
+    return &keep.back();
   };
-  const float sd = 0.02f;
+  // guess_bigram: every row's output is the normalized embedding of its token input (fc 0; q
+  // and k constant, so a row attends to itself alone; v = norm(embedding) - norm(hidden) and
+  // o_proj the identity cancel the residual; the MLP adds nothing), and the model's own final
+  // norm and output projection turn it into the model's next token after that token alone.
+  const float sd = guess_bigram ? 0.0f : 0.02f;
   add("fc.weight", {H, 3 * H}, sd, 0);
   add("midlayer.self_attn.q_proj.weight", {q, 2 * H}, sd, 0);
   add("midlayer.self_attn.k_proj.weight", {kv, 2 * H}, sd, 0);
-  add("midlayer.self_attn.v_proj.weight", {kv, 2 * H}, sd, 0);
-  add("midlayer.self_attn.o_proj.weight", {H, q}, sd, 0);
-  add("midlayer.mlp.gate_proj.weight", {F, H}, sd, 0);
-  add("midlayer.mlp.up_proj.weight", {F, H}, sd, 0);
+  std::vector<float>* v = add("midlayer.self_attn.v_proj.weight", {kv, 2 * H}, sd, 0);
+  std::vector<float>* o = add("midlayer.self_attn.o_proj.weight", {H, q}, sd, 0);
+  if (guess_bigram) {
+    add("midlayer.self_attn.q_proj.bias", {q}, 0, 12.0f);
+    add("midlayer.self_attn.k_proj.bias", {kv}, 0, 12.0f);
+    for (int64_t i = 0; i < H; ++i) {
+      (*v)[i * 2 * H + i] = 1.0f;
+      (*v)[i * 2 * H + H + i] = -1.0f;
+      (*o)[i * q + i] = 1.0f;
+    }
+  }
+  add("midlayer.mlp.gate_proj.weight", {F, H}, 0.02f, 0);
+  add("midlayer.mlp.up_proj.weight", {F, H}, 0.02f, 0);
   add("midlayer.mlp.down_proj.weight", {H, F}, sd, 0);
   add("midlayer.input_layernorm.weight", {H}, 0, 1);
   add("midlayer.hidden_norm.weight", {H}, 0, 1);
   add("midlayer.post_attention_layernorm.weight", {H}, 0, 1);
-  add("norm.weight", {H}, 0, 1);
-  add("lm_head.weight", {DV, H}, sd, 0);
+  std::vector<float>* norm = add("norm.weight", {H}, 0, 1);
+  std::vector<float>* lm = add("lm_head.weight", {DV, H}, sd, 0);
+  if (guess_bigram) {
+    *norm = base.weights().output_norm;
+    *lm = OutputProjectionFloats(base, pool);
+  }
   for (size_t i = 0; i < out.size(); ++i) out[i].values = keep[i].data();
   RETURN_IF_ERROR(WriteSafetensorsF16(dir + "/model.safetensors", out));
   json cfg = {{"architectures", {"LlamaForCausalLMEagle3"}},
               {"hidden_size", H},
-              {"num_attention_heads", c.num_heads},
-              {"num_key_value_heads", c.num_kv_heads},
-              {"head_dim", c.head_dim},
+              {"num_attention_heads", heads},
+              {"num_key_value_heads", kv_heads},
+              {"head_dim", head_dim},
               {"intermediate_size", F},
               {"num_hidden_layers", 1},
               {"rms_norm_eps", c.norm_eps},

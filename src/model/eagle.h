@@ -1,11 +1,13 @@
 // EAGLE-3 draft heads (Li et al., "EAGLE-3: Scaling up Inference Acceleration of Large
 // Language Models via Training-Time Test"): one decoder layer beside the model that drafts from
 // the model's own hidden states. The files users have for them are Hugging Face folders
-// (config.json with architectures LlamaForCausalLMEagle3, model.safetensors), as SafeAILab's
-// EAGLE, vLLM, SGLang and TensorRT-LLM read them:
+// (config.json with architectures LlamaForCausalLMEagle3, or vLLM speculators' Eagle3Speculator
+// with its transformer_layer_config; model.safetensors), as SafeAILab's EAGLE, vLLM, SGLang and
+// TensorRT-LLM read them:
 //   fc.weight [H, 3 * target H]       fuses the target's residual stream at the input of three
-//                                     of its layers (eagle_aux_hidden_state_layer_ids, default
-//                                     2, L/2 and L-3);
+//                                     of its layers (eagle_aux_hidden_state_layer_ids, at the
+//                                     top or in eagle_config, as vLLM counts them: id j is the
+//                                     input of layer j, 0 the embeddings; default 2, L/2, L-3);
 //   {midlayer|layers.0}.input_layernorm / hidden_norm / post_attention_layernorm [H];
 //   ....self_attn.{q,k,v}_proj [*, 2 * H] over [norm(embedding), norm(hidden)], o_proj;
 //   ....mlp.{gate,up,down}_proj (SwiGLU); norm.weight [H];
@@ -32,6 +34,10 @@ namespace inflight {
 
 class Model;
 class SafetensorsFile;
+
+// The positions a head's cache keeps (between one and two windows of the latest): its memory
+// and attention stay bounded on long sequences; the model's states it reads carry the rest.
+inline constexpr int32_t kEagleCacheWindow = 1024;
 
 // A sequence's draft K/V: positions [start, start + size()) in order, RoPE applied.
 struct EagleCache {
@@ -84,11 +90,13 @@ class EagleHead {
   int32_t target_hidden_size() const { return target_hidden_; }
   int32_t kv_dim() const { return num_kv_heads_ * head_dim_; }
   int32_t draft_vocab_size() const { return draft_vocab_; }
+  int32_t vocab_size() const { return vocab_; }
   // Bytes of weights a pass reads: the layer (with fc when fusing), and the vocabulary
   // projection when a row wants guesses.
   int64_t LayerBytes() const;
   int64_t OutputBytes() const;
 
+  // Not thread-safe (it keeps its scratch): one executor runs a head.
   // Runs `rows` (fuse: their hidden inputs are the target's; else the draft's own). Writes each
   // row's pre-norm output to prenorm_out [rows, hidden] (may be null) and, for rows with
   // `top`, its top_k guesses (target ids, best first) to top_out, in row order. Each row's
@@ -106,6 +114,7 @@ class EagleHead {
   int32_t hidden_ = 0, target_hidden_ = 0, num_heads_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
   int32_t ffn_ = 0, vocab_ = 0, draft_vocab_ = 0;
   float eps_ = 1e-5f;
+  bool norm_before_residual_ = false;  // the residual is the normed hidden state (speculators)
   std::vector<int32_t> aux_layers_;
   std::vector<float> inv_freq_;
   TensorView fc_, wq_, wk_, wv_, wo_, gate_, up_, down_, lm_, embed_;
@@ -118,15 +127,19 @@ class EagleHead {
 
 // The deepest path eagle_choices may hold (the head runs once per level but the last).
 inline constexpr int32_t kMaxEagleChoicesDepth = 16;
-// The default eagle_choices: Medusa's default tree (14 nodes over 4 levels, wide where guesses
-// hold most often). A head pass per level reads the head's layer and its vocabulary
-// projection: on a CPU a deep tree costs more than on a GPU.
+// The default eagle_choices: a chain of 4 guesses (each the head's best after the one before).
+// On a CPU every verified row costs, and a branch more (its K/V copied per layer: the exact
+// tree path), while each level costs a head pass: spec_bench measured a chain of 4 at 2.1x, of
+// 6 at 1.5x, and Medusa's 14-node tree at 0.9x with guesses that always hold (bench/README.md).
 std::vector<std::vector<int32_t>> DefaultEagleChoices();
 
-// Writes an EAGLE-3 head for `base` to dir (config.json, model.safetensors) with random
-// weights of the real shapes (draft vocabulary: min(32000, vocab)), for benchmarks and tests
-// (as random models are). aux_layers empty: the default layers.
-Status WriteRandomEagleHead(const std::string& dir, const Model& base,
-                            const std::vector<int32_t>& aux_layers = {});
+// Writes an EAGLE-3 head for `base` to dir (config.json, model.safetensors) of the real shapes
+// (draft vocabulary: the model's, up to 32000 tokens), for benchmarks and tests as random
+// models are: random weights, or (guess_bigram) weights that guess the model's next token
+// after each token alone, the model's own output projection included (on a model whose next
+// token depends on the current one only, its guesses hold at every depth). aux_layers empty:
+// the default layers.
+Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigram,
+                      ThreadPool& pool, const std::vector<int32_t>& aux_layers = {});
 
 }  // namespace inflight

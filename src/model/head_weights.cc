@@ -1,10 +1,13 @@
 #include "model/head_weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/fp16.h"
 #include "kernels/interleave.h"
+#include "kernels/kernels.h"
 #include "kernels/quantize.h"
+#include "model/model.h"
 
 namespace inflight {
 namespace {
@@ -94,6 +97,23 @@ TensorView HeadWeights::Matrix(const SafetensorsTensor& t) {
     owned_.push_back(std::move(q));
   }
   return v;
+}
+
+std::vector<float> OutputProjectionFloats(const Model& base, ThreadPool& pool) {
+  const int64_t H = base.config().hidden_size, V = base.config().vocab_size;
+  std::vector<float> lm(static_cast<size_t>(V * H));
+  kernels::MatMulScratch scratch;
+  const int64_t step = 256;
+  std::vector<float> eye(static_cast<size_t>(step * H)), prod(static_cast<size_t>(step * V));
+  for (int64_t i0 = 0; i0 < H; i0 += step) {
+    const int64_t n = std::min(step, H - i0);
+    std::fill(eye.begin(), eye.end(), 0.0f);
+    for (int64_t i = 0; i < n; ++i) eye[i * H + i0 + i] = 1.0f;
+    kernels::MatMul(base.weights().output, eye.data(), n, prod.data(), pool, scratch);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t v = 0; v < V; ++v) lm[v * H + i0 + i] = prod[i * V + v];
+  }
+  return lm;
 }
 
 }  // namespace inflight

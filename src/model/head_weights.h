@@ -10,10 +10,13 @@
 
 #include "base/aligned_buffer.h"
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "format/safetensors.h"
 #include "tensor/tensor_view.h"
 
 namespace inflight {
+
+class Model;
 
 class HeadWeights {
  public:
@@ -42,5 +45,9 @@ class HeadWeights {
   DType weights_;
   std::vector<AlignedBuffer> owned_;
 };
+
+// The model's output projection as floats [vocab, hidden] (its product with the identity, in
+// row blocks): heads written for benchmarks and tests copy it.
+std::vector<float> OutputProjectionFloats(const Model& base, ThreadPool& pool);
 
 }  // namespace inflight

@@ -188,20 +188,7 @@ Status WriteMedusaHeads(const std::string& dir, const Model& base, int num_heads
     }
     return sum * 0.087f;
   };
-  if (copy_output) {
-    // The output matrix as floats: its product with the identity, in row blocks.
-    kernels::MatMulScratch scratch;
-    const int64_t step = 256;
-    std::vector<float> eye(static_cast<size_t>(step * H)), prod(static_cast<size_t>(step * V));
-    for (int64_t i0 = 0; i0 < H; i0 += step) {
-      const int64_t n = std::min(step, H - i0);
-      std::fill(eye.begin(), eye.end(), 0.0f);
-      for (int64_t i = 0; i < n; ++i) eye[i * H + i0 + i] = 1.0f;
-      kernels::MatMul(base.weights().output, eye.data(), n, prod.data(), pool, scratch);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t v = 0; v < V; ++v) lm[v * H + i0 + i] = prod[i * V + v];
-    }
-  }
+  if (copy_output) lm = OutputProjectionFloats(base, pool);
   std::vector<std::vector<float>> keep;
   std::vector<SafetensorsOut> out;
   for (int k = 0; k < num_heads; ++k) {

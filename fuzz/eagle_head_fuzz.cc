@@ -1,0 +1,91 @@
+// An EAGLE-3 head's config.json (model/eagle.h) is a file users download: any bytes must load
+// or be refused with a status (never a throw, a crash or an unbounded allocation), against a
+// tiny model and a real head file of its shape written once per process. A head that loads
+// runs one committed row and one tree row.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "model/eagle.h"
+#include "model/model.h"
+#include "model/random_model.h"
+
+namespace {
+
+struct Fixture {
+  std::string dir;
+  std::unique_ptr<inflight::Model> model;
+  inflight::ThreadPool pool{1};
+};
+
+Fixture* Setup() {
+  using namespace inflight;
+  auto* f = new Fixture;
+  f->dir =
+      (std::filesystem::temp_directory_path() / ("eagle_head_fuzz_" + std::to_string(getpid())))
+          .string();
+  std::filesystem::create_directories(f->dir);
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(
+        std::filesystem::temp_directory_path() / ("eagle_head_fuzz_" + std::to_string(getpid())),
+        ec);
+  });
+  auto config = PresetConfig(Architecture::kLlama, "tiny");
+  if (!config.ok()) std::abort();
+  RandomModelParams params;
+  params.config = *config;
+  params.dtype = DType::kQ8_0;
+  TokenizerSpec vocab;
+  vocab.tokens = {"<unk>", "<s>", "</s>"};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    vocab.tokens.push_back(buf);
+  }
+  vocab.scores.assign(vocab.tokens.size(), 0.0f);
+  const std::string gguf = f->dir + "/model.gguf";
+  if (!WriteRandomGguf(params, vocab, gguf).ok()) std::abort();
+  auto m = Model::Load(gguf);
+  if (!m.ok()) std::abort();
+  f->model = std::move(m).value();
+  if (!WriteEagleHead(f->dir + "/head", *f->model, false, f->pool, {0, 1, 1}).ok()) std::abort();
+  return f;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace inflight;
+  static Fixture* f = Setup();
+  {
+    std::ofstream out(f->dir + "/head/config.json", std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  }
+  auto head = EagleHead::Load(f->dir + "/head", *f->model, DType::kF16);
+  if (!head.ok()) return 0;
+  // What loaded is consistent with the model and runs.
+  EagleHead& h = **head;
+  if (h.target_hidden_size() != f->model->config().hidden_size ||
+      h.vocab_size() != f->model->config().vocab_size || h.aux_layers().size() != 3)
+    std::abort();
+  std::vector<float> state(3 * h.target_hidden_size(), 0.5f), out(h.hidden_size());
+  EagleCache cache;
+  EagleRow row;
+  row.cache = &cache;
+  row.token = 1;
+  row.hidden = state.data();
+  row.top = true;
+  std::vector<int32_t> top;
+  h.Forward({row}, true, 2, out.data(), &top, f->pool);
+  if (top.size() != 2) std::abort();
+  for (int32_t t : top)
+    if (t < 0 || t >= h.vocab_size()) std::abort();
+  return 0;
+}
