@@ -573,12 +573,12 @@ TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
   });
 }
 
-// On a near-bigram model BigramHead's guesses hold often, along branches that are not the
-// tree's first path too; a random head's rarely hold.
-// Greedy output with either equals the output without drafts, for 48 requests in flight with
-// prefix reuse, chunked prompts and beam searches in the same steps.
+// On a bigram model (its blocks add nothing) BigramHead's guesses hold often, along branches that
+// are not the tree's first path too; a random head's rarely hold. Greedy output with either equals
+// the output without drafts, for 64 requests in flight with prefix reuse, chunked prompts and beam
+// searches in the same steps.
 TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
-  std::unique_ptr<Model> bigram = testing::NearBigramModel(*dir_ + "/bigram.gguf", 0.05f);
+  std::unique_ptr<Model> bigram = testing::NearBigramModel(*dir_ + "/bigram.gguf", 0.0f);
   ASSERT_TRUE(bigram);
   enum Kind { kBigram, kStates, kRandom };
   for (const auto& [kind, tree] : {std::pair{kBigram, true}, std::pair{kBigram, false},
@@ -594,7 +594,7 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
     auto head = EagleHead::Load(dir, m);
     ASSERT_TRUE(head.ok()) << head.status().ToString();
     std::mt19937 rng(5);
-    const int n = 48;
+    const int n = 64;
     std::vector<Request> requests;
     for (int i = 0; i < n; ++i) {
       Request r;
@@ -652,10 +652,10 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
                 static_cast<long long>(accepted), static_cast<long long>(e.num_tree_kv_moves()));
     EXPECT_GT(drafts, 0);
     if (kind == kBigram) EXPECT_GT(accepted, drafts / 10);
-    // About a token a tree (of 14 drafts), the second node: 6.5% of the drafts here. Feeding
-    // the head the first node's states instead of the accepted one's held 3.9% (each wrong
+    // About a token a tree (of 14 drafts), the second node: 9.7% of the drafts here. Feeding
+    // the head the first node's states instead of the accepted one's held 5.3% (each wrong
     // state spoils the next guess).
-    if (kind == kStates) EXPECT_GT(accepted, drafts / 18);
+    if (kind == kStates) EXPECT_GT(accepted, drafts / 14);
     if (predictable && tree) {
       EXPECT_GT(e.num_tree_kv_moves(), 0) << "no branch off the tree's first path was accepted";
     }

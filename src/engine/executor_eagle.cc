@@ -17,6 +17,8 @@ namespace {
 // last 128 positions loses little, and a sequence whose trees never pay costs the head only
 // its probes (a 512-token prompt run through it at once cost a losing run 6% at batch 1).
 constexpr size_t kMaxPendingRows = 128;
+// The states a probe runs through the head (the latest).
+constexpr size_t kProbeRows = 16;
 
 }  // namespace
 
@@ -163,6 +165,18 @@ void Executor::RunEagle() {
     const bool draft = decoding && !seq->request->output_paused && TreeEligible(*seq) &&
                        TreePays(*seq, nodes, eagle_ms_);
     if (!draft) continue;  // waits
+    // A sequence's first tree is a probe too: no acceptance seen yet (a fresh sequence's
+    // optimistic prior drafted a whole tree over 128 states, ~100 ms, in every losing run).
+    const bool probe = !TreePays(*seq, nodes, eagle_ms_, false) ||
+                       (config_.adaptive_draft_length && seq->drafts_verified == 0);
+    if (probe && e.pending_pos.size() > kProbeRows) {
+      // A probe asks whether the guesses hold again: the latest states answer it (16 sequences
+      // probing at once with 128 states each cost a losing batch 6%).
+      const size_t drop = e.pending_pos.size() - kProbeRows;
+      e.pending.erase(e.pending.begin(), e.pending.begin() + static_cast<int64_t>(drop * W));
+      e.pending_pos.erase(e.pending_pos.begin(), e.pending_pos.begin() + drop);
+      e.pending_token.erase(e.pending_token.begin(), e.pending_token.begin() + drop);
+    }
     with_prompt = with_prompt || e.pending_pos.size() > static_cast<size_t>(eagle_max_depth_) + 1;
     for (size_t i = 0; i < e.pending_pos.size(); ++i) {
       EagleRow row;
@@ -170,14 +184,12 @@ void Executor::RunEagle() {
       row.position = e.pending_pos[i];
       row.token = e.pending_token[i];
       row.hidden = e.pending.data() + static_cast<int64_t>(i) * W;
-      row.top = draft && i + 1 == e.pending_pos.size();
+      row.top = i + 1 == e.pending_pos.size();
       eagle_rows_.push_back(row);
       eagle_row_of_.emplace_back(seq, -1);
     }
-    if (draft) {
-      drafting.push_back(seq);
-      probe_only.push_back(!TreePays(*seq, nodes, eagle_ms_, false));
-    }
+    drafting.push_back(seq);
+    probe_only.push_back(probe);
   }
   if (eagle_rows_.empty()) return;
   eagle_out_.resize(eagle_rows_.size() * static_cast<size_t>(H));
