@@ -156,7 +156,7 @@ void Executor::RunEagle() {
   eagle_row_of_.clear();
   std::vector<Sequence*> drafting;
   std::vector<char> probe_only;
-  bool with_prompt = false;  // many waiting rows: not what a step's head work costs
+  bool long_catch_up = false;  // many waiting states: not what a step's head work costs
   for (Sequence* seq : eagle_for_) {
     Sequence::Eagle& e = *seq->eagle;
     if (e.pending_pos.empty()) continue;
@@ -177,7 +177,8 @@ void Executor::RunEagle() {
       e.pending_pos.erase(e.pending_pos.begin(), e.pending_pos.begin() + drop);
       e.pending_token.erase(e.pending_token.begin(), e.pending_token.begin() + drop);
     }
-    with_prompt = with_prompt || e.pending_pos.size() > static_cast<size_t>(eagle_max_depth_) + 1;
+    long_catch_up =
+        long_catch_up || e.pending_pos.size() > static_cast<size_t>(eagle_max_depth_) + 1;
     for (size_t i = 0; i < e.pending_pos.size(); ++i) {
       EagleRow row;
       row.cache = &e.cache;
@@ -258,7 +259,7 @@ void Executor::RunEagle() {
   }
   for (Sequence* seq : drafting) seq->eagle->len = seq->tokens.size();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  if (!drafting.empty() && !with_prompt)
+  if (!drafting.empty() && !long_catch_up)
     eagle_ms_ = eagle_ms_ == 0 ? ms : 0.9 * eagle_ms_ + 0.1 * ms;
 }
 

@@ -519,15 +519,8 @@ Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigr
     return UnimplementedError("WriteEagleHead: heads must divide the hidden size");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  uint64_t state = 11;
-  auto normal = [&](float sd) {  // a cheap deterministic N(0, ~sd)
-    float sum = 0;
-    for (int i = 0; i < 4; ++i) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      sum += static_cast<float>(state >> 40) / static_cast<float>(1 << 24) - 0.5f;
-    }
-    return sum * 1.73f * sd;
-  };
+  CheapNormal draw(11);
+  auto normal = [&](float sd) { return draw.Next() * 1.73f * sd; };  // N(0, ~sd)
   // The tensors' values: a deque, so a pointer to one stays good while more are added.
   std::deque<std::vector<float>> keep;
   std::vector<SafetensorsOut> out;

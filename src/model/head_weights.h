@@ -28,7 +28,6 @@ class HeadWeights {
   // INVALID_ARGUMENT unless weights is one of the types above.
   static Status CheckWeightType(const std::string& what, DType weights);
 
-  bool Has(const std::string& name) const { return file_.tensors().count(name) > 0; }
   // NOT_FOUND when absent; INVALID_ARGUMENT for another shape (`why` says what it should
   // match) or a type other than F32/F16/BF16.
   StatusOr<const SafetensorsTensor*> Get(const std::string& name, const std::vector<int64_t>& shape,
@@ -44,6 +43,24 @@ class HeadWeights {
   const SafetensorsFile& file_;
   DType weights_;
   std::vector<AlignedBuffer> owned_;
+};
+
+// Random head weights for benchmarks and tests: a cheap deterministic draw, the sum of 4
+// uniform(-0.5, 0.5) from a 64-bit LCG (mean 0, deviation ~0.58), the same on any machine.
+class CheapNormal {
+ public:
+  explicit CheapNormal(uint64_t seed) : state_(seed) {}
+  float Next() {
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) {
+      state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
+      sum += static_cast<float>(state_ >> 40) / static_cast<float>(1 << 24) - 0.5f;
+    }
+    return sum;
+  }
+
+ private:
+  uint64_t state_;
 };
 
 // The model's output projection as floats [vocab, hidden] (its product with the identity, in

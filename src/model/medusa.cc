@@ -179,15 +179,8 @@ Status WriteMedusaHeads(const std::string& dir, const Model& base, int num_heads
   std::filesystem::create_directories(dir, ec);
   std::vector<float> block(static_cast<size_t>(H * H)), bias(static_cast<size_t>(H)),
       lm(static_cast<size_t>(V * H));
-  uint64_t state = 3;
-  auto normal = [&] {  // a cheap deterministic N(0, ~0.05)
-    float sum = 0;
-    for (int i = 0; i < 4; ++i) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      sum += static_cast<float>(state >> 40) / static_cast<float>(1 << 24) - 0.5f;
-    }
-    return sum * 0.087f;
-  };
+  CheapNormal draw(3);
+  auto normal = [&] { return draw.Next() * 0.087f; };  // N(0, ~0.05)
   if (copy_output) lm = OutputProjectionFloats(base, pool);
   std::vector<std::vector<float>> keep;
   std::vector<SafetensorsOut> out;
