@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "engine_test_util.h"
 #include "kvcache/kv_handoff_shm.h"
@@ -151,19 +152,38 @@ void ExpectDisaggregatedEqualsAggregated(const std::string& path) {
     const Collected whole = Collect(*aggregated, *agg_id, true);
     longer.request_type = RequestType::kGenerationOnly;
     longer.context_phase = handoff;
+    // The stream's credit pauses the request while a result is unread, and the taken results
+    // stay charged until released: the engine cannot run to max_tokens while this thread is
+    // descheduled (a tiny model decodes 300 tokens in a few milliseconds).
+    auto credit = std::make_shared<OutputCredit>(/*pause_bytes=*/1);
+    longer.output = std::make_shared<OutputStream>();
+    longer.output->SetCredit(credit);
     auto id = gen->Enqueue(longer);
     ASSERT_TRUE(id.ok());
     std::vector<int32_t> streamed;
     FinishReason finish = FinishReason::kNotFinished;
-    bool final = false;
+    bool final = false, cancelled = false;
     for (int polls = 0; !final && polls < 12000; ++polls) {
-      for (Result& r : gen->AwaitResponses(*id, std::chrono::milliseconds(5))) {
+      std::vector<Result> taken = longer.output->Take(/*keep_credit=*/true);
+      if (taken.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      int64_t bytes = 0;
+      for (Result& r : taken) {
+        bytes += static_cast<int64_t>(OutputStream::ResultBytes(r));
         streamed.insert(streamed.end(), r.output_token_ids.begin(), r.output_token_ids.end());
         if (r.is_final) final = true, finish = r.finish_reason;
       }
-      if (streamed.size() >= 5 && !final) gen->Cancel(*id);
+      if (streamed.size() >= 5 && !final && !cancelled) {
+        gen->Cancel(*id);
+        cancelled = true;
+      }
+      credit->Release(bytes);
     }
+    ASSERT_TRUE(final);
     EXPECT_EQ(finish, FinishReason::kCancelled);
+    EXPECT_LT(streamed.size(), 300u);
     ASSERT_FALSE(whole.seqs.empty());
     ASSERT_LE(streamed.size(), whole.seqs[0].size());
     EXPECT_EQ(streamed,
