@@ -16,7 +16,7 @@
 //                   [--reps 3]
 //                   [--block-output-scale 1] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
 //                   [--mode lookahead --lookahead W,N,G | --mode medusa --medusa-heads 4 |
-//                    --mode eagle [--eagle-choices JSON]]
+//                    --mode eagle [--eagle-choices JSON] [--eagle-version 3|1]]
 //                   [--adaptive 0|1] [--batch 16]
 #include <algorithm>
 #include <chrono>
@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   bool adaptive = true;
   std::string mode;  // prompt_lookup (default), draft_model (with --draft-layers), lookahead
   std::string eagle_choices;
+  int eagle_version = 3;
   LookaheadConfig lookahead = ExecutorConfig{}.lookahead;
   int prompt_tokens = 512, decode_tokens = 128, draft_len = 4, ngram = 3, passage = 80, reps = 3,
       threads = 2;
@@ -151,6 +152,8 @@ int main(int argc, char** argv) {
       medusa_heads = std::stoi(v);
     else if (f == "--eagle-choices")
       eagle_choices = v;
+    else if (f == "--eagle-version")
+      eagle_version = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -200,16 +203,18 @@ int main(int argc, char** argv) {
     spec.medusa_heads = std::shared_ptr<MedusaHeads>(std::move(heads).value());
   }
   if (mode == "eagle") {
-    // An EAGLE-3 head of the real shapes written for this model: on a predictable model
+    // An EAGLE-3 (or EAGLE-1/2) head of the real shapes written for this model: on a
+    // predictable model
     // (block outputs scaled down) one whose guesses follow the model's bigram chain (right at
     // every depth: the upper bound, as for Medusa), on the random model a random one (what
     // EAGLE costs when its guesses fail).
     spec.speculative_mode = SpeculativeMode::kEagle;
     const bool bigram = block_output_scale != 1.0;
-    const std::string dir = model_dir + "/eagle-" + (bigram ? "bigram" : "random") + "-" +
+    const std::string dir = model_dir + "/eagle" + std::to_string(eagle_version) + "-" +
+                            (bigram ? "bigram" : "random") + "-" +
                             std::to_string(m.config().hidden_size);
     ThreadPool pool(threads);
-    Status st = WriteEagleHead(dir, m, bigram, pool);
+    Status st = WriteEagleHead(dir, m, bigram, pool, {}, eagle_version);
     auto head = st.ok() ? EagleHead::Load(dir, m) : StatusOr<std::unique_ptr<EagleHead>>(st);
     if (!head.ok()) {
       std::fprintf(stderr, "%s\n", head.status().ToString().c_str());
@@ -276,8 +281,9 @@ int main(int argc, char** argv) {
   } else if (spec.speculative_mode == SpeculativeMode::kEagle) {
     const EagleHead& h = *spec.eagle_head;
     std::printf(
-        "drafts from an EAGLE-3 head (%s; q8_0: %.2f GB of layer and %.2f GB of vocabulary "
+        "drafts from an EAGLE-%s head (%s; %.2f GB of layer as q8_0 and %.2f GB of vocabulary "
         "projection read per pass)%s, batch %d\n",
+        h.version() == 1 ? "1/2" : "3",
         block_output_scale != 1.0 ? "guessing the model's bigram chain" : "random",
         h.LayerBytes() / 1e9, h.OutputBytes() / 1e9, adaptive ? "" : " every step", batch);
   } else {

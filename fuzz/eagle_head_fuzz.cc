@@ -1,7 +1,7 @@
-// An EAGLE-3 head's config.json (model/eagle.h) is a file users download: any bytes must load
+// An EAGLE head's config.json (model/eagle.h) is a file users download: any bytes must load
 // or be refused with a status (never a throw, a crash or an unbounded allocation), against a
-// tiny model and a real head file of its shape written once per process. A head that loads
-// runs one committed row and one tree row.
+// tiny model and real head files of its shape written once per process (an EAGLE-3 head and an
+// EAGLE-1/2 head: each input is the config of both). A head that loads runs a committed row.
 #include <unistd.h>
 
 #include <cstdint>
@@ -55,27 +55,19 @@ Fixture* Setup() {
   auto m = Model::Load(gguf);
   if (!m.ok()) std::abort();
   f->model = std::move(m).value();
-  if (!WriteEagleHead(f->dir + "/head", *f->model, false, f->pool, {0, 1, 1}).ok()) std::abort();
+  if (!WriteEagleHead(f->dir + "/head3", *f->model, false, f->pool, {0, 1, 1}).ok()) std::abort();
+  if (!WriteEagleHead(f->dir + "/head1", *f->model, false, f->pool, {}, 1).ok()) std::abort();
   return f;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+// What loaded is consistent with the model and runs.
+void Run(inflight::EagleHead& h, Fixture& f) {
   using namespace inflight;
-  static Fixture* f = Setup();
-  {
-    std::ofstream out(f->dir + "/head/config.json", std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-  }
-  auto head = EagleHead::Load(f->dir + "/head", *f->model, DType::kF16);
-  if (!head.ok()) return 0;
-  // What loaded is consistent with the model and runs.
-  EagleHead& h = **head;
-  if (h.target_hidden_size() != f->model->config().hidden_size ||
-      h.vocab_size() != f->model->config().vocab_size || h.aux_layers().size() != 3)
+  const size_t states = h.version() == 1 ? 1 : 3;
+  if (h.target_hidden_size() != f.model->config().hidden_size ||
+      h.vocab_size() != f.model->config().vocab_size || h.aux_layers().size() != states)
     std::abort();
-  std::vector<float> state(3 * h.target_hidden_size(), 0.5f), out(h.hidden_size());
+  std::vector<float> state(states * h.target_hidden_size(), 0.5f), out(h.hidden_size());
   EagleCache cache;
   EagleRow row;
   row.cache = &cache;
@@ -83,9 +75,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   row.hidden = state.data();
   row.top = true;
   std::vector<int32_t> top;
-  h.Forward({row}, true, 2, out.data(), &top, f->pool);
+  h.Forward({row}, true, 2, out.data(), &top, f.pool);
   if (top.size() != 2) std::abort();
   for (int32_t t : top)
     if (t < 0 || t >= h.vocab_size()) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace inflight;
+  static Fixture* f = Setup();
+  for (int version : {3, 1}) {
+    const std::string dir = f->dir + "/head" + std::to_string(version);
+    {
+      std::ofstream out(dir + "/config.json", std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+    }
+    auto head = EagleHead::Load(dir, *f->model, DType::kF16);
+    if (head.ok()) Run(**head, *f);
+  }
   return 0;
 }

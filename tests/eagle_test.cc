@@ -24,6 +24,7 @@
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
+#include "model/head_weights.h"
 #include "model/medusa.h"
 #include "model/random_model.h"
 #include "test_util.h"
@@ -143,14 +144,23 @@ class ReferenceHead {
   Out Run(int32_t pos, int32_t token, const std::vector<double>& in, bool fused, int node = -1,
           const std::vector<int>& ancestors = {}) {
     const int64_t H = s_.hidden, hd = s_.head_dim, nh = s_.heads, nkv = s_.kv_heads;
-    std::vector<double> x = fused ? MatVec("fc.weight", in, H) : in;
+    const bool eagle1 = s_.fc_states == 2;
     std::vector<float> ef(static_cast<size_t>(H));
     base_.EmbeddingRow(token, ef.data());
-    std::vector<double> cat =
-        Norm(std::vector<double>(ef.begin(), ef.end()), "input_layernorm.weight");
-    const std::vector<double> hn = Norm(x, "hidden_norm.weight");
-    if (s_.norm_before_residual) x = hn;  // the residual is the normed state
-    cat.insert(cat.end(), hn.begin(), hn.end());
+    std::vector<double> x, cat;
+    if (eagle1) {
+      // fc over [embedding, feature] (the model's state or the parent's output), plus its bias;
+      // the attention reads it without a norm.
+      std::vector<double> both(ef.begin(), ef.end());
+      both.insert(both.end(), in.begin(), in.end());
+      x = cat = MatVec("fc.weight", both, H, "fc.bias");
+    } else {
+      x = fused ? MatVec("fc.weight", in, H) : in;
+      cat = Norm(std::vector<double>(ef.begin(), ef.end()), "input_layernorm.weight");
+      const std::vector<double> hn = Norm(x, "hidden_norm.weight");
+      if (s_.norm_before_residual) x = hn;  // the residual is the normed state
+      cat.insert(cat.end(), hn.begin(), hn.end());
+    }
     std::vector<double> q =
         MatVec("self_attn.q_proj.weight", cat, nh * hd, "self_attn.q_proj.bias");
     std::vector<double> k =
@@ -193,8 +203,9 @@ class ReferenceHead {
     for (int64_t i = 0; i < H; ++i) x[i] += d[i];
     Out out;
     out.prenorm = x;
+    // EAGLE-1/2: the model's output projection (the test's lm_head.weight) on the output as it is.
     const std::vector<double> logits =
-        MatVec("lm_head.weight", Norm(x, "norm.weight"), s_.draft_vocab);
+        MatVec("lm_head.weight", eagle1 ? x : Norm(x, "norm.weight"), s_.draft_vocab);
     int64_t best = 0, second = -1;
     for (int64_t i = 1; i < s_.draft_vocab; ++i) {
       if (logits[i] > logits[best]) {
@@ -248,6 +259,26 @@ class ReferenceHead {
   std::map<int, std::vector<double>> tree_k_, tree_v_;
 };
 
+// An EAGLE-1/2 head that guesses as a bigram model: fc scales the token's embedding by the
+// model's output norm weights (the feature's columns are zero), the attention's and the MLP's
+// outputs are zero, and the model's own output projection then ranks the next tokens as the
+// model does after that token alone (the RMS scale changes no ranking).
+EagleHeadSpec BigramHeadEagle1(const Model& m) {
+  EagleHeadSpec s;
+  const int64_t H = m.config().hidden_size;
+  s.hidden = s.target_hidden = H;
+  s.vocab = m.config().vocab_size;
+  s.fc_states = 2;
+  s.biases = true;
+  std::vector<float>& fc = s.w["fc.weight"];
+  fc.assign(H * 2 * H, 0.0f);
+  for (int64_t i = 0; i < H; ++i) fc[i * 2 * H + i] = m.weights().output_norm[i];
+  s.w["fc.bias"].assign(H, 0.0f);
+  s.w["self_attn.o_proj.weight"].assign(H * s.heads * s.head_dim, 0.0f);
+  s.w["mlp.down_proj.weight"].assign(H * s.ffn, 0.0f);
+  return s;
+}
+
 // A head that guesses from the model's states: fc keeps the first (layer 0's input at position
 // p: the embedding of the token there) and nothing else adds to it, and lm_head row y sums the
 // normalized embeddings of the tokens x the model follows greedily by some token and then y.
@@ -268,24 +299,31 @@ EagleHeadSpec StateHead(const Model& m, ThreadPool& pool) {
   return s;
 }
 
-// Both layouts: SafeAILab's (midlayer., eagle_config) and vLLM speculators' (layers.0.,
-// transformer_layer_config, the residual normed first).
-class EagleLayoutTest : public EagleTest, public ::testing::WithParamInterface<bool> {};
+// The layouts: EAGLE-3 as SafeAILab's (midlayer., eagle_config) and vLLM speculators' (layers.0.,
+// transformer_layer_config, the residual normed first), and EAGLE-1/2 heads.
+enum Layout { kSafeAiLab, kSpeculators, kEagle1 };
+class EagleLayoutTest : public EagleTest, public ::testing::WithParamInterface<Layout> {};
 
 TEST_P(EagleLayoutTest, TheDraftLayerEqualsANaiveReferenceAndRowsAreIndependent) {
+  const Layout layout = GetParam();
   EagleHeadSpec spec = Spec(*model_);
   spec.biases = true;
   spec.draft_vocab = spec.vocab / 2 - 1;  // d2t: draft id i is target id 2 i
   spec.scale = 0.15f;
-  spec.speculators = spec.norm_before_residual = GetParam();
-  if (GetParam()) spec.prefix = "layers.0.";
-  const std::string dir = *dir_ + (GetParam() ? "/ref-speculators" : "/ref");
+  spec.speculators = spec.norm_before_residual = layout == kSpeculators;
+  if (layout == kSpeculators) spec.prefix = "layers.0.";
+  if (layout == kEagle1) spec.fc_states = 2, spec.draft_vocab = spec.vocab;
+  const std::string dir = *dir_ + "/ref" + std::to_string(layout);
   WriteEagleHead(dir, spec);
   auto loaded = EagleHead::Load(dir, *model_, DType::kF32);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EagleHead& head = **loaded;
-  EXPECT_EQ(head.aux_layers(), (std::vector<int32_t>{0, 1, 1}));
-  const int64_t H = spec.hidden, W = 3 * H;
+  EXPECT_EQ(head.version(), layout == kEagle1 ? 1 : 3);
+  const std::vector<int32_t> want_aux =
+      layout == kEagle1 ? std::vector<int32_t>{2} : std::vector<int32_t>{0, 1, 1};
+  EXPECT_EQ(head.aux_layers(), want_aux);
+  if (layout == kEagle1) spec.w["lm_head.weight"] = OutputProjectionFloats(*model_, *pool_);
+  const int64_t H = spec.hidden, W = static_cast<int64_t>(head.aux_layers().size()) * H;
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<std::vector<float>> states(8, std::vector<float>(W));
@@ -406,15 +444,16 @@ TEST_P(EagleLayoutTest, TheDraftLayerEqualsANaiveReferenceAndRowsAreIndependent)
 
 // The runner keeps the residual stream at the input of the layers a head reads: layer 0's is
 // the tokens' embeddings; layer 1's, normed and projected, gives the logits of the model's first
-// layer alone.
+// layer alone; id 2 (the layer count: EAGLE-1/2's feature) is the final normed state, whose
+// projection is the model's logits.
 TEST_F(EagleTest, TheRunnerKeepsTheInputsOfTheLayersAHeadReads) {
   ExecutorConfig c;
   c.num_threads = 1;
   c.tokens_per_block = 16;
   c.max_tokens_in_paged_kv_cache = 256;
   LocalModelRunner full(*model_, c);
-  EXPECT_FALSE(full.CaptureLayerInputs({0, 2}));  // past the model's 2 layers
-  ASSERT_TRUE(full.CaptureLayerInputs({0, 1, 1}));
+  EXPECT_FALSE(full.CaptureLayerInputs({0, 3}));  // past the model's 2 layers and its output
+  ASSERT_TRUE(full.CaptureLayerInputs({0, 1, 1, 2}));
   const std::vector<int32_t> tokens = {1, 40, 41, 42, 43, 44};
   const int64_t T = static_cast<int64_t>(tokens.size()), H = model_->config().hidden_size,
                 V = model_->config().vocab_size;
@@ -434,27 +473,37 @@ TEST_F(EagleTest, TheRunnerKeepsTheInputsOfTheLayersAHeadReads) {
   std::vector<float> e(H);
   for (int64_t t = 0; t < T; ++t) {
     model_->EmbeddingRow(tokens[t], e.data());
-    EXPECT_EQ(0, std::memcmp(states + t * 3 * H, e.data(), H * sizeof(float))) << "row " << t;
-    EXPECT_EQ(0, std::memcmp(states + t * 3 * H + H, states + t * 3 * H + 2 * H, H * 4));
+    EXPECT_EQ(0, std::memcmp(states + t * 4 * H, e.data(), H * sizeof(float))) << "row " << t;
+    EXPECT_EQ(0, std::memcmp(states + t * 4 * H + H, states + t * 4 * H + 2 * H, H * 4));
   }
   auto first = Model::Load(*path_, {.num_layers = 1});
   ASSERT_TRUE(first.ok());
   LocalModelRunner one(**first, c);
   std::vector<float> want(T * V), rows(T * H), got(T * V);
+  // The final normed state, projected: the full model's logits.
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(rows.data() + t * H, states + t * 4 * H + 3 * H, H * sizeof(float));
+  kernels::MatMulScratch scratch;
+  kernels::MatMul(model_->weights().output, rows.data(), T, got.data(), *pool_, scratch);
+  for (int64_t i = 0; i < T * V; ++i) ASSERT_NEAR(got[i], logits[i], 1e-4) << "logit " << i;
   ASSERT_TRUE(one.Forward(plan, want.data()).ok());
   for (int64_t t = 0; t < T; ++t)
-    std::memcpy(rows.data() + t * H, states + t * 3 * H + H, H * sizeof(float));
+    std::memcpy(rows.data() + t * H, states + t * 4 * H + H, H * sizeof(float));
   kernels::RmsNorm(rows.data(), model_->weights().output_norm.data(), T, H,
                    model_->config().norm_eps, rows.data());
-  kernels::MatMulScratch scratch;
   kernels::MatMul(model_->weights().output, rows.data(), T, got.data(), *pool_, scratch);
   double worst = 0;
   for (int64_t i = 0; i < T * V; ++i) worst = std::max(worst, std::abs(double{got[i]} - want[i]));
   EXPECT_LT(worst, 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, EagleLayoutTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "speculators" : "safeailab"; });
+INSTANTIATE_TEST_SUITE_P(Layouts, EagleLayoutTest,
+                         ::testing::Values(kSafeAiLab, kSpeculators, kEagle1),
+                         [](const auto& info) {
+                           return info.param == kSafeAiLab     ? "safeailab"
+                                  : info.param == kSpeculators ? "speculators"
+                                                               : "eagle1";
+                         });
 
 TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
   auto refused = [&](EagleHeadSpec spec, const std::string& want,
@@ -487,8 +536,9 @@ TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
   }
   {
     EagleHeadSpec s = good;
-    s.fc_states = 2;
-    refused(s, "EAGLE-1/2 head");
+    s.fc_states = 2;  // an EAGLE-1/2 head of another width than its model
+    s.hidden = 96;
+    refused(s, "hidden_size, with no target_hidden_size) is 96 but the model's hidden size is 64");
   }
   {
     EagleHeadSpec s = good;
@@ -580,15 +630,22 @@ TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
 TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
   std::unique_ptr<Model> bigram = testing::NearBigramModel(*dir_ + "/bigram.gguf", 0.0f);
   ASSERT_TRUE(bigram);
-  enum Kind { kBigram, kStates, kRandom };
-  for (const auto& [kind, tree] : {std::pair{kBigram, true}, std::pair{kBigram, false},
-                                   std::pair{kStates, true}, std::pair{kRandom, true}}) {
-    const bool predictable = kind != kRandom;
+  enum Kind { kBigram, kStates, kRandom, kBigram1, kRandom1 };  // ...1: EAGLE-1/2 heads
+  for (const auto& [kind, tree] :
+       {std::pair{kBigram, true}, std::pair{kBigram, false}, std::pair{kStates, true},
+        std::pair{kRandom, true}, std::pair{kBigram1, true}, std::pair{kRandom1, true}}) {
+    const bool predictable = kind != kRandom && kind != kRandom1;
     const Model& m = predictable ? *bigram : *model_;
-    EagleHeadSpec spec = kind == kBigram   ? BigramHead(m, *pool_)
-                         : kind == kStates ? StateHead(m, *pool_)
-                                           : Spec(m);
-    const char* name = kind == kBigram ? "bigram" : kind == kStates ? "states" : "random";
+    EagleHeadSpec spec = kind == kBigram    ? BigramHead(m, *pool_)
+                         : kind == kStates  ? StateHead(m, *pool_)
+                         : kind == kBigram1 ? BigramHeadEagle1(m)
+                                            : Spec(m);
+    if (kind == kRandom1) spec.fc_states = 2, spec.biases = true;
+    const char* name = kind == kBigram    ? "bigram"
+                       : kind == kStates  ? "states"
+                       : kind == kRandom  ? "random"
+                       : kind == kBigram1 ? "eagle1-bigram"
+                                          : "eagle1-random";
     const std::string dir = *dir_ + "/" + name + "-head";
     WriteEagleHead(dir, spec);
     auto head = EagleHead::Load(dir, m);
@@ -651,7 +708,9 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
                 tree ? "tree" : "chain", static_cast<long long>(drafts),
                 static_cast<long long>(accepted), static_cast<long long>(e.num_tree_kv_moves()));
     EXPECT_GT(drafts, 0);
-    if (kind == kBigram) EXPECT_GT(accepted, drafts / 10);
+    if (kind == kBigram || kind == kBigram1) {
+      EXPECT_GT(accepted, drafts / 10);
+    }
     // About a token a tree (of 14 drafts), the second node: 9.7% of the drafts here. Feeding
     // the head the first node's states instead of the accepted one's held 5.3% (each wrong
     // state spoils the next guess).

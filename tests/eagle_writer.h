@@ -1,6 +1,6 @@
-// Writes EAGLE-3 heads (model/eagle.h's layout, as SafeAILab's checkpoints name them) for
-// tests: a folder with config.json and model.safetensors, every weight kept in the spec so a
-// naive reference can run the same head.
+// Writes EAGLE heads (model/eagle.h's layouts: EAGLE-3 as SafeAILab's checkpoints name them,
+// or EAGLE-1/2 with fc_states 2) for tests: a folder with config.json and model.safetensors,
+// every weight kept in the spec so a naive reference can run the same head.
 #pragma once
 
 #include <filesystem>
@@ -22,7 +22,7 @@ struct EagleHeadSpec {
   double rope_theta = 10000;
   bool biases = false;
   std::string prefix = "midlayer.";
-  int64_t fc_states = 3;  // 2: an EAGLE-1/2 head
+  int64_t fc_states = 3;  // 2: an EAGLE-1/2 head (layers.0., no norms or lm_head of its own)
   int64_t layers = 1;
   std::string dtype = "F32";
   float scale = 0.05f;  // random weights' deviation
@@ -42,6 +42,9 @@ inline void WriteEagleHead(const std::string& dir, EagleHeadSpec& s) {
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, s.scale);
   const int64_t H = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const bool eagle1 = s.fc_states == 2;
+  const int64_t attn_in = eagle1 ? H : 2 * H;
+  if (eagle1) s.prefix = "layers.0.";
   if (s.draft_vocab == 0) s.draft_vocab = s.vocab;
   std::vector<HfTensor> t;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool ones = false) {
@@ -52,13 +55,15 @@ inline void WriteEagleHead(const std::string& dir, EagleHeadSpec& s) {
       v.resize(static_cast<size_t>(n));
       for (float& x : v) x = ones ? 1.0f + normal(rng) : normal(rng);
     }
-    const bool layer = name != "fc.weight" && name != "norm.weight" && name != "lm_head.weight";
+    const bool layer =
+        name.rfind("fc.", 0) != 0 && name != "norm.weight" && name != "lm_head.weight";
     t.push_back({(layer ? s.prefix : "") + name, shape, v});
   };
   add("fc.weight", {H, s.fc_states * s.target_hidden});
-  add("self_attn.q_proj.weight", {q, 2 * H});
-  add("self_attn.k_proj.weight", {kv, 2 * H});
-  add("self_attn.v_proj.weight", {kv, 2 * H});
+  if (eagle1 && s.biases) add("fc.bias", {H});
+  add("self_attn.q_proj.weight", {q, attn_in});
+  add("self_attn.k_proj.weight", {kv, attn_in});
+  add("self_attn.v_proj.weight", {kv, attn_in});
   if (s.biases) {
     add("self_attn.q_proj.bias", {q});
     add("self_attn.k_proj.bias", {kv});
@@ -68,11 +73,15 @@ inline void WriteEagleHead(const std::string& dir, EagleHeadSpec& s) {
   add("mlp.gate_proj.weight", {s.ffn, H});
   add("mlp.up_proj.weight", {s.ffn, H});
   add("mlp.down_proj.weight", {H, s.ffn});
-  add("input_layernorm.weight", {H}, true);
-  add("hidden_norm.weight", {H}, true);
+  if (!eagle1) {
+    add("input_layernorm.weight", {H}, true);
+    add("hidden_norm.weight", {H}, true);
+  }
   add("post_attention_layernorm.weight", {H}, true);
-  add("norm.weight", {H}, true);
-  add("lm_head.weight", {s.draft_vocab, H});
+  if (!eagle1) {
+    add("norm.weight", {H}, true);
+    add("lm_head.weight", {s.draft_vocab, H});
+  }
   if (s.d2t.empty() && s.draft_vocab < s.vocab && s.write_d2t) {
     for (int64_t i = 0; i < s.draft_vocab; ++i) s.d2t.push_back(i);  // draft i -> target 2 i
   }
@@ -91,6 +100,12 @@ inline void WriteEagleHead(const std::string& dir, EagleHeadSpec& s) {
                         {"vocab_size", s.vocab},
                         {"draft_vocab_size", s.draft_vocab},
                         {"eagle_config", {{"eagle_aux_hidden_state_layer_ids", s.aux}}}};
+  if (eagle1) {
+    // A Llama config of one layer, as EAGLE-1/2 checkpoints ship.
+    for (const char* k : {"target_hidden_size", "draft_vocab_size", "eagle_config"}) cfg.erase(k);
+    cfg["architectures"] = {"LlamaForCausalLM"};
+    cfg["bias"] = s.biases;
+  }
   if (s.speculators) {
     nlohmann::json layer = cfg;
     for (const char* k :

@@ -37,7 +37,7 @@ Status Executor::CheckEagle(ModelRunner& runner, ExecutorConfig* config) {
                                 std::to_string(runner.vocab_size()));
   }
   for (int32_t l : head.aux_layers()) {
-    if (l >= runner.num_layers()) {
+    if (l > runner.num_layers()) {  // num_layers: the final normed state
       return InvalidArgumentError("the EAGLE head reads layer " + std::to_string(l) +
                                   " of a model with " + std::to_string(runner.num_layers()) +
                                   " layers");
@@ -106,7 +106,8 @@ void Executor::RunEagle() {
     return;
   }
   const Clock::time_point start = Clock::now();
-  const int64_t W = 3 * int64_t{head->target_hidden_size()}, H = head->hidden_size();
+  const int64_t W = static_cast<int64_t>(head->aux_layers().size()) * head->target_hidden_size(),
+                H = head->hidden_size();
   const double nodes = static_cast<double>(eagle_parent_.size());
   // 1. Each computed position whose next token is now known (the prompt's, and the accepted
   // branch's) joins its sequence's pending states.

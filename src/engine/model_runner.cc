@@ -108,7 +108,7 @@ Status LocalModelRunner::Forward(const BatchPlan& plan, float* logits) {
 bool LocalModelRunner::CaptureLayerInputs(std::vector<int32_t> layers) {
   if (model_.sharded()) return false;
   for (int32_t l : layers)
-    if (l < 0 || l >= model_.config().num_layers) return false;
+    if (l < 0 || l > model_.config().num_layers) return false;
   aux_layers_ = std::move(layers);
   return true;
 }

@@ -64,7 +64,8 @@ class ModelRunner {
   virtual const float* OutputHidden() const { return nullptr; }
   // From now on every pass keeps the residual stream at the input of these layers for every
   // row of the plan (an EAGLE head's features): LayerInputs() [rows, layers.size() * hidden],
-  // valid until the next pass. False when the runner cannot (a cache spread over ranks).
+  // valid until the next pass; layer num_layers() is the final normed state. False when the runner
+  // cannot (a cache spread over ranks).
   virtual bool CaptureLayerInputs(std::vector<int32_t> layers) {
     (void)layers;
     return false;

@@ -54,6 +54,11 @@ std::string FileName(const SafetensorsFile& f, const std::string& name) {
   return name;
 }
 
+float* Grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
 }  // namespace
 
 EagleHead::~EagleHead() = default;
@@ -107,7 +112,7 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
   if (cfg.contains("num_hidden_layers") && cfg["num_hidden_layers"] != 1) {
     return UnimplementedError("eagle head: config.json's num_hidden_layers is " +
                               cfg["num_hidden_layers"].dump() +
-                              "; EAGLE-3 heads of one decoder layer are supported");
+                              "; heads of one decoder layer are supported");
   }
   ASSIGN_OR_RETURN(int64_t H, ConfigInt(cfg, "hidden_size", bc.hidden_size));
   ASSIGN_OR_RETURN(int64_t TH, ConfigInt(cfg, "target_hidden_size", H));
@@ -119,6 +124,19 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
   ASSIGN_OR_RETURN(int64_t draft_vocab, ConfigInt(cfg, "draft_vocab_size", vocab));
   ASSIGN_OR_RETURN(double eps, ConfigNumber(cfg, "rms_norm_eps", 1e-5));
   ASSIGN_OR_RETURN(double theta, ConfigNumber(cfg, "rope_theta", 10000.0));
+  // fc over two states (the embedding and the model's last state) is an EAGLE-1/2 head's.
+  if (auto it = f.tensors().find(FileName(f, "fc.weight"));
+      it != f.tensors().end() && it->second.shape.size() == 2 && it->second.shape[1] == 2 * TH) {
+    h->version_ = 1;
+  }
+  const bool v1 = h->version_ == 1;
+  if (TH != bc.hidden_size && !cfg.contains("target_hidden_size")) {
+    return InvalidArgumentError(
+        "eagle head: its hidden size (config.json's hidden_size, with no "
+        "target_hidden_size) is " +
+        std::to_string(TH) + " but the model's hidden size is " + std::to_string(bc.hidden_size) +
+        " (a head for another model?)");
+  }
   if (TH != bc.hidden_size) {
     return InvalidArgumentError("eagle head: its target hidden size is " + std::to_string(TH) +
                                 " but the model's hidden size is " +
@@ -128,6 +146,13 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
     return InvalidArgumentError("eagle head: config.json's vocab_size " + std::to_string(vocab) +
                                 " differs from the model's vocabulary (" +
                                 std::to_string(bc.vocab_size) + " tokens)");
+  }
+  if (v1 && (H != TH || draft_vocab != vocab)) {
+    return InvalidArgumentError(
+        "eagle head: an EAGLE-1/2 head's hidden size and vocabulary are the model's (config.json "
+        "gives hidden_size " +
+        std::to_string(H) + " and draft_vocab_size " + std::to_string(draft_vocab) +
+        " for a model of " + std::to_string(TH) + " and " + std::to_string(vocab) + ")");
   }
   if (draft_vocab > vocab) {
     return InvalidArgumentError("eagle head: draft_vocab_size " + std::to_string(draft_vocab) +
@@ -149,7 +174,9 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
   const json* ec_json =
       cfg.contains("eagle_config") && cfg["eagle_config"].is_object() ? &cfg["eagle_config"] : &cfg;
   if (!ec_json->contains("eagle_aux_hidden_state_layer_ids")) ec_json = &cfg;
-  if (ec_json->contains("eagle_aux_hidden_state_layer_ids")) {
+  if (v1) {
+    aux = {bc.num_layers};  // the model's final normed state
+  } else if (ec_json->contains("eagle_aux_hidden_state_layer_ids")) {
     const json& ids = (*ec_json)["eagle_aux_hidden_state_layer_ids"];
     if (!ids.is_array() || ids.size() != 3)
       return InvalidArgumentError(
@@ -170,7 +197,7 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
     aux = {2, L / 2, L - 3};
   }
   for (int64_t id : aux) {
-    if (id < 0 || id >= bc.num_layers) {
+    if (!v1 && (id < 0 || id >= bc.num_layers)) {
       return InvalidArgumentError("eagle head: fuses the input of layer " + std::to_string(id) +
                                   " but the model has " + std::to_string(bc.num_layers) +
                                   " layers (a head for another model?)");
@@ -245,19 +272,17 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
     *out = HeadWeights::ToFloats(*t);
     return OkStatus();
   };
-  // fc over two states is EAGLE-1/2's (the embedding and one hidden state): another design.
-  if (auto it = f.tensors().find(FileName(f, "fc.weight"));
-      it != f.tensors().end() && it->second.shape.size() == 2 && it->second.shape[1] == 2 * TH) {
-    return UnimplementedError(
-        "eagle head: fc.weight fuses 2 states (an EAGLE-1/2 head); EAGLE-3 heads (fc over 3 "
-        "of the model's layers) are supported");
-  }
-  RETURN_IF_ERROR(matrix("fc.weight", H, 3 * TH,
-                         "EAGLE-3 fuses 3 states of the model's hidden size " + std::to_string(TH),
-                         &h->fc_));
-  RETURN_IF_ERROR(matrix("layers.0.self_attn.q_proj.weight", q_dim, 2 * H, shape_why, &h->wq_));
-  RETURN_IF_ERROR(matrix("layers.0.self_attn.k_proj.weight", kv_dim, 2 * H, shape_why, &h->wk_));
-  RETURN_IF_ERROR(matrix("layers.0.self_attn.v_proj.weight", kv_dim, 2 * H, shape_why, &h->wv_));
+  RETURN_IF_ERROR(matrix(
+      "fc.weight", H, (v1 ? 2 : 3) * TH,
+      "EAGLE-3 fuses 3 states of the model's hidden size " + std::to_string(TH) + " (EAGLE-1/2: 2)",
+      &h->fc_));
+  if (v1 && f.tensors().count(FileName(f, "fc.bias")) > 0)
+    RETURN_IF_ERROR(vec("fc.bias", H, &h->bfc_));
+  // EAGLE-3's attention reads [norm(embedding), norm(hidden)]; EAGLE-1/2's fc's output.
+  const int64_t attn_in = v1 ? H : 2 * H;
+  RETURN_IF_ERROR(matrix("layers.0.self_attn.q_proj.weight", q_dim, attn_in, shape_why, &h->wq_));
+  RETURN_IF_ERROR(matrix("layers.0.self_attn.k_proj.weight", kv_dim, attn_in, shape_why, &h->wk_));
+  RETURN_IF_ERROR(matrix("layers.0.self_attn.v_proj.weight", kv_dim, attn_in, shape_why, &h->wv_));
   RETURN_IF_ERROR(matrix("layers.0.self_attn.o_proj.weight", H, q_dim, shape_why, &h->wo_));
   RETURN_IF_ERROR(matrix("layers.0.mlp.gate_proj.weight", ffn, H, shape_why, &h->gate_));
   RETURN_IF_ERROR(matrix("layers.0.mlp.up_proj.weight", ffn, H, shape_why, &h->up_));
@@ -267,14 +292,27 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
                               std::tuple{"layers.0.self_attn.v_proj.bias", kv_dim, &h->bv_}}) {
     if (f.tensors().count(FileName(f, name)) > 0) RETURN_IF_ERROR(vec(name, n, out));
   }
-  RETURN_IF_ERROR(vec("layers.0.input_layernorm.weight", H, &h->input_norm_));
-  RETURN_IF_ERROR(vec("layers.0.hidden_norm.weight", H, &h->hidden_norm_));
   RETURN_IF_ERROR(vec("layers.0.post_attention_layernorm.weight", H, &h->post_norm_));
-  RETURN_IF_ERROR(vec("norm.weight", H, &h->final_norm_));
-  RETURN_IF_ERROR(matrix("lm_head.weight", draft_vocab, H,
-                         "the draft vocabulary is " + std::to_string(draft_vocab) +
-                             " tokens (draft_vocab_size) and the hidden size " + std::to_string(H),
-                         &h->lm_));
+  if (v1) {
+    // No norms of its own before attention or after the layer (its first layer has no
+    // input_layernorm; one in the file is unused, as in the reference), and the model's own
+    // output projection.
+    h->lm_ = base.weights().output;
+    if (h->lm_.rows != vocab) {
+      return InvalidArgumentError("eagle head: the model's output projection has " +
+                                  std::to_string(h->lm_.rows) + " rows, not its vocabulary (" +
+                                  std::to_string(vocab) + ")");
+    }
+  } else {
+    RETURN_IF_ERROR(vec("layers.0.input_layernorm.weight", H, &h->input_norm_));
+    RETURN_IF_ERROR(vec("layers.0.hidden_norm.weight", H, &h->hidden_norm_));
+    RETURN_IF_ERROR(vec("norm.weight", H, &h->final_norm_));
+    RETURN_IF_ERROR(matrix("lm_head.weight", draft_vocab, H,
+                           "the draft vocabulary is " + std::to_string(draft_vocab) +
+                               " tokens (draft_vocab_size) and the hidden size " +
+                               std::to_string(H),
+                           &h->lm_));
+  }
   if (f.tensors().count(FileName(f, "embed_tokens.weight")) > 0) {
     RETURN_IF_ERROR(matrix("embed_tokens.weight", vocab, H,
                            "the model's vocabulary is " + std::to_string(vocab) + " tokens",
@@ -365,29 +403,21 @@ void EagleHead::Attend(const EagleRow& row, const float* q, float* out,
   }
 }
 
-void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t top_k,
-                        float* prenorm_out, std::vector<int32_t>* top_out, ThreadPool& pool) {
-  const int64_t R = static_cast<int64_t>(rows.size());
-  if (top_out != nullptr) top_out->clear();
-  if (R == 0) return;
-  const int64_t H = hidden_, TH = target_hidden_, qd = int64_t{num_heads_} * head_dim_,
-                kvd = kv_dim(), F = ffn_;
-  auto grow = [](std::vector<float>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-    return v.data();
-  };
-  // The hidden input: the target's three states through fc, or the draft's own.
-  float* x = grow(x_, R * H);
+// EAGLE-3's attention input: [norm(embedding of the token), norm(hidden)], where the hidden
+// input is the target's states through fc (fuse) or the draft's own; x gets the hidden input
+// (the residual).
+const float* EagleHead::Eagle3Input(const std::vector<EagleRow>& rows, bool fuse, float* x,
+                                    ThreadPool& pool) {
+  const int64_t R = static_cast<int64_t>(rows.size()), H = hidden_, TH = target_hidden_;
   if (fuse) {
-    float* in = grow(t_, R * 3 * TH);
+    float* in = Grow(t_, R * 3 * TH);
     for (int64_t r = 0; r < R; ++r)
       std::memcpy(in + r * 3 * TH, rows[r].hidden, 3 * TH * sizeof(float));
     kernels::MatMul(fc_, in, R, x, pool, scratch_);
   } else {
     for (int64_t r = 0; r < R; ++r) std::memcpy(x + r * H, rows[r].hidden, H * sizeof(float));
   }
-  // [norm(embedding of the token), norm(hidden)] -> q, k, v.
-  float* cat = grow(cat_, R * 2 * H);
+  float* cat = Grow(cat_, R * 2 * H);
   for (int64_t r = 0; r < R; ++r) {
     float* e = cat + r * 2 * H;
     if (embed_.data != nullptr) {
@@ -400,12 +430,41 @@ void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t to
     // Some heads add the normed hidden state to the residual stream instead of the raw one.
     if (norm_before_residual_) std::memcpy(x + r * H, e + H, H * sizeof(float));
   }
-  float* q = grow(q_, R * qd);
-  float* k = grow(k_, R * kvd);
-  float* v = grow(v_, R * kvd);
-  kernels::MatMul(wq_, cat, R, q, pool, scratch_);
-  kernels::MatMul(wk_, cat, R, k, pool, scratch_);
-  kernels::MatMul(wv_, cat, R, v, pool, scratch_);
+  return cat;
+}
+
+void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t top_k,
+                        float* prenorm_out, std::vector<int32_t>* top_out, ThreadPool& pool) {
+  const int64_t R = static_cast<int64_t>(rows.size());
+  if (top_out != nullptr) top_out->clear();
+  if (R == 0) return;
+  const int64_t H = hidden_, TH = target_hidden_, qd = int64_t{num_heads_} * head_dim_,
+                kvd = kv_dim(), F = ffn_;
+  float* x = Grow(x_, R * H);
+  const float* attn_in;  // what q, k and v read
+  if (version_ == 1) {
+    // x = fc([embedding of the token, feature]) (+ bias): the layer's input and residual.
+    float* in = Grow(t_, R * 2 * H);
+    for (int64_t r = 0; r < R; ++r) {
+      if (embed_.data != nullptr) {
+        kernels::DequantizeRow(embed_, rows[r].token, in + r * 2 * H);
+      } else {
+        base_->EmbeddingRow(rows[r].token, in + r * 2 * H);
+      }
+      std::memcpy(in + r * 2 * H + H, rows[r].hidden, H * sizeof(float));
+    }
+    kernels::MatMul(fc_, in, R, x, pool, scratch_);
+    if (!bfc_.empty()) kernels::AddBias(x, bfc_.data(), R, H);
+    attn_in = x;
+  } else {
+    attn_in = Eagle3Input(rows, fuse, x, pool);
+  }
+  float* q = Grow(q_, R * qd);
+  float* k = Grow(k_, R * kvd);
+  float* v = Grow(v_, R * kvd);
+  kernels::MatMul(wq_, attn_in, R, q, pool, scratch_);
+  kernels::MatMul(wk_, attn_in, R, k, pool, scratch_);
+  kernels::MatMul(wv_, attn_in, R, v, pool, scratch_);
   if (!bq_.empty()) kernels::AddBias(q, bq_.data(), R, qd);
   if (!bk_.empty()) kernels::AddBias(k, bk_.data(), R, kvd);
   if (!bv_.empty()) kernels::AddBias(v, bv_.data(), R, kvd);
@@ -447,19 +506,19 @@ void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t to
     std::memcpy(kd->data() + slot * kvd, k + r * kvd, kvd * sizeof(float));
     std::memcpy(vd->data() + slot * kvd, v + r * kvd, kvd * sizeof(float));
   }
-  float* att = grow(att_, R * qd);
+  float* att = Grow(att_, R * qd);
   pool.ParallelFor(R, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> scores;
     for (int64_t r = r0; r < r1; ++r) Attend(rows[r], q + r * qd, att + r * qd, scores);
   });
   // x += o_proj(attention); x += MLP(norm(x)).
-  float* o = grow(t_, R * std::max(H, 3 * TH));
+  float* o = Grow(t_, R * std::max(H, 3 * TH));
   kernels::MatMul(wo_, att, R, o, pool, scratch_);
   kernels::AddInPlace(x, o, R * H);
-  float* post = grow(cat_, R * 2 * H);
+  float* post = Grow(cat_, R * 2 * H);
   kernels::RmsNorm(x, post_norm_.data(), R, H, eps_, post);
-  float* g = grow(gate_buf_, R * F);
-  float* u = grow(up_buf_, R * F);
+  float* g = Grow(gate_buf_, R * F);
+  float* u = Grow(up_buf_, R * F);
   kernels::MatMul(gate_, post, R, g, pool, scratch_);
   kernels::MatMul(up_, post, R, u, pool, scratch_);
   kernels::SiluMul(g, u, R * F);
@@ -467,16 +526,20 @@ void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t to
   kernels::AddInPlace(x, o, R * H);
   if (prenorm_out != nullptr) std::memcpy(prenorm_out, x, R * H * sizeof(float));
   if (top_out == nullptr) return;
-  // The guesses: norm, the draft vocabulary's logits, its top_k mapped to target ids.
+  // The guesses: norm (EAGLE-3), the draft vocabulary's logits, its top_k mapped to target ids.
   int64_t n = 0;
   for (int64_t r = 0; r < R; ++r) {
     if (!rows[r].top) continue;
-    kernels::RmsNorm(x + r * H, final_norm_.data(), 1, H, eps_, post + n * H);
+    if (version_ == 1) {
+      std::memcpy(post + n * H, x + r * H, H * sizeof(float));
+    } else {
+      kernels::RmsNorm(x + r * H, final_norm_.data(), 1, H, eps_, post + n * H);
+    }
     ++n;
   }
   if (n == 0) return;
   const int64_t V = draft_vocab_;
-  float* logits = grow(logits_, n * V);
+  float* logits = Grow(logits_, n * V);
   kernels::MatMul(lm_, post, n, logits, pool, scratch_);
   top_k = std::clamp<int32_t>(top_k, 1, static_cast<int32_t>(V));
   top_out->resize(static_cast<size_t>(n * top_k));
@@ -504,7 +567,10 @@ std::vector<std::vector<int32_t>> DefaultEagleChoices() {
 }
 
 Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigram,
-                      ThreadPool& pool, const std::vector<int32_t>& aux_layers) {
+                      ThreadPool& pool, const std::vector<int32_t>& aux_layers, int version) {
+  if (version != 1 && version != 3)
+    return InvalidArgumentError("WriteEagleHead: version 1 (EAGLE-1/2) or 3");
+  const bool v1 = version == 1;
   const ModelConfig& c = base.config();
   const int64_t H = c.hidden_size, F = c.ffn_size, V = c.vocab_size,
                 DV = std::min<int64_t>(32000, V);
@@ -537,13 +603,23 @@ Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigr
   // and k constant, so a row attends to itself alone; v = norm(embedding) - norm(hidden) and
   // o_proj the identity cancel the residual; the MLP adds nothing), and the model's own final
   // norm and output projection turn it into the model's next token after that token alone.
+  // EAGLE-1/2 (v1), guess_bigram: fc scales the token's embedding by the model's output norm
+  // weights, nothing else adds to it, and the model's projection ranks its next tokens as the
+  // model does after that token alone.
   const float sd = guess_bigram ? 0.0f : 0.02f;
-  add("fc.weight", {H, 3 * H}, sd, 0);
-  add("midlayer.self_attn.q_proj.weight", {q, 2 * H}, sd, 0);
-  add("midlayer.self_attn.k_proj.weight", {kv, 2 * H}, sd, 0);
-  std::vector<float>* v = add("midlayer.self_attn.v_proj.weight", {kv, 2 * H}, sd, 0);
-  std::vector<float>* o = add("midlayer.self_attn.o_proj.weight", {H, q}, sd, 0);
-  if (guess_bigram) {
+  const std::string layer = v1 ? "layers.0." : "midlayer.";
+  const int64_t attn_in = v1 ? H : 2 * H;
+  std::vector<float>* fc = add("fc.weight", {H, (v1 ? 2 : 3) * H}, sd, 0);
+  if (v1) {
+    add("fc.bias", {H}, 0, 0);
+    if (guess_bigram)
+      for (int64_t i = 0; i < H; ++i) (*fc)[i * 2 * H + i] = base.weights().output_norm[i];
+  }
+  add(layer + "self_attn.q_proj.weight", {q, attn_in}, v1 ? 0.02f : sd, 0);
+  add(layer + "self_attn.k_proj.weight", {kv, attn_in}, v1 ? 0.02f : sd, 0);
+  std::vector<float>* v = add(layer + "self_attn.v_proj.weight", {kv, attn_in}, sd, 0);
+  std::vector<float>* o = add(layer + "self_attn.o_proj.weight", {H, q}, sd, 0);
+  if (guess_bigram && !v1) {
     add("midlayer.self_attn.q_proj.bias", {q}, 0, 12.0f);
     add("midlayer.self_attn.k_proj.bias", {kv}, 0, 12.0f);
     for (int64_t i = 0; i < H; ++i) {
@@ -552,21 +628,25 @@ Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigr
       (*o)[i * q + i] = 1.0f;
     }
   }
-  add("midlayer.mlp.gate_proj.weight", {F, H}, 0.02f, 0);
-  add("midlayer.mlp.up_proj.weight", {F, H}, 0.02f, 0);
-  add("midlayer.mlp.down_proj.weight", {H, F}, sd, 0);
-  add("midlayer.input_layernorm.weight", {H}, 0, 1);
-  add("midlayer.hidden_norm.weight", {H}, 0, 1);
-  add("midlayer.post_attention_layernorm.weight", {H}, 0, 1);
-  std::vector<float>* norm = add("norm.weight", {H}, 0, 1);
-  std::vector<float>* lm = add("lm_head.weight", {DV, H}, sd, 0);
-  if (guess_bigram) {
-    *norm = base.weights().output_norm;
-    *lm = OutputProjectionFloats(base, pool);
+  add(layer + "mlp.gate_proj.weight", {F, H}, 0.02f, 0);
+  add(layer + "mlp.up_proj.weight", {F, H}, 0.02f, 0);
+  add(layer + "mlp.down_proj.weight", {H, F}, sd, 0);
+  if (!v1) {
+    add(layer + "input_layernorm.weight", {H}, 0, 1);
+    add(layer + "hidden_norm.weight", {H}, 0, 1);
+  }
+  add(layer + "post_attention_layernorm.weight", {H}, 0, 1);
+  if (!v1) {
+    std::vector<float>* norm = add("norm.weight", {H}, 0, 1);
+    std::vector<float>* lm = add("lm_head.weight", {DV, H}, sd, 0);
+    if (guess_bigram) {
+      *norm = base.weights().output_norm;
+      *lm = OutputProjectionFloats(base, pool);
+    }
   }
   for (size_t i = 0; i < out.size(); ++i) out[i].values = keep[i].data();
   RETURN_IF_ERROR(WriteSafetensorsF16(dir + "/model.safetensors", out));
-  json cfg = {{"architectures", {"LlamaForCausalLMEagle3"}},
+  json cfg = {{"architectures", {v1 ? "LlamaForCausalLM" : "LlamaForCausalLMEagle3"}},
               {"hidden_size", H},
               {"num_attention_heads", heads},
               {"num_key_value_heads", kv_heads},
@@ -577,7 +657,9 @@ Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigr
               {"rope_theta", c.rope_base},
               {"vocab_size", V},
               {"draft_vocab_size", DV}};
-  if (!aux_layers.empty()) cfg["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", aux_layers}};
+  if (v1) cfg.erase("draft_vocab_size");
+  if (!aux_layers.empty() && !v1)
+    cfg["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", aux_layers}};
   std::ofstream(dir + "/config.json") << cfg.dump(2);
   return OkStatus();
 }

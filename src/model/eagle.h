@@ -13,8 +13,15 @@
 //   ....mlp.{gate,up,down}_proj (SwiGLU); norm.weight [H];
 //   lm_head.weight [draft vocab, H] and d2t [draft vocab] (target id = draft id + d2t[id]);
 //   embed_tokens.weight [vocab, H] optional (absent: the model's embeddings).
-// Row at position p: its token input is the token at p + 1 and its hidden input is the fused
-// target state at p (a committed row) or the pre-norm output of the draft row it continues
+// EAGLE-1/2 heads (Li et al., "EAGLE: Speculative Sampling Requires Rethinking Feature
+// Uncertainty"; EAGLE-2 drafts from the same heads) are Hugging Face Llama configs of one layer:
+//   fc.weight [H, 2 * H] (+ fc.bias) over [embedding, feature], where the feature is the model's
+//                                     last hidden state after its final norm (layer id L);
+//   layers.0.self_attn.{q,k,v}_proj [*, H] (+ biases), o_proj; no input norm (the layer reads
+//   fc's output as it is); post_attention_layernorm; mlp (SwiGLU);
+//   no norm or lm_head of their own: the model's output projection reads the layer's output.
+// Row at position p: its token input is the token at p + 1 and its hidden input is the target's
+// state at p (a committed row: fused for EAGLE-3) or the output of the draft row it continues
 // (a tree row); its output's top-k guess the token at p + 2. A committed row's K/V join the
 // sequence's draft cache; a tree row's K/V live in the tree for the rows below it.
 #pragma once
@@ -78,13 +85,16 @@ class EagleHead {
   // `path`: a folder (config.json and model.safetensors, or the one .safetensors file in it)
   // or the .safetensors file itself. The head must match `base` (hidden size, vocabulary,
   // layer count): INVALID_ARGUMENT naming what differs, NOT_FOUND for a missing tensor,
-  // UNIMPLEMENTED for EAGLE-1/2 heads and pickled checkpoints. weights: the matrices' type in
-  // memory (kF32/kF16/kBF16 as stored, kQ8_0/kQ4_0 quantized at load).
+  // UNIMPLEMENTED for heads of more than one layer and pickled checkpoints. weights: the matrices'
+  // type in memory (kF32/kF16/kBF16 as stored, kQ8_0/kQ4_0 quantized at load).
   static StatusOr<std::unique_ptr<EagleHead>> Load(const std::string& path, const Model& base,
                                                    DType weights = DType::kQ8_0);
   ~EagleHead();
 
-  // The target layers whose input (the residual stream) the fc fuses, in fc's column order.
+  // 3 (EAGLE-3) or 1 (an EAGLE-1/2 head).
+  int32_t version() const { return version_; }
+  // The target layers whose input (the residual stream) the head reads, in fc's column order
+  // (EAGLE-1/2: the model's layer count, its final normed state).
   const std::vector<int32_t>& aux_layers() const { return aux_layers_; }
   int32_t hidden_size() const { return hidden_; }
   int32_t target_hidden_size() const { return target_hidden_; }
@@ -97,8 +107,9 @@ class EagleHead {
   int64_t OutputBytes() const;
 
   // Not thread-safe (it keeps its scratch): one executor runs a head.
-  // Runs `rows` (fuse: their hidden inputs are the target's; else the draft's own). Writes each
-  // row's pre-norm output to prenorm_out [rows, hidden] (may be null) and, for rows with
+  // Runs `rows` (fuse: their hidden inputs are the target's, [aux_layers().size() * target
+  // hidden]; else the draft's own, [hidden]). Writes each row's layer output (EAGLE-3: before
+  // its final norm) to prenorm_out [rows, hidden] (may be null) and, for rows with
   // `top`, its top_k guesses (target ids, best first) to top_out, in row order. Each row's
   // results depend on its own inputs, cache and tree only (never on the other rows).
   void Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t top_k, float* prenorm_out,
@@ -107,6 +118,8 @@ class EagleHead {
  private:
   EagleHead() = default;
   void Attend(const EagleRow& row, const float* q, float* out, std::vector<float>& scores) const;
+  const float* Eagle3Input(const std::vector<EagleRow>& rows, bool fuse, float* x,
+                           ThreadPool& pool);
 
   const Model* base_ = nullptr;
   std::unique_ptr<SafetensorsFile> file_;
@@ -114,11 +127,12 @@ class EagleHead {
   int32_t hidden_ = 0, target_hidden_ = 0, num_heads_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
   int32_t ffn_ = 0, vocab_ = 0, draft_vocab_ = 0;
   float eps_ = 1e-5f;
+  int32_t version_ = 3;
   bool norm_before_residual_ = false;  // the residual is the normed hidden state (speculators)
   std::vector<int32_t> aux_layers_;
   std::vector<float> inv_freq_;
   TensorView fc_, wq_, wk_, wv_, wo_, gate_, up_, down_, lm_, embed_;
-  std::vector<float> bq_, bk_, bv_;  // optional biases (empty: none)
+  std::vector<float> bq_, bk_, bv_, bfc_;  // optional biases (empty: none)
   std::vector<float> input_norm_, hidden_norm_, post_norm_, final_norm_;
   std::vector<int32_t> d2t_;  // draft id -> target id
   kernels::MatMulScratch scratch_;
@@ -138,8 +152,9 @@ std::vector<std::vector<int32_t>> DefaultEagleChoices();
 // models are: random weights, or (guess_bigram) weights that guess the model's next token
 // after each token alone, the model's own output projection included (on a model whose next
 // token depends on the current one only, its guesses hold at every depth). aux_layers empty:
-// the default layers.
+// the default layers. version 1: an EAGLE-1/2 head (the model's own projection).
 Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigram,
-                      ThreadPool& pool, const std::vector<int32_t>& aux_layers = {});
+                      ThreadPool& pool, const std::vector<int32_t>& aux_layers = {},
+                      int version = 3);
 
 }  // namespace inflight

@@ -678,6 +678,17 @@ Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, Forward
     }
     RETURN_IF_ERROR(family_->RunLayer(pass));
   }
+  // Id num_layers: the last layer's output through the final norm (what the output projection
+  // reads, and Hugging Face's last hidden state; an EAGLE-1/2 head's features).
+  if (io.aux_out != nullptr && last) {
+    const int64_t n = static_cast<int64_t>(io.aux_layers->size()), H = c.hidden_size;
+    for (int64_t a = 0; a < n; ++a) {
+      if ((*io.aux_layers)[a] != c.num_layers) continue;
+      for (int64_t t = 0; t < T; ++t)
+        Norm(weights_.output_norm, weights_.output_norm_bias, s.x + t * H,
+             io.aux_out + (t * n + a) * H, 1, pool);
+    }
+  }
   if (!last) {
     std::memcpy(io.hidden_out, s.x, T * c.hidden_size * sizeof(float));
     return OkStatus();

@@ -189,6 +189,7 @@ struct ShardIo {
   float* logits = nullptr;            // last stage: [logit rows, vocab] (TP: on TP rank 0 only)
   // The residual stream at the input of each of these layers, for every row (an EAGLE head
   // drafts from them): aux_out [T, aux_layers.size() * hidden], layer by layer in list order.
+  // Id num_layers is the final hidden state after the model's output norm.
   const std::vector<int32_t>* aux_layers = nullptr;
   float* aux_out = nullptr;
 };
