@@ -478,16 +478,22 @@ TEST_F(BeamSearchTest, CancelledBeamSearchReturnsTheBeamsSoFar) {
   std::mt19937 rng(8);
   Request r = ToRequest({RandomPrompt(rng, 20), 4, 400});
   r.streaming = true;
+  testing::HeldStream held;  // the engine waits for this thread after the first beams
+  r.output = held.stream;
   auto id = e->Enqueue(r);
   ASSERT_TRUE(id.ok());
   // Cancel after the first provisional beams.
   std::vector<Result> got;
-  while (got.empty()) {
-    for (Result& x : e->AwaitResponses(*id, std::chrono::milliseconds(50)))
-      got.push_back(std::move(x));
+  for (int i = 0; i < 6000 && got.empty(); ++i) {
+    for (Result& x : held.Take()) got.push_back(std::move(x));
   }
+  ASSERT_FALSE(got.empty());
   e->Cancel(*id);
-  for (Result& x : testing::CollectResults(*e, *id)) got.push_back(std::move(x));
+  held.Release();
+  for (int i = 0; i < 6000 && !got.back().is_final; ++i) {
+    for (Result& x : held.Take()) got.push_back(std::move(x));
+    held.Release();
+  }
   const Result& last = got.back();
   ASSERT_TRUE(last.is_final);
   ASSERT_EQ(last.beams.size(), 4u);

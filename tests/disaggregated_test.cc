@@ -152,26 +152,15 @@ void ExpectDisaggregatedEqualsAggregated(const std::string& path) {
     const Collected whole = Collect(*aggregated, *agg_id, true);
     longer.request_type = RequestType::kGenerationOnly;
     longer.context_phase = handoff;
-    // The stream's credit pauses the request while a result is unread, and the taken results
-    // stay charged until released: the engine cannot run to max_tokens while this thread is
-    // descheduled (a tiny model decodes 300 tokens in a few milliseconds).
-    auto credit = std::make_shared<OutputCredit>(/*pause_bytes=*/1);
-    longer.output = std::make_shared<OutputStream>();
-    longer.output->SetCredit(credit);
+    testing::HeldStream held;  // the engine waits for this thread between tokens
+    longer.output = held.stream;
     auto id = gen->Enqueue(longer);
     ASSERT_TRUE(id.ok());
     std::vector<int32_t> streamed;
     FinishReason finish = FinishReason::kNotFinished;
     bool final = false, cancelled = false;
     for (int polls = 0; !final && polls < 12000; ++polls) {
-      std::vector<Result> taken = longer.output->Take(/*keep_credit=*/true);
-      if (taken.empty()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        continue;
-      }
-      int64_t bytes = 0;
-      for (Result& r : taken) {
-        bytes += static_cast<int64_t>(OutputStream::ResultBytes(r));
+      for (Result& r : held.Take(std::chrono::milliseconds(5))) {
         streamed.insert(streamed.end(), r.output_token_ids.begin(), r.output_token_ids.end());
         if (r.is_final) final = true, finish = r.finish_reason;
       }
@@ -179,7 +168,7 @@ void ExpectDisaggregatedEqualsAggregated(const std::string& path) {
         gen->Cancel(*id);
         cancelled = true;
       }
-      credit->Release(bytes);
+      held.Release();
     }
     ASSERT_TRUE(final);
     EXPECT_EQ(finish, FinishReason::kCancelled);

@@ -65,6 +65,40 @@ inline std::vector<Result> CollectResults(Executor& e, RequestId id) {
   return all;
 }
 
+// A request's output stream whose reader holds the engine back: set `stream` as the request's
+// output; the request pauses while any result Take() returned is unreleased (its credit's
+// bound is one byte), so a test acts between two of its steps however fast the engine is (a
+// tiny model decodes hundreds of tokens while a loaded machine deschedules the test thread).
+struct HeldStream {
+  std::shared_ptr<OutputCredit> credit = std::make_shared<OutputCredit>(/*pause_bytes=*/1);
+  std::shared_ptr<OutputStream> stream = MakeStream(credit);
+  int64_t held = 0;
+
+  // The results queued now, or after waiting up to `timeout` for one; they stay charged.
+  std::vector<Result> Take(std::chrono::milliseconds timeout = std::chrono::milliseconds(50)) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    std::vector<Result> got = stream->Take(/*keep_credit=*/true);
+    while (got.empty() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      got = stream->Take(/*keep_credit=*/true);
+    }
+    for (const Result& r : got) held += static_cast<int64_t>(OutputStream::ResultBytes(r));
+    return got;
+  }
+  // Lets the request go on.
+  void Release() {
+    credit->Release(held);
+    held = 0;
+  }
+
+ private:
+  static std::shared_ptr<OutputStream> MakeStream(const std::shared_ptr<OutputCredit>& c) {
+    auto s = std::make_shared<OutputStream>();
+    s->SetCredit(c);
+    return s;
+  }
+};
+
 // A near-bigram tiny model (block outputs scaled by `scale`: its next token mostly follows
 // from the current one), whose text pools, Jacobi guesses and heads can predict, written to
 // `path` (kept: the caller removes it).
