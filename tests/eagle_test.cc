@@ -1,4 +1,5 @@
-// EAGLE-3 heads (model/eagle.h) and EAGLE decoding in the executor: the head's layer equals a
+// EAGLE-3 and EAGLE-1/2 heads (model/eagle.h) and EAGLE decoding in the executor: the head's
+// layer equals a
 // naive reference (committed rows, then tree rows over their ancestors) and a row's result
 // never depends on the rows beside it; a head that does not match its model is refused with
 // the field named; greedy output with EAGLE trees is exactly the output without, for requests
@@ -276,6 +277,20 @@ EagleHeadSpec BigramHeadEagle1(const Model& m) {
   s.w["fc.bias"].assign(H, 0.0f);
   s.w["self_attn.o_proj.weight"].assign(H * s.heads * s.head_dim, 0.0f);
   s.w["mlp.down_proj.weight"].assign(H * s.ffn, 0.0f);
+  return s;
+}
+
+// An EAGLE-1/2 head that guesses from the model's state alone: fc passes the feature (the
+// model's last normed state at p, or a tree row's parent's output) and nothing else adds to it,
+// so its guess is the model's own next token at p, the token at p + 1. On the bigram test model
+// (tied embeddings, blocks adding nothing: it mostly repeats its last token) that guess holds
+// only when the rows get their own positions' states.
+EagleHeadSpec StateHeadEagle1(const Model& m) {
+  EagleHeadSpec s = BigramHeadEagle1(m);
+  const int64_t H = m.config().hidden_size;
+  std::vector<float>& fc = s.w["fc.weight"];
+  fc.assign(H * 2 * H, 0.0f);
+  for (int64_t i = 0; i < H; ++i) fc[i * 2 * H + H + i] = 1.0f;
   return s;
 }
 
@@ -614,6 +629,14 @@ TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
                                              {"transformer_layer_config", {{"hidden_size", 1}}}};
             j["target_hidden_size"] = 96;
           }));
+  // EAGLE-1/2 heads: the model's vocabulary, no EAGLE-3 keys.
+  EagleHeadSpec eagle1 = good;
+  eagle1.fc_states = 2;
+  refused(eagle1, "hidden size and vocabulary are the model's",
+          edit_config([](nlohmann::json& j) { j["draft_vocab_size"] = 100; }));
+  refused(eagle1, "but config.json has EAGLE-3 keys", edit_config([](nlohmann::json& j) {
+            j["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", {0, 1, 1}}};
+          }));
   // The default layers need 4: the tiny model has 2.
   refused(good, "EAGLE-3's default layers (2, L/2, L-3) need 4", [](const std::string& dir) {
     std::ifstream in(dir + "/config.json");
@@ -630,21 +653,24 @@ TEST_F(EagleTest, AHeadThatDoesNotMatchItsModelIsRefusedWithTheFieldNamed) {
 TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
   std::unique_ptr<Model> bigram = testing::NearBigramModel(*dir_ + "/bigram.gguf", 0.0f);
   ASSERT_TRUE(bigram);
-  enum Kind { kBigram, kStates, kRandom, kBigram1, kRandom1 };  // ...1: EAGLE-1/2 heads
+  enum Kind { kBigram, kStates, kRandom, kBigram1, kStates1, kRandom1 };  // ...1: EAGLE-1/2
   for (const auto& [kind, tree] :
        {std::pair{kBigram, true}, std::pair{kBigram, false}, std::pair{kStates, true},
-        std::pair{kRandom, true}, std::pair{kBigram1, true}, std::pair{kRandom1, true}}) {
+        std::pair{kRandom, true}, std::pair{kBigram1, true}, std::pair{kStates1, false},
+        std::pair{kRandom1, true}}) {
     const bool predictable = kind != kRandom && kind != kRandom1;
     const Model& m = predictable ? *bigram : *model_;
     EagleHeadSpec spec = kind == kBigram    ? BigramHead(m, *pool_)
                          : kind == kStates  ? StateHead(m, *pool_)
                          : kind == kBigram1 ? BigramHeadEagle1(m)
+                         : kind == kStates1 ? StateHeadEagle1(m)
                                             : Spec(m);
     if (kind == kRandom1) spec.fc_states = 2, spec.biases = true;
     const char* name = kind == kBigram    ? "bigram"
                        : kind == kStates  ? "states"
                        : kind == kRandom  ? "random"
                        : kind == kBigram1 ? "eagle1-bigram"
+                       : kind == kStates1 ? "eagle1-states"
                                           : "eagle1-random";
     const std::string dir = *dir_ + "/" + name + "-head";
     WriteEagleHead(dir, spec);
@@ -708,7 +734,7 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
                 tree ? "tree" : "chain", static_cast<long long>(drafts),
                 static_cast<long long>(accepted), static_cast<long long>(e.num_tree_kv_moves()));
     EXPECT_GT(drafts, 0);
-    if (kind == kBigram || kind == kBigram1) {
+    if (kind == kBigram || kind == kBigram1 || kind == kStates1) {
       EXPECT_GT(accepted, drafts / 10);
     }
     // About a token a tree (of 14 drafts), the second node: 9.7% of the drafts here. Feeding

@@ -168,6 +168,20 @@ class ServerE2eTest : public ::testing::Test {
       spec.aux = L >= 4 ? std::vector<int64_t>{2, L / 2, L - 3} : std::vector<int64_t>{0, 0, 0};
       spec.dtype = "BF16";
       testing::WriteEagleHead((*repo_ / "tensorrt_llm_eagle" / "eagle").string(), spec);
+      // An EAGLE-1/2 head (its own Llama config of one layer; the model's projection).
+      AddVariant(*repo_, "tensorrt_llm_eagle1",
+                 {{"decoupled: true", "decoupled: false"},
+                  {"key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"none\"",
+                   "key: \"speculative_decoding_mode\"\n  value: {\n    string_value: \"eagle\""}});
+      std::ofstream(*repo_ / "tensorrt_llm_eagle1" / "config.pbtxt", std::ios::app)
+          << "parameters: {\n  key: \"eagle_model_path\"\n  value: {\n    string_value: "
+             "\"eagle\"\n  }\n}\n";
+      testing::EagleHeadSpec spec1;
+      spec1.hidden = spec1.target_hidden = dc.hidden_size;
+      spec1.vocab = dc.vocab_size;
+      spec1.fc_states = 2;
+      spec1.biases = true;
+      testing::WriteEagleHead((*repo_ / "tensorrt_llm_eagle1" / "eagle").string(), spec1);
     }
     AddVariant(
         *repo_, "tensorrt_llm_draft",
@@ -1077,7 +1091,7 @@ TEST_F(ServerE2eTest, SpeculativeDecodingOverHttpAndGrpc) {
   }
   for (const std::string model :
        {"tensorrt_llm_sync", "tensorrt_llm_spec", "tensorrt_llm_draft", "tensorrt_llm_lookahead",
-        "tensorrt_llm_medusa", "tensorrt_llm_eagle"}) {
+        "tensorrt_llm_medusa", "tensorrt_llm_eagle", "tensorrt_llm_eagle1"}) {
     auto r = Post("/v2/models/" + model + "/infer", body(drafts));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -1514,7 +1528,7 @@ TEST_F(ServerE2eTest, MetadataConfigReadyIndexAndStatistics) {
   EXPECT_EQ(ens_config["model_transaction_policy"]["decoupled"], true)
       << "decoupled propagates from the steps";
   json index = json::parse(cli.Post("/v2/repository/index", "{}", "application/json")->body);
-  EXPECT_EQ(index.size(), 17u);
+  EXPECT_EQ(index.size(), 18u);
   for (const auto& m : index) EXPECT_EQ(m["state"], "READY") << m;
   auto load = cli.Post("/v2/repository/models/ensemble/load", "{}", "application/json");
   EXPECT_EQ(load->status, 503);
@@ -1768,14 +1782,14 @@ TEST_F(ServerE2eTest, GrpcUnaryRpcs) {
     grpc::ClientContext ctx;
     inference::RepositoryIndexResponse r;
     ASSERT_TRUE(stub->RepositoryIndex(&ctx, {}, &r).ok());
-    EXPECT_EQ(r.models_size(), 17);
+    EXPECT_EQ(r.models_size(), 18);
   }
   {
     grpc::ClientContext ctx;
     inference::ModelStatisticsRequest q;
     inference::ModelStatisticsResponse r;
     ASSERT_TRUE(stub->ModelStatistics(&ctx, q, &r).ok());
-    EXPECT_EQ(r.model_stats_size(), 17);
+    EXPECT_EQ(r.model_stats_size(), 18);
   }
   {
     // A bad request on the stream gets an error response and the stream stays usable.

@@ -82,7 +82,8 @@ struct Sequence {
   std::vector<int32_t> medusa_top;
   size_t medusa_len = 0;
   // EAGLE (executor_eagle.cc): the head's K/V of this sequence, the target states of computed
-  // positions not yet run through the head (pending: [rows, 3 * hidden] at consecutive
+  // positions not yet run through the head (pending: [rows, the states the head reads (3 x
+  // hidden for EAGLE-3, 1 for EAGLE-1/2)] at consecutive
   // positions, with the token after each), and the tree drafted after the last step: its
   // tokens by node, for tokens.size() == eagle_len, and each run node's output
   // (eagle_hidden: [1 + nodes, hidden], the first the last committed row's).

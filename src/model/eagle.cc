@@ -147,6 +147,19 @@ StatusOr<std::unique_ptr<EagleHead>> EagleHead::Load(const std::string& path, co
                                 " differs from the model's vocabulary (" +
                                 std::to_string(bc.vocab_size) + " tokens)");
   }
+  if (v1 &&
+      (cfg.contains("norm_before_residual") || cfg.contains("eagle_aux_hidden_state_layer_ids") ||
+       (cfg.contains("eagle_config") && cfg["eagle_config"].is_object() &&
+        cfg["eagle_config"].contains("eagle_aux_hidden_state_layer_ids")))) {
+    return InvalidArgumentError(
+        "eagle head: fc.weight fuses 2 states (an EAGLE-1/2 head) but config.json has EAGLE-3 "
+        "keys (eagle_aux_hidden_state_layer_ids, norm_before_residual): a mismatched file?");
+  }
+  if (v1 && base.sharded()) {
+    return UnimplementedError(
+        "eagle head: an EAGLE-1/2 head reads the model's whole output projection, which tensor or "
+        "pipeline parallelism splits");
+  }
   if (v1 && (H != TH || draft_vocab != vocab)) {
     return InvalidArgumentError(
         "eagle head: an EAGLE-1/2 head's hidden size and vocabulary are the model's (config.json "

@@ -1,4 +1,4 @@
-// EAGLE-3 draft heads (Li et al., "EAGLE-3: Scaling up Inference Acceleration of Large
+// EAGLE draft heads. EAGLE-3 (Li et al., "EAGLE-3: Scaling up Inference Acceleration of Large
 // Language Models via Training-Time Test"): one decoder layer beside the model that drafts from
 // the model's own hidden states. The files users have for them are Hugging Face folders
 // (config.json with architectures LlamaForCausalLMEagle3, or vLLM speculators' Eagle3Speculator
@@ -147,12 +147,13 @@ inline constexpr int32_t kMaxEagleChoicesDepth = 16;
 // 6 at 1.5x, and Medusa's 14-node tree at 0.9x with guesses that always hold (bench/README.md).
 std::vector<std::vector<int32_t>> DefaultEagleChoices();
 
-// Writes an EAGLE-3 head for `base` to dir (config.json, model.safetensors) of the real shapes
-// (draft vocabulary: the model's, up to 32000 tokens), for benchmarks and tests as random
-// models are: random weights, or (guess_bigram) weights that guess the model's next token
-// after each token alone, the model's own output projection included (on a model whose next
-// token depends on the current one only, its guesses hold at every depth). aux_layers empty:
-// the default layers. version 1: an EAGLE-1/2 head (the model's own projection).
+// Writes an EAGLE-3 (version 3) or EAGLE-1/2 (version 1) head for `base` to dir (config.json,
+// model.safetensors) of the real shapes (draft vocabulary: the model's, up to 32000 tokens), for
+// benchmarks and tests as random models are: random weights, or (guess_bigram) weights that guess
+// the model's next token after each token alone, the model's own output projection included (on a
+// model whose next token depends on the current one only, its guesses hold at every depth).
+// aux_layers empty: the default layers (version 1 reads the model's last state: aux_layers is
+// ignored).
 Status WriteEagleHead(const std::string& dir, const Model& base, bool guess_bigram,
                       ThreadPool& pool, const std::vector<int32_t>& aux_layers = {},
                       int version = 3);

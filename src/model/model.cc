@@ -684,6 +684,10 @@ Status Model::ForwardShard(const BatchPlan& plan, const KvCacheView& kv, Forward
     const int64_t n = static_cast<int64_t>(io.aux_layers->size()), H = c.hidden_size;
     for (int64_t a = 0; a < n; ++a) {
       if ((*io.aux_layers)[a] != c.num_layers) continue;
+      if (n == 1) {  // the rows are contiguous: one call (threaded for many rows)
+        Norm(weights_.output_norm, weights_.output_norm_bias, s.x, io.aux_out, T, pool);
+        continue;
+      }
       for (int64_t t = 0; t < T; ++t)
         Norm(weights_.output_norm, weights_.output_norm_bias, s.x + t * H,
              io.aux_out + (t * n + a) * H, 1, pool);

@@ -202,8 +202,9 @@ Status LoadMedusaHeads(const inference::ModelConfig& config, const BackendContex
   return OkStatus();
 }
 
-// An EAGLE-3 head from eagle_model_path (a Hugging Face folder, or its .safetensors file)
-// checked against the model, and the tree of eagle_choices (default: DefaultEagleChoices).
+// An EAGLE head (EAGLE-3 or EAGLE-1/2) from eagle_model_path (a Hugging Face folder, or its
+// .safetensors file) checked against the model, and the tree of eagle_choices (default:
+// DefaultEagleChoices).
 Status LoadEagleHead(const inference::ModelConfig& config, const BackendContext& context,
                      const inflight::Model& model, ExecutorConfig* e) {
   auto where = GetParameter(config, "eagle_model_path");
@@ -223,10 +224,15 @@ Status LoadEagleHead(const inference::ModelConfig& config, const BackendContext&
       return InvalidArgumentError("parameter eagle_choices: " + parsed.status().message());
     e->eagle_choices = std::move(parsed).value();
   }
-  INFLIGHT_LOG(kInfo) << "EAGLE head: fuses layers " << e->eagle_head->aux_layers()[0] << ", "
-                      << e->eagle_head->aux_layers()[1] << ", " << e->eagle_head->aux_layers()[2]
-                      << "; draft vocabulary " << e->eagle_head->draft_vocab_size() << " ("
-                      << (e->eagle_head->LayerBytes() + e->eagle_head->OutputBytes()) / 1000000
+  const EagleHead& h = *e->eagle_head;
+  std::string reads;
+  for (int32_t l : h.aux_layers()) reads += (reads.empty() ? "" : ", ") + std::to_string(l);
+  INFLIGHT_LOG(kInfo) << "EAGLE-" << (h.version() == 1 ? "1/2" : "3") << " head: reads "
+                      << (h.version() == 1 ? "the model's final normed state (layer "
+                                           : "the inputs of layers ")
+                      << reads << (h.version() == 1 ? ")" : "") << "; draft vocabulary "
+                      << h.draft_vocab_size() << " ("
+                      << (h.LayerBytes() + h.OutputBytes()) / 1000000
                       << " MB read per drafting pass)";
   return OkStatus();
 }

@@ -31,8 +31,8 @@ StatusOr<LlmParams> ReadParams(const inference::ModelConfig& config);
 Status LoadMedusaHeads(const inference::ModelConfig& config, const BackendContext& context,
                        const inflight::ModelConfig& model, ExecutorConfig* e);
 
-// decoding_mode eagle: the EAGLE-3 head of eagle_model_path (confined like the model) checked
-// against the model, quantized as eagle_weights says, and the tree of eagle_choices.
+// decoding_mode eagle: the EAGLE-3 or EAGLE-1/2 head of eagle_model_path (confined like the model)
+// checked against the model, quantized as eagle_weights says, and the tree of eagle_choices.
 Status LoadEagleHead(const inference::ModelConfig& config, const BackendContext& context,
                      const inflight::Model& model, ExecutorConfig* e);
 
