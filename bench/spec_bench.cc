@@ -16,7 +16,9 @@
 //                   [--reps 3]
 //                   [--block-output-scale 1] [--threads 2] [--tokenizer PATH] [--model-dir DIR]
 //                   [--mode lookahead --lookahead W,N,G | --mode medusa --medusa-heads 4 |
-//                    --mode eagle [--eagle-choices JSON] [--eagle-version 3|1]]
+//                    --mode eagle [--eagle-choices JSON] [--eagle-version 3|1]
+//                                 [--eagle-dynamic K,L (EAGLE-2's tree: top-k, levels;
+//                                                      --draft nodes)]]
 //                   [--adaptive 0|1] [--batch 16]
 #include <algorithm>
 #include <chrono>
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   std::string mode;  // prompt_lookup (default), draft_model (with --draft-layers), lookahead
   std::string eagle_choices;
   int eagle_version = 3;
+  int eagle_dynamic_k = 0, eagle_layers = 4;
   LookaheadConfig lookahead = ExecutorConfig{}.lookahead;
   int prompt_tokens = 512, decode_tokens = 128, draft_len = 4, ngram = 3, passage = 80, reps = 3,
       threads = 2;
@@ -154,6 +157,8 @@ int main(int argc, char** argv) {
       eagle_choices = v;
     else if (f == "--eagle-version")
       eagle_version = std::stoi(v);
+    else if (f == "--eagle-dynamic")
+      std::sscanf(v.c_str(), "%d,%d", &eagle_dynamic_k, &eagle_layers);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -230,6 +235,11 @@ int main(int argc, char** argv) {
       }
       spec.eagle_choices = *paths;
     }
+    if (eagle_dynamic_k > 0) {
+      spec.eagle_dynamic_tree = true;
+      spec.eagle_dynamic_tree_max_top_k = eagle_dynamic_k;
+      spec.eagle_num_layers = eagle_layers;
+    }
   }
   spec.lookahead = lookahead;
   spec.adaptive_draft_length = adaptive;
@@ -282,10 +292,17 @@ int main(int argc, char** argv) {
     const EagleHead& h = *spec.eagle_head;
     std::printf(
         "drafts from an EAGLE-%s head (%s; %.2f GB of layer as q8_0 and %.2f GB of vocabulary "
-        "projection read per pass)%s, batch %d\n",
+        "projection read per pass)%s%s, batch %d\n",
         h.version() == 1 ? "1/2" : "3",
         block_output_scale != 1.0 ? "guessing the model's bigram chain" : "random",
-        h.LayerBytes() / 1e9, h.OutputBytes() / 1e9, adaptive ? "" : " every step", batch);
+        h.LayerBytes() / 1e9, h.OutputBytes() / 1e9, adaptive ? "" : " every step",
+        spec.eagle_dynamic_tree
+            ? (", a dynamic tree (top-" + std::to_string(spec.eagle_dynamic_tree_max_top_k) + ", " +
+               std::to_string(spec.eagle_num_layers) + " levels, " +
+               std::to_string(spec.max_draft_tokens) + " nodes)")
+                  .c_str()
+            : "",
+        batch);
   } else {
     std::printf("drafts from prompt lookup (n-gram <= %d)\n", ngram);
   }

@@ -139,6 +139,7 @@ class ReferenceHead {
     std::vector<double> prenorm;
     int32_t top = -1;   // best guess (a target id)
     double margin = 0;  // its logit over the second best
+    double logp = 0;    // its log-probability under the head
   };
   // fused: the target's 3 states (through fc); else the draft's own hidden input. A tree row
   // (node >= 0) keeps its K/V by node and attends to the cache, its ancestors and itself.
@@ -217,6 +218,9 @@ class ReferenceHead {
     }
     out.top = static_cast<int32_t>(best + (s_.d2t.empty() ? 0 : s_.d2t[best]));
     out.margin = logits[best] - logits[second];
+    double sum = 0;
+    for (double l : logits) sum += std::exp(l - logits[best]);
+    out.logp = -std::log(sum);
     return out;
   }
 
@@ -376,8 +380,15 @@ TEST_P(EagleLayoutTest, TheDraftLayerEqualsANaiveReferenceAndRowsAreIndependent)
       r.top = p + 1 == last;
       rows.push_back(r);
     }
-    head.Forward(rows, /*fuse=*/true, 3, out.data() + first * H, &top, *pool_);
+    std::vector<float> logp;
+    head.Forward(rows, /*fuse=*/true, 3, out.data() + first * H, &top, *pool_, &logp);
     ASSERT_EQ(top.size(), 3u);
+    ASSERT_EQ(logp.size(), 3u);
+    // (EAGLE-1/2's projection is the model's Q8_0 one, run on quantized activations.)
+    EXPECT_NEAR(logp[0], expected[last - 1].logp, layout == kEagle1 ? 3e-2 : 1e-4)
+        << "the best guess's log-probability";
+    EXPECT_GE(logp[0], logp[1]);
+    EXPECT_GE(logp[1], logp[2]);
     for (int p = first; p < last; ++p)
       check(out.data() + p * H, expected[p], p + 1 == last ? top[0] : -1, "a committed row");
   }
@@ -654,10 +665,14 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
   std::unique_ptr<Model> bigram = testing::NearBigramModel(*dir_ + "/bigram.gguf", 0.0f);
   ASSERT_TRUE(bigram);
   enum Kind { kBigram, kStates, kRandom, kBigram1, kStates1, kRandom1 };  // ...1: EAGLE-1/2
-  for (const auto& [kind, tree] :
-       {std::pair{kBigram, true}, std::pair{kBigram, false}, std::pair{kStates, true},
-        std::pair{kRandom, true}, std::pair{kBigram1, true}, std::pair{kStates1, false},
-        std::pair{kRandom1, true}}) {
+  // The tree: the default chain, Medusa's 14-node tree of choices, or EAGLE-2's dynamic tree.
+  enum Shape { kChain, kTree, kDynamic };
+  for (const auto& [kind, shape] :
+       {std::pair{kBigram, kTree}, std::pair{kBigram, kChain}, std::pair{kStates, kTree},
+        std::pair{kRandom, kTree}, std::pair{kBigram1, kTree}, std::pair{kStates1, kChain},
+        std::pair{kRandom1, kTree}, std::pair{kBigram, kDynamic}, std::pair{kRandom, kDynamic},
+        std::pair{kBigram1, kDynamic}}) {
+    const bool tree = shape == kTree;
     const bool predictable = kind != kRandom && kind != kRandom1;
     const Model& m = predictable ? *bigram : *model_;
     EagleHeadSpec spec = kind == kBigram    ? BigramHead(m, *pool_)
@@ -702,6 +717,13 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
     // A tree with branches (accepted branches off its first path move their K/V), or the
     // default chain.
     if (tree) c.eagle_choices = DefaultMedusaChoices(4);
+    if (shape == kDynamic) {
+      // Top-3 of each of 3 expanded nodes a level, 4 levels, the best 8 nodes verified.
+      c.eagle_dynamic_tree = true;
+      c.eagle_dynamic_tree_max_top_k = 3;
+      c.eagle_num_layers = 4;
+      c.max_draft_tokens = 8;
+    }
     auto made = Executor::Create(m, c);
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     Executor& e = **made;
@@ -731,8 +753,11 @@ TEST_F(EagleTest, GreedyOutputIsExactlyTheOutputWithoutDrafts) {
       accepted += rs.back().stats.num_accepted_draft_tokens;
     }
     std::printf("%s head, %s: drafts %lld, accepted %lld, K/V slots moved %lld\n", name,
-                tree ? "tree" : "chain", static_cast<long long>(drafts),
-                static_cast<long long>(accepted), static_cast<long long>(e.num_tree_kv_moves()));
+                shape == kTree    ? "tree"
+                : shape == kChain ? "chain"
+                                  : "dynamic tree",
+                static_cast<long long>(drafts), static_cast<long long>(accepted),
+                static_cast<long long>(e.num_tree_kv_moves()));
     EXPECT_GT(drafts, 0);
     if (kind == kBigram || kind == kBigram1 || kind == kStates1) {
       EXPECT_GT(accepted, drafts / 10);
@@ -770,6 +795,16 @@ TEST_F(EagleTest, SeededSamplingKeepsItsDistribution) {
   ASSERT_TRUE(eagle.ok()) << eagle.status().ToString();
   testing::ExpectSamplingKept(**plain, **eagle, {1, 40, 41, 42, 43, 44, 45, 46, 47, 48});
   testing::ExpectNoKvLeaks(**eagle);
+  // EAGLE-2's dynamic tree: its branches differ per step and per sequence.
+  c.eagle_choices.clear();
+  c.eagle_dynamic_tree = true;
+  c.eagle_dynamic_tree_max_top_k = 3;
+  c.eagle_num_layers = 3;
+  c.max_draft_tokens = 6;
+  auto dynamic = Executor::Create(*bigram, c);
+  ASSERT_TRUE(dynamic.ok()) << dynamic.status().ToString();
+  testing::ExpectSamplingKept(**plain, **dynamic, {1, 40, 41, 42, 43, 44, 45, 46, 47, 48});
+  testing::ExpectNoKvLeaks(**dynamic);
 }
 
 TEST_F(EagleTest, TheExecutorNeedsAHeadAndChoicesItCanDraft) {
@@ -796,6 +831,30 @@ TEST_F(EagleTest, TheExecutorNeedsAHeadAndChoicesItCanDraft) {
   ASSERT_FALSE(too_deep.ok());
   EXPECT_NE(too_deep.status().message().find("1 to 16 top-k indices"), std::string::npos)
       << too_deep.status().message();
+  // EAGLE-2's dynamic tree: its own bounds, and no choices beside it.
+  {
+    ExecutorConfig d = c;
+    d.eagle_choices.clear();
+    d.eagle_dynamic_tree = true;
+    EXPECT_TRUE(Executor::Create(*model_, d).ok());
+    auto refused = [&](ExecutorConfig x, const std::string& want) {
+      auto e = Executor::Create(*model_, x);
+      ASSERT_FALSE(e.ok()) << want;
+      EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().message();
+    };
+    ExecutorConfig x = d;
+    x.eagle_choices = {{0}};
+    refused(x, "eagle_choices and eagle_use_dynamic_tree exclude each other");
+    x = d;
+    x.eagle_dynamic_tree_max_top_k = 0;
+    refused(x, "eagle_dynamic_tree_max_top_k must be in [1, 64]");
+    x = d;
+    x.eagle_num_layers = 17;
+    refused(x, "eagle_num_layers must be in [1, 16]");
+    x = d;
+    x.max_draft_tokens = 0;
+    refused(x, "max_draft_len (the dynamic tree's nodes) must be in [1, 63]");
+  }
   auto parsed =
       ParseMedusaChoices("[[0], [0, 0], [1]]", kMaxEagleChoicesDepth, 63, "eagle_choices");
   ASSERT_TRUE(parsed.ok());

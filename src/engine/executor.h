@@ -177,6 +177,11 @@ class Executor {
   // level; the next step verifies it.
   void SetUpEagle();
   void RunEagle();
+  // EAGLE-2: the dynamic trees of `drafting` from their first levels (roots[s]: sequence s's
+  // last committed row's top-k tokens and log-probabilities); probes keep the best one.
+  void DraftEagleDynamic(const std::vector<Sequence*>& drafting,
+                         const std::vector<char>& probe_only,
+                         const std::vector<std::vector<std::pair<int32_t, float>>>& roots);
   void ProposeEagle(Sequence* seq);
   // Whether a request's sequence may verify a tree of drafts now, and whether x more rows (and
   // extra_ms of work per step) pay off at the acceptance it has seen (adaptive_draft_length;
@@ -259,9 +264,10 @@ class Executor {
   std::vector<Sequence*> eagle_for_;
   std::vector<float> eagle_out_;
   std::vector<int32_t> eagle_top_;
-  double eagle_ms_ = 0;        // decayed mean time of the head's work in a step
-  double tree_row_ms_ = 0;     // decayed measured cost of one tree row (ObserveTreeRows)
-  int32_t last_gen_seqs_ = 0;  // decode rows of the last step (what a tree's tokens slow down)
+  std::vector<float> eagle_logp_;  // dynamic tree: the guesses' log-probabilities
+  double eagle_ms_ = 0;            // decayed mean time of the head's work in a step
+  double tree_row_ms_ = 0;         // decayed measured cost of one tree row (ObserveTreeRows)
+  int32_t last_gen_seqs_ = 0;      // decode rows of the last step (what a tree's tokens slow down)
   // Prompt tokens beside decode rows under max_inter_token_latency_ms; its cost model learns
   // from every forward pass.
   StepBudget step_budget_;

@@ -103,6 +103,13 @@ struct ExecutorConfig {
   // indices, level by level (the format of medusa_choices; empty: DefaultEagleChoices).
   std::shared_ptr<EagleHead> eagle_head;
   std::vector<std::vector<int32_t>> eagle_choices;
+  // EAGLE-2's dynamic tree instead of eagle_choices (TensorRT-LLM's eagle_use_dynamic_tree):
+  // eagle_num_layers levels; each expands the eagle_dynamic_tree_max_top_k nodes of the level
+  // with the best path scores (sums of the head's log-probabilities) into their top-k each,
+  // and the max_draft_tokens best nodes of all become the tree verified.
+  bool eagle_dynamic_tree = false;
+  int32_t eagle_dynamic_tree_max_top_k = 4;
+  int32_t eagle_num_layers = 4;
 
   // INVALID_ARGUMENT naming the field.
   Status Validate() const;

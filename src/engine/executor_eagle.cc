@@ -48,6 +48,23 @@ Status Executor::CheckEagle(ModelRunner& runner, ExecutorConfig* config) {
         "speculative decoding mode eagle needs the model's layer inputs, which this runner does "
         "not keep (tensor/pipeline parallelism)");
   }
+  if (config->eagle_dynamic_tree) {
+    const int32_t most_k = std::min({64, runner.vocab_size(), head.draft_vocab_size()});
+    if (!config->eagle_choices.empty())
+      return InvalidArgumentError(
+          "eagle_choices and eagle_use_dynamic_tree exclude each other (the dynamic tree is "
+          "chosen per step)");
+    if (config->eagle_dynamic_tree_max_top_k < 1 || config->eagle_dynamic_tree_max_top_k > most_k)
+      return InvalidArgumentError("eagle_dynamic_tree_max_top_k must be in [1, " +
+                                  std::to_string(most_k) + "]");
+    if (config->eagle_num_layers < 1 || config->eagle_num_layers > kMaxEagleChoicesDepth)
+      return InvalidArgumentError("eagle_num_layers must be in [1, " +
+                                  std::to_string(kMaxEagleChoicesDepth) + "]");
+    if (config->max_draft_tokens < 1 || config->max_draft_tokens > kMaxLookaheadDrafts)
+      return InvalidArgumentError("max_draft_len (the dynamic tree's nodes) must be in [1, " +
+                                  std::to_string(kMaxLookaheadDrafts) + "]");
+    return OkStatus();
+  }
   auto paths = CheckMedusaChoices(
       config->eagle_choices.empty() ? DefaultEagleChoices() : config->eagle_choices,
       kMaxEagleChoicesDepth, std::min({64, runner.vocab_size(), head.draft_vocab_size()}),
@@ -59,6 +76,11 @@ Status Executor::CheckEagle(ModelRunner& runner, ExecutorConfig* config) {
 
 void Executor::SetUpEagle() {
   if (config_.speculative_mode != SpeculativeMode::kEagle || !config_.eagle_head) return;
+  if (config_.eagle_dynamic_tree) {
+    eagle_top_k_ = config_.eagle_dynamic_tree_max_top_k;
+    eagle_max_depth_ = config_.eagle_num_layers;
+    return;
+  }
   // CheckEagle put prefixes first: a node's parent is the node of its path's prefix, and the
   // first level's nodes come first.
   const auto& paths = config_.eagle_choices;
@@ -88,6 +110,13 @@ void Executor::ProposeEagle(Sequence* seq) {
   seq->draft_parent.clear();
   if (!TreeEligible(*seq) || !seq->eagle || seq->eagle->len != seq->tokens.size()) return;
   const Sequence::Eagle& e = *seq->eagle;
+  seq->accept_credit = e.probe ? eagle_max_depth_ : 1;
+  if (config_.eagle_dynamic_tree) {
+    seq->draft = e.draft;
+    seq->draft_parent = e.parent;
+    FinishTree(seq);
+    return;
+  }
   // A tree drafted as a probe (not paying at the acceptance seen) holds its first level only.
   const size_t n = std::min(e.draft.size(), eagle_parent_.size());
   for (size_t i = 0; i < n && e.draft[i] >= 0; ++i) {
@@ -108,7 +137,9 @@ void Executor::RunEagle() {
   const Clock::time_point start = Clock::now();
   const int64_t W = static_cast<int64_t>(head->aux_layers().size()) * head->target_hidden_size(),
                 H = head->hidden_size();
-  const double nodes = static_cast<double>(eagle_parent_.size());
+  const bool dynamic = config_.eagle_dynamic_tree;
+  const double nodes =
+      static_cast<double>(dynamic ? config_.max_draft_tokens : eagle_parent_.size());
   // 1. Each computed position whose next token is now known (the prompt's, and the accepted
   // branch's) joins its sequence's pending states.
   eagle_for_.clear();
@@ -192,10 +223,14 @@ void Executor::RunEagle() {
     }
     drafting.push_back(seq);
     probe_only.push_back(probe);
+    e.probe = probe;
   }
   if (eagle_rows_.empty()) return;
   eagle_out_.resize(eagle_rows_.size() * static_cast<size_t>(H));
-  head->Forward(eagle_rows_, /*fuse=*/true, eagle_top_k_, eagle_out_.data(), &eagle_top_, *pool);
+  head->Forward(eagle_rows_, /*fuse=*/true, eagle_top_k_, eagle_out_.data(), &eagle_top_, *pool,
+                dynamic ? &eagle_logp_ : nullptr);
+  // Dynamic: each drafting sequence's first level (top-k tokens and log-probabilities).
+  std::vector<std::vector<std::pair<int32_t, float>>> roots;
   // The last committed row's output of each drafting sequence, its first level of guesses.
   const size_t nn = eagle_parent_.size(), K = static_cast<size_t>(eagle_top_k_);
   const auto& paths = config_.eagle_choices;
@@ -212,6 +247,13 @@ void Executor::RunEagle() {
     if (!eagle_rows_[r].top) continue;
     e.hidden.resize((nn + 1) * static_cast<size_t>(H));
     std::memcpy(e.hidden.data(), eagle_out_.data() + r * H, H * sizeof(float));
+    if (dynamic) {
+      roots.emplace_back();
+      for (size_t i = 0; i < K; ++i)
+        roots.back().emplace_back(eagle_top_[top_row * K + i], eagle_logp_[top_row * K + i]);
+      ++top_row;
+      continue;
+    }
     e.draft.assign(nn, -1);
     for (size_t i = 0; i < nn; ++i)
       if (eagle_depth_[i] == 1) e.draft[i] = eagle_top_[top_row * K + paths[i].back()];
@@ -222,7 +264,8 @@ void Executor::RunEagle() {
   // 3. Level by level: each node with children runs at its position (the last computed one
   // plus its depth) on its token and its parent's output, attending to its ancestors; its
   // top-k are its children's tokens.
-  for (int32_t depth = 1; depth < eagle_max_depth_; ++depth) {
+  if (dynamic) DraftEagleDynamic(drafting, probe_only, roots);
+  for (int32_t depth = 1; depth < eagle_max_depth_ && !dynamic; ++depth) {
     eagle_rows_.clear();
     eagle_row_of_.clear();
     for (size_t s = 0; s < drafting.size(); ++s) {
@@ -262,6 +305,122 @@ void Executor::RunEagle() {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (!drafting.empty() && !long_catch_up)
     eagle_ms_ = eagle_ms_ == 0 ? ms : 0.9 * eagle_ms_ + 0.1 * ms;
+}
+
+void Executor::DraftEagleDynamic(const std::vector<Sequence*>& drafting,
+                                 const std::vector<char>& probe_only,
+                                 const std::vector<std::vector<std::pair<int32_t, float>>>& roots) {
+  EagleHead* head = config_.eagle_head.get();
+  ThreadPool* pool = runner_->pool();
+  const int64_t H = head->hidden_size();
+  const size_t K = static_cast<size_t>(eagle_top_k_);
+  // A node: its token, parent (-1: under the last committed token), path score (the sum of
+  // its path's log-probabilities) and, once expanded, its slot: its output at hidden[slot]
+  // (slot 0 is the committed row's) and its K/V at tree node slot - 1.
+  struct Node {
+    int32_t token, parent;
+    float score;
+    int32_t slot;
+  };
+  const size_t S = drafting.size();
+  std::vector<std::vector<Node>> nodes(S);
+  std::vector<std::vector<int32_t>> frontier(S);
+  std::vector<std::vector<std::vector<int32_t>>> ancestors(S);  // by slot - 1, top first
+  // Best path score first; ties to the older node (a parent before its child).
+  auto better = [](const std::vector<Node>& n) {
+    return [&n](int32_t a, int32_t b) {
+      return n[a].score != n[b].score ? n[a].score > n[b].score : a < b;
+    };
+  };
+  for (size_t s = 0; s < S; ++s) {
+    for (const auto& [token, logp] : roots[s]) nodes[s].push_back({token, -1, logp, -1});
+    if (probe_only[s]) continue;  // its first guess alone
+    for (size_t i = 0; i < nodes[s].size(); ++i) frontier[s].push_back(static_cast<int32_t>(i));
+  }
+  for (int32_t depth = 1; depth < eagle_max_depth_; ++depth) {
+    eagle_rows_.clear();
+    eagle_row_of_.clear();
+    for (size_t s = 0; s < S; ++s) {
+      Sequence* seq = drafting[s];
+      Sequence::Eagle& e = *seq->eagle;
+      // Room for this level's outputs first: rows point into hidden.
+      const size_t slots = ancestors[s].size() + 1;
+      e.hidden.resize((slots + frontier[s].size()) * static_cast<size_t>(H));
+      for (int32_t id : frontier[s]) {
+        Node& node = nodes[s][id];
+        node.slot = static_cast<int32_t>(ancestors[s].size()) + 1;
+        std::vector<int32_t> anc;
+        for (int32_t p = node.parent; p >= 0; p = nodes[s][p].parent)
+          anc.insert(anc.begin(), nodes[s][p].slot - 1);
+        ancestors[s].push_back(std::move(anc));
+      }
+      for (int32_t id : frontier[s]) {
+        const Node& node = nodes[s][id];
+        EagleRow row;
+        row.cache = &e.cache;
+        row.position = seq->num_computed - 1 + depth;
+        row.token = node.token;
+        row.hidden = e.hidden.data() +
+                     (node.parent < 0 ? 0 : static_cast<int64_t>(nodes[s][node.parent].slot)) * H;
+        row.tree = &e.tree;
+        row.node = node.slot - 1;
+        row.ancestors = ancestors[s][node.slot - 1].data();
+        row.num_ancestors = static_cast<int32_t>(ancestors[s][node.slot - 1].size());
+        row.top = true;
+        eagle_rows_.push_back(row);
+      }
+    }
+    if (eagle_rows_.empty()) break;
+    eagle_out_.resize(eagle_rows_.size() * static_cast<size_t>(H));
+    head->Forward(eagle_rows_, /*fuse=*/false, eagle_top_k_, eagle_out_.data(), &eagle_top_, *pool,
+                  &eagle_logp_);
+    // Each expanded node's top-k are its children; the level's best k are expanded next.
+    size_t r = 0;
+    for (size_t s = 0; s < S; ++s) {
+      Sequence::Eagle& e = *drafting[s]->eagle;
+      const int32_t first_child = static_cast<int32_t>(nodes[s].size());
+      for (int32_t id : frontier[s]) {
+        const Node parent = nodes[s][id];
+        std::memcpy(e.hidden.data() + static_cast<int64_t>(parent.slot) * H,
+                    eagle_out_.data() + r * H, H * sizeof(float));
+        for (size_t i = 0; i < K; ++i)
+          nodes[s].push_back(
+              {eagle_top_[r * K + i], id, parent.score + eagle_logp_[r * K + i], -1});
+        ++r;
+      }
+      std::vector<int32_t> children;
+      for (int32_t c = first_child; c < static_cast<int32_t>(nodes[s].size()); ++c)
+        children.push_back(c);
+      const size_t keep = std::min(K, children.size());
+      std::partial_sort(children.begin(), children.begin() + keep, children.end(),
+                        better(nodes[s]));
+      children.resize(keep);
+      std::sort(children.begin(), children.end());
+      frontier[s] = std::move(children);
+    }
+  }
+  // The tree: the max_draft_tokens best nodes of all (a child never scores above its parent,
+  // so a parent is always in), in the order they were made (parents first).
+  for (size_t s = 0; s < S; ++s) {
+    Sequence::Eagle& e = *drafting[s]->eagle;
+    std::vector<int32_t> order(nodes[s].size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    const size_t take = probe_only[s] ? std::min<size_t>(1, order.size())
+                                      : std::min<size_t>(config_.max_draft_tokens, order.size());
+    std::partial_sort(order.begin(), order.begin() + take, order.end(), better(nodes[s]));
+    order.resize(take);
+    std::sort(order.begin(), order.end());
+    std::vector<int32_t> index(nodes[s].size(), -1);
+    e.draft.clear();
+    e.parent.clear();
+    for (int32_t id : order) {
+      const int32_t p = nodes[s][id].parent;
+      if (p >= 0 && index[p] < 0) continue;  // (cannot happen: a parent scores at least as high)
+      index[id] = static_cast<int32_t>(e.draft.size());
+      e.draft.push_back(nodes[s][id].token);
+      e.parent.push_back(p < 0 ? -1 : index[p]);
+    }
+  }
 }
 
 }  // namespace inflight

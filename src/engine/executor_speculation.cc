@@ -537,7 +537,8 @@ void Executor::AcceptDrawn(Sequence* seq, const std::vector<SampledToken>& drawn
   // tree counts steps (its estimate is tokens accepted per tree).
   seq->drafts_verified =
       0.9 * seq->drafts_verified + (tree ? 1 : accepted + (accepted < num_draft ? 1 : 0));
-  seq->drafts_accepted = 0.9 * seq->drafts_accepted + accepted;
+  seq->drafts_accepted = 0.9 * seq->drafts_accepted + accepted * seq->accept_credit;
+  seq->accept_credit = 1;
   if (accepted == 0) {
     seq->probe_interval = std::min(2 * seq->probe_interval, 256);
   } else {

@@ -86,7 +86,8 @@ struct Sequence {
   // hidden for EAGLE-3, 1 for EAGLE-1/2)] at consecutive
   // positions, with the token after each), and the tree drafted after the last step: its
   // tokens by node, for tokens.size() == eagle_len, and each run node's output
-  // (eagle_hidden: [1 + nodes, hidden], the first the last committed row's).
+  // (eagle_hidden: [1 + nodes, hidden], the first the last committed row's). A dynamic tree
+  // (EAGLE-2) keeps its drafted nodes' parents too (parents first), and hidden by expanded node.
   struct Eagle {
     EagleCache cache;
     EagleTree tree;
@@ -94,7 +95,9 @@ struct Sequence {
     std::vector<int32_t> pending_pos, pending_token;
     std::vector<float> hidden;
     std::vector<int32_t> draft;
+    std::vector<int32_t> parent;  // dynamic tree
     size_t len = 0;
+    bool probe = false;  // the tree drafted holds one level (a probe)
   };
   std::unique_ptr<Eagle> eagle;
   // Draft model: its own KV blocks (no prefix sharing) and how many leading tokens they hold.
@@ -103,6 +106,10 @@ struct Sequence {
   // Decayed counts of the executor's drafts verified and accepted (a draft after a rejection
   // is not verified): their ratio estimates how often the next draft holds.
   double drafts_verified = 0, drafts_accepted = 0;
+  // What an accepted draft of the tree being verified counts for in drafts_accepted: an EAGLE
+  // probe drafts one level, so a guess of it that holds stands for the whole tree's depth (at
+  // one token a probe at most, a dynamic tree of 6 nodes never looked worth its rows).
+  int32_t accept_credit = 1;
   // When no draft pays off, one is tried at generated token next_probe; each failed try
   // doubles the wait (16, 32, ... 256 tokens).
   int32_t next_probe = 16, probe_interval = 16;

@@ -447,9 +447,11 @@ const float* EagleHead::Eagle3Input(const std::vector<EagleRow>& rows, bool fuse
 }
 
 void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t top_k,
-                        float* prenorm_out, std::vector<int32_t>* top_out, ThreadPool& pool) {
+                        float* prenorm_out, std::vector<int32_t>* top_out, ThreadPool& pool,
+                        std::vector<float>* top_logp) {
   const int64_t R = static_cast<int64_t>(rows.size());
   if (top_out != nullptr) top_out->clear();
+  if (top_logp != nullptr) top_logp->clear();
   if (R == 0) return;
   const int64_t H = hidden_, TH = target_hidden_, qd = int64_t{num_heads_} * head_dim_,
                 kvd = kv_dim(), F = ffn_;
@@ -556,6 +558,7 @@ void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t to
   kernels::MatMul(lm_, post, n, logits, pool, scratch_);
   top_k = std::clamp<int32_t>(top_k, 1, static_cast<int32_t>(V));
   top_out->resize(static_cast<size_t>(n * top_k));
+  if (top_logp != nullptr) top_logp->resize(static_cast<size_t>(n * top_k));
   pool.ParallelFor(n, 1, [&](int64_t r0, int64_t r1) {
     std::vector<std::pair<float, int32_t>> best;
     for (int64_t r = r0; r < r1; ++r) {
@@ -571,6 +574,14 @@ void EagleHead::Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t to
       }
       for (int32_t i = 0; i < top_k; ++i)
         (*top_out)[r * top_k + i] = d2t_[best[std::min<size_t>(i, best.size() - 1)].second];
+      if (top_logp != nullptr) {
+        double sum = 0;  // log-softmax: the best logit is the largest
+        for (int32_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(l[i]) - best[0].first);
+        const double lse = best[0].first + std::log(sum);
+        for (int32_t i = 0; i < top_k; ++i)
+          (*top_logp)[r * top_k + i] =
+              static_cast<float>(best[std::min<size_t>(i, best.size() - 1)].first - lse);
+      }
     }
   });
 }

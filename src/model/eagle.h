@@ -112,8 +112,10 @@ class EagleHead {
   // its final norm) to prenorm_out [rows, hidden] (may be null) and, for rows with
   // `top`, its top_k guesses (target ids, best first) to top_out, in row order. Each row's
   // results depend on its own inputs, cache and tree only (never on the other rows).
+  // top_logp (may be null): the guesses' log-probabilities under the head, beside top_out.
   void Forward(const std::vector<EagleRow>& rows, bool fuse, int32_t top_k, float* prenorm_out,
-               std::vector<int32_t>* top_out, ThreadPool& pool);
+               std::vector<int32_t>* top_out, ThreadPool& pool,
+               std::vector<float>* top_logp = nullptr);
 
  private:
   EagleHead() = default;

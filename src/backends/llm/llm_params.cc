@@ -224,14 +224,22 @@ Status LoadEagleHead(const inference::ModelConfig& config, const BackendContext&
       return InvalidArgumentError("parameter eagle_choices: " + parsed.status().message());
     e->eagle_choices = std::move(parsed).value();
   }
+  // EAGLE-2's dynamic tree (TensorRT-LLM's runtime flags; max_draft_len is its node count).
+  e->eagle_dynamic_tree = GetBoolParameter(config, "eagle_use_dynamic_tree", false);
+  e->eagle_dynamic_tree_max_top_k = static_cast<int32_t>(std::clamp<int64_t>(
+      GetIntParameter(config, "eagle_dynamic_tree_max_top_k", e->eagle_dynamic_tree_max_top_k), -1,
+      1 << 20));
+  e->eagle_num_layers = static_cast<int32_t>(std::clamp<int64_t>(
+      GetIntParameter(config, "eagle_num_layers", e->eagle_num_layers), -1, 1 << 20));
   const EagleHead& h = *e->eagle_head;
   std::string reads;
   for (int32_t l : h.aux_layers()) reads += (reads.empty() ? "" : ", ") + std::to_string(l);
   INFLIGHT_LOG(kInfo) << "EAGLE-" << (h.version() == 1 ? "1/2" : "3") << " head: reads "
                       << (h.version() == 1 ? "the model's final normed state (layer "
                                            : "the inputs of layers ")
-                      << reads << (h.version() == 1 ? ")" : "") << "; draft vocabulary "
-                      << h.draft_vocab_size() << " ("
+                      << reads << (h.version() == 1 ? ")" : "")
+                      << (e->eagle_dynamic_tree ? "; dynamic tree (EAGLE-2)" : "")
+                      << "; draft vocabulary " << h.draft_vocab_size() << " ("
                       << (h.LayerBytes() + h.OutputBytes()) / 1000000
                       << " MB read per drafting pass)";
   return OkStatus();
