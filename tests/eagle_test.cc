@@ -853,7 +853,10 @@ TEST_F(EagleTest, TheExecutorNeedsAHeadAndChoicesItCanDraft) {
     refused(x, "eagle_num_layers must be in [1, 16]");
     x = d;
     x.max_draft_tokens = 0;
-    refused(x, "max_draft_len (the dynamic tree's nodes) must be in [1, 63]");
+    x.max_draft_tokens = 33;
+    refused(x, "max_draft_tokens must be in [0, 32]");
+    x.max_draft_tokens = 0;
+    refused(x, "max_draft_len (the dynamic tree's nodes) must be in [1, 32]");
   }
   auto parsed =
       ParseMedusaChoices("[[0], [0, 0], [1]]", kMaxEagleChoicesDepth, 63, "eagle_choices");

@@ -4,7 +4,9 @@
 // verifies the tree as Medusa's and lookahead's are (VerifyTree). Engine-thread only.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine/executor.h"
 
@@ -19,6 +21,11 @@ namespace {
 constexpr size_t kMaxPendingRows = 128;
 // The states a probe runs through the head (the latest).
 constexpr size_t kProbeRows = 16;
+
+// A dynamic tree node's score: a NaN (a head's bad output) ranks last, keeping the order strict.
+float Score(float logp) {
+  return std::isnan(logp) ? -std::numeric_limits<float>::infinity() : logp;
+}
 
 }  // namespace
 
@@ -60,9 +67,10 @@ Status Executor::CheckEagle(ModelRunner& runner, ExecutorConfig* config) {
     if (config->eagle_num_layers < 1 || config->eagle_num_layers > kMaxEagleChoicesDepth)
       return InvalidArgumentError("eagle_num_layers must be in [1, " +
                                   std::to_string(kMaxEagleChoicesDepth) + "]");
-    if (config->max_draft_tokens < 1 || config->max_draft_tokens > kMaxLookaheadDrafts)
+    const int32_t most_nodes = std::min(kMaxDraftTokens, kMaxLookaheadDrafts);
+    if (config->max_draft_tokens < 1 || config->max_draft_tokens > most_nodes)
       return InvalidArgumentError("max_draft_len (the dynamic tree's nodes) must be in [1, " +
-                                  std::to_string(kMaxLookaheadDrafts) + "]");
+                                  std::to_string(most_nodes) + "]");
     return OkStatus();
   }
   auto paths = CheckMedusaChoices(
@@ -108,22 +116,29 @@ void Executor::SetUpEagle() {
 void Executor::ProposeEagle(Sequence* seq) {
   seq->draft.clear();
   seq->draft_parent.clear();
+  seq->accept_credit = 1;
   if (!TreeEligible(*seq) || !seq->eagle || seq->eagle->len != seq->tokens.size()) return;
   const Sequence::Eagle& e = *seq->eagle;
-  seq->accept_credit = e.probe ? eagle_max_depth_ : 1;
   if (config_.eagle_dynamic_tree) {
     seq->draft = e.draft;
     seq->draft_parent = e.parent;
-    FinishTree(seq);
-    return;
-  }
-  // A tree drafted as a probe (not paying at the acceptance seen) holds its first level only.
-  const size_t n = std::min(e.draft.size(), eagle_parent_.size());
-  for (size_t i = 0; i < n && e.draft[i] >= 0; ++i) {
-    seq->draft.push_back(e.draft[i]);
-    seq->draft_parent.push_back(eagle_parent_[i]);
+  } else {
+    // A tree drafted as a probe (not paying at the acceptance seen) holds its first level only.
+    const size_t n = std::min(e.draft.size(), eagle_parent_.size());
+    for (size_t i = 0; i < n && e.draft[i] >= 0; ++i) {
+      seq->draft.push_back(e.draft[i]);
+      seq->draft_parent.push_back(eagle_parent_[i]);
+    }
   }
   FinishTree(seq);
+  // A probe's accepted guess stands for the tree it probes: as deep as the tree can be.
+  if (e.probe && !seq->draft.empty()) {
+    int32_t depth = eagle_max_depth_;
+    if (config_.eagle_dynamic_tree) depth = std::min(depth, config_.max_draft_tokens);
+    const int32_t cap = seq->request->request.num_draft_tokens;
+    if (cap > 0) depth = std::min(depth, cap);
+    seq->accept_credit = std::max(depth, 1);
+  }
 }
 
 void Executor::RunEagle() {
@@ -333,7 +348,7 @@ void Executor::DraftEagleDynamic(const std::vector<Sequence*>& drafting,
     };
   };
   for (size_t s = 0; s < S; ++s) {
-    for (const auto& [token, logp] : roots[s]) nodes[s].push_back({token, -1, logp, -1});
+    for (const auto& [token, logp] : roots[s]) nodes[s].push_back({token, -1, Score(logp), -1});
     if (probe_only[s]) continue;  // its first guess alone
     for (size_t i = 0; i < nodes[s].size(); ++i) frontier[s].push_back(static_cast<int32_t>(i));
   }
@@ -385,7 +400,7 @@ void Executor::DraftEagleDynamic(const std::vector<Sequence*>& drafting,
                     eagle_out_.data() + r * H, H * sizeof(float));
         for (size_t i = 0; i < K; ++i)
           nodes[s].push_back(
-              {eagle_top_[r * K + i], id, parent.score + eagle_logp_[r * K + i], -1});
+              {eagle_top_[r * K + i], id, Score(parent.score + eagle_logp_[r * K + i]), -1});
         ++r;
       }
       std::vector<int32_t> children;
@@ -399,8 +414,9 @@ void Executor::DraftEagleDynamic(const std::vector<Sequence*>& drafting,
       frontier[s] = std::move(children);
     }
   }
-  // The tree: the max_draft_tokens best nodes of all (a child never scores above its parent,
-  // so a parent is always in), in the order they were made (parents first).
+  // The tree: the max_draft_tokens best nodes of all, best first (a child never scores above
+  // its parent and ties go to the older node, so parents come first and any prefix a cut
+  // keeps is the best tree of its size).
   for (size_t s = 0; s < S; ++s) {
     Sequence::Eagle& e = *drafting[s]->eagle;
     std::vector<int32_t> order(nodes[s].size());
@@ -409,7 +425,6 @@ void Executor::DraftEagleDynamic(const std::vector<Sequence*>& drafting,
                                       : std::min<size_t>(config_.max_draft_tokens, order.size());
     std::partial_sort(order.begin(), order.begin() + take, order.end(), better(nodes[s]));
     order.resize(take);
-    std::sort(order.begin(), order.end());
     std::vector<int32_t> index(nodes[s].size(), -1);
     e.draft.clear();
     e.parent.clear();

@@ -224,7 +224,9 @@ Status LoadEagleHead(const inference::ModelConfig& config, const BackendContext&
       return InvalidArgumentError("parameter eagle_choices: " + parsed.status().message());
     e->eagle_choices = std::move(parsed).value();
   }
-  // EAGLE-2's dynamic tree (TensorRT-LLM's runtime flags; max_draft_len is its node count).
+  // EAGLE-2's dynamic tree (TensorRT-LLM's runtime flags eagle_use_dynamic_tree and
+  // eagle_dynamic_tree_max_top_k; its levels as its engines' num_eagle_layers; max_draft_len is
+  // its node count).
   e->eagle_dynamic_tree = GetBoolParameter(config, "eagle_use_dynamic_tree", false);
   e->eagle_dynamic_tree_max_top_k = static_cast<int32_t>(std::clamp<int64_t>(
       GetIntParameter(config, "eagle_dynamic_tree_max_top_k", e->eagle_dynamic_tree_max_top_k), -1,
