@@ -852,7 +852,6 @@ TEST_F(EagleTest, TheExecutorNeedsAHeadAndChoicesItCanDraft) {
     x.eagle_num_layers = 17;
     refused(x, "eagle_num_layers must be in [1, 16]");
     x = d;
-    x.max_draft_tokens = 0;
     x.max_draft_tokens = 33;
     refused(x, "max_draft_tokens must be in [0, 32]");
     x.max_draft_tokens = 0;
